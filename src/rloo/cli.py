@@ -1,0 +1,98 @@
+"""The `rloo` command: one thin function per subcommand; the work lives in rloo.recipes."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from rloo.config import (EvalConfig, PipelineConfig, RewardConfig, RLConfig, SFTConfig, describe_fields,
+                         load_config)
+from rloo.errors import RlooError
+
+EXAMPLES = {
+    "pipeline": "rloo pipeline                      # the whole pipeline on the default task\n"
+                "  rloo pipeline task=dialogue rl.k=2 output_dir=runs/hh",
+    "sft": "rloo sft output_dir=runs/sft epochs=3",
+    "reward": "rloo reward sft_model=runs/sft/model output_dir=runs/rm",
+    "train": "rloo train policy=runs/sft/model reward_model=runs/rm/model k=4 beta=0.05",
+    "eval": "rloo eval policy=runs/rl/model baseline=runs/sft/model",
+}
+
+
+def _run_sft(cfg, args):
+    from rloo.recipes.sft import sft
+    sft(cfg, overwrite=args.overwrite)
+
+
+def _run_reward(cfg, args):
+    from rloo.recipes.reward import train_reward
+    train_reward(cfg, overwrite=args.overwrite)
+
+
+def _run_train(cfg, args):
+    from rloo.recipes.online import train
+    train(cfg, resume=args.resume, overwrite=args.overwrite)
+
+
+def _run_eval(cfg, args):
+    from rloo.recipes.evaluate import evaluate
+    evaluate(cfg, overwrite=args.overwrite)
+
+
+def _run_pipeline(cfg, args):
+    from rloo.recipes.pipeline import pipeline
+    pipeline(cfg, overwrite=args.overwrite)
+
+
+COMMANDS = {
+    "pipeline": (PipelineConfig, _run_pipeline),
+    "sft": (SFTConfig, _run_sft),
+    "reward": (RewardConfig, _run_reward),
+    "train": (RLConfig, _run_train),
+    "eval": (EvalConfig, _run_eval),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="rloo", description="RLHF with REINFORCE Leave-One-Out (Ahmadian et al. 2024).")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (cls, _) in COMMANDS.items():
+        sp = sub.add_parser(name, help=(cls.__doc__ or "").splitlines()[0], description=cls.__doc__,
+                            epilog="example:\n  " + EXAMPLES[name] + "\n\nrun with --help-config to list every key.",
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+        sp.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. rl.k=8")
+        sp.add_argument("--config", "-c", help="YAML config file (overrides win over it)")
+        sp.add_argument("--overwrite", action="store_true", help="replace a previous run in output_dir")
+        sp.add_argument("--debug", action="store_true", help="show full tracebacks")
+        sp.add_argument("--help-config", action="store_true", help="list every config key with its default")
+        if name == "train":
+            sp.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in output_dir")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    cls, run = COMMANDS[args.command]
+    if args.help_config:
+        print("\n".join(describe_fields(cls)))
+        return 0
+    try:
+        cfg = load_config(cls, args.config, args.overrides)
+        run(cfg, args)
+    except RlooError as e:
+        if args.debug:
+            raise
+        print(f"rloo {args.command}: error: {e}", file=sys.stderr)
+        return 130 if type(e).__name__ == "Interrupted" else 2
+    except KeyboardInterrupt:
+        print(f"rloo {args.command}: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

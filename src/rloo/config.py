@@ -1,0 +1,248 @@
+"""Typed, validated configs: one per stage, composed for the pipeline.
+
+Every field's description is its documentation (`rloo <stage> --help-config` prints them).
+Unknown keys are errors. A config comes from defaults, then an optional YAML file, then
+`key=value` overrides from the command line (dotted keys reach nested sections:
+`rl.k=8`). Values are parsed as YAML scalars, so `beta=0.1`, `eval_every=null` work.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from rloo.errors import ConfigError
+
+TASK_NAMES = ("summarize", "dialogue")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, protected_namespaces=())
+
+
+class ArchConfig(_Strict):
+    """Shape of the small Llama built from scratch when no model path is given."""
+
+    hidden_size: int = Field(128, gt=0, description="Model width.")
+    num_layers: int = Field(3, gt=0, description="Transformer blocks.")
+    num_heads: int = Field(4, gt=0, description="Attention heads (hidden_size must divide by it).")
+    intermediate_size: int = Field(384, gt=0, description="MLP width.")
+    max_position_embeddings: int = Field(128, gt=0, description="Longest prompt + response.")
+
+
+class SFTSettings(_Strict):
+    """Hyperparameters of supervised fine-tuning on the task's reference responses."""
+
+    num_examples: int = Field(6000, ge=1, description="Prompt/reference pairs generated for SFT.")
+    epochs: int = Field(2, ge=1, description="Passes over the SFT data.")
+    batch_size: int = Field(64, ge=1, description="Sequences per optimizer step.")
+    lr: float = Field(3e-3, gt=0, description="Peak AdamW learning rate (cosine decay to 10%).")
+    weight_decay: float = Field(0.0, ge=0)
+    arch: ArchConfig = Field(default_factory=ArchConfig, description="Used only when `model` is null.")
+
+
+class RewardSettings(_Strict):
+    """Hyperparameters of reward-model training with the Bradley-Terry loss."""
+
+    num_pairs: int = Field(6000, ge=1, description="Preference pairs labeled by the simulated labeler.")
+    eval_pairs: int = Field(500, ge=1, description="Held-out pairs for pairwise accuracy.")
+    epochs: int = Field(2, ge=1)
+    batch_size: int = Field(64, ge=1)
+    lr: float = Field(1e-3, gt=0)
+
+
+class RLSettings(_Strict):
+    """Hyperparameters of the RL stage (RLOO by default, eq. 1, 4, 5)."""
+
+    algorithm: Literal["rloo"] = Field("rloo", description="The online method. The paper's RLOO.")
+    steps: int = Field(200, ge=1, description="Optimizer steps (one fresh batch of samples each).")
+    batch_size: int = Field(16, ge=1, description="Prompts per step (B); N = B*k completions.")
+    k: int = Field(4, description="Samples per prompt for the leave-one-out baseline (eq. 4), >= 2.")
+    beta: float = Field(0.05, ge=0, description="KL coefficient in the shaped reward (eq. 1).")
+    lr: float = Field(1e-4, gt=0, description="AdamW learning rate (constant after warm-up).")
+    warmup_steps: int = Field(10, ge=0)
+    max_grad_norm: float = Field(1.0, gt=0)
+    temperature: float = Field(1.0, gt=0, description="Sampling temperature; log-probs use it too.")
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass.")
+    max_new_tokens: int = Field(16, ge=1, description="Completion length limit (T).")
+    truncation_penalty: float | None = Field(
+        None, description="If set, the score of a completion that hits max_new_tokens without EOS."
+    )
+    log_every: int = Field(1, ge=1, description="Steps between metric records.")
+
+    @field_validator("k")
+    @classmethod
+    def _k_at_least_two(cls, v: int) -> int:
+        if v < 2:
+            raise ValueError(f"leave-one-out needs k >= 2 samples per prompt (the baseline of one sample "
+                             f"is the mean of the other k-1), got k={v}")
+        return v
+    sample_every: int = Field(50, ge=1, description="Steps between printed sample completions.")
+    eval_every: int | None = Field(25, ge=1, description="Steps between gold-judge evals (null: off).")
+    eval_prompts: int = Field(128, ge=1, description="Held-out prompts used by the periodic eval.")
+    save_every: int | None = Field(100, ge=1, description="Steps between checkpoints (null: only at the end).")
+    keep_checkpoints: int = Field(2, ge=1, description="Newest checkpoints kept on disk.")
+    max_skipped_steps: int = Field(5, ge=1, description="Non-finite steps in a row before the run stops.")
+
+
+class EvalSettings(_Strict):
+    """How policies are compared on held-out prompts."""
+
+    num_prompts: int = Field(400, ge=1, description="Held-out prompts, each judged against its reference.")
+    temperature: float = Field(1.0, gt=0, description="Sampling temperature of the evaluated policies.")
+    batch_size: int = Field(128, ge=1)
+
+
+class _Run(_Strict):
+    task: Literal["summarize", "dialogue"] = Field("summarize", description="Built-in task.")
+    seed: int = Field(0, description="Seeds data, initialization and sampling.")
+    output_dir: Path = Field(Path("runs/default"), description="Where everything of this run is written.")
+    device: str = Field("cpu", description="torch device: cpu, cuda, cuda:1, ...")
+    max_prompt_tokens: int = Field(64, ge=1, description="Longer prompts keep their last tokens (counted).")
+    max_response_tokens: int = Field(32, ge=1, description="Reference/preference responses are cut here.")
+
+
+class SFTConfig(_Run, SFTSettings):
+    """`rloo sft`: fine-tune a causal LM on the task's reference responses."""
+
+    model: str | None = Field(None, description="Causal LM path; null builds a small Llama from `arch`.")
+    tokenizer: str | None = Field(None, description="Tokenizer path; null builds the task's word tokenizer.")
+
+
+class RewardConfig(_Run, RewardSettings):
+    """`rloo reward`: train a reward model (one-output classification head) from the SFT model."""
+
+    sft_model: str = Field(..., description="Path of the SFT model the reward model starts from.")
+
+
+class RLConfig(_Run, RLSettings):
+    """`rloo train`: RL fine-tuning of the SFT policy against a reward."""
+
+    policy: str = Field(..., description="Path of the starting (SFT) policy; also the frozen reference.")
+    reward_model: str | None = Field(None, description="Path of the reward model.")
+    reward_fn: str | None = Field(None, description="A Python reward `module:function` (replaces reward_model).")
+    eval: EvalSettings = Field(default_factory=EvalSettings)
+
+
+class EvalConfig(_Run, EvalSettings):
+    """`rloo eval`: win rate against the references, judged by the task's gold judge."""
+
+    policy: str = Field(..., description="Path of the policy to evaluate.")
+    baseline: str | None = Field(None, description="Second policy shown side by side (the SFT model).")
+    reference_model: str | None = Field(None, description="Model KL is measured against (default: baseline).")
+    reward_model: str | None = Field(None, description="Reward model whose mean score is reported.")
+    max_new_tokens: int = Field(16, ge=1, description="Response length limit (the pipeline uses rl.max_new_tokens).")
+
+
+class PipelineConfig(_Run):
+    """`rloo pipeline`: SFT -> reward model -> RL -> evaluation into one output folder."""
+
+    output_dir: Path = Field(Path("runs/pipeline"), description="Holds sft/, reward/, rl/, eval/.")
+    sft: SFTSettings = Field(default_factory=SFTSettings)
+    reward: RewardSettings = Field(default_factory=RewardSettings)
+    rl: RLSettings = Field(default_factory=RLSettings)
+    eval: EvalSettings = Field(default_factory=EvalSettings)
+
+    @field_validator("output_dir")
+    @classmethod
+    def _not_root(cls, v: Path) -> Path:
+        if str(v).strip() in ("", "/"):
+            raise ValueError("output_dir must be a folder, not the file-system root")
+        return v
+
+    def stage_configs(self) -> tuple[SFTConfig, RewardConfig, RLConfig, EvalConfig]:
+        """The four stage configs this pipeline runs, with their paths derived from output_dir."""
+        out, run = self.output_dir, dict(task=self.task, seed=self.seed, device=self.device)
+        sft = SFTConfig(**self.sft.model_dump(), **run, output_dir=out / "sft")
+        rm = RewardConfig(**self.reward.model_dump(), **run, output_dir=out / "reward",
+                          sft_model=str(out / "sft" / "model"))
+        rl = RLConfig(**self.rl.model_dump(), **run, output_dir=out / "rl", eval=self.eval,
+                      policy=str(out / "sft" / "model"), reward_model=str(out / "reward" / "model"))
+        ev = EvalConfig(**self.eval.model_dump(), **run, output_dir=out / "eval",
+                        policy=str(out / "rl" / "model"), baseline=str(out / "sft" / "model"),
+                        reward_model=str(out / "reward" / "model"), max_new_tokens=self.rl.max_new_tokens)
+        return sft, rm, rl, ev
+
+
+C = TypeVar("C", bound=BaseModel)
+
+
+def parse_overrides(items: list[str]) -> dict[str, Any]:
+    """`["rl.k=8", "beta=0.1"]` -> nested dict. Values are YAML scalars."""
+    out: dict[str, Any] = {}
+    for item in items:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} is not key=value (example: rl.k=8)")
+        key, raw = item.split("=", 1)
+        node = out
+        parts = key.strip().split(".")
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override {item!r} conflicts with another override of {p!r}")
+        node[parts[-1]] = yaml.safe_load(raw) if raw.strip() else None
+    return out
+
+
+def _merge(base: dict, extra: dict) -> dict:
+    merged = dict(base)
+    for k, v in extra.items():
+        merged[k] = _merge(merged[k], v) if isinstance(v, dict) and isinstance(merged.get(k), dict) else v
+    return merged
+
+
+def load_config(cls: type[C], path: str | Path | None = None, overrides: list[str] | None = None,
+                **values: Any) -> C:
+    """Build `cls` from a YAML file, `key=value` overrides and keyword values (highest wins)."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file {p} does not exist")
+        try:
+            loaded = yaml.safe_load(p.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise ConfigError(f"config file {p} is not valid YAML: {str(e).splitlines()[0]}") from e
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"config file {p} must hold a mapping of keys to values")
+        data = loaded
+    data = _merge(data, parse_overrides(overrides or []))
+    data = _merge(data, values)
+    try:
+        return cls(**data)
+    except ValidationError as e:
+        raise ConfigError(describe_validation_error(e, cls)) from e
+
+
+def describe_validation_error(e: ValidationError, cls: type) -> str:
+    """One line per problem, naming the key and what is wrong."""
+    msgs = []
+    for err in e.errors():
+        key = ".".join(str(p) for p in err["loc"]) or "(config)"
+        if err["type"] == "extra_forbidden":
+            msgs.append(f"unknown key {key!r} for {cls.__name__}")
+        elif err["type"] == "missing":
+            msgs.append(f"missing required key {key!r}")
+        else:
+            msgs.append(f"{key}: {err['msg']} (got {err.get('input')!r})")
+    return "invalid config: " + "; ".join(msgs)
+
+
+def describe_fields(cls: type[BaseModel], prefix: str = "") -> list[str]:
+    """Lines `key (default): description` for every field, nested sections expanded."""
+    lines = []
+    for name, f in cls.model_fields.items():
+        ann = f.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            lines += describe_fields(ann, prefix + name + ".")
+            continue
+        default = "required" if f.is_required() else repr(f.get_default(call_default_factory=True))
+        lines.append(f"{prefix}{name} = {default}: {f.description or ''}".rstrip(": "))
+    return lines
+
+
+def save_config(cfg: BaseModel, path: Path) -> None:
+    path.write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))

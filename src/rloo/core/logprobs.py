@@ -1,0 +1,118 @@
+"""Token log-probabilities and masking helpers.
+
+Notation: N completions, T completion length, V vocabulary.
+Masks are bool tensors where True marks a real token that counts
+(a completion token up to and including its EOS); False marks padding.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def _check_same_shape(**tensors: Tensor) -> None:
+    """Raise ValueError unless every named tensor has the same shape."""
+    shapes = {name: tuple(t.shape) for name, t in tensors.items()}
+    if len(set(shapes.values())) > 1:
+        listed = ", ".join(f"{name}={shape}" for name, shape in shapes.items())
+        raise ValueError(f"shapes must match, got {listed}")
+
+
+def _check_mask(x: Tensor, mask: Tensor) -> None:
+    # A float 0/1 mask would silently work with multiplication but not with
+    # torch.where or indexing; insisting on bool catches that mix-up early.
+    if mask.dtype != torch.bool:
+        raise ValueError(f"mask must be a bool tensor (True = real token), got dtype {mask.dtype}")
+    _check_same_shape(x=x, mask=mask)
+
+
+def masked_sum(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
+    """Sum of ``x`` over positions where ``mask`` is True (a real token).
+
+    x, mask: same shape; mask bool. dim=None sums everything (0-d result).
+    """
+    _check_mask(x, mask)
+    # where, not multiplication: -inf or NaN at padded positions must not leak (0 * inf = NaN).
+    kept = torch.where(mask, x, torch.zeros((), dtype=x.dtype, device=x.device))
+    return kept.sum() if dim is None else kept.sum(dim)
+
+
+def masked_mean(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
+    """Mean of ``x`` over positions where ``mask`` is True (a real token).
+
+    x, mask: same shape; mask bool. A slice with no real tokens has mean 0, not NaN.
+    """
+    count = mask.sum() if dim is None else mask.sum(dim)
+    return masked_sum(x, mask, dim) / count.clamp(min=1).to(x.dtype)
+
+
+def sequence_logprobs(token_logprobs: Tensor, mask: Tensor) -> Tensor:
+    """log pi(y|x) = sum_t log pi(y_t | x, y_<t) over real tokens.
+
+    token_logprobs: (N, T), mask: (N, T) bool, True = real token -> (N,).
+    """
+    return masked_sum(token_logprobs, mask, dim=-1)
+
+
+def token_logprobs(
+    logits: Tensor,
+    tokens: Tensor,
+    temperature: float = 1.0,
+    chunk_size: int | None = None,
+) -> Tensor:
+    """log softmax(logits / temperature) gathered at ``tokens``.
+
+    logits: (N, T, V), tokens: (N, T) long -> (N, T).
+
+    Computed as ``logit[token] - logsumexp(logits)`` so no (N, T, V) log-softmax
+    copy is made. With ``chunk_size`` the N*T positions are processed that many
+    at a time, bounding the temporary (chunk_size, V) buffers (a temperature
+    division or a float32 upcast). Under autograd, logsumexp keeps its input for
+    the backward pass, so the bound is strict only under ``torch.no_grad()``.
+    Half-precision logits are upcast to float32 per chunk, since logsumexp in
+    bf16 loses about two decimal digits; the result is then float32.
+    """
+    if logits.dim() != 3:
+        raise ValueError(f"logits must be (N, T, V), got shape {tuple(logits.shape)}")
+    if tuple(tokens.shape) != tuple(logits.shape[:2]):
+        raise ValueError(f"tokens must be (N, T) = {tuple(logits.shape[:2])}, got {tuple(tokens.shape)}")
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    if chunk_size is not None and chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1 or None, got {chunk_size}")
+
+    flat_logits = logits.reshape(-1, logits.shape[-1])
+    flat_tokens = tokens.reshape(-1, 1).long()
+    step = chunk_size or max(flat_logits.shape[0], 1)
+    pieces = []
+    for start in range(0, flat_logits.shape[0], step):
+        chunk = flat_logits[start : start + step]
+        if chunk.dtype in (torch.float16, torch.bfloat16):
+            chunk = chunk.float()
+        if temperature != 1.0:  # skip the division (a full copy) in the common case
+            chunk = chunk / temperature
+        picked = chunk.gather(-1, flat_tokens[start : start + step]).squeeze(-1)
+        pieces.append(picked - torch.logsumexp(chunk, dim=-1))
+    if not pieces:  # N*T == 0
+        out_dtype = torch.float32 if logits.dtype in (torch.float16, torch.bfloat16) else logits.dtype
+        return logits.new_zeros(tokens.shape, dtype=out_dtype)
+    return torch.cat(pieces).view(tokens.shape)
+
+
+def completion_mask(tokens: Tensor, eos_id: int, pad_id: int | None = None) -> Tensor:
+    """Mask of real completion tokens: True up to and including the first EOS.
+
+    tokens: (N, T) -> bool (N, T), True = real token. Everything after the first
+    EOS is False. A sequence without EOS (truncated) is True everywhere, except
+    at ``pad_id`` tokens when given. When pad_id == eos_id the first EOS still counts.
+    """
+    if tokens.dim() != 2:
+        raise ValueError(f"tokens must be (N, T), got shape {tuple(tokens.shape)}")
+    is_eos = tokens == eos_id
+    # Number of EOS strictly before each position; zero means "still inside the completion".
+    eos_before = is_eos.long().cumsum(dim=-1) - is_eos.long()
+    mask = eos_before == 0
+    if pad_id is not None and pad_id != eos_id:
+        mask = mask & (tokens != pad_id)
+    return mask

@@ -1,0 +1,195 @@
+"""Losses: pure tensor math, each returning ``(loss, stats)``.
+
+Notation: B prompts, K samples per prompt, N = B*K completions (or N pairs for
+preference losses), T completion length. Masks are bool, True = a real token
+that counts; where a mask is optional, None means every element counts.
+``stats`` maps a metric name to a detached 0-d tensor.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .logprobs import _check_same_shape, masked_mean
+
+Stats = dict[str, Tensor]
+
+
+def _mean(x: Tensor, mask: Tensor | None) -> Tensor:
+    return x.mean() if mask is None else masked_mean(x, mask)
+
+
+def policy_gradient_loss(seq_logprobs: Tensor, advantages: Tensor) -> tuple[Tensor, Stats]:
+    """REINFORCE / RLOO loss, eq. (5): loss = -mean_i(A_i * log pi(y_i|x)).
+
+    seq_logprobs: (N,) summed log-probs of each completion (carries the
+    gradient); advantages: (N,), e.g. leave_one_out(...).flatten(). Advantages
+    are detached: they weight the score function and must not be differentiated.
+    """
+    _check_same_shape(seq_logprobs=seq_logprobs, advantages=advantages)
+    advantages = advantages.detach()
+    loss = -(advantages * seq_logprobs).mean()
+    stats = {
+        "loss/policy": loss.detach(),
+        "adv/mean": advantages.mean(),
+        "adv/std": advantages.std(correction=0),  # population std: defined for N = 1
+    }
+    return loss, stats
+
+
+def ppo_clip_loss(
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    advantages: Tensor,
+    mask: Tensor | None = None,
+    clip_eps: float = 0.2,
+) -> tuple[Tensor, Stats]:
+    """PPO clipped surrogate (Schulman et al. 2017, eq. 7), negated for descent.
+
+    loss = -mean over real tokens of min(ratio*A, clip(ratio, 1-eps, 1+eps)*A),
+    ratio = exp(logprobs - old_logprobs).
+    Token level: logprobs, old_logprobs (N, T), mask (N, T) bool, advantages
+    (N, T) or (N,) shared by every token of a completion (GRPO).
+    Sequence level (RLOO + clipping ablation): all (N,), mask None.
+    stats: "loss/ppo", "ppo/clipfrac" (share of real tokens where the clipped
+    term was the smaller, active one), "ppo/ratio_mean", "ppo/approx_kl"
+    (k3 estimate of KL(old || new)).
+    """
+    if clip_eps <= 0:
+        raise ValueError(f"clip_eps must be > 0, got {clip_eps}")
+    _check_same_shape(logprobs=logprobs, old_logprobs=old_logprobs)
+    if logprobs.dim() == 2 and advantages.shape == logprobs.shape[:1]:
+        advantages = advantages.unsqueeze(-1).expand_as(logprobs)  # one advantage per completion
+    if advantages.shape != logprobs.shape:
+        raise ValueError(
+            f"advantages must have the shape of logprobs {tuple(logprobs.shape)} "
+            f"(or (N,) for token-level logprobs), got {tuple(advantages.shape)}"
+        )
+    advantages = advantages.detach()
+    log_ratio = logprobs - old_logprobs.detach()
+    ratio = torch.exp(log_ratio)
+    unclipped = ratio * advantages
+    clipped = ratio.clamp(1.0 - clip_eps, 1.0 + clip_eps) * advantages
+    loss = -_mean(torch.minimum(unclipped, clipped), mask)
+
+    with torch.no_grad():
+        stats = {
+            "loss/ppo": loss.detach(),
+            "ppo/clipfrac": _mean((clipped < unclipped).to(ratio.dtype), mask),
+            "ppo/ratio_mean": _mean(ratio, mask),
+            "ppo/approx_kl": _mean(torch.expm1(log_ratio) - log_ratio, mask),
+        }
+    return loss, stats
+
+
+def value_loss(
+    values: Tensor,
+    returns: Tensor,
+    mask: Tensor | None,
+    old_values: Tensor | None = None,
+    clip_eps: float | None = None,
+) -> tuple[Tensor, Stats]:
+    """Value-function loss: 0.5 * mean over real tokens of (V - returns)^2.
+
+    values, returns: (N, T) (or (N,) with mask None); mask (N, T) bool, True =
+    real token. With clip_eps, PPO value clipping (as in OpenAI baselines'
+    PPO2): V_clip = old + clip(V - old, -eps, eps), error = max of the clipped
+    and unclipped squared errors, so a value update cannot profit from moving
+    far from old_values. old_values is ignored when clip_eps is None.
+    stats: "loss/value", "value/clipfrac" (only when clipping).
+    """
+    _check_same_shape(values=values, returns=returns)
+    returns = returns.detach()
+    error = (values - returns) ** 2
+    stats: Stats = {}
+    if clip_eps is not None:
+        if old_values is None:
+            raise ValueError("value clipping (clip_eps set) needs old_values")
+        if clip_eps <= 0:
+            raise ValueError(f"clip_eps must be > 0, got {clip_eps}")
+        _check_same_shape(values=values, old_values=old_values)
+        old_values = old_values.detach()
+        clipped_values = old_values + (values - old_values).clamp(-clip_eps, clip_eps)
+        clipped_error = (clipped_values - returns) ** 2
+        stats["value/clipfrac"] = _mean((clipped_error > error).to(error.dtype), mask).detach()
+        error = torch.maximum(error, clipped_error)
+    loss = 0.5 * _mean(error, mask)
+    stats["loss/value"] = loss.detach()
+    return loss, stats
+
+
+def dpo_loss(
+    policy_chosen: Tensor,
+    policy_rejected: Tensor,
+    ref_chosen: Tensor,
+    ref_rejected: Tensor,
+    beta: float,
+) -> tuple[Tensor, Stats]:
+    """DPO loss (Rafailov et al. 2023, eq. 7).
+
+    All inputs (N,) summed log-probs of the chosen / rejected completion under
+    the policy and the frozen reference.
+        margin = beta * ((pc - rc) - (pr - rr)),   loss = -mean logsigmoid(margin)
+    stats: "loss/dpo", "dpo/accuracy" (share with margin > 0), "dpo/margin",
+    "dpo/chosen_reward", "dpo/rejected_reward" (implicit rewards beta * log-ratio).
+    """
+    if beta <= 0:
+        raise ValueError(f"beta must be > 0, got {beta}")
+    _check_same_shape(
+        policy_chosen=policy_chosen,
+        policy_rejected=policy_rejected,
+        ref_chosen=ref_chosen,
+        ref_rejected=ref_rejected,
+    )
+    chosen_reward = beta * (policy_chosen - ref_chosen.detach())
+    rejected_reward = beta * (policy_rejected - ref_rejected.detach())
+    margin = chosen_reward - rejected_reward
+    loss = -F.logsigmoid(margin).mean()
+    stats = {
+        "loss/dpo": loss.detach(),
+        "dpo/accuracy": (margin > 0).float().mean().detach(),
+        "dpo/margin": margin.mean().detach(),
+        "dpo/chosen_reward": chosen_reward.mean().detach(),
+        "dpo/rejected_reward": rejected_reward.mean().detach(),
+    }
+    return loss, stats
+
+
+def bradley_terry_loss(chosen_scores: Tensor, rejected_scores: Tensor) -> tuple[Tensor, Stats]:
+    """Reward-model loss under the Bradley-Terry model: -mean logsigmoid(c - r).
+
+    chosen_scores, rejected_scores: (N,) reward-model scores of each pair.
+    stats: "loss/rm", "rm/accuracy" (share with c > r; ties count as wrong), "rm/margin".
+    """
+    _check_same_shape(chosen_scores=chosen_scores, rejected_scores=rejected_scores)
+    margin = chosen_scores - rejected_scores
+    loss = -F.logsigmoid(margin).mean()
+    stats = {
+        "loss/rm": loss.detach(),
+        "rm/accuracy": (margin > 0).float().mean().detach(),
+        "rm/margin": margin.mean().detach(),
+    }
+    return loss, stats
+
+
+def sft_loss(token_logprobs: Tensor, mask: Tensor) -> tuple[Tensor, Stats]:
+    """Supervised fine-tuning: negative log-likelihood averaged over real tokens.
+
+    token_logprobs: (N, T); mask: (N, T) bool, True = real target token.
+    Token-averaged, so long targets weigh more than short ones.
+    stats: "loss/sft".
+    """
+    loss = -masked_mean(token_logprobs, mask)
+    return loss, {"loss/sft": loss.detach()}
+
+
+def raft_select(rewards: Tensor) -> Tensor:
+    """RAFT (Dong et al. 2023): index of the best of K samples for each prompt.
+
+    rewards: (B, K) -> (B,) long; ties go to the first sample.
+    """
+    if rewards.dim() != 2 or rewards.shape[1] < 1:
+        raise ValueError(f"raft_select expects rewards of shape (B, K) with K >= 1, got {tuple(rewards.shape)}")
+    return torch.argmax(rewards, dim=1)  # documented to return the first maximum

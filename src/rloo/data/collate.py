@@ -1,0 +1,79 @@
+"""Token layout shared by every stage.
+
+A batch is `prompt_ids` (N, P) LEFT-padded and `completion_ids` (N, T) RIGHT-padded, so
+that the prompt's last token sits at column P-1 for every row and completions start at P.
+Masks are bool, True = a real token that counts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+
+@dataclass
+class Encoded:
+    ids: Tensor   # (N, L) long
+    mask: Tensor  # (N, L) bool, True on real tokens
+
+
+def encode_prompts(tokenizer, texts: list[str], max_len: int) -> tuple[Encoded, int]:
+    """Left-padded prompts. Prompts longer than max_len keep their LAST max_len tokens (the
+    response cue sits at the end). Returns the batch and the number of prompts truncated."""
+    rows = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+    truncated = sum(len(r) > max_len for r in rows)
+    rows = [r[-max_len:] for r in rows]
+    if any(len(r) == 0 for r in rows):
+        raise ValueError("a prompt encodes to zero tokens")
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.bool)
+    for i, r in enumerate(rows):
+        ids[i, width - len(r):] = torch.tensor(r, dtype=torch.long)
+        mask[i, width - len(r):] = True
+    return Encoded(ids, mask), truncated
+
+
+def encode_completions(tokenizer, texts: list[str], max_len: int, add_eos: bool = True) -> Encoded:
+    """Right-padded completions ending with EOS (when it fits in max_len)."""
+    rows = []
+    for t in texts:
+        r = tokenizer(t, add_special_tokens=False)["input_ids"]
+        if add_eos:
+            r = r + [tokenizer.eos_token_id]
+        rows.append(r[:max_len])
+    width = max(1, max(len(r) for r in rows))
+    ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.bool)
+    for i, r in enumerate(rows):
+        ids[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+        mask[i, : len(r)] = True
+    return Encoded(ids, mask)
+
+
+def position_ids(mask: Tensor) -> Tensor:
+    """Positions counted over real tokens only, so left padding does not shift them. (N, L)."""
+    return (mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def batches(n: int, size: int, generator: torch.Generator | None = None, shuffle: bool = True):
+    """Index batches over range(n), shuffled with `generator`."""
+    order = torch.randperm(n, generator=generator) if shuffle else torch.arange(n)
+    for i in range(0, n, size):
+        yield order[i: i + size]
+
+
+def trim_left(ids: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+    """Drop columns that are padding in every row of a LEFT-padded batch (a sub-batch of a
+    dataset padded to its longest prompt would otherwise pay for it)."""
+    real = mask.any(0).nonzero()
+    start = int(real[0]) if len(real) else ids.shape[1] - 1
+    return ids[:, start:], mask[:, start:]
+
+
+def trim_right(ids: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+    """Drop columns that are padding in every row of a RIGHT-padded batch."""
+    end = int(mask.sum(-1).max().clamp(min=1))
+    return ids[:, :end], mask[:, :end]

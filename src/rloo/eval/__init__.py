@@ -1,0 +1,3 @@
+from rloo.eval.judge import PolicyEval, evaluate_policy, win_rate
+
+__all__ = ["PolicyEval", "evaluate_policy", "win_rate"]

@@ -1,0 +1,64 @@
+"""Evaluate a policy on held-out prompts: win rate against references by a judge, KL, length."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from rloo.core.kl import sequence_kl
+from rloo.forward import completion_logprobs
+from rloo.rollout import rollout
+
+
+@dataclass
+class PolicyEval:
+    win_rate: float | None          # judge(policy) > judge(reference): 1, tie: 1/2
+    gold: float | None              # mean judge score of the policy's responses
+    reward: float | None            # mean reward-model score
+    kl: float | None                # mean sum_t log pi/pi_ref over the response (k1, on-policy samples)
+    length: float                   # mean completion tokens (EOS included)
+    truncated: float                # fraction that hit the length limit
+    samples: list[tuple[str, str]] = field(default_factory=list)  # (prompt, completion), first few
+
+    def as_metrics(self, prefix: str = "eval/") -> dict[str, float]:
+        d = {"win_rate": self.win_rate, "gold": self.gold, "reward": self.reward, "kl": self.kl,
+             "length": self.length, "truncated": self.truncated}
+        return {prefix + k: v for k, v in d.items() if v is not None}
+
+
+def win_rate(judge_policy: list[float], judge_reference: list[float], tol: float = 1e-9) -> float:
+    """Fraction of prompts where the policy's response beats the reference; ties count half."""
+    wins = [1.0 if a > b + tol else 0.5 if abs(a - b) <= tol else 0.0 for a, b in zip(judge_policy, judge_reference)]
+    return sum(wins) / len(wins)
+
+
+@torch.no_grad()
+def evaluate_policy(policy, tokenizer, prompts: list[str], *, references: list[str] | None = None,
+                    judge=None, reward_scorer=None, ref_model=None, temperature: float = 1.0,
+                    max_prompt_len: int = 64, max_new_tokens: int = 32, batch_size: int = 128,
+                    generator: torch.Generator | None = None, keep_samples: int = 4) -> PolicyEval:
+    """One sampled response per prompt, judged against `references` with `judge(prompt, response)`."""
+    gold, refs_gold, rm, kls, lengths, truncs, samples = [], [], [], [], [], [], []
+    for i in range(0, len(prompts), batch_size):
+        chunk = prompts[i: i + batch_size]
+        roll = rollout(policy, tokenizer, chunk, 1, max_prompt_len=max_prompt_len, max_new_tokens=max_new_tokens,
+                       temperature=temperature, generator=generator)
+        lengths += roll.completion_mask.sum(-1).tolist()
+        truncs += roll.truncated.float().tolist()
+        if judge is not None:
+            gold += [judge(p, c) for p, c in zip(chunk, roll.completions)]
+            if references is not None:
+                refs_gold += [judge(p, r) for p, r in zip(chunk, references[i: i + batch_size])]
+        if reward_scorer is not None:
+            rm += reward_scorer(roll).tolist()
+        if ref_model is not None:
+            ref_lp = completion_logprobs(ref_model, roll.prompt_ids, roll.prompt_mask, roll.completion_ids,
+                                         roll.completion_mask, temperature=temperature)
+            kls += sequence_kl(roll.logprobs, ref_lp, roll.completion_mask).tolist()
+        samples += list(zip(chunk, roll.completions))[: max(0, keep_samples - len(samples))]
+    mean = lambda xs: sum(xs) / len(xs) if xs else None  # noqa: E731
+    return PolicyEval(
+        win_rate=win_rate(gold, refs_gold) if refs_gold else None, gold=mean(gold), reward=mean(rm),
+        kl=mean(kls), length=mean(lengths), truncated=mean(truncs), samples=samples,
+    )

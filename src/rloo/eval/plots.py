@@ -1,0 +1,57 @@
+"""PNG plots of a training run's metrics (matplotlib, no display needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rloo.tracking import read_metrics
+
+
+def _series(records: list[dict], key: str) -> tuple[list[int], list[float]]:
+    pts = [(r["step"], r[key]) for r in records if r.get(key) is not None]
+    return [p[0] for p in pts], [p[1] for p in pts]
+
+
+def _smooth(ys: list[float], window: int) -> list[float]:
+    out, acc = [], []
+    for y in ys:
+        acc = (acc + [y])[-window:]
+        out.append(sum(acc) / len(acc))
+    return out
+
+
+def plot_training(metrics_path: Path, out_dir: Path, title: str = "") -> list[Path]:
+    """reward.png, kl.png and win_rate.png from a run's metrics.jsonl; returns the files written."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    records = read_metrics(metrics_path)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    panels = [("reward.png", ["reward/score", "reward/total"], "reward"),
+              ("kl.png", ["reward/kl"], "KL(pi || pi_ref) per response"),
+              ("win_rate.png", ["eval/win_rate"], "win rate vs references (gold judge)")]
+    written = []
+    for fname, keys, ylabel in panels:
+        fig, ax = plt.subplots(figsize=(6, 3.5))
+        for key in keys:
+            xs, ys = _series(records, key)
+            if not xs:
+                continue
+            smooth = key.startswith("reward/")
+            ax.plot(xs, _smooth(ys, 10) if smooth else ys, marker=None if smooth else "o",
+                    label=key + (" (10-step mean)" if smooth else ""))
+        if not ax.lines:
+            plt.close(fig)
+            continue
+        ax.set_xlabel("step")
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(out_dir / fname, dpi=100)
+        plt.close(fig)
+        written.append(out_dir / fname)
+    return written

@@ -1,0 +1,59 @@
+"""`rloo eval`: the trained policy and its SFT starting point side by side on held-out prompts."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+
+import torch
+
+from rloo.config import EvalConfig
+from rloo.eval.judge import PolicyEval, evaluate_policy
+from rloo.models import frozen, load_policy, load_reward_model
+from rloo.recipes.common import check_device, prepare_output_dir, seed_everything
+from rloo.rewards import RewardModelScorer
+from rloo.tasks import get_task
+from rloo.tracking import say
+
+
+def evaluate(cfg: EvalConfig, *, overwrite: bool = False) -> dict[str, PolicyEval]:
+    """Win rate against the task's references by its gold judge, gold and reward-model scores,
+    KL to the reference model and length, for `policy` (and `baseline` when given)."""
+    check_device(cfg.device)
+    seed_everything(cfg.seed)
+    task = get_task(cfg.task)
+    names = {"policy": cfg.policy} | ({"baseline": cfg.baseline} if cfg.baseline else {})
+    loaded = {name: load_policy(path, device=cfg.device) for name, path in names.items()}
+    ref_path = cfg.reference_model or cfg.baseline
+    ref = frozen(load_policy(ref_path, device=cfg.device)[0]) if ref_path else None
+    scorer = None
+    if cfg.reward_model:
+        rm, rm_tok = load_reward_model(cfg.reward_model, device=cfg.device)
+        scorer = RewardModelScorer(frozen(rm), rm_tok, policy_tokenizer=loaded["policy"][1])
+    out = prepare_output_dir(cfg, overwrite=overwrite)
+    examples = task.examples("eval", cfg.num_prompts, seed=cfg.seed)
+    results = {}
+    for name, (model, tok) in loaded.items():
+        model.eval()
+        # the same sampling noise for every policy: a paired comparison
+        results[name] = evaluate_policy(
+            model, tok, [e.prompt for e in examples], references=[e.reference for e in examples],
+            judge=task.gold_score, reward_scorer=scorer, ref_model=ref, temperature=cfg.temperature,
+            max_prompt_len=cfg.max_prompt_tokens, max_new_tokens=cfg.max_new_tokens,
+            batch_size=cfg.batch_size, generator=torch.Generator().manual_seed(cfg.seed + 7), keep_samples=5)
+    (out / "summary.json").write_text(json.dumps({k: asdict(v) for k, v in results.items()}, indent=2))
+    table = format_table(results)
+    (out / "report.md").write_text(f"# Evaluation on {cfg.num_prompts} held-out {cfg.task} prompts\n\n{table}\n")
+    say("\n" + table)
+    return results
+
+
+def format_table(results: dict[str, PolicyEval]) -> str:
+    """Markdown table: one row per policy."""
+    fmt = lambda v, p=3: "-" if v is None else f"{v:.{p}f}"  # noqa: E731
+    rows = ["| policy | win rate vs refs | gold score | RM score | KL to ref | length | truncated |",
+            "|---|---|---|---|---|---|---|"]
+    for name, r in results.items():
+        rows.append(f"| {name} | {fmt(r.win_rate)} | {fmt(r.gold)} | {fmt(r.reward)} | {fmt(r.kl)} | "
+                    f"{fmt(r.length, 1)} | {fmt(r.truncated, 2)} |")
+    return "\n".join(rows)

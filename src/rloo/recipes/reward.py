@@ -1,0 +1,113 @@
+"""Reward-model training on simulated preference pairs with the Bradley-Terry loss."""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from rloo.config import RewardConfig
+from rloo.core.losses import bradley_terry_loss
+from rloo.data.collate import batches, encode_completions, encode_prompts, trim_left, trim_right
+from rloo.forward import reward_scores
+from rloo.models import load_reward_model, save_pretrained_atomic
+from rloo.recipes.common import adamw, check_device, prepare_output_dir, seed_everything, warmup_cosine
+from rloo.tasks import get_task
+from rloo.tracking import MetricsLogger, progress, say
+
+
+@dataclass
+class RewardResult:
+    model_path: Path
+    accuracy_vs_labeler: float   # held-out pairs: RM agrees with the simulated labeler's choice
+    accuracy_vs_gold: float      # held-out pairs with distinct gold scores: RM ranks like the gold judge
+
+
+def preference_pairs(task, n: int, seed: int) -> list[tuple[str, str, str]]:
+    """(prompt, chosen, rejected): two fresh mixed-quality responses per prompt, labeled by the
+    task's Bradley-Terry labeler (noisy on purpose: the reward model is a proxy, not the judge)."""
+    rng = random.Random(f"pairs-{seed}")
+    out = []
+    for ex in task.examples("pref", n, seed=seed):
+        a, b = task.sample_reference(ex.prompt, rng), task.sample_reference(ex.prompt, rng)
+        chosen, rejected = task.label(ex.prompt, a, b, rng)
+        out.append((ex.prompt, chosen, rejected))
+    return out
+
+
+def _encode(tokenizer, pairs, cfg):
+    prompts, _ = encode_prompts(tokenizer, [p for p, _, _ in pairs] * 2, cfg.max_prompt_tokens)
+    comps = encode_completions(tokenizer, [c for _, c, _ in pairs] + [r for _, _, r in pairs], cfg.max_response_tokens)
+    return prompts, comps
+
+
+def _score(model, prompts, comps, idx, device):
+    """Scores of rows idx, as (chosen (n,), rejected (n,)); both halves in one forward pass."""
+    n = len(prompts.ids) // 2
+    rows = torch.cat([idx, idx + n])
+    p_ids, p_mask = trim_left(prompts.ids[rows], prompts.mask[rows])
+    c_ids, c_mask = trim_right(comps.ids[rows], comps.mask[rows])
+    s = reward_scores(model, p_ids.to(device), p_mask.to(device), c_ids.to(device), c_mask.to(device))
+    return s[: len(idx)], s[len(idx):]
+
+
+@torch.no_grad()
+def evaluate_reward_model(model, tokenizer, task, pairs, cfg, device) -> tuple[float, float]:
+    model.eval()
+    prompts, comps = _encode(tokenizer, pairs, cfg)
+    agree_label, agree_gold, n_gold = 0, 0, 0
+    for idx in batches(len(pairs), cfg.batch_size, shuffle=False):
+        c, r = _score(model, prompts, comps, idx, device)
+        agree_label += int((c > r).sum())
+        for j, i in enumerate(idx.tolist()):
+            p, ch, rj = pairs[i]
+            gc, gr = task.gold_score(p, ch), task.gold_score(p, rj)
+            if abs(gc - gr) > 1e-9:
+                n_gold += 1
+                agree_gold += int((c[j] > r[j]) == (gc > gr))
+    return agree_label / len(pairs), agree_gold / max(1, n_gold)
+
+
+def train_reward(cfg: RewardConfig, *, overwrite: bool = False) -> RewardResult:
+    """Train r_psi(x, y) from the SFT model: loss = -log sigmoid(r(x, y_c) - r(x, y_r))."""
+    device = check_device(cfg.device)
+    task = get_task(cfg.task)
+    gen = seed_everything(cfg.seed)
+    model, tokenizer = load_reward_model(cfg.sft_model, device=cfg.device)
+    model.config.pad_token_id = tokenizer.pad_token_id
+    out = prepare_output_dir(cfg, overwrite=overwrite)
+    # 1. preference pairs, the last eval_pairs held out
+    pairs = preference_pairs(task, cfg.num_pairs + cfg.eval_pairs, cfg.seed)
+    train_pairs, held_out = pairs[: cfg.num_pairs], pairs[cfg.num_pairs:]
+    prompts, comps = _encode(tokenizer, train_pairs, cfg)
+    # 2. Bradley-Terry training
+    total = cfg.epochs * -(-len(train_pairs) // cfg.batch_size)
+    opt = adamw(model.parameters(), cfg.lr)
+    sched = warmup_cosine(opt, total, warmup=max(1, total // 20))
+    log, bar, step = MetricsLogger(out), progress(total, "reward model"), 0
+    for _ in range(cfg.epochs):
+        model.train()
+        for idx in batches(len(train_pairs), cfg.batch_size, gen):
+            chosen, rejected = _score(model, prompts, comps, idx, device)
+            loss, stats = bradley_terry_loss(chosen, rejected)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            sched.step()
+            step += 1
+            log.log(step, {"loss/rm": loss.item(), **{k: float(v) for k, v in stats.items()}})
+            bar.set_postfix(loss=f"{loss.item():.3f}", acc=f"{float(stats['rm/accuracy']):.2f}")
+            bar.update()
+    bar.close()
+    # 3. held-out accuracy against the labeler and against the gold judge
+    acc_label, acc_gold = evaluate_reward_model(model, tokenizer, task, held_out, cfg, device)
+    log.log(step, {"eval/accuracy_vs_labeler": acc_label, "eval/accuracy_vs_gold": acc_gold})
+    log.close()
+    save_pretrained_atomic(model, tokenizer, out / "model")
+    (out / "accuracy.json").write_text(json.dumps({"vs_labeler": acc_label, "vs_gold": acc_gold}, indent=2))
+    say(f"reward: held-out pairwise accuracy {acc_label:.3f} vs labeler, {acc_gold:.3f} vs gold judge")
+    return RewardResult(out / "model", acc_label, acc_gold)

@@ -1,0 +1,96 @@
+"""Where r(x, y) of eq. (1) comes from: a reward model or a user's Python function."""
+
+from __future__ import annotations
+
+import importlib
+import math
+import numbers
+from typing import Callable, Sequence
+
+import torch
+from torch import Tensor
+
+from rloo.data.collate import encode_completions, encode_prompts
+from rloo.errors import RewardError, RlooError
+from rloo.forward import reward_scores
+
+RewardFn = Callable[[list[str], list[str]], Sequence[float]]
+
+
+class FunctionReward:
+    """A batched Python reward: fn(prompts, completions) -> one float per completion.
+
+    Its output is checked every call: a reward that raises, returns the wrong number of scores,
+    non-numbers or NaN/inf stops training with a RewardError naming the problem.
+    """
+
+    def __init__(self, fn: RewardFn, name: str | None = None):
+        if not callable(fn):
+            raise RlooError(f"reward function {fn!r} is not callable")
+        self.fn, self.name = fn, name or getattr(fn, "__name__", "reward_fn")
+
+    def __call__(self, batch) -> Tensor:
+        return self.score_texts(batch.prompts, batch.completions)
+
+    def score_texts(self, prompts: list[str], completions: list[str]) -> Tensor:
+        try:
+            out = self.fn(list(prompts), list(completions))
+        except Exception as e:  # noqa: BLE001 - any failure of user code becomes one clear error
+            raise RewardError(f"reward function {self.name} raised {type(e).__name__}: {e}") from e
+        try:
+            values = list(out)
+        except TypeError:
+            raise RewardError(f"reward function {self.name} returned {type(out).__name__}, expected a list of floats") from None
+        if len(values) != len(completions):
+            raise RewardError(f"reward function {self.name} returned {len(values)} scores for {len(completions)} completions")
+        for v in values:
+            if isinstance(v, torch.Tensor) and v.numel() == 1:
+                v = v.item()
+            if isinstance(v, bool) or not isinstance(v, numbers.Real):
+                raise RewardError(f"reward function {self.name} returned a non-number: {v!r}")
+            if not math.isfinite(float(v)):
+                raise RewardError(f"reward function {self.name} returned a non-finite score: {v!r}")
+        return torch.tensor([float(v) for v in values], dtype=torch.float32)
+
+
+class RewardModelScorer:
+    """A sequence-classification reward model. With the policy's own tokenizer it scores the
+    rollout's token ids directly; with a different tokenizer it decodes and re-tokenizes."""
+
+    def __init__(self, model, tokenizer, policy_tokenizer=None, max_len: int = 1024, batch_size: int = 256):
+        self.model, self.tokenizer, self.max_len, self.batch_size = model, tokenizer, max_len, batch_size
+        self.same_tokenizer = policy_tokenizer is not None and tokenizer.get_vocab() == policy_tokenizer.get_vocab()
+
+    @torch.no_grad()
+    def __call__(self, batch) -> Tensor:
+        if self.same_tokenizer:
+            return self._chunked(batch.prompt_ids, batch.prompt_mask, batch.completion_ids, batch.completion_mask)
+        return self.score_texts(batch.prompts, batch.completions)
+
+    @torch.no_grad()
+    def score_texts(self, prompts: list[str], completions: list[str]) -> Tensor:
+        p, _ = encode_prompts(self.tokenizer, prompts, self.max_len)
+        c = encode_completions(self.tokenizer, completions, self.max_len)
+        dev = next(self.model.parameters()).device
+        return self._chunked(p.ids.to(dev), p.mask.to(dev), c.ids.to(dev), c.mask.to(dev))
+
+    def _chunked(self, p_ids, p_mask, c_ids, c_mask) -> Tensor:
+        out = [reward_scores(self.model, p_ids[i:i + self.batch_size], p_mask[i:i + self.batch_size],
+                             c_ids[i:i + self.batch_size], c_mask[i:i + self.batch_size])
+               for i in range(0, p_ids.shape[0], self.batch_size)]
+        return torch.cat(out).cpu()
+
+
+def load_function(spec: str) -> RewardFn:
+    """`package.module:function` -> the function, with a clear error when it is not there."""
+    if ":" not in spec:
+        raise RlooError(f"reward function {spec!r} must be given as module:function")
+    mod_name, fn_name = spec.split(":", 1)
+    try:
+        mod = importlib.import_module(mod_name)
+    except ImportError as e:
+        raise RlooError(f"cannot import module {mod_name!r} for reward function {spec!r}: {e}") from e
+    fn = getattr(mod, fn_name, None)
+    if not callable(fn):
+        raise RlooError(f"module {mod_name!r} has no callable {fn_name!r}")
+    return fn

@@ -1,0 +1,3 @@
+from rloo.rollout.sampler import Rollout, rollout, sample
+
+__all__ = ["Rollout", "rollout", "sample"]

@@ -1,0 +1,107 @@
+"""KV-cached sampling that returns the sampled tokens' log-probabilities.
+
+The log-probabilities come out of generation, so no second forward pass recomputes them for
+the KL term (they are log pi_theta of the policy that sampled, eq. 1).
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+from transformers import DynamicCache
+
+from rloo.data.collate import encode_prompts, position_ids
+
+
+@dataclass
+class Rollout:
+    """N = B*K completions; rows k*i .. k*i+K-1 belong to prompt i."""
+
+    prompts: list[str]          # (N,) prompt text of each row
+    completions: list[str]      # (N,) decoded completion text (special tokens dropped)
+    prompt_ids: Tensor          # (N, P) left-padded
+    prompt_mask: Tensor         # (N, P) bool
+    completion_ids: Tensor      # (N, T) right-padded
+    completion_mask: Tensor     # (N, T) bool, True up to and including the first EOS
+    logprobs: Tensor            # (N, T) log pi(y_t|...) at sampling time, 0 where mask is False
+    truncated: Tensor           # (N,) bool, hit max_new_tokens without EOS
+    prompts_truncated: int = 0  # prompts cut to fit the prompt-length limit
+
+
+def _cache_kwarg(model) -> str:
+    # transformers renamed past_key_values -> cache; accept both generations of the API.
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def _top_p_filter(logits: Tensor, top_p: float) -> Tensor:
+    """Keep the smallest set of tokens whose probability reaches top_p. (N,V) -> (N,V)."""
+    sorted_logits, idx = logits.sort(dim=-1, descending=True)
+    probs = sorted_logits.softmax(-1)
+    # drop a token if the mass before it already reaches top_p (the top token always stays)
+    drop = probs.cumsum(-1) - probs >= top_p
+    sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
+    return torch.empty_like(logits).scatter_(-1, idx, sorted_logits)
+
+
+@torch.no_grad()
+def sample(model, prompt_ids: Tensor, prompt_mask: Tensor, *, max_new_tokens: int, eos_id: int,
+           pad_id: int, temperature: float = 1.0, top_p: float = 1.0,
+           generator: torch.Generator | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    """Sample completions. (N,P),(N,P) -> ids (N,T), mask (N,T), logprobs (N,T); T <= max_new_tokens.
+
+    log-probs are of the temperature-scaled distribution before top-p filtering: the same
+    quantity the training forward pass computes, so the policy gradient and KL agree with it.
+    Stops as soon as every row has produced EOS.
+    """
+    N = prompt_ids.shape[0]
+    cache, kw = DynamicCache(), _cache_kwarg(model)
+    mask = prompt_mask.long()
+    pos = position_ids(prompt_mask)
+    logits = model(input_ids=prompt_ids, attention_mask=mask, position_ids=pos, use_cache=True,
+                   logits_to_keep=1, **{kw: cache}).logits[:, -1].float()
+    next_pos = pos[:, -1:] + 1
+    done = torch.zeros(N, dtype=torch.bool, device=prompt_ids.device)
+    ids, masks, lps = [], [], []
+    for _ in range(max_new_tokens):
+        scaled = logits / temperature
+        logp = scaled.log_softmax(-1)
+        probs = (_top_p_filter(scaled, top_p) if top_p < 1.0 else scaled).softmax(-1)
+        tok = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+        tok = tok.masked_fill(done, pad_id)
+        ids.append(tok)
+        masks.append(~done)
+        lps.append(logp.gather(-1, tok[:, None]).squeeze(-1).masked_fill(done, 0.0))
+        done = done | (tok == eos_id)
+        if bool(done.all()):
+            break
+        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+        logits = model(input_ids=tok[:, None], attention_mask=mask, position_ids=next_pos, use_cache=True,
+                       **{kw: cache}).logits[:, -1].float()
+        next_pos = next_pos + 1
+    return torch.stack(ids, 1), torch.stack(masks, 1), torch.stack(lps, 1)
+
+
+def rollout(model, tokenizer, prompts: list[str], k: int, *, max_prompt_len: int, max_new_tokens: int,
+            temperature: float = 1.0, top_p: float = 1.0, generator: torch.Generator | None = None) -> Rollout:
+    """k completions for each prompt, rows grouped by prompt."""
+    device = next(model.parameters()).device
+    enc, n_trunc = encode_prompts(tokenizer, prompts, max_prompt_len)
+    p_ids = enc.ids.repeat_interleave(k, dim=0).to(device)
+    p_mask = enc.mask.repeat_interleave(k, dim=0).to(device)
+    was_training = model.training
+    model.eval()
+    c_ids, c_mask, lps = sample(model, p_ids, p_mask, max_new_tokens=max_new_tokens,
+                                eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
+                                temperature=temperature, top_p=top_p, generator=generator)
+    model.train(was_training)
+    ended = ((c_ids == tokenizer.eos_token_id) & c_mask).any(-1)
+    texts = tokenizer.batch_decode(c_ids.masked_fill(~c_mask, tokenizer.pad_token_id).tolist(),
+                                   skip_special_tokens=True)
+    return Rollout(
+        prompts=[p for p in prompts for _ in range(k)], completions=[t.strip() for t in texts],
+        prompt_ids=p_ids, prompt_mask=p_mask, completion_ids=c_ids, completion_mask=c_mask,
+        logprobs=lps, truncated=~ended, prompts_truncated=n_trunc,
+    )
