@@ -22,6 +22,7 @@ from rloo.models import frozen, load_policy, load_reward_model, save_pretrained_
 from rloo.recipes.common import adamw, check_device, prepare_output_dir, seed_everything, warmup_constant
 from rloo.recipes.rl import Models, rloo_step
 from rloo.rewards import FunctionReward, RewardModelScorer
+from rloo.rollout import rollout
 from rloo.tasks import get_task
 from rloo.tracking import MetricsLogger, progress, say
 
@@ -102,6 +103,15 @@ def load_models(cfg: RLConfig, reward_fn=None, policy_path: str | None = None) -
     return Models(policy, ref, tokenizer, scorer)
 
 
+def _preflight(models: Models, prompt: str, cfg: RLConfig) -> None:
+    """Score one prompt's k samples before anything is written, so a reward source that is
+    broken from the start fails with its error and leaves no half-made run folder behind."""
+    roll = rollout(models.policy, models.tokenizer, [prompt], cfg.k, max_prompt_len=cfg.max_prompt_tokens,
+                   max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
+                   generator=torch.Generator().manual_seed(cfg.seed))
+    models.scorer(roll)
+
+
 def _eval(models: Models, task, examples, cfg: RLConfig) -> dict[str, float]:
     # A fixed generator per eval: every eval sees the same sampling noise, so curves are smoother.
     ev = evaluate_policy(models.policy, models.tokenizer, [e.prompt for e in examples],
@@ -136,6 +146,7 @@ def train(cfg: RLConfig, *, prompts: list[str] | None = None, reward_fn: Callabl
     train_prompts = prompts if prompts is not None else [e.prompt for e in task.examples("train", cfg.steps * cfg.batch_size, seed=cfg.seed)]
     eval_examples = task.examples("eval", cfg.eval_prompts, seed=cfg.seed) if prompts is None else None
     stream = PromptStream(train_prompts, cfg.batch_size, cfg.seed)
+    _preflight(models, train_prompts[0], cfg)
     out = prepare_output_dir(cfg, resume=resume, overwrite=overwrite)
     opt = adamw(models.policy.parameters(), cfg.lr)
     sched = warmup_constant(opt, cfg.warmup_steps)
