@@ -37,7 +37,7 @@ class SFTSettings(_Strict):
     """Hyperparameters of supervised fine-tuning on the task's reference responses."""
 
     num_examples: int = Field(6000, ge=1, description="Prompt/reference pairs generated for SFT.")
-    epochs: int = Field(2, ge=1, description="Passes over the SFT data.")
+    epochs: int = Field(6, ge=1, description="Passes over the SFT data.")
     batch_size: int = Field(64, ge=1, description="Sequences per optimizer step.")
     lr: float = Field(3e-3, gt=0, description="Peak AdamW learning rate (cosine decay to 10%).")
     weight_decay: float = Field(0.0, ge=0)
@@ -49,6 +49,8 @@ class RewardSettings(_Strict):
 
     num_pairs: int = Field(6000, ge=1, description="Preference pairs labeled by the simulated labeler.")
     eval_pairs: int = Field(500, ge=1, description="Held-out pairs for pairwise accuracy.")
+    policy_pairs: float = Field(0.5, ge=0, le=1, description="Share of pairs comparing two SFT-policy samples "
+                                "(the rest compare two references).")
     epochs: int = Field(2, ge=1)
     batch_size: int = Field(64, ge=1)
     lr: float = Field(1e-3, gt=0)
@@ -58,10 +60,10 @@ class RLSettings(_Strict):
     """Hyperparameters of the RL stage (RLOO by default, eq. 1, 4, 5)."""
 
     algorithm: Literal["rloo"] = Field("rloo", description="The online method. The paper's RLOO.")
-    steps: int = Field(200, ge=1, description="Optimizer steps (one fresh batch of samples each).")
+    steps: int = Field(100, ge=1, description="Optimizer steps (one fresh batch of samples each).")
     batch_size: int = Field(16, ge=1, description="Prompts per step (B); N = B*k completions.")
     k: int = Field(4, description="Samples per prompt for the leave-one-out baseline (eq. 4), >= 2.")
-    beta: float = Field(0.05, ge=0, description="KL coefficient in the shaped reward (eq. 1).")
+    beta: float = Field(0.15, ge=0, description="KL coefficient in the shaped reward (eq. 1).")
     lr: float = Field(1e-4, gt=0, description="AdamW learning rate (constant after warm-up).")
     warmup_steps: int = Field(10, ge=0)
     max_grad_norm: float = Field(1.0, gt=0)
@@ -81,7 +83,7 @@ class RLSettings(_Strict):
                              f"is the mean of the other k-1), got k={v}")
         return v
     sample_every: int = Field(50, ge=1, description="Steps between printed sample completions.")
-    eval_every: int | None = Field(25, ge=1, description="Steps between gold-judge evals (null: off).")
+    eval_every: int | None = Field(20, ge=1, description="Steps between gold-judge evals (null: off).")
     eval_prompts: int = Field(128, ge=1, description="Held-out prompts used by the periodic eval.")
     save_every: int | None = Field(100, ge=1, description="Steps between checkpoints (null: only at the end).")
     keep_checkpoints: int = Field(2, ge=1, description="Newest checkpoints kept on disk.")

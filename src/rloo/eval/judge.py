@@ -20,6 +20,7 @@ class PolicyEval:
     length: float                   # mean completion tokens (EOS included)
     truncated: float                # fraction that hit the length limit
     samples: list[tuple[str, str]] = field(default_factory=list)  # (prompt, completion), first few
+    wins: list[float] = field(default_factory=list, repr=False)   # per prompt: 1 win, 1/2 tie, 0 loss
 
     def as_metrics(self, prefix: str = "eval/") -> dict[str, float]:
         d = {"win_rate": self.win_rate, "gold": self.gold, "reward": self.reward, "kl": self.kl,
@@ -27,10 +28,25 @@ class PolicyEval:
         return {prefix + k: v for k, v in d.items() if v is not None}
 
 
+def wins(judge_policy: list[float], judge_reference: list[float], tol: float = 1e-9) -> list[float]:
+    """Per prompt: 1 if the policy's response beats the reference, 1/2 for a tie, else 0."""
+    return [1.0 if a > b + tol else 0.5 if abs(a - b) <= tol else 0.0 for a, b in zip(judge_policy, judge_reference)]
+
+
 def win_rate(judge_policy: list[float], judge_reference: list[float], tol: float = 1e-9) -> float:
     """Fraction of prompts where the policy's response beats the reference; ties count half."""
-    wins = [1.0 if a > b + tol else 0.5 if abs(a - b) <= tol else 0.0 for a, b in zip(judge_policy, judge_reference)]
-    return sum(wins) / len(wins)
+    w = wins(judge_policy, judge_reference, tol)
+    return sum(w) / len(w)
+
+
+def paired_difference(wins_a: list[float], wins_b: list[float]) -> tuple[float, float]:
+    """Mean of wins_a - wins_b over the same prompts and its 95% half-width (normal approximation
+    on the paired per-prompt differences)."""
+    d = [a - b for a, b in zip(wins_a, wins_b)]
+    n = len(d)
+    mean = sum(d) / n
+    var = sum((x - mean) ** 2 for x in d) / max(1, n - 1)
+    return mean, 1.96 * (var / n) ** 0.5
 
 
 @torch.no_grad()
@@ -61,4 +77,5 @@ def evaluate_policy(policy, tokenizer, prompts: list[str], *, references: list[s
     return PolicyEval(
         win_rate=win_rate(gold, refs_gold) if refs_gold else None, gold=mean(gold), reward=mean(rm),
         kl=mean(kls), length=mean(lengths), truncated=mean(truncs), samples=samples,
+        wins=wins(gold, refs_gold) if refs_gold else [],
     )

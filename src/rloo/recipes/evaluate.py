@@ -8,7 +8,7 @@ from dataclasses import asdict
 import torch
 
 from rloo.config import EvalConfig
-from rloo.eval.judge import PolicyEval, evaluate_policy
+from rloo.eval.judge import PolicyEval, evaluate_policy, paired_difference
 from rloo.models import frozen, load_policy, load_reward_model
 from rloo.recipes.common import check_device, prepare_output_dir, seed_everything
 from rloo.rewards import RewardModelScorer
@@ -41,8 +41,14 @@ def evaluate(cfg: EvalConfig, *, overwrite: bool = False) -> dict[str, PolicyEva
             judge=task.gold_score, reward_scorer=scorer, ref_model=ref, temperature=cfg.temperature,
             max_prompt_len=cfg.max_prompt_tokens, max_new_tokens=cfg.max_new_tokens,
             batch_size=cfg.batch_size, generator=torch.Generator().manual_seed(cfg.seed + 7), keep_samples=5)
-    (out / "summary.json").write_text(json.dumps({k: asdict(v) for k, v in results.items()}, indent=2))
+    summary = {k: {kk: vv for kk, vv in asdict(v).items() if kk != "wins"} for k, v in results.items()}
     table = format_table(results)
+    if "baseline" in results and results["policy"].wins:
+        diff, half = paired_difference(results["policy"].wins, results["baseline"].wins)
+        summary["difference"] = {"win_rate": diff, "ci95": half}
+        table += (f"\n\npolicy - baseline win rate: {100 * diff:+.1f} points "
+                  f"(95% CI {100 * (diff - half):+.1f} to {100 * (diff + half):+.1f}, paired over {len(examples)} prompts)")
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
     (out / "report.md").write_text(f"# Evaluation on {cfg.num_prompts} held-out {cfg.task} prompts\n\n{table}\n")
     say("\n" + table)
     return results

@@ -8,6 +8,7 @@ from dataclasses import asdict
 
 from rloo.config import PipelineConfig, save_config
 from rloo.errors import RlooError
+from rloo.eval.judge import paired_difference
 from rloo.eval.plots import plot_training
 from rloo.recipes.evaluate import evaluate
 from rloo.recipes.online import train
@@ -42,12 +43,20 @@ def pipeline(cfg: PipelineConfig, *, overwrite: bool = False) -> dict:
     summary = {
         "task": cfg.task, "seed": cfg.seed, "algorithm": cfg.rl.algorithm,
         "reward_model": {"accuracy_vs_labeler": rm.accuracy_vs_labeler, "accuracy_vs_gold": rm.accuracy_vs_gold},
-        "eval": {k: {kk: vv for kk, vv in asdict(v).items() if kk != "samples"} for k, v in results.items()},
+        "eval": {k: {kk: vv for kk, vv in asdict(v).items() if kk not in ("samples", "wins")} for k, v in results.items()},
+        "difference": _difference(results),
         "seconds": times, "plots": [str(p) for p in plots],
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     _print_summary(summary)
     return summary
+
+
+def _difference(results) -> dict | None:
+    if "baseline" not in results or not results["policy"].wins:
+        return None
+    diff, half = paired_difference(results["policy"].wins, results["baseline"].wins)
+    return {"win_rate": diff, "ci95": half}
 
 
 def _print_summary(s: dict) -> None:
@@ -56,5 +65,5 @@ def _print_summary(s: dict) -> None:
         f"{s['reward_model']['accuracy_vs_gold']:.3f} vs gold judge")
     if base is not None:
         say(f"win rate vs references: SFT {base['win_rate']:.3f} -> {s['algorithm'].upper()} {pol['win_rate']:.3f} "
-            f"({100 * (pol['win_rate'] - base['win_rate']):+.1f} points)")
+            f"({100 * s['difference']['win_rate']:+.1f} points, 95% CI +/- {100 * s['difference']['ci95']:.1f}; seed {s['seed']})")
     say("time: " + ", ".join(f"{k} {v:.0f}s" for k, v in s["seconds"].items()) + f"; plots in {', '.join(s['plots'])}")

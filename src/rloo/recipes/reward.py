@@ -13,7 +13,8 @@ from rloo.config import RewardConfig
 from rloo.core.losses import bradley_terry_loss
 from rloo.data.collate import batches, encode_completions, encode_prompts, trim_left, trim_right
 from rloo.forward import reward_scores
-from rloo.models import load_reward_model, save_pretrained_atomic
+from rloo.models import load_policy, load_reward_model, save_pretrained_atomic
+from rloo.rollout import rollout
 from rloo.recipes.common import adamw, check_device, prepare_output_dir, seed_everything, warmup_cosine
 from rloo.tasks import get_task
 from rloo.tracking import MetricsLogger, progress, say
@@ -26,16 +27,44 @@ class RewardResult:
     accuracy_vs_gold: float      # held-out pairs with distinct gold scores: RM ranks like the gold judge
 
 
-def preference_pairs(task, n: int, seed: int) -> list[tuple[str, str, str]]:
-    """(prompt, chosen, rejected): two fresh mixed-quality responses per prompt, labeled by the
-    task's Bradley-Terry labeler (noisy on purpose: the reward model is a proxy, not the judge)."""
+def preference_pairs(task, n: int, seed: int, sampler=None, policy_share: float = 0.0) -> list[tuple[str, str, str]]:
+    """(prompt, chosen, rejected) labeled by the task's Bradley-Terry labeler (noisy on purpose:
+    the reward model is a proxy, not the judge).
+
+    A `policy_share` of the pairs compares two samples of `sampler(prompts) -> completions` (the SFT
+    policy, as the paper's preference data came from model samples); the rest compare two fresh
+    mixed-quality references. Policy samples show the reward model the policy's own failure modes
+    (repeats, hallucinations), which RL would otherwise be free to exploit.
+    """
     rng = random.Random(f"pairs-{seed}")
+    examples = task.examples("pref", n, seed=seed)
+    n_policy = int(round(policy_share * n)) if sampler is not None else 0
+    prompts = [ex.prompt for ex in examples[:n_policy]]
+    sampled = sampler(prompts + prompts) if n_policy else []
     out = []
-    for ex in task.examples("pref", n, seed=seed):
-        a, b = task.sample_reference(ex.prompt, rng), task.sample_reference(ex.prompt, rng)
+    for i, ex in enumerate(examples):
+        if i < n_policy:
+            a, b = sampled[i], sampled[n_policy + i]
+        else:
+            a, b = task.sample_reference(ex.prompt, rng), task.sample_reference(ex.prompt, rng)
         chosen, rejected = task.label(ex.prompt, a, b, rng)
         out.append((ex.prompt, chosen, rejected))
+    rng.shuffle(out)
     return out
+
+
+def policy_sampler(model_path: str, cfg, generator: torch.Generator):
+    """prompts -> one sampled completion each, from the causal LM at `model_path` (temperature 1)."""
+    policy, tok = load_policy(model_path, device=cfg.device)
+    policy.eval()
+
+    def sample(prompts: list[str]) -> list[str]:
+        out = []
+        for i in range(0, len(prompts), 512):
+            out += rollout(policy, tok, prompts[i:i + 512], 1, max_prompt_len=cfg.max_prompt_tokens,
+                           max_new_tokens=cfg.max_response_tokens, generator=generator).completions
+        return out
+    return sample
 
 
 def _encode(tokenizer, pairs, cfg):
@@ -80,7 +109,8 @@ def train_reward(cfg: RewardConfig, *, overwrite: bool = False) -> RewardResult:
     model.config.pad_token_id = tokenizer.pad_token_id
     out = prepare_output_dir(cfg, overwrite=overwrite)
     # 1. preference pairs, the last eval_pairs held out
-    pairs = preference_pairs(task, cfg.num_pairs + cfg.eval_pairs, cfg.seed)
+    sampler = policy_sampler(cfg.sft_model, cfg, gen) if cfg.policy_pairs > 0 else None
+    pairs = preference_pairs(task, cfg.num_pairs + cfg.eval_pairs, cfg.seed, sampler, cfg.policy_pairs)
     train_pairs, held_out = pairs[: cfg.num_pairs], pairs[cfg.num_pairs:]
     prompts, comps = _encode(tokenizer, train_pairs, cfg)
     # 2. Bradley-Terry training
