@@ -63,7 +63,7 @@ class RLSettings(_Strict):
     steps: int = Field(100, ge=1, description="Optimizer steps (one fresh batch of samples each).")
     batch_size: int = Field(16, ge=1, description="Prompts per step (B); N = B*k completions.")
     k: int = Field(4, description="Samples per prompt for the leave-one-out baseline (eq. 4), >= 2.")
-    beta: float = Field(0.15, ge=0, description="KL coefficient in the shaped reward (eq. 1).")
+    beta: float = Field(0.25, ge=0, description="KL coefficient in the shaped reward (eq. 1).")
     lr: float = Field(1e-4, gt=0, description="AdamW learning rate (constant after warm-up).")
     warmup_steps: int = Field(10, ge=0)
     max_grad_norm: float = Field(1.0, gt=0)
