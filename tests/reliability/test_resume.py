@@ -14,13 +14,8 @@ from rloo import RLConfig, train
 from rloo.checkpoint import latest_checkpoint, list_checkpoints, load_state, step_of
 from rloo.errors import Interrupted, RlooError
 
+from .conftest import rl_config as _cfg
 from ._helpers import PROMPTS, assert_params_moved, assert_same_params, metric_steps, reward_short
-
-
-def _cfg(tiny_model_dir, out, **kw):
-    base = dict(policy=str(tiny_model_dir), output_dir=out, steps=6, batch_size=2, k=2, max_new_tokens=5,
-                lr=3e-3, warmup_steps=2, save_every=2, keep_checkpoints=2, eval_every=None, log_every=1)
-    return RLConfig(**(base | kw))
 
 
 def _signal_after(monkeypatch, at_step: int, signum=signal.SIGTERM):
@@ -35,14 +30,6 @@ def _signal_after(monkeypatch, at_step: int, signum=signal.SIGTERM):
             os.kill(os.getpid(), signum)
         return out
     monkeypatch.setattr(online, "rloo_step", step)
-
-
-@pytest.fixture(scope="module")
-def reference(tiny_model_dir, tmp_path_factory):
-    """The uninterrupted run everything else is compared with."""
-    out = tmp_path_factory.mktemp("ref") / "run"
-    train(_cfg(tiny_model_dir, out), prompts=PROMPTS, reward_fn=reward_short)
-    return out
 
 
 def test_training_moves_the_parameters(reference, tiny_model_dir):
