@@ -43,7 +43,8 @@ def prepare_output_dir(cfg, resume: bool = False, overwrite: bool = False, can_r
     elif held is not None and overwrite:
         shutil.rmtree(out)
     elif held is not None:
-        what = "this run" if held == current else "a different run"
+        same = {k: v for k, v in held.items() if k != "output_dir"} == {k: v for k, v in current.items() if k != "output_dir"}
+        what = "this run" if same else "a different run"
         how = "pass --resume to continue it or --overwrite to replace it" if can_resume else \
             "pass --overwrite to replace it"
         raise RlooError(f"{out} already holds {what}; {how}, or choose another output_dir")
