@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from rloo.config import (EvalConfig, PipelineConfig, RewardConfig, RLConfig, SFTConfig, describe_fields,
                          load_config)
@@ -86,12 +87,24 @@ def main(argv: list[str] | None = None) -> int:
     except RlooError as e:
         if args.debug:
             raise
-        print(f"rloo {args.command}: error: {e}", file=sys.stderr)
-        return 130 if type(e).__name__ == "Interrupted" else 2
+        print(f"rloo {args.command}: error: {_one_line(e)}", file=sys.stderr)
+        return e.exit_code
+    except OSError as e:  # a folder that cannot be created, a disk that fills up mid-run, ...
+        if args.debug:
+            raise
+        from rloo.atomic import describe_write_failure
+        where = f" ({e.filename})" if e.filename else ""
+        print(f"rloo {args.command}: error: {describe_write_failure(e, Path(e.filename).parent if e.filename else Path('.'))}{where}; rerun with --debug "
+              f"for the traceback", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print(f"rloo {args.command}: interrupted", file=sys.stderr)
         return 130
     return 0
+
+
+def _one_line(e: Exception) -> str:
+    return " ".join(str(e).split("\n"))
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from transformers import (
     LlamaForCausalLM,
 )
 
+from rloo.atomic import WriteError, describe_write_failure, fsync_dir, sync_and_hash
 from rloo.config import ArchConfig
 from rloo.errors import RlooError
 
@@ -92,18 +93,25 @@ def frozen(model):
 
 
 def save_pretrained_atomic(model, tokenizer, path: Path) -> None:
-    """Write model + tokenizer to a sibling temp folder, then rename over `path`, so a crash
-    mid-write never leaves a half-written model where a reader expects a whole one."""
+    """Write model + tokenizer to a sibling temp folder, then rename over `path`, so a crash or a
+    full disk mid-write never leaves a half-written model where a reader expects a whole one."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    model.save_pretrained(tmp, safe_serialization=True)
-    if tokenizer is not None:
-        tokenizer.save_pretrained(tmp)
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        model.save_pretrained(tmp, safe_serialization=True)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(tmp)
+        sync_and_hash(tmp)
+    except Exception as e:  # noqa: BLE001 - whatever failed, the half-written folder must go
+        why = describe_write_failure(e, path.parent)
+        shutil.rmtree(tmp, ignore_errors=True)
+        kept = f"the previous model at {path} is untouched" if path.exists() else "no model was written"
+        raise WriteError(f"could not save the model to {path}: {why}; {kept}") from e
     old = path.with_name(path.name + ".old")
     if path.exists():
+        shutil.rmtree(old, ignore_errors=True)
         os.replace(path, old)
     os.replace(tmp, path)
-    if old.exists():
-        shutil.rmtree(old)
+    fsync_dir(path.parent)
+    shutil.rmtree(old, ignore_errors=True)

@@ -13,10 +13,11 @@ from tqdm.auto import tqdm
 class MetricsLogger:
     """Appends one JSON object per record to `metrics.jsonl` and mirrors scalars to TensorBoard.
 
-    Lines are flushed as written, so a killed run keeps every record up to the kill.
+    Lines are flushed as written, so a killed run keeps every record up to the kill; a resumed run
+    first cuts the file back to its checkpoint (rloo.checkpoint.truncate_metrics).
     """
 
-    def __init__(self, out_dir: Path, tensorboard: bool = True):
+    def __init__(self, out_dir: Path, tensorboard: bool = True, purge_step: int | None = None):
         out_dir.mkdir(parents=True, exist_ok=True)
         self.path = out_dir / "metrics.jsonl"
         self._file = self.path.open("a")
@@ -24,7 +25,8 @@ class MetricsLogger:
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter  # import is slow; only when used
 
-            self._tb = SummaryWriter(log_dir=str(out_dir / "tensorboard"))
+            # purge_step hides events a resumed run is about to log again
+            self._tb = SummaryWriter(log_dir=str(out_dir / "tensorboard"), purge_step=purge_step)
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         clean = {k: (float(v) if math.isfinite(float(v)) else None) for k, v in metrics.items()}

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from rloo.errors import RlooError
+
 
 @dataclass
 class Encoded:
@@ -25,8 +27,10 @@ def encode_prompts(tokenizer, texts: list[str], max_len: int) -> tuple[Encoded, 
     rows = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
     truncated = sum(len(r) > max_len for r in rows)
     rows = [r[-max_len:] for r in rows]
-    if any(len(r) == 0 for r in rows):
-        raise ValueError("a prompt encodes to zero tokens")
+    empty = [i for i, r in enumerate(rows) if not r]
+    if empty:
+        raise RlooError(f"prompt {texts[empty[0]]!r} encodes to zero tokens ({len(empty)} such prompts); "
+                        f"remove empty prompts from the data")
     width = max(len(r) for r in rows)
     ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
     mask = torch.zeros((len(rows), width), dtype=torch.bool)

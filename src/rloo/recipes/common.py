@@ -11,7 +11,8 @@ import numpy as np
 import torch
 import yaml
 
-from rloo.config import save_config
+from rloo.atomic import atomic_write_text
+from rloo.checkpoint import check_resume_config
 from rloo.errors import RlooError
 
 
@@ -23,25 +24,45 @@ def seed_everything(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
-def prepare_output_dir(cfg, resume: bool = False, overwrite: bool = False) -> Path:
-    """Create the run folder and record the config in it.
+def prepare_output_dir(cfg, resume: bool = False, overwrite: bool = False, can_resume: bool = False) -> Path:
+    """Create the run folder and record the config in it (atomically).
 
-    A folder that already holds a run with a different config is refused unless `overwrite`
-    (start over) or `resume` (continue it) is given: one run never silently mixes into another.
+    A folder that already holds a run is refused unless `overwrite` (start over: the old run is
+    deleted) or `resume` (continue it) is given, so one run never silently overwrites or mixes
+    into another. A non-empty folder that does not hold an rloo run of this kind is never
+    deleted, not even with `overwrite`.
     """
     out = Path(cfg.output_dir)
-    saved = out / "config.yaml"
-    if saved.exists() and not resume:
-        same = yaml.safe_load(saved.read_text()) == cfg.model_dump(mode="json")
-        if not overwrite and not same:
-            raise RlooError(f"{out} already holds a different run; pass --resume to continue it or --overwrite to replace it")
-        if overwrite:
-            shutil.rmtree(out)
-    elif out.exists() and any(out.iterdir()) and not saved.exists() and not (resume or overwrite):
-        raise RlooError(f"{out} exists and is not empty; choose another output_dir or pass --overwrite")
+    current = cfg.model_dump(mode="json")
+    held = _held_run(out, current)
+    if held == "foreign":
+        raise RlooError(f"{out} is not empty and does not hold an rloo {type(cfg).__name__} run; choose another "
+                        f"output_dir (nothing was deleted)")
+    if held is not None and resume:
+        check_resume_config(held, current)
+    elif held is not None and overwrite:
+        shutil.rmtree(out)
+    elif held is not None:
+        same = {k: v for k, v in held.items() if k != "output_dir"} == {k: v for k, v in current.items() if k != "output_dir"}
+        what = "this run" if same else "a different run"
+        how = "pass --resume to continue it or --overwrite to replace it" if can_resume else \
+            "pass --overwrite to replace it"
+        raise RlooError(f"{out} already holds {what}; {how}, or choose another output_dir")
     out.mkdir(parents=True, exist_ok=True)
-    save_config(cfg, saved)
+    atomic_write_text(out / "config.yaml", yaml.safe_dump(current, sort_keys=False))
     return out
+
+
+def _held_run(out: Path, current: dict):
+    """None (missing or empty folder), the saved config of an rloo run of the same kind, or "foreign"."""
+    if not out.exists() or (out.is_dir() and not any(out.iterdir())):
+        return None
+    saved = out / "config.yaml"
+    try:
+        held = yaml.safe_load(saved.read_text()) if out.is_dir() and saved.is_file() else None
+    except (OSError, yaml.YAMLError):
+        held = None
+    return held if isinstance(held, dict) and set(held) == set(current) else "foreign"
 
 
 def adamw(params, lr: float, weight_decay: float = 0.0) -> torch.optim.AdamW:

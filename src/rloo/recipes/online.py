@@ -6,17 +6,19 @@ feeds it prompts and records what it did.
 
 from __future__ import annotations
 
+import json
 import random
 import signal
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 import torch
 
-from rloo.checkpoint import latest_checkpoint, load_state, rng_state, save_checkpoint, set_rng_state
+from rloo.checkpoint import Checkpointer, check_resume_config, latest_checkpoint, load_state, truncate_metrics
 from rloo.config import RLConfig
-from rloo.errors import RlooError
+from rloo.errors import Interrupted, NonFiniteError, RlooError
 from rloo.eval.judge import evaluate_policy
 from rloo.models import frozen, load_policy, load_reward_model, save_pretrained_atomic
 from rloo.recipes.common import adamw, check_device, prepare_output_dir, seed_everything, warmup_constant
@@ -25,10 +27,6 @@ from rloo.rewards import FunctionReward, RewardModelScorer
 from rloo.rollout import rollout
 from rloo.tasks import get_task
 from rloo.tracking import MetricsLogger, progress, say
-
-
-class Interrupted(RlooError):
-    """SIGINT/SIGTERM arrived; a checkpoint was written at a safe point."""
 
 
 @dataclass
@@ -42,10 +40,14 @@ class PromptStream:
     """Prompts in reshuffled epochs; its position is part of the checkpoint for exact resume."""
 
     def __init__(self, prompts: list[str], batch_size: int, seed: int):
-        if not prompts:
-            raise RlooError("no training prompts: the prompt list is empty")
-        self.prompts, self.batch_size, self.seed = prompts, batch_size, seed
+        self.prompts, self.batch_size, self.seed = check_prompts(prompts), batch_size, seed
         self.epoch, self.pos = 0, 0
+
+    def position(self) -> tuple[int, int]:
+        return self.epoch, self.pos
+
+    def seek(self, epoch: int, pos: int) -> None:
+        self.epoch, self.pos = epoch, pos
 
     def _order(self) -> list[int]:
         order = list(range(len(self.prompts)))
@@ -64,14 +66,30 @@ class PromptStream:
         return out
 
 
+def check_prompts(prompts) -> list[str]:
+    """The training prompts, or a clear error naming the first bad one."""
+    prompts = list(prompts)
+    if not prompts:
+        raise RlooError("no training prompts: the prompt list is empty; pass at least one prompt")
+    for i, p in enumerate(prompts):
+        if not isinstance(p, str):
+            raise RlooError(f"prompt {i} is a {type(p).__name__}, expected a string")
+        if not p.strip():
+            raise RlooError(f"prompt {i} is empty; remove empty prompts from the data")
+    return prompts
+
+
 class _StopFlag:
     """Turns SIGINT/SIGTERM into a flag the loop checks between steps."""
 
     def __init__(self):
         self.signum = None
+        self._old = {}
 
     def __enter__(self):
-        self._old = {s: signal.signal(s, self._handle) for s in (signal.SIGINT, signal.SIGTERM)}
+        # Signal handlers can only be set from the main thread; elsewhere the default applies.
+        if threading.current_thread() is threading.main_thread():
+            self._old = {s: signal.signal(s, self._handle) for s in (signal.SIGINT, signal.SIGTERM)}
         return self
 
     def _handle(self, signum, frame):
@@ -128,79 +146,84 @@ def _print_samples(step: int, roll, rewards, n: int = 2) -> None:
         say(f"  [step {step}] {roll.prompts[i]!r} -> {roll.completions[i]!r} (R={rewards[i].item():.3f})")
 
 
-def _train_state(opt, sched, gen, stream: PromptStream, skipped: int) -> dict:
-    return {"optimizer": opt.state_dict(), "scheduler": sched.state_dict(), "rng": rng_state(gen),
-            "stream": [stream.epoch, stream.pos], "skipped_in_row": skipped}
-
-
 def train(cfg: RLConfig, *, prompts: list[str] | None = None, reward_fn: Callable | None = None,
           resume: bool = False, overwrite: bool = False) -> RLResult:
     """RL fine-tuning of `cfg.policy`. `prompts` and `reward_fn(prompts, completions) -> floats`
     replace the built-in task's prompts and the reward model; without them the task provides both
-    prompts and a gold judge for periodic evaluation."""
+    prompts and a gold judge for periodic evaluation. `resume` continues from the newest whole
+    checkpoint in `cfg.output_dir` (exactly: same parameters as a run that never stopped)."""
     check_device(cfg.device)
     gen = seed_everything(cfg.seed)
     task = get_task(cfg.task)
-    ckpt = latest_checkpoint(cfg.output_dir) if resume else None
+    ckpt, state = _resume_point(cfg) if resume else (None, None)
     models = load_models(cfg, reward_fn, policy_path=str(ckpt / "model") if ckpt else None)
     train_prompts = prompts if prompts is not None else [e.prompt for e in task.examples("train", cfg.steps * cfg.batch_size, seed=cfg.seed)]
     eval_examples = task.examples("eval", cfg.eval_prompts, seed=cfg.seed) if prompts is None else None
     stream = PromptStream(train_prompts, cfg.batch_size, cfg.seed)
-    _preflight(models, train_prompts[0], cfg)
-    out = prepare_output_dir(cfg, resume=resume, overwrite=overwrite)
+    _preflight(models, stream.prompts[0], cfg)
+    out = prepare_output_dir(cfg, resume=resume, overwrite=overwrite, can_resume=True)
     opt = adamw(models.policy.parameters(), cfg.lr)
     sched = warmup_constant(opt, cfg.warmup_steps)
-    start, skipped = 0, 0
-    if ckpt is not None:
-        st = load_state(ckpt)
-        opt.load_state_dict(st["optimizer"]), sched.load_state_dict(st["scheduler"]), set_rng_state(st["rng"], gen)
-        stream.epoch, stream.pos = st["stream"]
-        start, skipped = st["step"], st["skipped_in_row"]
+    ck = Checkpointer(out, cfg, models.policy, models.tokenizer, opt, sched, gen, stream, stream.prompts)
+    start = 0
+    if state is not None:
+        start = ck.restore(state)
         say(f"resuming from {ckpt} at step {start}")
-    return _loop(cfg, models, opt, sched, stream, gen, task, eval_examples, out, start, skipped)
+    elif resume:
+        truncate_metrics(out, 0)  # records of a run killed before its first checkpoint
+    return _loop(cfg, models, ck, task, eval_examples, start)
 
 
-def _loop(cfg, models, opt, sched, stream, gen, task, eval_examples, out, start, skipped) -> RLResult:
-    log, history = MetricsLogger(out), []
+def _resume_point(cfg: RLConfig):
+    ckpt = latest_checkpoint(cfg.output_dir)
+    if ckpt is None:
+        say(f"--resume: no whole checkpoint in {Path(cfg.output_dir) / 'checkpoints'}; starting from step 0")
+        return None, None
+    state = load_state(ckpt)
+    changed = check_resume_config(json.loads(state["config"]), cfg.model_dump(mode="json"))
+    if changed:
+        say("resuming with changed settings (not an exact continuation): " + "; ".join(changed))
+    return ckpt, state
+
+
+def _loop(cfg, models, ck: Checkpointer, task, eval_examples, start: int) -> RLResult:
+    out, opt, sched, stream = ck.out, ck.opt, ck.sched, ck.stream
+    log, history = MetricsLogger(out, purge_step=start + 1 if start else None), []
     bar = progress(cfg.steps, f"{cfg.algorithm}", initial=start)
 
     def record(step, metrics):
         log.log(step, metrics)
         history.append({"step": step, **metrics})
 
-    def checkpoint(step):
-        return save_checkpoint(out, step, models.policy, models.tokenizer,
-                               _train_state(opt, sched, gen, stream, skipped), keep=cfg.keep_checkpoints)
-
     try:
         with _StopFlag() as stop:
             for step in range(start, cfg.steps):
+                pre = ck.snapshot(step)  # the state before this step, for a checkpoint if it fails
                 if eval_examples is not None and cfg.eval_every and step % cfg.eval_every == 0:
                     record(step, _eval(models, task, eval_examples, cfg))
-                stats, roll, rewards = rloo_step(models, opt, stream.next(), cfg, gen)
+                try:
+                    stats, roll, rewards = rloo_step(models, opt, stream.next(), cfg, gen=ck.gen)
+                except RlooError as e:  # raised before the update, so `pre` still matches the weights
+                    path = ck.save(pre)
+                    raise type(e)(f"{e} (at step {step + 1}; checkpoint from before it: {path}; "
+                                  f"fix the cause and rerun with --resume)") from e
                 sched.step()
-                skipped = skipped + 1 if stats["guard/skipped"] else 0
-                if skipped >= cfg.max_skipped_steps:
-                    raise RlooError(f"{skipped} steps in a row had a non-finite loss or gradient; stopping. "
-                                    f"Last good checkpoint: {latest_or_none(out)}. Lower lr or check the reward.")
+                stats |= _count(ck, stats, pre, step, cfg)
                 if (step + 1) % cfg.log_every == 0:
                     record(step + 1, stats | {"lr": sched.get_last_lr()[0]})
-                bar.set_postfix(score=f"{stats['reward/score']:.3f}", kl=f"{stats['reward/kl']:.3f}")
-                bar.update()
-                if bar.disable and (step + 1) % max(1, cfg.steps // 10) == 0:
-                    say(f"{cfg.algorithm} step {step + 1}/{cfg.steps}: score {stats['reward/score']:.3f} kl {stats['reward/kl']:.3f}")
-                if (step + 1) % cfg.sample_every == 0:
-                    _print_samples(step + 1, roll, rewards)
+                _show(bar, cfg, step, stats, roll, rewards)
                 if stop.signum is not None:
-                    path = checkpoint(step + 1)
-                    raise Interrupted(f"interrupted at step {step + 1}; checkpoint {path}; "
-                                      f"continue with the same command plus --resume")
+                    path = ck.save(ck.snapshot(step + 1))
+                    name = signal.Signals(stop.signum).name
+                    raise Interrupted(f"{name} received; stopped at step {step + 1}/{cfg.steps} and saved {path}; "
+                                      f"continue with the same command plus --resume", stop.signum)
                 if cfg.save_every and (step + 1) % cfg.save_every == 0:
-                    checkpoint(step + 1)
-        final = _eval(models, task, eval_examples, cfg) if eval_examples is not None else {}
-        if final:
-            record(cfg.steps, final)
-        save_pretrained_atomic(models.policy, models.tokenizer, out / "model")
+                    _periodic_checkpoint(ck, step + 1)
+            # past the last step a signal no longer interrupts: finishing is quicker than resuming
+            final = _eval(models, task, eval_examples, cfg) if eval_examples is not None else {}
+            if final:
+                record(cfg.steps, final)
+            save_pretrained_atomic(models.policy, models.tokenizer, out / "model")
     finally:
         bar.close()
         log.close()
@@ -208,6 +231,46 @@ def _loop(cfg, models, opt, sched, stream, gen, task, eval_examples, out, start,
     return RLResult(out / "model", history, final)
 
 
-def latest_or_none(out: Path) -> str:
-    ckpt = latest_checkpoint(out)
-    return str(ckpt) if ckpt else "none yet"
+def _count(ck: Checkpointer, stats: dict, pre: dict, step: int, cfg: RLConfig) -> dict:
+    """Update the running counters; stop with a checkpoint from before the problem when
+    `max_skipped_steps` steps in a row had a non-finite loss or gradient (their updates were skipped)."""
+    c = ck.counters
+    cut = int(stats.get("data/prompts_truncated", 0))
+    if cut and c["prompts_truncated"] == 0:
+        say(f"note: prompts longer than max_prompt_tokens={cfg.max_prompt_tokens} keep their last tokens "
+            f"(counted as data/prompts_truncated)")
+    c["prompts_truncated"] += cut
+    if not stats["guard/skipped"]:
+        c["updates"] += 1
+        c["skipped_in_row"], ck.streak_start = 0, None
+        return {"guard/skipped_total": float(c["skipped_total"])}
+    if c["skipped_in_row"] == 0:
+        ck.streak_start = {k: v for k, v in pre.items() if k != "streak_start"}
+    c["skipped_in_row"] += 1
+    c["skipped_total"] += 1
+    say(f"step {step + 1}: non-finite loss or gradient, update skipped ({c['skipped_in_row']} in a row, "
+        f"{c['skipped_total']} in all)")
+    if c["skipped_in_row"] >= cfg.max_skipped_steps:
+        first = ck.streak_start
+        ck.drop_newer_than(first["step"])  # written mid-streak; resuming there would repeat the problem
+        path = ck.save(first)
+        raise NonFiniteError(f"{c['skipped_in_row']} steps in a row (steps {first['step'] + 1}-{step + 1}) had a "
+                             f"non-finite loss or gradient; stopped. Checkpoint from before the problem: {path}. "
+                             f"Lower lr or max_grad_norm, or check the reward, then rerun with --resume")
+    return {"guard/skipped_total": float(c["skipped_total"])}
+
+
+def _periodic_checkpoint(ck: Checkpointer, step: int) -> None:
+    if ck.counters["skipped_in_row"]:
+        say(f"checkpoint at step {step} postponed: the last {ck.counters['skipped_in_row']} steps were skipped")
+        return
+    ck.save(ck.snapshot(step))
+
+
+def _show(bar, cfg, step, stats, roll, rewards) -> None:
+    bar.set_postfix(score=f"{stats['reward/score']:.3f}", kl=f"{stats['reward/kl']:.3f}")
+    bar.update()
+    if bar.disable and (step + 1) % max(1, cfg.steps // 10) == 0:
+        say(f"{cfg.algorithm} step {step + 1}/{cfg.steps}: score {stats['reward/score']:.3f} kl {stats['reward/kl']:.3f}")
+    if (step + 1) % cfg.sample_every == 0:
+        _print_samples(step + 1, roll, rewards)

@@ -6,11 +6,11 @@ import json
 import time
 from dataclasses import asdict
 
-from rloo.config import PipelineConfig, save_config
-from rloo.errors import RlooError
+from rloo.config import PipelineConfig
 from rloo.eval.judge import paired_difference
 from rloo.eval.plots import plot_training
 from rloo.recipes.evaluate import evaluate
+from rloo.recipes.common import prepare_output_dir
 from rloo.recipes.online import train
 from rloo.recipes.reward import train_reward
 from rloo.recipes.sft import sft
@@ -19,11 +19,7 @@ from rloo.tracking import say
 
 def pipeline(cfg: PipelineConfig, *, overwrite: bool = False) -> dict:
     """Run the four stages in order; returns the summary also written to summary.json."""
-    out = cfg.output_dir
-    if (out / "summary.json").exists() and not overwrite:
-        raise RlooError(f"{out} already holds a finished pipeline; pass --overwrite or choose another output_dir")
-    out.mkdir(parents=True, exist_ok=True)
-    save_config(cfg, out / "config.yaml")
+    out = prepare_output_dir(cfg, overwrite=overwrite)
     sft_cfg, rm_cfg, rl_cfg, ev_cfg = cfg.stage_configs()
     times = {}
     t = time.perf_counter()

@@ -74,6 +74,7 @@ def rloo_step(models: Models, opt, prompts: list[str], cfg: RLConfig, gen: torch
         "reward/score": scores.mean().item(), "reward/kl": kl.mean().item(), "reward/total": rewards.mean().item(),
         "kl/ref": kl.mean().item(), "grad/norm": grad_norm.item(), "gen/length": lengths.mean().item(),
         "gen/truncated": roll.truncated.float().mean().item(), "guard/skipped": float(not finite),
+        "data/prompts_truncated": float(roll.prompts_truncated),
         "time/rollout": t1 - t0, "time/score": t2 - t1, "time/update": t3 - t2,
     }
     return stats, roll, rewards

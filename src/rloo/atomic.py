@@ -1,0 +1,101 @@
+"""Writing files so that a crash, a kill or a full disk never leaves a half-written one behind.
+
+Pattern: write into a temporary sibling, fsync, then `os.replace` it over the final name (atomic on
+POSIX file systems), then fsync the parent folder so the rename itself survives a power loss.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import shutil
+from pathlib import Path
+
+from rloo.errors import RlooError
+
+
+class WriteError(RlooError):
+    """Saving failed (full disk, quota, permissions); the previous copy is untouched."""
+
+
+def describe_write_failure(e: BaseException, folder: Path) -> str:
+    """What went wrong while saving, in one line. A full disk does not always arrive as an
+    OSError(ENOSPC): safetensors reports it as SafetensorError("... os error 28") and torch.save
+    as RuntimeError("unexpected pos ..."), so the free space of `folder` is checked too."""
+    text = (e.strerror if isinstance(e, OSError) and e.strerror else str(e)).splitlines()[0] if str(e) else type(e).__name__
+    full = (isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT)) or "os error 28" in str(e) \
+        or "No space left" in str(e) or _nearly_full(folder)
+    if full:
+        return f"no space left on device ({text}); free space or choose another output_dir"
+    return f"{type(e).__name__}: {text}"
+
+
+def _nearly_full(folder: Path) -> bool:
+    try:
+        return shutil.disk_usage(folder).free < (1 << 20)
+    except OSError:
+        return False
+
+
+def fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # some file systems do not let a folder be opened; the rename still happened
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def sync_and_hash(folder: Path) -> dict[str, list]:
+    """fsync every file under `folder` and return {relative path: [size, sha256]}: the manifest a
+    reader checks before trusting the folder (a truncated or corrupted file changes both)."""
+    manifest = {}
+    for f in sorted(p for p in Path(folder).rglob("*") if p.is_file()):
+        h = hashlib.sha256()
+        with open(f, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+            os.fsync(fh.fileno())
+        manifest[str(f.relative_to(folder))] = [f.stat().st_size, h.hexdigest()]
+    return manifest
+
+
+def check_manifest(folder: Path, manifest: dict[str, list]) -> str | None:
+    """None when every file of `manifest` is present with its size and hash, else the first problem."""
+    for rel, (size, digest) in manifest.items():
+        f = Path(folder) / rel
+        if not f.is_file():
+            return f"{rel} is missing"
+        if f.stat().st_size != size:
+            return f"{rel} has {f.stat().st_size} bytes, expected {size} (truncated?)"
+        h = hashlib.sha256()
+        with open(f, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+        if h.hexdigest() != digest:
+            return f"{rel} does not match its checksum (corrupted)"
+    return None
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        with open(tmp, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except OSError as e:
+        why = describe_write_failure(e, path.parent)
+        tmp.unlink(missing_ok=True)
+        raise WriteError(f"could not write {path}: {why}") from e
+
+
+def remove_tree(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)

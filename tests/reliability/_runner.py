@@ -1,0 +1,97 @@
+"""Run the real `rloo` CLI in a child process that can be killed, with faults injected at exact points.
+
+Children are forked from a forkserver that has imported torch/transformers/rloo once, so each
+run costs its training time, not 10+ s of imports. The forkserver itself never computes, so no
+thread pool is live when it forks. Every child uses one torch thread: all runs that are compared
+bit for bit then do the same arithmetic in the same order.
+
+Faults (`kind@step`), each raised by the process against itself at a deterministic point:
+  term@s       SIGTERM in the middle of step s (after its metrics are logged)
+  int@s        SIGINT, likewise
+  kill@s       SIGKILL in the middle of step s (metrics of step s are on disk, its checkpoint is not)
+  kill-ckpt@s  SIGKILL while checkpoint s is being written (model written, state.pt half written)
+  kill-rename@s  SIGKILL after checkpoint s is complete in its temp folder, before the rename
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import sys
+from pathlib import Path
+
+_CTX = None
+
+
+def _context():
+    global _CTX
+    if _CTX is None:
+        _CTX = mp.get_context("forkserver")
+        _CTX.set_forkserver_preload(["rloo.cli", "rloo.recipes.online", "torch.utils.tensorboard",
+                                     "reliability._helpers", "reliability._runner"])
+    return _CTX
+
+
+def run_cli(argv: list[str], log: Path, fault: str | None = None, timeout: float = 300) -> tuple[int, str]:
+    """Run `rloo *argv` in a child; returns (exit code, or -signal if killed; its stderr+stdout)."""
+    proc = _context().Process(target=_child, args=(argv, str(log), fault))
+    proc.start()
+    proc.join(timeout)
+    if proc.is_alive():
+        proc.kill()
+        proc.join()
+        raise TimeoutError(f"rloo {' '.join(argv)} did not finish in {timeout}s")
+    return proc.exitcode, Path(log).read_text()
+
+
+def _child(argv, log, fault):
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    import torch
+    torch.set_num_threads(1)
+    if fault:
+        _install(*fault.split("@"))
+    from rloo.cli import main
+    code = main(argv)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def _install(kind: str, at: str) -> None:
+    import rloo.checkpoint as ck
+    import rloo.recipes.online as online
+    at = int(at)
+    me = os.getpid()
+    if kind in ("term", "int", "kill"):
+        sig = {"term": signal.SIGTERM, "int": signal.SIGINT, "kill": signal.SIGKILL}[kind]
+        real_log = online.MetricsLogger.log
+
+        def log(self, step, metrics):
+            real_log(self, step, metrics)
+            if step == at and "loss/policy" in metrics:
+                os.kill(me, sig)
+        online.MetricsLogger.log = log
+    elif kind == "kill-ckpt":
+        real_state = ck.write_state
+
+        def write_state(state, path):
+            if state["step"] == at:
+                real_state(state, path)
+                data = Path(path).read_bytes()
+                Path(path).write_bytes(data[: len(data) // 2])
+                os.kill(me, signal.SIGKILL)
+            real_state(state, path)
+        ck.write_state = write_state
+    elif kind == "kill-rename":
+        real_replace = ck._replace_dir
+
+        def replace(src, dst):
+            if dst.name == f"step-{at:06d}":
+                os.kill(me, signal.SIGKILL)
+            real_replace(src, dst)
+        ck._replace_dir = replace
+    else:
+        raise ValueError(f"unknown fault {kind!r}")
