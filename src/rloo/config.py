@@ -72,6 +72,9 @@ class RLSettings(_Strict):
         None, description="If set, the score of a completion that hits max_new_tokens without EOS."
     )
     log_every: int = Field(1, ge=1, description="Steps between metric records.")
+    share_prompt: bool = Field(
+        True, description="Compute each prompt once per group of k (generation, reference, reward model, "
+                          "policy forward and backward); the same math as k copies, less compute.")
 
     @field_validator("k")
     @classmethod

@@ -29,6 +29,7 @@ class Rollout:
     logprobs: Tensor            # (N, T) log pi(y_t|...) at sampling time, 0 where mask is False
     truncated: Tensor           # (N,) bool, hit max_new_tokens without EOS
     prompts_truncated: int = 0  # prompts cut to fit the prompt-length limit
+    group_size: int = 1         # K: rows come in runs of K sharing one prompt
 
 
 def _cache_kwarg(model) -> str:
@@ -49,19 +50,25 @@ def _top_p_filter(logits: Tensor, top_p: float) -> Tensor:
 @torch.no_grad()
 def sample(model, prompt_ids: Tensor, prompt_mask: Tensor, *, max_new_tokens: int, eos_id: int,
            pad_id: int, temperature: float = 1.0, top_p: float = 1.0,
-           generator: torch.Generator | None = None) -> tuple[Tensor, Tensor, Tensor]:
-    """Sample completions. (N,P),(N,P) -> ids (N,T), mask (N,T), logprobs (N,T); T <= max_new_tokens.
+           generator: torch.Generator | None = None, k: int = 1) -> tuple[Tensor, Tensor, Tensor]:
+    """Sample completions. (B,P),(B,P) -> ids (N,T), mask (N,T), logprobs (N,T); N = B*k, T <= max_new_tokens.
 
+    With k > 1 each prompt is prefilled once and its KV cache repeated k times (rows k*i ..
+    k*i+k-1 continue prompt i): the same distribution as k copies of the prompt, at 1/k the
+    prefill cost.
     log-probs are of the temperature-scaled distribution before top-p filtering: the same
     quantity the training forward pass computes, so the policy gradient and KL agree with it.
     Stops as soon as every row has produced EOS.
     """
-    N = prompt_ids.shape[0]
+    N = prompt_ids.shape[0] * k
     cache, kw = DynamicCache(), _cache_kwarg(model)
-    mask = prompt_mask.long()
     pos = position_ids(prompt_mask)
-    logits = model(input_ids=prompt_ids, attention_mask=mask, position_ids=pos, use_cache=True,
+    logits = model(input_ids=prompt_ids, attention_mask=prompt_mask.long(), position_ids=pos, use_cache=True,
                    logits_to_keep=1, **{kw: cache}).logits[:, -1].float()
+    if k > 1:
+        cache.batch_repeat_interleave(k)
+        logits, pos = logits.repeat_interleave(k, dim=0), pos.repeat_interleave(k, dim=0)
+    mask = prompt_mask.long().repeat_interleave(k, dim=0)
     next_pos = pos[:, -1:] + 1
     done = torch.zeros(N, dtype=torch.bool, device=prompt_ids.device)
     ids, masks, lps = [], [], []
@@ -85,17 +92,20 @@ def sample(model, prompt_ids: Tensor, prompt_mask: Tensor, *, max_new_tokens: in
 
 
 def rollout(model, tokenizer, prompts: list[str], k: int, *, max_prompt_len: int, max_new_tokens: int,
-            temperature: float = 1.0, top_p: float = 1.0, generator: torch.Generator | None = None) -> Rollout:
-    """k completions for each prompt, rows grouped by prompt."""
+            temperature: float = 1.0, top_p: float = 1.0, generator: torch.Generator | None = None,
+            share_prompt: bool = True) -> Rollout:
+    """k completions for each prompt, rows grouped by prompt. share_prompt: prefill each prompt
+    once and share its KV cache among its k samples (same distribution, less compute)."""
     device = next(model.parameters()).device
     enc, n_trunc = encode_prompts(tokenizer, prompts, max_prompt_len)
     p_ids = enc.ids.repeat_interleave(k, dim=0).to(device)
     p_mask = enc.mask.repeat_interleave(k, dim=0).to(device)
     was_training = model.training
     model.eval()
-    c_ids, c_mask, lps = sample(model, p_ids, p_mask, max_new_tokens=max_new_tokens,
+    src_ids, src_mask, g = (enc.ids.to(device), enc.mask.to(device), k) if share_prompt else (p_ids, p_mask, 1)
+    c_ids, c_mask, lps = sample(model, src_ids, src_mask, max_new_tokens=max_new_tokens,
                                 eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
-                                temperature=temperature, top_p=top_p, generator=generator)
+                                temperature=temperature, top_p=top_p, generator=generator, k=g)
     model.train(was_training)
     ended = ((c_ids == tokenizer.eos_token_id) & c_mask).any(-1)
     texts = tokenizer.batch_decode(c_ids.masked_fill(~c_mask, tokenizer.pad_token_id).tolist(),
@@ -103,5 +113,5 @@ def rollout(model, tokenizer, prompts: list[str], k: int, *, max_prompt_len: int
     return Rollout(
         prompts=[p for p in prompts for _ in range(k)], completions=[t.strip() for t in texts],
         prompt_ids=p_ids, prompt_mask=p_mask, completion_ids=c_ids, completion_mask=c_mask,
-        logprobs=lps, truncated=~ended, prompts_truncated=n_trunc,
+        logprobs=lps, truncated=~ended, prompts_truncated=n_trunc, group_size=k,
     )
