@@ -170,6 +170,23 @@ class PipelineConfig(_Run):
         return sft, rm, rl, ev
 
 
+class BenchConfig(_Strict):
+    """`rloo bench`: rloo's RL step against TRL's RLOOTrainer, side by side (needs the `bench` extra)."""
+
+    shapes: list[Literal["S", "M", "L"]] = Field(["S", "M", "L"], description="Benchmark shapes (see rloo.bench_assets).")
+    warmup: int = Field(2, ge=0, description="Untimed steps per trainer before measuring.")
+    steps: int | None = Field(None, ge=1, description="Timed steps per trainer (null: 10, or 5 for L).")
+    k: int = Field(4, ge=2, description="Completions per prompt.")
+    batch_size: int = Field(8, ge=1, description="Prompts per step.")
+    beta: float = Field(0.05, ge=0, description="KL coefficient (both trainers).")
+    lr: float = Field(1e-6, gt=0, description="AdamW learning rate (both trainers).")
+    seed: int = Field(0)
+    threads: int = Field(2, ge=1, description="torch threads per trainer process.")
+    trl: bool = Field(True, description="Run TRL's RLOOTrainer alongside (false: rloo only).")
+    share_prompt: bool = Field(True, description="rloo's prompt-once-per-group fast path.")
+    output_dir: Path = Field(Path("runs/bench"), description="Built models (assets/) and bench.json.")
+
+
 C = TypeVar("C", bound=BaseModel)
 
 
