@@ -134,3 +134,33 @@ def test_rloo_step_shared_equals_plain():
         assert s1[key] == pytest.approx(s0[key], rel=1e-4, abs=1e-6), key
     for a, b in zip(w1, w0):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_reused_prefill_gives_same_logprobs_and_gradients():
+    """The sampling prefill (kept with its graph) stands in for the policy's prompt pass."""
+    from rloo.forward_shared import group_prompts
+    from rloo.rollout.kvcache import prefill_prompts
+    p_ids, p_mask, c_ids, c_mask = _batch()
+    grads = []
+    for reuse in (False, True):
+        model = _policy()
+        pre = prefill_prompts(model, *group_prompts(p_ids, p_mask, K)) if reuse else None
+        lp = completion_logprobs_shared(model, p_ids, p_mask, c_ids, c_mask, k=K, prefill=pre)
+        lp.masked_fill(~c_mask, 0.0).sum().backward()
+        grads.append((lp.detach(), [p.grad.clone() for p in model.parameters()]))
+    torch.testing.assert_close(grads[1][0], grads[0][0])
+    for a, b in zip(grads[1][1], grads[0][1]):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
+    with pytest.raises(ValueError, match="other prompts"):
+        completion_logprobs_shared(_policy(), p_ids.flip(0), p_mask.flip(0), c_ids, c_mask, k=K, prefill=pre)
+
+
+def test_no_prefill_reuse_with_dropout():
+    from rloo.rollout import rollout
+    from rloo.rollout.kvcache import has_dropout
+    model = _policy()
+    assert not has_dropout(model)
+    model.config.attention_dropout = 0.1
+    assert has_dropout(model)
+    roll = rollout(model, _Tok(), ["5 6 7", "8 9"], K, max_prompt_len=8, max_new_tokens=3, keep_prefill=True)
+    assert roll.prefill is None

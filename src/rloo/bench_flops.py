@@ -48,7 +48,8 @@ def decode(a: Arch, n: int, P: int, T: int) -> float:
 
 
 def rloo_step_flops(a: Arch, B: int, K: int, P: int, T: int, share_prompt: bool = True) -> float:
-    """rloo_step: sample (prefill + decode), reference and reward-model forward, policy forward+backward."""
+    """rloo_step: sample (prefill + decode), reference and reward-model forward, policy forward+backward.
+    Assumes a model without dropout (rloo reuses the sampling prefill only then)."""
     N = B * K
     if not share_prompt:
         plain = a.forward(N, P + T, P + T, N * T)
@@ -58,7 +59,8 @@ def rloo_step_flops(a: Arch, B: int, K: int, P: int, T: int, share_prompt: bool 
     prompt = a.forward(B, P, P, B)                                    # each prompt once, last logit only
     lm = prompt + a.forward(N, T - 1, P + T - 1, N * (T - 1))        # completions after the shared prompt
     rm = a.forward(B, P, P, 0) + a.forward(N, T, P + T, 0)
-    return prompt + decode(a, N, P, T) + lm + rm + 3 * lm
+    # the policy's prompt pass of sampling is kept (with its graph) for the update: its forward is not repeated
+    return prompt + decode(a, N, P, T) + lm + rm + (lm - prompt) + 2 * lm
 
 
 def trl_step_flops(a: Arch, B: int, K: int, P: int, T: int) -> float:

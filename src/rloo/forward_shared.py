@@ -23,7 +23,7 @@ from transformers import DynamicCache
 
 from rloo.core.logprobs import token_logprobs
 from rloo.data.collate import position_ids, trim_left
-from rloo.rollout.sampler import _cache_kwarg
+from rloo.rollout.kvcache import Prefill, cache_kwarg, expanded, prefill_prompts
 
 
 def group_prompts(prompt_ids: Tensor, prompt_mask: Tensor, k: int) -> tuple[Tensor, Tensor]:
@@ -44,30 +44,38 @@ def _prefill(model, p_ids: Tensor, p_mask: Tensor, k: int, **kwargs):
     """Run the B prompts once, then repeat the cache K times. Returns (output, cache, mask (N,P))."""
     cache = DynamicCache()
     out = model(input_ids=p_ids, attention_mask=p_mask.long(), position_ids=position_ids(p_mask),
-                use_cache=True, **{_cache_kwarg(model): cache}, **kwargs)
+                use_cache=True, **{cache_kwarg(model): cache}, **kwargs)
     cache.batch_repeat_interleave(k)
     return out, cache, p_mask.repeat_interleave(k, dim=0)
+
+
+def _reuse(prefill: Prefill, p_ids: Tensor, p_mask: Tensor) -> Prefill:
+    if prefill.ids.shape != p_ids.shape or not bool((prefill.ids == p_ids).all() & (prefill.mask == p_mask).all()):
+        raise ValueError("the given prefill was made for other prompts")
+    return prefill
 
 
 def _continue(model, cache, full_mask: Tensor, ids: Tensor, **kwargs):
     """Run `ids` (N,L) after the cached prompt; full_mask (N, P+L) covers prompt and ids."""
     pos = position_ids(full_mask)[:, full_mask.shape[1] - ids.shape[1]:]
     return model(input_ids=ids, attention_mask=full_mask.long(), position_ids=pos, use_cache=True,
-                 **{_cache_kwarg(model): cache}, **kwargs)
+                 **{cache_kwarg(model): cache}, **kwargs)
 
 
 def completion_logprobs_shared(model, prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor,
                                completion_mask: Tensor, k: int, temperature: float = 1.0,
-                               chunk_size: int | None = None) -> Tensor:
+                               chunk_size: int | None = None, prefill: Prefill | None = None) -> Tensor:
     """Same as `rloo.forward.completion_logprobs`, prompts computed once per group of k.
     (N,P),(N,P),(N,T),(N,T) -> (N,T). Values at masked positions are meaningless.
 
     Completion token 0 is predicted by the prompt's last position (one logit row per prompt,
     repeated k times); token t >= 1 by completion position t-1, so the last completion token
-    is never fed in."""
+    is never fed in. `prefill`: this model's pass over these prompts, already made (with autograd
+    on, when gradients are wanted) and unchanged since; it is reused instead of recomputed."""
     p_ids, p_mask = group_prompts(prompt_ids, prompt_mask, k)
-    out, cache, mask = _prefill(model, p_ids, p_mask, k, logits_to_keep=1)
-    first = token_logprobs(out.logits[:, -1:].float().repeat_interleave(k, dim=0), completion_ids[:, :1],
+    pre = _reuse(prefill, p_ids, p_mask) if prefill is not None else prefill_prompts(model, p_ids, p_mask)
+    cache, mask = expanded(pre.cache, k), p_mask.repeat_interleave(k, dim=0)
+    first = token_logprobs(pre.last_logits[:, None].float().repeat_interleave(k, dim=0), completion_ids[:, :1],
                            temperature=temperature, chunk_size=chunk_size)
     T = completion_ids.shape[1]
     if T == 1:

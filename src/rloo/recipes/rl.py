@@ -33,12 +33,13 @@ class Models:
     scorer: object          # Rollout -> scores (N,)
 
 
-def rollout_logprobs(model, roll: Rollout, cfg: RLConfig) -> torch.Tensor:
+def rollout_logprobs(model, roll: Rollout, cfg: RLConfig, prefill=None) -> torch.Tensor:
     """log pi(y_t|x, y_<t) of the rollout's tokens under `model` (N,T), each prompt computed once
-    per group of k when cfg.share_prompt (the same values as the plain pass)."""
+    per group of k when cfg.share_prompt (the same values as the plain pass). `prefill`: the
+    policy's prompt pass kept from sampling (same weights), reused instead of recomputed."""
     args = (model, roll.prompt_ids, roll.prompt_mask, roll.completion_ids, roll.completion_mask)
     if cfg.share_prompt and roll.group_size > 1:
-        return completion_logprobs_shared(*args, k=roll.group_size, temperature=cfg.temperature)
+        return completion_logprobs_shared(*args, k=roll.group_size, temperature=cfg.temperature, prefill=prefill)
     return completion_logprobs(*args, temperature=cfg.temperature)
 
 
@@ -59,7 +60,7 @@ def rloo_step(models: Models, opt, prompts: list[str], cfg: RLConfig, gen: torch
     # 1. sample K completions per prompt, with the log-probs of the sampled tokens
     roll = rollout(models.policy, models.tokenizer, prompts, cfg.k, max_prompt_len=cfg.max_prompt_tokens,
                    max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p, generator=gen,
-                   share_prompt=cfg.share_prompt)
+                   share_prompt=cfg.share_prompt, keep_prefill=cfg.share_prompt)
     t1 = time.perf_counter()
     # 2. score, and the frozen reference's log-probs
     scores, ref_lp = score_rollout(models, roll, cfg)
@@ -68,7 +69,8 @@ def rloo_step(models: Models, opt, prompts: list[str], cfg: RLConfig, gen: torch
     rewards, kl = shaped_reward(scores, roll.logprobs, ref_lp, roll.completion_mask, cfg.beta)
     advantages = leave_one_out(rewards.view(-1, cfg.k)).view(-1)
     # 4. REINFORCE on the whole response (eq. 5)
-    logprobs = rollout_logprobs(models.policy, roll, cfg)
+    logprobs = rollout_logprobs(models.policy, roll, cfg, prefill=roll.prefill)
+    roll.prefill = None  # its graph is consumed by this backward pass; do not hold it past the step
     loss, stats = policy_gradient_loss(sequence_logprobs(logprobs, roll.completion_mask), advantages)
     opt.zero_grad(set_to_none=True)
     loss.backward()

@@ -9,8 +9,15 @@ filled part. The numbers are the same as with DynamicLayer (same keys/values, sa
 
 from __future__ import annotations
 
+import inspect
+from dataclasses import dataclass
+
 import torch
+from torch import Tensor
+from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
+
+from rloo.data.collate import position_ids
 
 
 class PreallocatedLayer(DynamicLayer):
@@ -45,3 +52,43 @@ def preallocate(cache, extra: int) -> None:
     for i, layer in enumerate(cache.layers):
         if type(layer) is DynamicLayer and layer.is_initialized and layer.keys.numel():
             cache.layers[i] = PreallocatedLayer(layer.keys, layer.values, extra)
+
+
+def cache_kwarg(model) -> str:
+    # transformers renamed past_key_values -> cache; accept both generations of the API.
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+@dataclass
+class Prefill:
+    """The policy's pass over the B distinct prompts (B,P): its KV cache and the logits at each
+    prompt's last position (B,V). Computed with autograd on, generation uses a detached copy and
+    the policy-gradient pass reuses it, so the prompt's forward pass runs once per step and its
+    backward pass runs through this graph. Valid only while the weights are unchanged."""
+
+    ids: Tensor
+    mask: Tensor
+    cache: DynamicCache
+    last_logits: Tensor
+
+
+def prefill_prompts(model, ids: Tensor, mask: Tensor) -> Prefill:
+    cache = DynamicCache()
+    out = model(input_ids=ids, attention_mask=mask.long(), position_ids=position_ids(mask), use_cache=True,
+                logits_to_keep=1, **{cache_kwarg(model): cache})
+    return Prefill(ids, mask, cache, out.logits[:, -1])
+
+
+def expanded(cache: DynamicCache, k: int, detach: bool = False) -> DynamicCache:
+    """A new cache holding each row of `cache` k times (rows i*k .. i*k+k-1 copy row i). Without
+    `detach`, gradients of the copies flow back into the original keys/values."""
+    pairs = [((l.keys.detach(), l.values.detach()) if detach else (l.keys, l.values)) for l in cache.layers]
+    return DynamicCache(ddp_cache_data=[(kk.repeat_interleave(k, 0), vv.repeat_interleave(k, 0)) for kk, vv in pairs])
+
+
+def has_dropout(model) -> bool:
+    """True when a forward pass in train mode differs from eval mode (a prefill made in one mode
+    must not stand in for the other)."""
+    if any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in model.modules()):
+        return True
+    return any(isinstance(v, (int, float)) and v > 0 for key, v in model.config.to_dict().items() if "dropout" in key)
