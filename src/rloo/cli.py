@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from rloo.config import (EvalConfig, PipelineConfig, RewardConfig, RLConfig, SFTConfig, describe_fields,
+from rloo.config import (BenchConfig, EvalConfig, PipelineConfig, RewardConfig, RLConfig, SFTConfig, describe_fields,
                          load_config)
 from rloo.errors import RlooError
 
@@ -17,6 +17,7 @@ EXAMPLES = {
     "reward": "rloo reward sft_model=runs/sft/model output_dir=runs/rm",
     "train": "rloo train policy=runs/sft/model reward_model=runs/rm/model k=4 beta=0.05",
     "eval": "rloo eval policy=runs/rl/model baseline=runs/sft/model",
+    "bench": "rloo bench shapes=[S,M] steps=5 output_dir=runs/bench",
 }
 
 
@@ -45,12 +46,18 @@ def _run_pipeline(cfg, args):
     pipeline(cfg, overwrite=args.overwrite)
 
 
+def _run_bench(cfg, args):
+    from rloo.bench import run_bench
+    run_bench(cfg)
+
+
 COMMANDS = {
     "pipeline": (PipelineConfig, _run_pipeline),
     "sft": (SFTConfig, _run_sft),
     "reward": (RewardConfig, _run_reward),
     "train": (RLConfig, _run_train),
     "eval": (EvalConfig, _run_eval),
+    "bench": (BenchConfig, _run_bench),
 }
 
 

@@ -74,6 +74,9 @@ class RLSettings(_Strict):
         None, description="If set, the score of a completion that hits max_new_tokens without EOS."
     )
     log_every: int = Field(1, ge=1, description="Steps between metric records.")
+    share_prompt: bool = Field(
+        True, description="Compute each prompt once per group of k (generation, reference, reward model, "
+                          "policy forward and backward); the same math as k copies, less compute.")
 
     @field_validator("k")
     @classmethod
@@ -167,6 +170,23 @@ class PipelineConfig(_Run):
                         policy=str(out / "rl" / "model"), baseline=str(out / "sft" / "model"),
                         reward_model=str(out / "reward" / "model"), max_new_tokens=self.rl.max_new_tokens)
         return sft, rm, rl, ev
+
+
+class BenchConfig(_Strict):
+    """`rloo bench`: rloo's RL step against TRL's RLOOTrainer, side by side (needs the `bench` extra)."""
+
+    shapes: list[Literal["S", "M", "L"]] = Field(["S", "M", "L"], description="Benchmark shapes (see rloo.bench_assets).")
+    warmup: int = Field(2, ge=0, description="Untimed steps per trainer before measuring.")
+    steps: int | None = Field(None, ge=1, description="Timed steps per trainer (null: 10, or 5 for L).")
+    k: int = Field(4, ge=2, description="Completions per prompt.")
+    batch_size: int = Field(8, ge=1, description="Prompts per step.")
+    beta: float = Field(0.05, ge=0, description="KL coefficient (both trainers).")
+    lr: float = Field(1e-6, gt=0, description="AdamW learning rate (both trainers).")
+    seed: int = Field(0)
+    threads: int = Field(2, ge=1, description="torch threads per trainer process.")
+    trl: bool = Field(True, description="Run TRL's RLOOTrainer alongside (false: rloo only).")
+    share_prompt: bool = Field(True, description="rloo's prompt-once-per-group fast path.")
+    output_dir: Path = Field(Path("runs/bench"), description="Built models (assets/) and bench.json.")
 
 
 C = TypeVar("C", bound=BaseModel)

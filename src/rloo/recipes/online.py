@@ -114,7 +114,7 @@ def load_models(cfg: RLConfig, reward_fn=None, policy_path: str | None = None) -
         scorer = FunctionReward(reward_fn)
     elif cfg.reward_model is not None:
         rm, rm_tok = load_reward_model(cfg.reward_model, device=cfg.device)
-        scorer = RewardModelScorer(frozen(rm), rm_tok, policy_tokenizer=tokenizer, max_len=cfg.max_prompt_tokens + cfg.max_new_tokens)
+        scorer = RewardModelScorer(frozen(rm), rm_tok, policy_tokenizer=tokenizer, max_len=cfg.max_prompt_tokens + cfg.max_new_tokens, share_prompt=cfg.share_prompt)
     else:
         raise RlooError("no reward source: set reward_model=PATH or reward_fn=module:function")
     policy.train()

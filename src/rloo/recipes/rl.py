@@ -21,6 +21,7 @@ from rloo.core.kl import shaped_reward
 from rloo.core.logprobs import sequence_logprobs
 from rloo.core.losses import policy_gradient_loss
 from rloo.forward import completion_logprobs
+from rloo.forward_shared import completion_logprobs_shared
 from rloo.rollout import Rollout, rollout
 
 
@@ -32,14 +33,23 @@ class Models:
     scorer: object          # Rollout -> scores (N,)
 
 
+def rollout_logprobs(model, roll: Rollout, cfg: RLConfig, prefill=None) -> torch.Tensor:
+    """log pi(y_t|x, y_<t) of the rollout's tokens under `model` (N,T), each prompt computed once
+    per group of k when cfg.share_prompt (the same values as the plain pass). `prefill`: the
+    policy's prompt pass kept from sampling (same weights), reused instead of recomputed."""
+    args = (model, roll.prompt_ids, roll.prompt_mask, roll.completion_ids, roll.completion_mask)
+    if cfg.share_prompt and roll.group_size > 1:
+        return completion_logprobs_shared(*args, k=roll.group_size, temperature=cfg.temperature, prefill=prefill)
+    return completion_logprobs(*args, temperature=cfg.temperature)
+
+
 def score_rollout(models: Models, roll: Rollout, cfg: RLConfig) -> tuple[torch.Tensor, torch.Tensor]:
     """Reward-source scores (N,) with the truncation penalty applied, and reference log-probs (N,T)."""
     scores = models.scorer(roll).to(roll.logprobs.device)
     if cfg.truncation_penalty is not None:
         scores = torch.where(roll.truncated, torch.full_like(scores, cfg.truncation_penalty), scores)
     with torch.no_grad():
-        ref_lp = completion_logprobs(models.ref, roll.prompt_ids, roll.prompt_mask, roll.completion_ids,
-                                     roll.completion_mask, temperature=cfg.temperature)
+        ref_lp = rollout_logprobs(models.ref, roll, cfg)
     return scores, ref_lp
 
 
@@ -49,7 +59,8 @@ def rloo_step(models: Models, opt, prompts: list[str], cfg: RLConfig, gen: torch
     t0 = time.perf_counter()
     # 1. sample K completions per prompt, with the log-probs of the sampled tokens
     roll = rollout(models.policy, models.tokenizer, prompts, cfg.k, max_prompt_len=cfg.max_prompt_tokens,
-                   max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p, generator=gen)
+                   max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p, generator=gen,
+                   share_prompt=cfg.share_prompt, keep_prefill=cfg.share_prompt)
     t1 = time.perf_counter()
     # 2. score, and the frozen reference's log-probs
     scores, ref_lp = score_rollout(models, roll, cfg)
@@ -58,8 +69,8 @@ def rloo_step(models: Models, opt, prompts: list[str], cfg: RLConfig, gen: torch
     rewards, kl = shaped_reward(scores, roll.logprobs, ref_lp, roll.completion_mask, cfg.beta)
     advantages = leave_one_out(rewards.view(-1, cfg.k)).view(-1)
     # 4. REINFORCE on the whole response (eq. 5)
-    logprobs = completion_logprobs(models.policy, roll.prompt_ids, roll.prompt_mask, roll.completion_ids,
-                                   roll.completion_mask, temperature=cfg.temperature)
+    logprobs = rollout_logprobs(models.policy, roll, cfg, prefill=roll.prefill)
+    roll.prefill = None  # its graph is consumed by this backward pass; do not hold it past the step
     loss, stats = policy_gradient_loss(sequence_logprobs(logprobs, roll.completion_mask), advantages)
     opt.zero_grad(set_to_none=True)
     loss.backward()

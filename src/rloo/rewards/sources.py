@@ -13,6 +13,7 @@ from torch import Tensor
 from rloo.data.collate import encode_completions, encode_prompts
 from rloo.errors import RewardError, RlooError
 from rloo.forward import reward_scores
+from rloo.forward_shared import reward_scores_shared
 
 RewardFn = Callable[[list[str], list[str]], Sequence[float]]
 
@@ -55,16 +56,20 @@ class FunctionReward:
 
 class RewardModelScorer:
     """A sequence-classification reward model. With the policy's own tokenizer it scores the
-    rollout's token ids directly; with a different tokenizer it decodes and re-tokenizes."""
+    rollout's token ids directly; with a different tokenizer it decodes and re-tokenizes.
+    share_prompt: score a rollout's groups of k with each prompt computed once (same scores)."""
 
-    def __init__(self, model, tokenizer, policy_tokenizer=None, max_len: int = 1024, batch_size: int = 256):
+    def __init__(self, model, tokenizer, policy_tokenizer=None, max_len: int = 1024, batch_size: int = 256,
+                 share_prompt: bool = True):
         self.model, self.tokenizer, self.max_len, self.batch_size = model, tokenizer, max_len, batch_size
+        self.share_prompt = share_prompt
         self.same_tokenizer = policy_tokenizer is not None and tokenizer.get_vocab() == policy_tokenizer.get_vocab()
 
     @torch.no_grad()
     def __call__(self, batch) -> Tensor:
         if self.same_tokenizer:
-            return self._chunked(batch.prompt_ids, batch.prompt_mask, batch.completion_ids, batch.completion_mask)
+            k = getattr(batch, "group_size", 1) if self.share_prompt else 1
+            return self._chunked(batch.prompt_ids, batch.prompt_mask, batch.completion_ids, batch.completion_mask, k)
         return self.score_texts(batch.prompts, batch.completions)
 
     @torch.no_grad()
@@ -74,10 +79,12 @@ class RewardModelScorer:
         dev = next(self.model.parameters()).device
         return self._chunked(p.ids.to(dev), p.mask.to(dev), c.ids.to(dev), c.mask.to(dev))
 
-    def _chunked(self, p_ids, p_mask, c_ids, c_mask) -> Tensor:
-        out = [reward_scores(self.model, p_ids[i:i + self.batch_size], p_mask[i:i + self.batch_size],
-                             c_ids[i:i + self.batch_size], c_mask[i:i + self.batch_size])
-               for i in range(0, p_ids.shape[0], self.batch_size)]
+    def _chunked(self, p_ids, p_mask, c_ids, c_mask, k: int = 1) -> Tensor:
+        size = max(k, self.batch_size // k * k)  # chunks hold whole groups of k
+        score = (lambda *a: reward_scores_shared(self.model, *a, k=k)) if k > 1 else (
+            lambda *a: reward_scores(self.model, *a))
+        out = [score(p_ids[i:i + size], p_mask[i:i + size], c_ids[i:i + size], c_mask[i:i + size])
+               for i in range(0, p_ids.shape[0], size)]
         return torch.cat(out).cpu()
 
 

@@ -1,0 +1,102 @@
+"""Forward passes that compute each prompt ONCE per group of K completions.
+
+The rows of an RLOO batch come in groups of K that share one prompt (rows k*i .. k*i+K-1).
+The plain passes in `rloo.forward` run the transformer over all N = B*K (prompt, completion)
+sequences, so every prompt is computed K times, forward and backward. Here the B distinct
+prompts run once with a KV cache; the cache's key/value tensors are repeated K times in the
+batch dimension (`repeat_interleave`, an autograd op: the K completions' gradients with respect
+to the prompt's keys/values are summed back into the single copy), and the completions then
+run against it with position ids that continue from the prompt. Every completion token sees
+exactly the keys/values it would see in the joined sequence, so the results are the same
+computation up to float rounding (tests/test_fastpath.py checks log-probs, scores and
+parameter gradients against `rloo.forward`).
+
+Cost, per layer: prompt tokens B*P instead of N*P; the completion tokens still attend to P+T
+keys each, so only the attention over the prompt is not shared.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+from transformers import DynamicCache
+
+from rloo.core.logprobs import token_logprobs
+from rloo.data.collate import position_ids, trim_left
+from rloo.rollout.kvcache import Prefill, cache_kwarg, expanded, prefill_prompts
+
+
+def group_prompts(prompt_ids: Tensor, prompt_mask: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """The B distinct prompts of a batch whose rows come in groups of k. (N,P) -> (B,P).
+
+    Raises ValueError when the rows are not grouped (a silent mismatch would train on the
+    wrong prompt's keys/values)."""
+    N, P = prompt_ids.shape
+    if k < 1 or N % k:
+        raise ValueError(f"{N} rows cannot be split into groups of k={k}")
+    ids, mask = prompt_ids.view(-1, k, P), prompt_mask.view(-1, k, P)
+    if not (bool((ids == ids[:, :1]).all()) and bool((mask == mask[:, :1]).all())):
+        raise ValueError(f"rows are not grouped by prompt in runs of k={k}; use the plain forward pass")
+    return trim_left(ids[:, 0], mask[:, 0])
+
+
+def _prefill(model, p_ids: Tensor, p_mask: Tensor, k: int, **kwargs):
+    """Run the B prompts once, then repeat the cache K times. Returns (output, cache, mask (N,P))."""
+    cache = DynamicCache()
+    out = model(input_ids=p_ids, attention_mask=p_mask.long(), position_ids=position_ids(p_mask),
+                use_cache=True, **{cache_kwarg(model): cache}, **kwargs)
+    cache.batch_repeat_interleave(k)
+    return out, cache, p_mask.repeat_interleave(k, dim=0)
+
+
+def _reuse(prefill: Prefill, p_ids: Tensor, p_mask: Tensor) -> Prefill:
+    if prefill.ids.shape != p_ids.shape or not bool((prefill.ids == p_ids).all() & (prefill.mask == p_mask).all()):
+        raise ValueError("the given prefill was made for other prompts")
+    return prefill
+
+
+def _continue(model, cache, full_mask: Tensor, ids: Tensor, **kwargs):
+    """Run `ids` (N,L) after the cached prompt; full_mask (N, P+L) covers prompt and ids."""
+    pos = position_ids(full_mask)[:, full_mask.shape[1] - ids.shape[1]:]
+    return model(input_ids=ids, attention_mask=full_mask.long(), position_ids=pos, use_cache=True,
+                 **{cache_kwarg(model): cache}, **kwargs)
+
+
+def completion_logprobs_shared(model, prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor,
+                               completion_mask: Tensor, k: int, temperature: float = 1.0,
+                               chunk_size: int | None = None, prefill: Prefill | None = None) -> Tensor:
+    """Same as `rloo.forward.completion_logprobs`, prompts computed once per group of k.
+    (N,P),(N,P),(N,T),(N,T) -> (N,T). Values at masked positions are meaningless.
+
+    Completion token 0 is predicted by the prompt's last position (one logit row per prompt,
+    repeated k times); token t >= 1 by completion position t-1, so the last completion token
+    is never fed in. `prefill`: this model's pass over these prompts, already made (with autograd
+    on, when gradients are wanted) and unchanged since; it is reused instead of recomputed."""
+    p_ids, p_mask = group_prompts(prompt_ids, prompt_mask, k)
+    pre = _reuse(prefill, p_ids, p_mask) if prefill is not None else prefill_prompts(model, p_ids, p_mask)
+    cache, mask = expanded(pre.cache, k), p_mask.repeat_interleave(k, dim=0)
+    first = token_logprobs(pre.last_logits[:, None].float().repeat_interleave(k, dim=0), completion_ids[:, :1],
+                           temperature=temperature, chunk_size=chunk_size)
+    T = completion_ids.shape[1]
+    if T == 1:
+        return first
+    full = torch.cat([mask, completion_mask[:, :-1]], dim=1)
+    logits = _continue(model, cache, full, completion_ids[:, :-1]).logits
+    rest = token_logprobs(logits.float(), completion_ids[:, 1:], temperature=temperature, chunk_size=chunk_size)
+    return torch.cat([first, rest], dim=1)
+
+
+def reward_scores_shared(reward_model, prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor,
+                         completion_mask: Tensor, k: int) -> Tensor:
+    """Same as `rloo.forward.reward_scores`, prompts computed once per group of k. -> (N,).
+
+    Pooled at the last real token: completion position len-1, or the prompt's last token for an
+    empty completion."""
+    backbone = getattr(reward_model, reward_model.base_model_prefix)
+    p_ids, p_mask = group_prompts(prompt_ids, prompt_mask, k)
+    out, cache, mask = _prefill(backbone, p_ids, p_mask, k)
+    prompt_last = out.last_hidden_state[:, -1:].repeat_interleave(k, dim=0)             # (N,1,H)
+    hidden = _continue(backbone, cache, torch.cat([mask, completion_mask], 1), completion_ids).last_hidden_state
+    hidden = torch.cat([prompt_last, hidden], dim=1)                                    # (N,1+T,H)
+    pooled = hidden[torch.arange(hidden.shape[0], device=hidden.device), completion_mask.sum(-1)]
+    return reward_model.score(pooled).squeeze(-1).float()

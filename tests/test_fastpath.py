@@ -1,0 +1,166 @@
+"""Fast paths equal the plain computation: prompt computed once per group of k.
+
+Inputs have mixed prompt lengths (left padding) and mixed completion lengths (right padding,
+including a one-token completion and one that fills T), so a wrong position id, a cache/mask
+misalignment or a gradient that does not flow back through the shared prompt shows up.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM, LlamaForSequenceClassification
+
+from rloo.config import RLConfig
+from rloo.forward import completion_logprobs, reward_scores
+from rloo.forward_shared import completion_logprobs_shared, group_prompts, reward_scores_shared
+from rloo.recipes.rl import Models, rloo_step
+from rloo.rewards import RewardModelScorer
+from rloo.rollout.sampler import sample
+
+V, PAD, EOS = 40, 0, 1
+B, K, P, T = 3, 3, 7, 6
+
+
+def _config():
+    return LlamaConfig(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                       pad_token_id=PAD, eos_token_id=EOS, bos_token_id=None)
+
+
+def _policy(seed=0):
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(_config()).float()
+
+
+def _reward_model(seed=1):
+    torch.manual_seed(seed)
+    cfg = _config()
+    cfg.num_labels = 1
+    return LlamaForSequenceClassification(cfg).float()
+
+
+def _batch(seed=0):
+    """Grouped rows: prompt lengths 7, 3, 5 (left-padded); completion lengths mixed in 0..T."""
+    g = torch.Generator().manual_seed(seed)
+    p_len = torch.tensor([7, 3, 5])
+    p_mask = torch.arange(P)[None, :] >= (P - p_len)[:, None]
+    p_ids = torch.randint(2, V, (B, P), generator=g).masked_fill(~p_mask, PAD)
+    c_len = torch.tensor([6, 1, 4, 2, 6, 3, 5, 1, 6])
+    c_mask = torch.arange(T)[None, :] < c_len[:, None]
+    c_ids = torch.randint(2, V, (B * K, T), generator=g).masked_fill(~c_mask, PAD)
+    return p_ids.repeat_interleave(K, 0), p_mask.repeat_interleave(K, 0), c_ids, c_mask
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_shared_logprobs_and_gradients_equal_plain(temperature):
+    p_ids, p_mask, c_ids, c_mask = _batch()
+    weights = torch.randn(B * K, T, generator=torch.Generator().manual_seed(3))
+    results = []
+    for shared in (False, True):
+        model = _policy()
+        args = (model, p_ids, p_mask, c_ids, c_mask)
+        lp = (completion_logprobs_shared(*args, k=K, temperature=temperature) if shared
+              else completion_logprobs(*args, temperature=temperature))
+        (lp * weights).masked_fill(~c_mask, 0.0).sum().backward()
+        results.append((lp.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}))
+    (lp0, g0), (lp1, g1) = results
+    torch.testing.assert_close(lp1[c_mask], lp0[c_mask], rtol=1e-5, atol=1e-5)
+    for name in g0:  # every parameter, including the embeddings of prompt-only tokens
+        torch.testing.assert_close(g1[name], g0[name], rtol=1e-4, atol=1e-6, msg=f"gradient of {name}")
+
+
+def test_shared_reward_scores_equal_plain_including_empty_completion():
+    p_ids, p_mask, c_ids, c_mask = _batch(seed=1)
+    c_mask[4] = False  # an empty completion: pooled at the prompt's last token
+    rm = _reward_model().eval()
+    with torch.no_grad():
+        plain = reward_scores(rm, p_ids, p_mask, c_ids, c_mask)
+        shared = reward_scores_shared(rm, p_ids, p_mask, c_ids, c_mask, k=K)
+    torch.testing.assert_close(shared, plain, rtol=1e-5, atol=1e-5)
+    assert plain.std() > 0  # the scores differ between rows, so equality is not trivial
+
+
+def test_shared_prefill_sampling_equals_plain():
+    model = _policy().eval()
+    p_ids, p_mask, _, _ = _batch()
+    kw = dict(max_new_tokens=T, eos_id=EOS, pad_id=PAD, temperature=1.0)
+    plain = sample(model, p_ids, p_mask, generator=torch.Generator().manual_seed(5), **kw)
+    shared = sample(model, p_ids[::K], p_mask[::K], generator=torch.Generator().manual_seed(5), k=K, **kw)
+    assert torch.equal(shared[0], plain[0]) and torch.equal(shared[1], plain[1])
+    torch.testing.assert_close(shared[2], plain[2], rtol=1e-5, atol=1e-5)
+    # the sampled log-probs are the training forward's log-probs (no recomputation needed)
+    lp = completion_logprobs(model, p_ids, p_mask, plain[0], plain[1])
+    torch.testing.assert_close(plain[2][plain[1]], lp[plain[1]], rtol=1e-5, atol=1e-5)
+
+
+def test_group_prompts_rejects_ungrouped_rows():
+    p_ids, p_mask, _, _ = _batch()
+    with pytest.raises(ValueError, match="not grouped"):
+        group_prompts(p_ids.roll(1, dims=0), p_mask.roll(1, dims=0), K)
+    with pytest.raises(ValueError, match="groups of k"):
+        group_prompts(p_ids[:-1], p_mask[:-1], K)
+
+
+class _Tok:
+    """Just enough of a tokenizer for rollout(): integer-string prompts, no decoding needed."""
+    eos_token_id, pad_token_id = EOS, PAD
+
+    def __call__(self, text, add_special_tokens=False):
+        return {"input_ids": [int(t) for t in text.split()]}
+
+    def batch_decode(self, rows, skip_special_tokens=True):
+        return [" ".join(map(str, r)) for r in rows]
+
+    def get_vocab(self):
+        return {str(i): i for i in range(V)}
+
+
+def test_rloo_step_shared_equals_plain():
+    """One whole RLOO step (sampling, reward model, reference, loss, gradient, AdamW update)."""
+    prompts = ["5 6 7 8 9 10 11", "12 13 14", "15 16 17 18 19"]
+    after = []
+    for share in (False, True):
+        policy, ref, tok = _policy(), _policy().requires_grad_(False).eval(), _Tok()
+        scorer = RewardModelScorer(_reward_model().eval(), tok, policy_tokenizer=tok, share_prompt=share)
+        cfg = RLConfig(policy="unused", k=K, beta=0.1, max_new_tokens=T, lr=1e-2, share_prompt=share)
+        opt = torch.optim.AdamW(policy.parameters(), lr=cfg.lr)
+        stats, roll, rewards = rloo_step(Models(policy, ref, tok, scorer), opt, prompts, cfg,
+                                         torch.Generator().manual_seed(0))
+        after.append((stats, rewards, [p.detach().clone() for p in policy.parameters()]))
+    (s0, r0, w0), (s1, r1, w1) = after
+    torch.testing.assert_close(r1, r0, rtol=1e-5, atol=1e-5)
+    for key in ("loss/policy", "reward/score", "reward/kl", "grad/norm"):
+        assert s1[key] == pytest.approx(s0[key], rel=1e-4, abs=1e-6), key
+    for a, b in zip(w1, w0):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_reused_prefill_gives_same_logprobs_and_gradients():
+    """The sampling prefill (kept with its graph) stands in for the policy's prompt pass."""
+    from rloo.forward_shared import group_prompts
+    from rloo.rollout.kvcache import prefill_prompts
+    p_ids, p_mask, c_ids, c_mask = _batch()
+    grads = []
+    for reuse in (False, True):
+        model = _policy()
+        pre = prefill_prompts(model, *group_prompts(p_ids, p_mask, K)) if reuse else None
+        lp = completion_logprobs_shared(model, p_ids, p_mask, c_ids, c_mask, k=K, prefill=pre)
+        lp.masked_fill(~c_mask, 0.0).sum().backward()
+        grads.append((lp.detach(), [p.grad.clone() for p in model.parameters()]))
+    torch.testing.assert_close(grads[1][0], grads[0][0])
+    for a, b in zip(grads[1][1], grads[0][1]):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
+    with pytest.raises(ValueError, match="other prompts"):
+        completion_logprobs_shared(_policy(), p_ids.flip(0), p_mask.flip(0), c_ids, c_mask, k=K, prefill=pre)
+
+
+def test_no_prefill_reuse_with_dropout():
+    from rloo.rollout import rollout
+    from rloo.rollout.kvcache import has_dropout
+    model = _policy()
+    assert not has_dropout(model)
+    model.config.attention_dropout = 0.1
+    assert has_dropout(model)
+    roll = rollout(model, _Tok(), ["5 6 7", "8 9"], K, max_prompt_len=8, max_new_tokens=3, keep_prefill=True)
+    assert roll.prefill is None
