@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from rloo.errors import ConfigError
 
@@ -56,13 +56,49 @@ class RewardSettings(_Strict):
     lr: float = Field(1e-3, gt=0)
 
 
+ALGORITHMS = ("rloo", "reinforce", "vanilla_pg", "ppo", "grpo", "raft", "dpo")
+GROUP_ALGORITHMS = ("rloo", "grpo")  # their baselines come from the other samples of the same prompt
+
+
+class AlgoSettings(_Strict):
+    """Knobs of the methods compared with RLOO, and RLOO's ablations. Plain RLOO ignores them
+    unless an ablation is switched on (kl_level, kl_estimator, rloo_clip)."""
+
+    kl_estimator: Literal["k1", "k3"] = Field("k1", description="KL estimator in the shaped reward (k3: "
+                                              "lower-variance, Schulman 2020). RLOO ablation when k3.")
+    kl_level: Literal["sequence", "token"] = Field("sequence", description="RLOO ablation: 'token' gives each "
+                                                   "token only the KL penalty of itself and later tokens.")
+    rloo_clip: bool = Field(False, description="RLOO ablation: PPO ratio + clipping on top of RLOO "
+                                               "(ppo_epochs x num_minibatches updates per batch).")
+    baseline_momentum: float = Field(0.9, ge=0, lt=1, description="reinforce: moving-average baseline momentum (eq. 3).")
+    gamma: float = Field(1.0, gt=0, le=1, description="ppo/vanilla_pg: discount of GAE.")
+    gae_lambda: float = Field(0.95, ge=0, le=1, description="ppo: GAE lambda (vanilla_pg always uses 1).")
+    clip_eps: float = Field(0.2, gt=0, description="ppo/grpo/rloo_clip: ratio clip range.")
+    ppo_epochs: int = Field(2, ge=1, description="ppo/grpo/rloo_clip: passes over each batch of samples.")
+    num_minibatches: int = Field(2, ge=1, description="ppo/grpo/rloo_clip: minibatches per pass.")
+    value_model: Literal["separate", "head"] = Field("separate", description="ppo/vanilla_pg: a separate value "
+                                                     "model (from the reward model) or a head on the policy.")
+    value_lr: float = Field(1e-4, gt=0, description="ppo/vanilla_pg: learning rate of the value model/head.")
+    vf_coef: float = Field(0.5, ge=0, description="ppo/vanilla_pg with value_model=head: weight of the value loss.")
+    value_clip_eps: float | None = Field(0.2, description="ppo: value clipping range (null: off).")
+    whiten_advantages: bool = Field(True, description="ppo/vanilla_pg: normalise GAE advantages per batch.")
+    dpo_beta: float = Field(0.1, gt=0, description="dpo: beta of the DPO loss.")
+    dpo_pairs: int = Field(6000, ge=1, description="dpo: preference pairs (the reward model's first pairs).")
+    dpo_epochs: int = Field(1, ge=1, description="dpo: passes over the pairs.")
+    dpo_batch_size: int = Field(64, ge=1, description="dpo: pairs per optimizer step.")
+    dpo_lr: float = Field(1e-4, gt=0, description="dpo: learning rate.")
+
+
 class RLSettings(_Strict):
     """Hyperparameters of the RL stage (RLOO by default, eq. 1, 4, 5)."""
 
-    algorithm: Literal["rloo"] = Field("rloo", description="The online method. The paper's RLOO.")
+    algorithm: Literal["rloo", "reinforce", "vanilla_pg", "ppo", "grpo", "raft", "dpo"] = Field(
+        "rloo", description="The method: rloo (the paper's, default), reinforce (moving-average baseline), "
+                            "vanilla_pg, ppo, grpo, raft, dpo (offline, on the reward model's pairs).")
+    algo: AlgoSettings = Field(default_factory=AlgoSettings, description="Settings of the other methods.")
     steps: int = Field(100, ge=1, description="Optimizer steps (one fresh batch of samples each).")
     batch_size: int = Field(16, ge=1, description="Prompts per step (B); N = B*k completions.")
-    k: int = Field(4, description="Samples per prompt for the leave-one-out baseline (eq. 4), >= 2.")
+    k: int = Field(4, ge=1, description="Samples per prompt for the leave-one-out baseline (eq. 4), >= 2.")
     beta: float = Field(0.15, ge=0, description="KL coefficient in the shaped reward (eq. 1).")
     lr: float = Field(1e-4, gt=0, description="AdamW learning rate (constant after warm-up).")
     warmup_steps: int = Field(10, ge=0)
@@ -75,13 +111,12 @@ class RLSettings(_Strict):
     )
     log_every: int = Field(1, ge=1, description="Steps between metric records.")
 
-    @field_validator("k")
-    @classmethod
-    def _k_at_least_two(cls, v: int) -> int:
-        if v < 2:
+    @model_validator(mode="after")
+    def _k_at_least_two(self):
+        if self.k < 2 and self.algorithm in GROUP_ALGORITHMS:
             raise ValueError(f"leave-one-out needs k >= 2 samples per prompt (the baseline of one sample "
-                             f"is the mean of the other k-1), got k={v}")
-        return v
+                             f"is the mean of the other k-1), got k={self.k}")
+        return self
     sample_every: int = Field(50, ge=1, description="Steps between printed sample completions.")
     eval_every: int | None = Field(20, ge=1, description="Steps between gold-judge evals (null: off).")
     eval_prompts: int = Field(128, ge=1, description="Held-out prompts used by the periodic eval.")

@@ -20,7 +20,8 @@ from rloo.errors import RlooError
 from rloo.eval.judge import evaluate_policy
 from rloo.models import frozen, load_policy, load_reward_model, save_pretrained_atomic
 from rloo.recipes.common import adamw, check_device, prepare_output_dir, seed_everything, warmup_constant
-from rloo.recipes.rl import Models, rloo_step
+from rloo.algorithms import make_algorithm
+from rloo.recipes.rl import Models
 from rloo.rewards import FunctionReward, RewardModelScorer
 from rloo.rollout import rollout
 from rloo.tasks import get_task
@@ -128,9 +129,9 @@ def _print_samples(step: int, roll, rewards, n: int = 2) -> None:
         say(f"  [step {step}] {roll.prompts[i]!r} -> {roll.completions[i]!r} (R={rewards[i].item():.3f})")
 
 
-def _train_state(opt, sched, gen, stream: PromptStream, skipped: int) -> dict:
+def _train_state(opt, sched, gen, stream: PromptStream, skipped: int, algo) -> dict:
     return {"optimizer": opt.state_dict(), "scheduler": sched.state_dict(), "rng": rng_state(gen),
-            "stream": [stream.epoch, stream.pos], "skipped_in_row": skipped}
+            "stream": [stream.epoch, stream.pos], "skipped_in_row": skipped, "algorithm": algo.state_dict()}
 
 
 def train(cfg: RLConfig, *, prompts: list[str] | None = None, reward_fn: Callable | None = None,
@@ -138,6 +139,9 @@ def train(cfg: RLConfig, *, prompts: list[str] | None = None, reward_fn: Callabl
     """RL fine-tuning of `cfg.policy`. `prompts` and `reward_fn(prompts, completions) -> floats`
     replace the built-in task's prompts and the reward model; without them the task provides both
     prompts and a gold judge for periodic evaluation."""
+    if cfg.algorithm == "dpo":  # offline: trains on preference pairs, not on samples
+        from rloo.recipes.dpo import train_dpo
+        return train_dpo(cfg, resume=resume, overwrite=overwrite)
     check_device(cfg.device)
     gen = seed_everything(cfg.seed)
     task = get_task(cfg.task)
@@ -150,17 +154,19 @@ def train(cfg: RLConfig, *, prompts: list[str] | None = None, reward_fn: Callabl
     out = prepare_output_dir(cfg, resume=resume, overwrite=overwrite)
     opt = adamw(models.policy.parameters(), cfg.lr)
     sched = warmup_constant(opt, cfg.warmup_steps)
+    algo = make_algorithm(cfg, models)   # the method's step, and its state (value model, baseline)
     start, skipped = 0, 0
     if ckpt is not None:
         st = load_state(ckpt)
         opt.load_state_dict(st["optimizer"]), sched.load_state_dict(st["scheduler"]), set_rng_state(st["rng"], gen)
         stream.epoch, stream.pos = st["stream"]
+        algo.load_state_dict(st.get("algorithm", {}))
         start, skipped = st["step"], st["skipped_in_row"]
         say(f"resuming from {ckpt} at step {start}")
-    return _loop(cfg, models, opt, sched, stream, gen, task, eval_examples, out, start, skipped)
+    return _loop(cfg, models, opt, sched, stream, gen, task, eval_examples, out, start, skipped, algo)
 
 
-def _loop(cfg, models, opt, sched, stream, gen, task, eval_examples, out, start, skipped) -> RLResult:
+def _loop(cfg, models, opt, sched, stream, gen, task, eval_examples, out, start, skipped, algo) -> RLResult:
     log, history = MetricsLogger(out), []
     bar = progress(cfg.steps, f"{cfg.algorithm}", initial=start)
 
@@ -170,14 +176,14 @@ def _loop(cfg, models, opt, sched, stream, gen, task, eval_examples, out, start,
 
     def checkpoint(step):
         return save_checkpoint(out, step, models.policy, models.tokenizer,
-                               _train_state(opt, sched, gen, stream, skipped), keep=cfg.keep_checkpoints)
+                               _train_state(opt, sched, gen, stream, skipped, algo), keep=cfg.keep_checkpoints)
 
     try:
         with _StopFlag() as stop:
             for step in range(start, cfg.steps):
                 if eval_examples is not None and cfg.eval_every and step % cfg.eval_every == 0:
                     record(step, _eval(models, task, eval_examples, cfg))
-                stats, roll, rewards = rloo_step(models, opt, stream.next(), cfg, gen)
+                stats, roll, rewards = algo.step(models, opt, stream.next(), cfg, gen)
                 sched.step()
                 skipped = skipped + 1 if stats["guard/skipped"] else 0
                 if skipped >= cfg.max_skipped_steps:
