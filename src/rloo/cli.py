@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from rloo.config import (EvalConfig, PipelineConfig, RewardConfig, RLConfig, SFTConfig, describe_fields,
-                         load_config)
+from rloo.config import (CompareConfig, EvalConfig, PipelineConfig, RewardConfig, RLConfig, SFTConfig,
+                         describe_fields, load_config)
 from rloo.errors import RlooError
 
 EXAMPLES = {
@@ -16,6 +16,8 @@ EXAMPLES = {
     "reward": "rloo reward sft_model=runs/sft/model output_dir=runs/rm",
     "train": "rloo train policy=runs/sft/model reward_model=runs/rm/model k=4 beta=0.05",
     "eval": "rloo eval policy=runs/rl/model baseline=runs/sft/model",
+    "compare": "rloo compare --quick                # every method, minutes\n"
+               "  rloo compare tasks=[summarize] seeds=[0,1] output_dir=runs/cmp",
 }
 
 
@@ -44,12 +46,20 @@ def _run_pipeline(cfg, args):
     pipeline(cfg, overwrite=args.overwrite)
 
 
+def _run_compare(cfg, args):
+    from rloo.recipes.compare import compare
+    if args.quick:
+        cfg = cfg.model_copy(update={"quick": True})
+    compare(cfg, overwrite=args.overwrite)
+
+
 COMMANDS = {
     "pipeline": (PipelineConfig, _run_pipeline),
     "sft": (SFTConfig, _run_sft),
     "reward": (RewardConfig, _run_reward),
     "train": (RLConfig, _run_train),
     "eval": (EvalConfig, _run_eval),
+    "compare": (CompareConfig, _run_compare),
 }
 
 
@@ -67,6 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--help-config", action="store_true", help="list every config key with its default")
         if name == "train":
             sp.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in output_dir")
+        if name == "compare":
+            sp.add_argument("--quick", action="store_true", help="tiny settings: every method in minutes")
     return p
 
 

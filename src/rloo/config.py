@@ -204,6 +204,41 @@ class PipelineConfig(_Run):
         return sft, rm, rl, ev
 
 
+COMPARE_METHODS = ("rloo", "rloo_k2", "reinforce", "vanilla_pg", "ppo", "ppo_lambda1", "grpo", "raft", "dpo",
+                   "rloo_token_kl", "rloo_k3_kl", "rloo_clip")
+"""Methods `rloo compare` knows: an algorithm plus overrides (rloo.recipes.compare.METHODS)."""
+
+
+class CompareConfig(_Strict):
+    """`rloo compare`: methods x tasks x seeds under the same sample budget, one report folder."""
+
+    methods: list[str] = Field(list(COMPARE_METHODS), description="Methods to compare: " + ", ".join(COMPARE_METHODS))
+    tasks: list[Literal["summarize", "dialogue"]] = Field(["summarize", "dialogue"], description="Built-in tasks.")
+    seeds: list[int] = Field([0, 1, 2], description="One SFT model, reward model and run of each method per seed.")
+    quick: bool = Field(False, description="Tiny settings (smoke run, minutes): overrides the sections below.")
+    output_dir: Path = Field(Path("runs/compare"), description="Runs in runs/, the report in report/.")
+    device: str = Field("cpu", description="torch device.")
+    max_prompt_tokens: int = Field(64, ge=1)
+    max_response_tokens: int = Field(32, ge=1)
+    sft: SFTSettings = Field(default_factory=SFTSettings)
+    reward: RewardSettings = Field(default_factory=RewardSettings)
+    rl: RLSettings = Field(default_factory=RLSettings, description="Shared by every method; steps x batch_size x k "
+                                                                  "is the sample budget of each.")
+    eval: EvalSettings = Field(default_factory=EvalSettings)
+    variance_batches: int = Field(24, ge=0, description="Independent batches per gradient-variance estimate (< 2: skip).")
+    variance_samples: int = Field(32, ge=4, description="Completions per batch in the gradient-variance measurement.")
+    weak_sft_fraction: float = Field(0.05, gt=0, le=1, description="Weak starting model: SFT on this share of the "
+                                                                  "SFT data, one epoch.")
+
+    @field_validator("methods")
+    @classmethod
+    def _known(cls, v: list[str]) -> list[str]:
+        bad = [m for m in v if m not in COMPARE_METHODS]
+        if bad or not v:
+            raise ValueError(f"unknown method(s) {bad}; choose from {', '.join(COMPARE_METHODS)}")
+        return v
+
+
 C = TypeVar("C", bound=BaseModel)
 
 
