@@ -145,13 +145,26 @@ def test_cli_every_method_on_the_dialogue_task(algorithm, tiny_dialogue_dir, tmp
 
 
 def test_dpo_uses_the_reward_models_pairs(tiny_model_dir, tmp_path):
-    from rloo.recipes.reward import preference_pairs
-    task = get_task("summarize")
-    # the reward model trains on preference_pairs(task, num_pairs + eval_pairs, seed)[:num_pairs]
-    assert preference_pairs(task, 5, 3) == preference_pairs(task, 9, 3)[:5]
-    cfg = _cfg(tiny_model_dir, tmp_path / "dpo", algorithm="dpo", eval_prompts=4,
+    from rloo.recipes.dpo import load_pairs
+    rm_dir = tmp_path / "reward"
+    (rm_dir / "model").mkdir(parents=True)
+    pairs = [["post : job rent tl;dr :", "job rent", "exam"], ["post : exam car tl;dr :", "exam car", "job"]] * 4
+    (rm_dir / "pairs.jsonl").write_text("".join(json.dumps(p) + "\n" for p in pairs))
+    cfg = _cfg(tiny_model_dir, tmp_path / "dpo", algorithm="dpo", eval_prompts=4, reward_model=str(rm_dir / "model"),
                algo={"dpo_pairs": 8, "dpo_batch_size": 4}, eval={"batch_size": 4})
-    result = train(cfg)
+    assert load_pairs(cfg, get_task("summarize")) == [tuple(p) for p in pairs]
+    # no reward model here (the folder has none), so train without it: fresh reference pairs
+    result = train(cfg.model_copy(update={"reward_model": None}))
     losses = [h["loss/dpo"] for h in result.history if "loss/dpo" in h]
     assert len(losses) == 2 and losses[0] == pytest.approx(math.log(2), abs=1e-4)  # policy == ref at start
     assert _changed(tiny_model_dir, result.model_path)
+
+
+def test_reward_stage_writes_the_pairs_dpo_reads(tiny_model_dir, tmp_path):
+    from rloo.config import RewardConfig
+    from rloo.recipes.reward import train_reward
+    cfg = RewardConfig(sft_model=str(tiny_model_dir), output_dir=tmp_path / "rm", num_pairs=16, eval_pairs=4,
+                       epochs=1, batch_size=8)
+    train_reward(cfg)
+    lines = (tmp_path / "rm" / "pairs.jsonl").read_text().splitlines()
+    assert len(lines) == 16 and len(json.loads(lines[0])) == 3

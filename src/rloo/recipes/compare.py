@@ -8,13 +8,17 @@ For every task and seed:
      win rate against the references and head to head against the SFT model (gold judge)
   4. gradient variance of the estimators at the SFT model and at a deliberately weak model
 The report (table, plots) is written by rloo.eval.compare_report from the per-run result files,
-so an interrupted comparison continues where it stopped (finished runs are skipped).
+so an interrupted comparison continues where it stopped (finished runs are skipped), and several
+processes started with the same command share the work (each takes the (task, seed) cells no live
+process has claimed); the last one to finish writes the complete report.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -49,7 +53,7 @@ METHODS: dict[str, tuple[str, dict]] = {
 }
 
 QUICK = {
-    "sft": {"num_examples": 1500, "epochs": 1, "arch": {"hidden_size": 64, "num_layers": 2, "num_heads": 2,
+    "sft": {"num_examples": 2000, "epochs": 3, "arch": {"hidden_size": 64, "num_layers": 2, "num_heads": 2,
                                                         "intermediate_size": 128}},
     "reward": {"num_pairs": 800, "eval_pairs": 100, "epochs": 1},
     "rl": {"steps": 12, "batch_size": 8, "k": 4, "eval_every": 6, "eval_prompts": 32, "save_every": None},
@@ -174,12 +178,38 @@ def compare(cfg: CompareConfig, *, overwrite: bool = False) -> Path:
     t0 = time.perf_counter()
     for task_name in cfg.tasks:
         for seed in cfg.seeds:
-            run_cell(cfg, task_name, seed, out / "runs")
+            with _claim(out / "runs" / task_name / f"seed-{seed}") as mine:
+                if mine:
+                    run_cell(cfg, task_name, seed, out / "runs")
         if cfg.variance_batches >= 2:
-            variance_cell(cfg, task_name, cfg.seeds[0], out / "runs")
+            with _claim(out / "runs" / task_name / "variance") as mine:
+                if mine:
+                    variance_cell(cfg, task_name, cfg.seeds[0], out / "runs")
     report = write_report(cfg, out)
     say(f"compare: report in {report} ({time.perf_counter() - t0:.0f}s this invocation)")
     return report
+
+
+@contextmanager
+def _claim(cell: Path):
+    """Lets several `rloo compare` processes on one output_dir share the cells: a cell whose claim
+    file names a live process is left to it. A claim of a dead process (a killed run) is taken over."""
+    cell.mkdir(parents=True, exist_ok=True)
+    lock = cell / ".claim"
+    try:
+        other = int(lock.read_text())
+        os.kill(other, 0)
+        if other != os.getpid():
+            say(f"compare: {cell} is being run by process {other}; skipping it here")
+            yield False
+            return
+    except (FileNotFoundError, ValueError, ProcessLookupError):
+        pass
+    lock.write_text(str(os.getpid()))
+    try:
+        yield True
+    finally:
+        lock.unlink(missing_ok=True)
 
 
 def _dump(cfg: CompareConfig) -> str:

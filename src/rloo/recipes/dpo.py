@@ -1,14 +1,18 @@
 """DPO (Rafailov et al. 2023) on the preference pairs the reward model was trained on.
 
 Offline: nothing is sampled during training.
-  1. the first `algo.dpo_pairs` pairs of `preference_pairs(task, ., seed)`: with the same seed and
-     count these are exactly the reward model's training pairs
+  1. the reward model's training pairs (pairs.jsonl next to cfg.reward_model, written by
+     `rloo reward`), at most `algo.dpo_pairs` of them; without a reward model, fresh reference
+     pairs from `preference_pairs(task, algo.dpo_pairs, seed)`
   2. the frozen reference is the SFT model (cfg.policy); its log-probs are computed once
   3. dpo_epochs passes of the DPO loss (eq. 7) over shuffled batches of pairs
 Periodic and final evaluations are the online loop's (same prompts, same judge, same sampling).
 """
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import torch
 
@@ -39,6 +43,17 @@ def _pair_logprobs(model, prompts, comps, idx, device):
     return seq[: len(idx)], seq[len(idx):]
 
 
+def load_pairs(cfg: RLConfig, task) -> list[tuple[str, str, str]]:
+    """The reward model's own training pairs when it has them, else fresh reference pairs."""
+    path = Path(cfg.reward_model).parent / "pairs.jsonl" if cfg.reward_model else None
+    if path is not None and path.exists():
+        pairs = [tuple(json.loads(line)) for line in path.read_text().splitlines() if line.strip()]
+        return pairs[: cfg.algo.dpo_pairs]
+    say(f"dpo: no reward-model pairs found{f' at {path}' if path else ''}; labeling "
+        f"{cfg.algo.dpo_pairs} fresh reference pairs")
+    return preference_pairs(task, cfg.algo.dpo_pairs, cfg.seed)
+
+
 def _load(cfg: RLConfig) -> Models:
     policy, tok = load_policy(cfg.policy, device=cfg.device)
     ref = frozen(load_policy(cfg.policy, device=cfg.device)[0])
@@ -64,7 +79,7 @@ def train_dpo(cfg: RLConfig, *, resume: bool = False, overwrite: bool = False):
     models = _load(cfg)
     out = prepare_output_dir(cfg, overwrite=overwrite)
     # 1. the reward model's pairs (same seed, same first n), and the reference's log-probs once
-    pairs = preference_pairs(task, cfg.algo.dpo_pairs, cfg.seed)
+    pairs = load_pairs(cfg, task)
     prompts, comps = _encode(models.tokenizer, pairs, cfg)
     with torch.no_grad():
         ref = [_pair_logprobs(models.ref, prompts, comps, idx, device)
