@@ -221,8 +221,11 @@ class Checkpointer:
     this is how a checkpoint "from before the problem" is written after the problem.
     """
 
-    def __init__(self, out: Path, cfg, policy, tokenizer, opt, sched, gen, stream, prompts: list[str]):
+    def __init__(self, out: Path, cfg, policy, tokenizer, opt, sched, gen, stream, prompts: list[str], algo=None):
         self.out, self.cfg, self.policy, self.tokenizer = Path(out), cfg, policy, tokenizer
+        # the algorithm's own state (moving-average baseline, value model + optimizer); it is taken
+        # at save time: it changes only inside a step, together with the policy's weights
+        self.algo = algo
         self.opt, self.sched, self.gen, self.stream = opt, sched, gen, stream
         self.prompts_sha = prompts_digest(prompts)
         self.counters = {"updates": 0, "skipped_in_row": 0, "skipped_total": 0, "prompts_truncated": 0}
@@ -236,6 +239,7 @@ class Checkpointer:
         if snap["counters"]["updates"] != self.counters["updates"]:
             raise AssertionError("the weights changed since this snapshot; it cannot be saved with them")
         state = snap | {"optimizer": self.opt.state_dict(), "prompts_sha": self.prompts_sha,
+                        "algorithm": self.algo.state_dict() if self.algo is not None else {},
                         "config": json.dumps(self.cfg.model_dump(mode="json"))}
         return save_checkpoint(self.out, snap["step"], self.policy, self.tokenizer, state,
                                keep=self.cfg.keep_checkpoints)
@@ -259,6 +263,8 @@ class Checkpointer:
             group["lr"] = base * f(self.sched.last_epoch)
         self.sched._last_lr = [g["lr"] for g in self.opt.param_groups]
         set_rng_state(state["rng"], self.gen)
+        if self.algo is not None:
+            self.algo.load_state_dict(state.get("algorithm", {}))
         self.stream.seek(*state["stream"])
         self.counters = dict(state["counters"])
         self.streak_start = state.get("streak_start")

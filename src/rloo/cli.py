@@ -6,8 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from rloo.config import (BenchConfig, EvalConfig, PipelineConfig, RewardConfig, RLConfig, SFTConfig, describe_fields,
-                         load_config)
+from rloo.config import (BenchConfig, CompareConfig, EvalConfig, PipelineConfig, RewardConfig, RLConfig,
+                         SFTConfig, describe_fields, load_config)
 from rloo.errors import RlooError
 
 EXAMPLES = {
@@ -18,6 +18,8 @@ EXAMPLES = {
     "train": "rloo train policy=runs/sft/model reward_model=runs/rm/model k=4 beta=0.05",
     "eval": "rloo eval policy=runs/rl/model baseline=runs/sft/model",
     "bench": "rloo bench shapes=[S,M] steps=5 output_dir=runs/bench",
+    "compare": "rloo compare --quick                # every method, minutes\n"
+               "  rloo compare tasks=[summarize] seeds=[0,1] output_dir=runs/cmp",
 }
 
 
@@ -51,6 +53,13 @@ def _run_bench(cfg, args):
     run_bench(cfg)
 
 
+def _run_compare(cfg, args):
+    from rloo.recipes.compare import compare
+    if args.quick:
+        cfg = cfg.model_copy(update={"quick": True})
+    compare(cfg, overwrite=args.overwrite)
+
+
 COMMANDS = {
     "pipeline": (PipelineConfig, _run_pipeline),
     "sft": (SFTConfig, _run_sft),
@@ -58,6 +67,7 @@ COMMANDS = {
     "train": (RLConfig, _run_train),
     "eval": (EvalConfig, _run_eval),
     "bench": (BenchConfig, _run_bench),
+    "compare": (CompareConfig, _run_compare),
 }
 
 
@@ -75,6 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--help-config", action="store_true", help="list every config key with its default")
         if name == "train":
             sp.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in output_dir")
+        if name == "compare":
+            sp.add_argument("--quick", action="store_true", help="tiny settings: every method in minutes")
     return p
 
 

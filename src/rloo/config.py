@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from rloo.errors import ConfigError
 
@@ -56,13 +56,49 @@ class RewardSettings(_Strict):
     lr: float = Field(1e-3, gt=0)
 
 
+ALGORITHMS = ("rloo", "reinforce", "vanilla_pg", "ppo", "grpo", "raft", "dpo")
+GROUP_ALGORITHMS = ("rloo", "grpo")  # their baselines come from the other samples of the same prompt
+
+
+class AlgoSettings(_Strict):
+    """Knobs of the methods compared with RLOO, and RLOO's ablations. Plain RLOO ignores them
+    unless an ablation is switched on (kl_level, kl_estimator, rloo_clip)."""
+
+    kl_estimator: Literal["k1", "k3"] = Field("k1", description="KL estimator in the shaped reward (k3: "
+                                              "lower-variance, Schulman 2020). RLOO ablation when k3.")
+    kl_level: Literal["sequence", "token"] = Field("sequence", description="RLOO ablation: 'token' gives each "
+                                                   "token only the KL penalty of itself and later tokens.")
+    rloo_clip: bool = Field(False, description="RLOO ablation: PPO ratio + clipping on top of RLOO "
+                                               "(ppo_epochs x num_minibatches updates per batch).")
+    baseline_momentum: float = Field(0.9, ge=0, lt=1, description="reinforce: moving-average baseline momentum (eq. 3).")
+    gamma: float = Field(1.0, gt=0, le=1, description="ppo/vanilla_pg: discount of GAE.")
+    gae_lambda: float = Field(0.95, ge=0, le=1, description="ppo: GAE lambda (vanilla_pg always uses 1).")
+    clip_eps: float = Field(0.2, gt=0, description="ppo/grpo/rloo_clip: ratio clip range.")
+    ppo_epochs: int = Field(2, ge=1, description="ppo/grpo/rloo_clip: passes over each batch of samples.")
+    num_minibatches: int = Field(2, ge=1, description="ppo/grpo/rloo_clip: minibatches per pass.")
+    value_model: Literal["separate", "head"] = Field("separate", description="ppo/vanilla_pg: a separate value "
+                                                     "model (from the reward model) or a head on the policy.")
+    value_lr: float = Field(1e-4, gt=0, description="ppo/vanilla_pg: learning rate of the value model/head.")
+    vf_coef: float = Field(0.5, ge=0, description="ppo/vanilla_pg with value_model=head: weight of the value loss.")
+    value_clip_eps: float | None = Field(0.2, description="ppo: value clipping range (null: off).")
+    whiten_advantages: bool = Field(True, description="ppo/vanilla_pg: normalise GAE advantages per batch.")
+    dpo_beta: float = Field(0.1, gt=0, description="dpo: beta of the DPO loss.")
+    dpo_pairs: int = Field(6000, ge=1, description="dpo: preference pairs (the reward model's first pairs).")
+    dpo_epochs: int = Field(1, ge=1, description="dpo: passes over the pairs.")
+    dpo_batch_size: int = Field(64, ge=1, description="dpo: pairs per optimizer step.")
+    dpo_lr: float = Field(1e-4, gt=0, description="dpo: learning rate.")
+
+
 class RLSettings(_Strict):
     """Hyperparameters of the RL stage (RLOO by default, eq. 1, 4, 5)."""
 
-    algorithm: Literal["rloo"] = Field("rloo", description="The online method. The paper's RLOO.")
+    algorithm: Literal["rloo", "reinforce", "vanilla_pg", "ppo", "grpo", "raft", "dpo"] = Field(
+        "rloo", description="The method: rloo (the paper's, default), reinforce (moving-average baseline), "
+                            "vanilla_pg, ppo, grpo, raft, dpo (offline, on the reward model's pairs).")
+    algo: AlgoSettings = Field(default_factory=AlgoSettings, description="Settings of the other methods.")
     steps: int = Field(100, ge=1, description="Optimizer steps (one fresh batch of samples each).")
     batch_size: int = Field(16, ge=1, description="Prompts per step (B); N = B*k completions.")
-    k: int = Field(4, description="Samples per prompt for the leave-one-out baseline (eq. 4), >= 2.")
+    k: int = Field(4, ge=1, description="Samples per prompt for the leave-one-out baseline (eq. 4), >= 2.")
     beta: float = Field(0.25, ge=0, description="KL coefficient in the shaped reward (eq. 1).")
     lr: float = Field(1e-4, gt=0, description="AdamW learning rate (constant after warm-up).")
     warmup_steps: int = Field(10, ge=0)
@@ -78,13 +114,12 @@ class RLSettings(_Strict):
         True, description="Compute each prompt once per group of k (generation, reference, reward model, "
                           "policy forward and backward); the same math as k copies, less compute.")
 
-    @field_validator("k")
-    @classmethod
-    def _k_at_least_two(cls, v: int) -> int:
-        if v < 2:
+    @model_validator(mode="after")
+    def _k_at_least_two(self):
+        if self.k < 2 and self.algorithm in GROUP_ALGORITHMS:
             raise ValueError(f"leave-one-out needs k >= 2 samples per prompt (the baseline of one sample "
-                             f"is the mean of the other k-1), got k={v}")
-        return v
+                             f"is the mean of the other k-1), got k={self.k}")
+        return self
     sample_every: int = Field(50, ge=1, description="Steps between printed sample completions.")
     eval_every: int | None = Field(20, ge=1, description="Steps between gold-judge evals (null: off).")
     eval_prompts: int = Field(128, ge=1, description="Held-out prompts used by the periodic eval.")
@@ -187,6 +222,41 @@ class BenchConfig(_Strict):
     trl: bool = Field(True, description="Run TRL's RLOOTrainer alongside (false: rloo only).")
     share_prompt: bool = Field(True, description="rloo's prompt-once-per-group fast path.")
     output_dir: Path = Field(Path("runs/bench"), description="Built models (assets/) and bench.json.")
+
+
+COMPARE_METHODS = ("rloo", "rloo_k2", "reinforce", "vanilla_pg", "ppo", "ppo_lambda1", "grpo", "raft", "dpo",
+                   "rloo_token_kl", "rloo_k3_kl", "rloo_clip")
+"""Methods `rloo compare` knows: an algorithm plus overrides (rloo.recipes.compare.METHODS)."""
+
+
+class CompareConfig(_Strict):
+    """`rloo compare`: methods x tasks x seeds under the same sample budget, one report folder."""
+
+    methods: list[str] = Field(list(COMPARE_METHODS), description="Methods to compare: " + ", ".join(COMPARE_METHODS))
+    tasks: list[Literal["summarize", "dialogue"]] = Field(["summarize", "dialogue"], description="Built-in tasks.")
+    seeds: list[int] = Field([0, 1, 2], description="One SFT model, reward model and run of each method per seed.")
+    quick: bool = Field(False, description="Tiny settings (smoke run, minutes): overrides the sections below.")
+    output_dir: Path = Field(Path("runs/compare"), description="Runs in runs/, the report in report/.")
+    device: str = Field("cpu", description="torch device.")
+    max_prompt_tokens: int = Field(64, ge=1)
+    max_response_tokens: int = Field(32, ge=1)
+    sft: SFTSettings = Field(default_factory=SFTSettings)
+    reward: RewardSettings = Field(default_factory=RewardSettings)
+    rl: RLSettings = Field(default_factory=RLSettings, description="Shared by every method; steps x batch_size x k "
+                                                                  "is the sample budget of each.")
+    eval: EvalSettings = Field(default_factory=EvalSettings)
+    variance_batches: int = Field(24, ge=0, description="Independent batches per gradient-variance estimate (< 2: skip).")
+    variance_samples: int = Field(32, ge=4, description="Completions per batch in the gradient-variance measurement.")
+    weak_sft_fraction: float = Field(0.05, gt=0, le=1, description="Weak starting model: SFT on this share of the "
+                                                                  "SFT data, one epoch.")
+
+    @field_validator("methods")
+    @classmethod
+    def _known(cls, v: list[str]) -> list[str]:
+        bad = [m for m in v if m not in COMPARE_METHODS]
+        if bad or not v:
+            raise ValueError(f"unknown method(s) {bad}; choose from {', '.join(COMPARE_METHODS)}")
+        return v
 
 
 C = TypeVar("C", bound=BaseModel)

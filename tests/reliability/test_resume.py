@@ -9,7 +9,8 @@ import signal
 
 import pytest
 
-import rloo.recipes.online as online
+import rloo.recipes.online as online  # noqa: F401
+import rloo.recipes.rl as rl
 from rloo import RLConfig, train
 from rloo.checkpoint import latest_checkpoint, list_checkpoints, load_state, step_of
 from rloo.errors import Interrupted, RlooError
@@ -21,7 +22,7 @@ from ._helpers import PROMPTS, assert_params_moved, assert_same_params, metric_s
 def _signal_after(monkeypatch, at_step: int, signum=signal.SIGTERM):
     """Deliver `signum` to this process in the middle of step `at_step` (1-based)."""
     calls = {"n": 0}
-    real = online.rloo_step
+    real = rl.rloo_step  # make_algorithm looks it up when the run starts
 
     def step(*a, **kw):
         calls["n"] += 1
@@ -29,7 +30,7 @@ def _signal_after(monkeypatch, at_step: int, signum=signal.SIGTERM):
         if calls["n"] == at_step:
             os.kill(os.getpid(), signum)
         return out
-    monkeypatch.setattr(online, "rloo_step", step)
+    monkeypatch.setattr(rl, "rloo_step", step)
 
 
 def test_training_moves_the_parameters(reference, tiny_model_dir):

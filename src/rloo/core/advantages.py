@@ -129,3 +129,26 @@ def whiten(x: Tensor, mask: Tensor, eps: float = 1e-8) -> Tensor:
     var = masked_mean((x - mean) ** 2, mask)
     out = (x - mean) * torch.rsqrt(var + eps)
     return torch.where(mask, out, torch.zeros_like(out))
+
+
+def leave_one_out_token_kl(scores: Tensor, kl: Tensor, mask: Tensor, beta: float, k: int) -> Tensor:
+    """RLOO with a token-level KL penalty (ablation of eq. 1, 4): per-token advantages.
+
+    scores: (N,) with N = B*K rows grouped by prompt; kl: (N, T) per-token KL estimates; mask:
+    (N, T) bool, True = real token -> (N, T), zero on padding.
+        G_{i,t} = score_i - beta * sum_{s >= t} kl_{i,s}     (KL as per-token reward, reward-to-go)
+        b_i     = mean_{j != i} R_j,  R_j = score_j - beta * sum_s kl_{j,s}   (eq. 4)
+        A_{i,t} = G_{i,t} - b_i
+    A token is only charged the KL of itself and later tokens (earlier ones do not depend on it),
+    while the score stays a whole-response reward; at t = 0 this is eq. (4)'s advantage.
+    """
+    _check_mask(kl, mask)
+    if scores.shape != kl.shape[:1]:
+        raise ValueError(f"scores must be (N,) = ({kl.shape[0]},), got {tuple(scores.shape)}")
+    zero = torch.zeros((), dtype=kl.dtype, device=kl.device)
+    kl = torch.where(mask, kl.detach(), zero)
+    to_go = kl.flip(-1).cumsum(-1).flip(-1)                       # sum_{s >= t} kl_s
+    totals = scores.detach() - beta * to_go[:, 0]                   # R_i of eq. (1)
+    baseline = totals - leave_one_out(totals.view(-1, k)).view(-1)  # b_i = R_i - A_i
+    advantages = scores.detach()[:, None] - beta * to_go - baseline[:, None]
+    return torch.where(mask, advantages, zero)

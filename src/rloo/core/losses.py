@@ -193,3 +193,50 @@ def raft_select(rewards: Tensor) -> Tensor:
     if rewards.dim() != 2 or rewards.shape[1] < 1:
         raise ValueError(f"raft_select expects rewards of shape (B, K) with K >= 1, got {tuple(rewards.shape)}")
     return torch.argmax(rewards, dim=1)  # documented to return the first maximum
+
+
+def token_policy_gradient_loss(logprobs: Tensor, advantages: Tensor, mask: Tensor) -> tuple[Tensor, Stats]:
+    """Per-token REINFORCE without a ratio: -mean over real tokens of A_t * log pi(y_t | ...).
+
+    The 'vanilla policy gradient' of Ahmadian et al. 2024 (sec. 3): PPO's objective with no
+    ratio to an old policy and no clipping (Williams 1992 with per-token advantages, e.g. GAE
+    with lambda = 1). logprobs, advantages: (N, T); mask: (N, T) bool, True = real token.
+    stats: "loss/policy".
+    """
+    _check_same_shape(logprobs=logprobs, advantages=advantages)
+    loss = -masked_mean(advantages.detach() * logprobs, mask)
+    return loss, {"loss/policy": loss.detach()}
+
+
+def sequence_sum_policy_gradient_loss(logprobs: Tensor, advantages: Tensor, mask: Tensor) -> tuple[Tensor, Stats]:
+    """REINFORCE with per-token advantages, summed over a completion's tokens and averaged over
+    completions: -mean_i sum_t A_{i,t} log pi(y_{i,t} | ...). With A_{i,t} = A_i for every t this
+    is exactly eq. (5)'s loss (policy_gradient_loss). logprobs, advantages: (N, T); mask (N, T)
+    bool, True = real token. stats: "loss/policy"."""
+    _check_same_shape(logprobs=logprobs, advantages=advantages)
+    kept = torch.where(mask, advantages.detach() * logprobs, torch.zeros((), dtype=logprobs.dtype))
+    loss = -kept.sum(-1).mean()
+    return loss, {"loss/policy": loss.detach()}
+
+
+def grpo_loss(
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    ref_logprobs: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    clip_eps: float,
+    beta: float,
+) -> tuple[Tensor, Stats]:
+    """GRPO objective (Shao et al. 2024, DeepSeekMath eq. 3), negated for descent.
+
+    loss = ppo_clip_loss(logprobs, old_logprobs, A, mask) + beta * mean_t k3(pi, pi_ref)_t, with
+    A (N,) the group-normalized advantage shared by every token of a completion and the KL to the
+    reference in the loss (the unbiased k3 estimator, DeepSeekMath eq. 4), not in the reward.
+    Tokens are averaged over the whole batch. logprobs, old_logprobs, ref_logprobs, mask: (N, T).
+    stats: ppo_clip_loss's plus "loss/kl" (the mean k3 term, before beta).
+    """
+    policy_loss, stats = ppo_clip_loss(logprobs, old_logprobs, advantages, mask, clip_eps)
+    log_ratio = ref_logprobs.detach() - logprobs
+    kl = masked_mean(torch.expm1(log_ratio) - log_ratio, mask)  # k3, Schulman 2020
+    return policy_loss + beta * kl, stats | {"loss/kl": kl.detach()}

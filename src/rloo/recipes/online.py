@@ -22,7 +22,8 @@ from rloo.errors import Interrupted, NonFiniteError, RlooError
 from rloo.eval.judge import evaluate_policy
 from rloo.models import frozen, load_policy, load_reward_model, save_pretrained_atomic
 from rloo.recipes.common import adamw, check_device, prepare_output_dir, seed_everything, warmup_constant
-from rloo.recipes.rl import Models, rloo_step
+from rloo.algorithms import make_algorithm
+from rloo.recipes.rl import Models
 from rloo.rewards import FunctionReward, RewardModelScorer
 from rloo.rollout import rollout
 from rloo.tasks import get_task
@@ -152,6 +153,9 @@ def train(cfg: RLConfig, *, prompts: list[str] | None = None, reward_fn: Callabl
     replace the built-in task's prompts and the reward model; without them the task provides both
     prompts and a gold judge for periodic evaluation. `resume` continues from the newest whole
     checkpoint in `cfg.output_dir` (exactly: same parameters as a run that never stopped)."""
+    if cfg.algorithm == "dpo":  # offline: trains on preference pairs, not on samples
+        from rloo.recipes.dpo import train_dpo
+        return train_dpo(cfg, resume=resume, overwrite=overwrite)
     check_device(cfg.device)
     gen = seed_everything(cfg.seed)
     task = get_task(cfg.task)
@@ -164,7 +168,8 @@ def train(cfg: RLConfig, *, prompts: list[str] | None = None, reward_fn: Callabl
     out = prepare_output_dir(cfg, resume=resume, overwrite=overwrite, can_resume=True)
     opt = adamw(models.policy.parameters(), cfg.lr)
     sched = warmup_constant(opt, cfg.warmup_steps)
-    ck = Checkpointer(out, cfg, models.policy, models.tokenizer, opt, sched, gen, stream, stream.prompts)
+    algo = make_algorithm(cfg, models)   # the method's step, and its state (value model, baseline)
+    ck = Checkpointer(out, cfg, models.policy, models.tokenizer, opt, sched, gen, stream, stream.prompts, algo=algo)
     start = 0
     if state is not None:
         start = ck.restore(state)
@@ -202,7 +207,7 @@ def _loop(cfg, models, ck: Checkpointer, task, eval_examples, start: int) -> RLR
                 if eval_examples is not None and cfg.eval_every and step % cfg.eval_every == 0:
                     record(step, _eval(models, task, eval_examples, cfg))
                 try:
-                    stats, roll, rewards = rloo_step(models, opt, stream.next(), cfg, gen=ck.gen)
+                    stats, roll, rewards = ck.algo.step(models, opt, stream.next(), cfg, ck.gen)
                 except RlooError as e:  # raised before the update, so `pre` still matches the weights
                     path = ck.save(pre)
                     raise type(e)(f"{e} (at step {step + 1}; checkpoint from before it: {path}; "

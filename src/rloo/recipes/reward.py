@@ -112,6 +112,8 @@ def train_reward(cfg: RewardConfig, *, overwrite: bool = False) -> RewardResult:
     sampler = policy_sampler(cfg.sft_model, cfg, gen) if cfg.policy_pairs > 0 else None
     pairs = preference_pairs(task, cfg.num_pairs + cfg.eval_pairs, cfg.seed, sampler, cfg.policy_pairs)
     train_pairs, held_out = pairs[: cfg.num_pairs], pairs[cfg.num_pairs:]
+    # kept so that DPO can train on exactly these pairs (rloo.recipes.dpo)
+    (out / "pairs.jsonl").write_text("".join(json.dumps(p) + "\n" for p in train_pairs))
     prompts, comps = _encode(tokenizer, train_pairs, cfg)
     # 2. Bradley-Terry training
     total = cfg.epochs * -(-len(train_pairs) // cfg.batch_size)

@@ -1,0 +1,39 @@
+"""GRPO: group-relative policy optimization (Shao et al. 2024, DeepSeekMath sec. 4.1).
+
+  1. sample K completions per prompt and score them (the raw score: the KL is in the loss)
+  2. A_i = (score_i - mean of its group) / std of its group, the same on every token
+     (a group whose scores are all equal gets zeros, not NaN)
+  3. ppo_epochs x num_minibatches steps on the clipped surrogate + beta * k3 KL to the reference
+"""
+
+from __future__ import annotations
+
+import torch
+
+from rloo.algorithms.common import (Timer, guarded_step, mean_stats, minibatches, rollout_stats,
+                                    sample_and_score, sequence_rewards)
+from rloo.config import RLConfig
+from rloo.core.advantages import group_normalized
+from rloo.core.losses import grpo_loss
+from rloo.forward import completion_logprobs
+from rloo.recipes.rl import Models
+
+
+def grpo_step(models: Models, opt, prompts: list[str], cfg: RLConfig, gen: torch.Generator):
+    timer = Timer()
+    roll, scores, ref_lp = sample_and_score(models, prompts, cfg, gen, timer)
+    rewards, kl = sequence_rewards(scores, roll, ref_lp, cfg)   # logged only: GRPO's KL is in the loss
+    advantages = group_normalized(scores.view(-1, cfg.k)).view(-1)
+    old_lp, records, norms, skipped = roll.logprobs, [], [], False
+    params = list(models.policy.parameters())
+    for rows in minibatches(len(roll.prompts), cfg.algo.num_minibatches, cfg.algo.ppo_epochs, gen):
+        mask = roll.completion_mask[rows]
+        lp = completion_logprobs(models.policy, roll.prompt_ids[rows], roll.prompt_mask[rows],
+                                 roll.completion_ids[rows], mask, temperature=cfg.temperature)
+        loss, stats = grpo_loss(lp, old_lp[rows], ref_lp[rows], advantages[rows], mask, cfg.algo.clip_eps, cfg.beta)
+        norm, stepped = guarded_step(loss, params, opt, cfg.max_grad_norm)
+        records.append(stats), norms.append(norm)
+        skipped |= not stepped
+    timer.lap("update")
+    stats = mean_stats(records) | {"adv/std": advantages.std().item()}
+    return stats | rollout_stats(roll, scores, kl, rewards, max(norms), skipped, timer), roll, rewards

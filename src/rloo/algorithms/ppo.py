@@ -1,0 +1,142 @@
+"""PPO for RLHF (Schulman et al. 2017; Ouyang et al. 2022) and the paper's vanilla policy gradient.
+
+Token-level actions:
+  1. sample K completions per prompt, score them, reference log-probs
+  2. per-token reward: -beta * KL_t on every token, the reward-model score added at the last one
+  3. values V_t of the value model (a separate model, or a head on the policy); GAE(gamma, lambda)
+     gives advantages and returns; advantages are whitened per batch
+  4. ppo_epochs x num_minibatches steps on the clipped surrogate, the value model on its own loss
+Vanilla policy gradient (Ahmadian et al. 2024 sec. 3): the same with lambda = 1, one pass, no ratio
+and no clipping (`token_policy_gradient_loss`). The value model and its optimizer are algorithm
+state: `state_dict` holds them for checkpoints.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from rloo.algorithms.common import (Timer, guarded_step, mean_stats, minibatches, rollout_stats,
+                                    sample_and_score, sequence_rewards)
+from rloo.config import RLConfig
+from rloo.core.advantages import gae, whiten
+from rloo.core.kl import token_level_rewards
+from rloo.core.losses import ppo_clip_loss, token_policy_gradient_loss, value_loss
+from rloo.core.logprobs import token_logprobs
+from rloo.data.collate import position_ids
+from rloo.models import load_reward_model
+from rloo.recipes.rl import Models
+
+
+def _hidden(model, p_ids, p_mask, c_ids, c_mask, want_logits: bool):
+    """Final hidden states at the T positions that predict completion tokens, (N, T, H), and the
+    logits there (N, T, V) when asked. Position P-1+t sees the prompt and y_<t: the state of step t."""
+    ids, mask = torch.cat([p_ids, c_ids], 1), torch.cat([p_mask, c_mask], 1)
+    P, T = p_ids.shape[1], c_ids.shape[1]
+    kw = dict(input_ids=ids, attention_mask=mask.long(), position_ids=position_ids(mask), use_cache=False)
+    if want_logits:
+        out = model(**kw, output_hidden_states=True, logits_to_keep=T + 1)
+        return out.hidden_states[-1][:, P - 1: P - 1 + T], out.logits[:, :-1]
+    backbone = getattr(model, model.base_model_prefix)
+    return backbone(**kw).last_hidden_state[:, P - 1: P - 1 + T], None
+
+
+class ValueFunction:
+    """V(x, y_<t) per token. 'separate': its own model, started from the reward model (as in
+    Ouyang et al. 2022) or from the policy when the reward is a function; 'head': a linear head
+    on the policy's last hidden state, so the value loss also trains the policy's body."""
+
+    def __init__(self, cfg: RLConfig, models: Models):
+        self.kind = cfg.algo.value_model
+        if self.kind == "separate":
+            self.model, _ = load_reward_model(cfg.reward_model or cfg.policy, device=cfg.device)
+            self.model.train()
+            params = list(self.model.parameters())
+        else:
+            self.model = nn.Linear(models.policy.config.hidden_size, 1).to(cfg.device)
+            nn.init.zeros_(self.model.weight), nn.init.zeros_(self.model.bias)
+            params = list(self.model.parameters())
+        self.params = params
+        self.opt = torch.optim.AdamW(params, lr=cfg.algo.value_lr, betas=(0.9, 0.95))
+
+    def forward(self, policy, p_ids, p_mask, c_ids, c_mask, temperature: float) -> tuple[Tensor, Tensor]:
+        """(token log-probs (N, T), values (N, T)) in one pass of the policy (+ the value model)."""
+        hidden, logits = _hidden(policy, p_ids, p_mask, c_ids, c_mask, want_logits=True)
+        logprobs = token_logprobs(logits.float(), c_ids, temperature=temperature)
+        if self.kind == "head":
+            return logprobs, self.model(hidden).squeeze(-1).float()
+        v_hidden, _ = _hidden(self.model, p_ids, p_mask, c_ids, c_mask, want_logits=False)
+        return logprobs, self.model.score(v_hidden).squeeze(-1).float()
+
+    def state_dict(self) -> dict:
+        return {"value_model": self.model.state_dict(), "value_optimizer": self.opt.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.model.load_state_dict(state["value_model"])
+        self.opt.load_state_dict(state["value_optimizer"])
+
+
+class PPO:
+    """`vanilla=True` is the paper's vanilla policy gradient: lambda = 1, one pass, no ratio, no clip."""
+
+    def __init__(self, cfg: RLConfig, models: Models, vanilla: bool = False):
+        self.vanilla = vanilla
+        self.value = ValueFunction(cfg, models)
+        self.lam = 1.0 if vanilla else cfg.algo.gae_lambda
+        self.epochs, self.parts = (1, 1) if vanilla else (cfg.algo.ppo_epochs, cfg.algo.num_minibatches)
+
+    def state_dict(self) -> dict:
+        return self.value.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        if state:
+            self.value.load_state_dict(state)
+
+    def advantages(self, models: Models, roll, scores, ref_lp, cfg: RLConfig):
+        """Per-token rewards, old values, GAE advantages (whitened if configured) and returns."""
+        mask = roll.completion_mask
+        with torch.no_grad():
+            _, old_values = self.value.forward(models.policy, roll.prompt_ids, roll.prompt_mask,
+                                               roll.completion_ids, mask, cfg.temperature)
+        rewards = token_level_rewards(scores, roll.logprobs, ref_lp, mask, cfg.beta, cfg.algo.kl_estimator)
+        adv, returns = gae(rewards, old_values, mask, cfg.algo.gamma, self.lam)
+        if cfg.algo.whiten_advantages:
+            adv = whiten(adv, mask)
+        return adv, returns, old_values
+
+    def _losses(self, lp, values, rows, roll, adv, returns, old_values, cfg: RLConfig):
+        mask = roll.completion_mask[rows]
+        if self.vanilla:
+            pl, stats = token_policy_gradient_loss(lp, adv[rows], mask)
+        else:
+            pl, stats = ppo_clip_loss(lp, roll.logprobs[rows], adv[rows], mask, cfg.algo.clip_eps)
+        clip = None if self.vanilla else cfg.algo.value_clip_eps
+        vl, vstats = value_loss(values, returns[rows], mask, old_values[rows], clip)
+        return pl, vl, stats | vstats
+
+    def step(self, models: Models, opt, prompts: list[str], cfg: RLConfig, gen: torch.Generator):
+        timer = Timer()
+        roll, scores, ref_lp = sample_and_score(models, prompts, cfg, gen, timer)
+        seq_rewards, kl = sequence_rewards(scores, roll, ref_lp, cfg)
+        adv, returns, old_values = self.advantages(models, roll, scores, ref_lp, cfg)
+        records, norms, skipped = [], [], False
+        policy_params = list(models.policy.parameters())
+        for rows in minibatches(len(roll.prompts), self.parts, self.epochs, gen):
+            lp, values = self.value.forward(models.policy, roll.prompt_ids[rows], roll.prompt_mask[rows],
+                                            roll.completion_ids[rows], roll.completion_mask[rows], cfg.temperature)
+            pl, vl, stats = self._losses(lp, values, rows, roll, adv, returns, old_values, cfg)
+            if self.value.kind == "head":   # one backward: the value loss also shapes the shared body
+                self.value.opt.zero_grad(set_to_none=True)
+                norm, ok = guarded_step(pl + cfg.algo.vf_coef * vl, policy_params, opt, cfg.max_grad_norm)
+                if ok:
+                    self.value.opt.step()
+                self.value.opt.zero_grad(set_to_none=True)
+            else:
+                norm, ok = guarded_step(pl, policy_params, opt, cfg.max_grad_norm)
+                _, v_ok = guarded_step(vl, self.value.params, self.value.opt, cfg.max_grad_norm)
+                ok = ok and v_ok
+            records.append(stats), norms.append(norm)
+            skipped |= not ok
+        timer.lap("update")
+        stats = mean_stats(records) | {"value/mean": old_values[roll.completion_mask].mean().item()}
+        return stats | rollout_stats(roll, scores, kl, seq_rewards, max(norms), skipped, timer), roll, seq_rewards

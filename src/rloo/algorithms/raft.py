@@ -1,0 +1,38 @@
+"""RAFT: reward-ranked fine-tuning (Dong et al. 2023), as compared in Ahmadian et al. 2024.
+
+  1. sample K completions per prompt, score them, shaped reward R (eq. 1)
+  2. keep the highest-reward completion of each prompt (best-of-K, `raft_select`)
+  3. one supervised step on the kept completions: token-averaged negative log-likelihood
+The other K-1 samples only serve to rank; nothing is pushed down.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from rloo.algorithms.common import Timer, guarded_step, rollout_stats, sample_and_score, sequence_rewards
+from rloo.config import RLConfig
+from rloo.core.losses import raft_select, sft_loss
+from rloo.forward import completion_logprobs
+from rloo.recipes.rl import Models
+
+
+def raft_rows(rewards: torch.Tensor, k: int) -> torch.Tensor:
+    """Rows (B,) of the best completion of each prompt in a (N,) reward vector grouped by prompt."""
+    best = raft_select(rewards.view(-1, k))
+    return torch.arange(best.shape[0], device=rewards.device) * k + best
+
+
+def raft_step(models: Models, opt, prompts: list[str], cfg: RLConfig, gen: torch.Generator):
+    timer = Timer()
+    roll, scores, ref_lp = sample_and_score(models, prompts, cfg, gen, timer)
+    rewards, kl = sequence_rewards(scores, roll, ref_lp, cfg)
+    rows = raft_rows(rewards, cfg.k)
+    mask = roll.completion_mask[rows]
+    logprobs = completion_logprobs(models.policy, roll.prompt_ids[rows], roll.prompt_mask[rows],
+                                   roll.completion_ids[rows], mask, temperature=cfg.temperature)
+    loss, stats = sft_loss(logprobs, mask)
+    grad_norm, stepped = guarded_step(loss, list(models.policy.parameters()), opt, cfg.max_grad_norm)
+    timer.lap("update")
+    stats = {k: float(v) for k, v in stats.items()} | {"raft/kept_reward": rewards[rows].mean().item()}
+    return stats | rollout_stats(roll, scores, kl, rewards, grad_norm, not stepped, timer), roll, rewards

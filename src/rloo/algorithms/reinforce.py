@@ -1,0 +1,51 @@
+"""REINFORCE with a moving-average baseline (Williams 1992; Ahmadian et al. 2024 eq. 3).
+
+The whole response is one action, as in RLOO, but the baseline is a running average of past
+rewards instead of the other samples of the same prompt:
+  1. sample K completions per prompt, score them, shaped reward R (eq. 1)
+  2. A_i = R_i - b, with b the moving average of earlier batches' rewards (eq. 3)
+  3. one policy-gradient step on -mean_i A_i log pi(y_i|x) (eq. 5's loss)
+  4. b <- m * b + (1 - m) * mean(R)
+The baseline is state: it is saved in checkpoints (state_dict) so a resumed run continues it.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from rloo.algorithms.common import Timer, guarded_step, rollout_stats, sample_and_score, sequence_rewards
+from rloo.config import RLConfig
+from rloo.core.advantages import moving_average_advantages, moving_average_update
+from rloo.core.logprobs import sequence_logprobs
+from rloo.core.losses import policy_gradient_loss
+from rloo.forward import completion_logprobs
+from rloo.recipes.rl import Models
+
+
+class Reinforce:
+    def __init__(self, cfg: RLConfig):
+        self.momentum = cfg.algo.baseline_momentum
+        self.baseline: torch.Tensor | None = None   # None until the first batch has been seen
+
+    def state_dict(self) -> dict:
+        return {"baseline": self.baseline}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.baseline = state.get("baseline")
+
+    def step(self, models: Models, opt, prompts: list[str], cfg: RLConfig, gen: torch.Generator):
+        timer = Timer()
+        roll, scores, ref_lp = sample_and_score(models, prompts, cfg, gen, timer)
+        rewards, kl = sequence_rewards(scores, roll, ref_lp, cfg)
+        # The first batch has no past: it is centred on its own mean (a one-off warm start),
+        # afterwards the baseline only holds earlier batches, so it is independent of the samples.
+        baseline = rewards.mean() if self.baseline is None else self.baseline
+        advantages = moving_average_advantages(rewards, baseline)
+        logprobs = completion_logprobs(models.policy, roll.prompt_ids, roll.prompt_mask, roll.completion_ids,
+                                       roll.completion_mask, temperature=cfg.temperature)
+        loss, stats = policy_gradient_loss(sequence_logprobs(logprobs, roll.completion_mask), advantages)
+        grad_norm, stepped = guarded_step(loss, list(models.policy.parameters()), opt, cfg.max_grad_norm)
+        self.baseline = moving_average_update(baseline, rewards, self.momentum)
+        timer.lap("update")
+        stats = {k: float(v) for k, v in stats.items()} | {"reinforce/baseline": float(baseline)}
+        return stats | rollout_stats(roll, scores, kl, rewards, grad_norm, not stepped, timer), roll, rewards
