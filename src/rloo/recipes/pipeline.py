@@ -9,8 +9,8 @@ from dataclasses import asdict
 from rloo.config import PipelineConfig
 from rloo.eval.judge import paired_difference
 from rloo.eval.plots import plot_training
-from rloo.recipes.evaluate import evaluate
 from rloo.recipes.common import prepare_output_dir
+from rloo.recipes.evaluate import evaluate
 from rloo.recipes.online import train
 from rloo.recipes.reward import train_reward
 from rloo.recipes.sft import sft
