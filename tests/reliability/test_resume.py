@@ -110,3 +110,25 @@ def test_resume_with_a_new_lr_uses_it(reference, tiny_model_dir, tmp_path, capsy
     assert "changed settings (not an exact continuation): lr: 0.003 -> 0.001" in capsys.readouterr().err
     lrs = [h["lr"] for h in result.history if "lr" in h]
     assert len(lrs) == 2 and all(abs(lr - 1e-3) < 1e-12 for lr in lrs)   # warm-up (2 steps) is long over
+
+
+@pytest.mark.parametrize("algorithm", ["reinforce", "ppo"])
+def test_stateful_algorithms_resume_exactly(algorithm, tiny_model_dir, tmp_path, monkeypatch):
+    """The moving-average baseline (reinforce) and the value model + its optimizer (ppo) are part
+    of the checkpoint: an interrupted run still ends bitwise equal to an uninterrupted one."""
+    kw = dict(algorithm=algorithm, steps=4)
+    ref = tmp_path / "ref"
+    train(_cfg(tiny_model_dir, ref, **kw), prompts=PROMPTS, reward_fn=reward_short)
+    out = tmp_path / "run"
+    real_log = online.MetricsLogger.log
+
+    def log(self, step, metrics):
+        real_log(self, step, metrics)
+        if step == 3 and "reward/score" in metrics:
+            os.kill(os.getpid(), signal.SIGTERM)
+    monkeypatch.setattr(online.MetricsLogger, "log", log)
+    with pytest.raises(Interrupted, match="stopped at step 3/4"):
+        train(_cfg(tiny_model_dir, out, **kw), prompts=PROMPTS, reward_fn=reward_short)
+    monkeypatch.undo()
+    train(_cfg(tiny_model_dir, out, **kw), prompts=PROMPTS, reward_fn=reward_short, resume=True)
+    assert_same_params(ref / "model", out / "model")

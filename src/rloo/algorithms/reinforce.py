@@ -45,7 +45,8 @@ class Reinforce:
                                        roll.completion_mask, temperature=cfg.temperature)
         loss, stats = policy_gradient_loss(sequence_logprobs(logprobs, roll.completion_mask), advantages)
         grad_norm, stepped = guarded_step(loss, list(models.policy.parameters()), opt, cfg.max_grad_norm)
-        self.baseline = moving_average_update(baseline, rewards, self.momentum)
+        if stepped:  # a skipped (non-finite) step changes nothing, or NaN rewards would poison the baseline
+            self.baseline = moving_average_update(baseline, rewards, self.momentum)
         timer.lap("update")
         stats = {k: float(v) for k, v in stats.items()} | {"reinforce/baseline": float(baseline)}
         return stats | rollout_stats(roll, scores, kl, rewards, grad_norm, not stepped, timer), roll, rewards
