@@ -9,12 +9,13 @@ Unknown keys are errors. A config comes from defaults, then an optional YAML fil
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from rloo.errors import ConfigError
+from rloo.settings import DatasetSettings, LoraSettings
 
 TASK_NAMES = ("summarize", "dialogue")
 
@@ -126,6 +127,15 @@ class RLSettings(_Strict):
     save_every: int | None = Field(100, ge=1, description="Steps between checkpoints (null: only at the end).")
     keep_checkpoints: int = Field(2, ge=1, description="Newest checkpoints kept on disk.")
     max_skipped_steps: int = Field(5, ge=1, description="Non-finite steps in a row before the run stops.")
+    # -- scaling out (rloo.distributed, rloo.models, rloo.rollout.vllm) --
+    lora: LoraSettings | None = Field(None, description="Train LoRA adapters instead of all weights (needs peft).")
+    parallel: Literal["ddp", "fsdp"] = Field(
+        "ddp", description="Under torchrun: ddp replicates the policy, fsdp shards it (FSDP2, fully_shard).")
+    generation: Literal["sampler", "vllm"] = Field("sampler", description="Rollout backend: rloo's sampler or vLLM (GPU).")
+    vllm_gpu_memory_utilization: float = Field(0.3, gt=0, lt=1, description="GPU memory share vLLM may take.")
+    reward_weights: dict[str, float] = Field(
+        default_factory=dict, description="Weights when several reward sources are given: keys "
+                                          "'reward_model' or a reward_fn spec; default 1 each.")
 
 
 class EvalSettings(_Strict):
@@ -134,6 +144,9 @@ class EvalSettings(_Strict):
     num_prompts: int = Field(400, ge=1, description="Held-out prompts, each judged against its reference.")
     temperature: float = Field(1.0, gt=0, description="Sampling temperature of the evaluated policies.")
     batch_size: int = Field(128, ge=1)
+    judge: str | None = Field(
+        None, description="Who judges responses against references: null (the task's gold judge; the reward "
+                          "model when a dataset replaces the task), 'reward_model', or a module:function.")
 
 
 class _Run(_Strict):
@@ -143,6 +156,11 @@ class _Run(_Strict):
     device: str = Field("cpu", description="torch device: cpu, cuda, cuda:1, ...")
     max_prompt_tokens: int = Field(64, ge=1, description="Longer prompts keep their last tokens (counted).")
     max_response_tokens: int = Field(32, ge=1, description="Reference/preference responses are cut here.")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="Model weights: auto is bfloat16 on GPU, float32 on CPU.")
+    gradient_checkpointing: bool = Field(False, description="Recompute activations in backward to save memory.")
+    trust_remote_code: bool = Field(False, description="Run model code shipped with a Hub checkpoint (off unless asked).")
+    dataset: DatasetSettings | None = Field(None, description="Your own data instead of the built-in task's.")
 
 
 class SFTConfig(_Run, SFTSettings):
@@ -163,7 +181,9 @@ class RLConfig(_Run, RLSettings):
 
     policy: str = Field(..., description="Path of the starting (SFT) policy; also the frozen reference.")
     reward_model: str | None = Field(None, description="Path of the reward model.")
-    reward_fn: str | None = Field(None, description="A Python reward `module:function` (replaces reward_model).")
+    reward_fn: str | list[str] | None = Field(
+        None, description="Python reward(s) `module:function`; with reward_model too, the sources are summed "
+                          "with reward_weights.")
     eval: EvalSettings = Field(default_factory=EvalSettings)
 
 
@@ -195,7 +215,10 @@ class PipelineConfig(_Run):
 
     def stage_configs(self) -> tuple[SFTConfig, RewardConfig, RLConfig, EvalConfig]:
         """The four stage configs this pipeline runs, with their paths derived from output_dir."""
-        out, run = self.output_dir, dict(task=self.task, seed=self.seed, device=self.device)
+        out = self.output_dir
+        run = dict(task=self.task, seed=self.seed, device=self.device, dtype=self.dtype, dataset=self.dataset,
+                   gradient_checkpointing=self.gradient_checkpointing, trust_remote_code=self.trust_remote_code,
+                   max_prompt_tokens=self.max_prompt_tokens, max_response_tokens=self.max_response_tokens)
         sft = SFTConfig(**self.sft.model_dump(), **run, output_dir=out / "sft")
         rm = RewardConfig(**self.reward.model_dump(), **run, output_dir=out / "reward",
                           sft_model=str(out / "sft" / "model"))
@@ -328,7 +351,11 @@ def describe_fields(cls: type[BaseModel], prefix: str = "") -> list[str]:
     lines = []
     for name, f in cls.model_fields.items():
         ann = f.annotation
+        # optional sections (`dataset: DatasetSettings | None`) are listed key by key too
+        ann = next((a for a in get_args(ann) if isinstance(a, type) and issubclass(a, BaseModel)), ann)
         if isinstance(ann, type) and issubclass(ann, BaseModel):
+            if not f.is_required() and f.get_default(call_default_factory=True) is None:
+                lines.append(f"{prefix}{name} = None: {f.description or ''} Set any {name}.* key to enable it.")
             lines += describe_fields(ann, prefix + name + ".")
             continue
         default = "required" if f.is_required() else repr(f.get_default(call_default_factory=True))

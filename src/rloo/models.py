@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -46,15 +47,37 @@ def build_llama(arch: ArchConfig, tokenizer, seed: int) -> LlamaForCausalLM:
     return LlamaForCausalLM(cfg)
 
 
+_HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+
+
 def _check_dir(path: str, what: str) -> None:
-    if not Path(path).exists():
-        raise RlooError(f"{what} path {path!r} does not exist (expected a Hugging Face model folder)")
+    """A local path must exist; anything shaped like a Hub name (`org/name`) is left to the Hub."""
+    p = Path(path)
+    if p.exists() or (_HUB_NAME.match(str(path)) and not str(path).startswith((".", "~"))):
+        return
+    raise RlooError(f"{what} path {path!r} does not exist (expected a Hugging Face model folder or Hub name)")
 
 
-def load_tokenizer(path: str):
+def resolve_dtype(name: str | torch.dtype, device: str) -> torch.dtype:
+    """`auto` is bfloat16 on GPU (the memory and speed of half precision without float16's range
+    problems) and float32 on CPU (where bf16 matmuls are slow and imprecise)."""
+    if isinstance(name, torch.dtype):
+        return name
+    if name == "auto":
+        return torch.bfloat16 if str(device).startswith("cuda") else torch.float32
+    return getattr(torch, name)
+
+
+def model_options(cfg) -> dict:
+    """Keyword arguments for the loaders below from a stage config's dtype/device/remote-code keys."""
+    return {"device": cfg.device, "dtype": resolve_dtype(cfg.dtype, cfg.device),
+            "trust_remote_code": cfg.trust_remote_code}
+
+
+def load_tokenizer(path: str, trust_remote_code: bool = False):
     _check_dir(path, "tokenizer")
     try:
-        tok = AutoTokenizer.from_pretrained(path)
+        tok = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
     except (OSError, ValueError) as e:
         raise RlooError(f"could not load a tokenizer from {path!r}: {str(e).splitlines()[0]}") from e
     if tok.pad_token is None:
@@ -65,24 +88,44 @@ def load_tokenizer(path: str):
     return tok
 
 
-def load_policy(path: str, device: str = "cpu", dtype: torch.dtype = torch.float32):
+def _load(cls, path: str, what: str, device: str, dtype, trust_remote_code: bool, **kw):
+    _check_dir(path, what)
+    try:
+        model = cls.from_pretrained(path, dtype=resolve_dtype(dtype, device), trust_remote_code=trust_remote_code, **kw)
+    except (OSError, ValueError, ImportError) as e:
+        raise RlooError(f"could not load a {what} from {path!r}: {str(e).splitlines()[0]}") from e
+    return model.to(device), load_tokenizer(path, trust_remote_code)
+
+
+def load_policy(path: str, device: str = "cpu", dtype: torch.dtype | str = torch.float32,
+                trust_remote_code: bool = False):
     """A causal LM and its tokenizer from a local folder or Hub name."""
-    _check_dir(path, "model")
-    try:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
-    except (OSError, ValueError) as e:
-        raise RlooError(f"could not load a causal LM from {path!r}: {str(e).splitlines()[0]}") from e
-    return model.to(device), load_tokenizer(path)
+    return _load(AutoModelForCausalLM, path, "causal LM", device, dtype, trust_remote_code)
 
 
-def load_reward_model(path: str, device: str = "cpu", dtype: torch.dtype = torch.float32):
+def load_reward_model(path: str, device: str = "cpu", dtype: torch.dtype | str = torch.float32,
+                      trust_remote_code: bool = False):
     """A sequence-classification model with one output (the reward)."""
-    _check_dir(path, "reward model")
-    try:
-        model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1, dtype=dtype)
-    except (OSError, ValueError) as e:
-        raise RlooError(f"could not load a reward model from {path!r}: {str(e).splitlines()[0]}") from e
-    return model.to(device), load_tokenizer(path)
+    return _load(AutoModelForSequenceClassification, path, "reward model", device, dtype, trust_remote_code,
+                 num_labels=1)
+
+
+def load_value_model(path: str, device: str = "cpu", dtype: torch.dtype | str = torch.float32,
+                     trust_remote_code: bool = False):
+    """A separate value model V(x, y<=t): a one-output head on any checkpoint (methods with a critic;
+    RLOO itself needs none)."""
+    model, tok = _load(AutoModelForSequenceClassification, path, "value model", device, dtype, trust_remote_code,
+                       num_labels=1)
+    model.config.pad_token_id = tok.pad_token_id
+    return model, tok
+
+
+def enable_gradient_checkpointing(model) -> None:
+    """Trade compute for memory: activations are recomputed in backward. The KV cache is off
+    while training anyway (the sampler asks for it explicitly)."""
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if hasattr(model, "enable_input_require_grads"):
+        model.enable_input_require_grads()  # frozen embeddings (LoRA) would otherwise cut the graph
 
 
 def frozen(model):

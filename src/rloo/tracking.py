@@ -49,10 +49,11 @@ def read_metrics(path: Path) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
 
 
-def progress(total: int, desc: str, initial: int = 0):
-    """A progress bar on stderr that stays quiet when stderr is not a terminal (CI, tests)."""
+def progress(total: int, desc: str, initial: int = 0, disable: bool = False):
+    """A progress bar on stderr that stays quiet when stderr is not a terminal (CI, tests) or
+    when `disable` (processes other than rank 0)."""
     return tqdm(total=total, desc=desc, initial=initial, dynamic_ncols=True, leave=True,
-                disable=None if sys.stderr.isatty() else True)
+                disable=True if disable or not sys.stderr.isatty() else None)
 
 
 def say(msg: str) -> None:

@@ -89,7 +89,7 @@ class Stateless:
     """An algorithm whose step keeps nothing between batches (RLOO, GRPO, RAFT)."""
 
     def __init__(self, step):
-        self.step = step
+        self.step = step   # a function: Stateless(f).step(...) calls f (rloo.distributed inspects its signature)
 
     def state_dict(self) -> dict:
         return {}

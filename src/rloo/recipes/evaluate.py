@@ -8,11 +8,13 @@ from dataclasses import asdict
 import torch
 
 from rloo.config import EvalConfig
+from rloo.data.datasets import eval_records
 from rloo.eval.judge import PolicyEval, evaluate_policy, paired_difference
-from rloo.models import frozen, load_policy, load_reward_model
+from rloo.models import frozen, load_policy, load_reward_model, model_options
 from rloo.recipes.common import check_device, prepare_output_dir, seed_everything
 from rloo.rewards import RewardModelScorer
-from rloo.tasks import get_task
+from rloo.rewards.judges import make_judge
+from rloo.tasks import Example, get_task
 from rloo.tracking import say
 
 
@@ -23,22 +25,29 @@ def evaluate(cfg: EvalConfig, *, overwrite: bool = False) -> dict[str, PolicyEva
     seed_everything(cfg.seed)
     task = get_task(cfg.task)
     names = {"policy": cfg.policy} | ({"baseline": cfg.baseline} if cfg.baseline else {})
-    loaded = {name: load_policy(path, device=cfg.device) for name, path in names.items()}
+    opts = model_options(cfg)
+    loaded = {name: load_policy(path, **opts) for name, path in names.items()}
     ref_path = cfg.reference_model or cfg.baseline
-    ref = frozen(load_policy(ref_path, device=cfg.device)[0]) if ref_path else None
+    ref = frozen(load_policy(ref_path, **opts)[0]) if ref_path else None
     scorer = None
     if cfg.reward_model:
-        rm, rm_tok = load_reward_model(cfg.reward_model, device=cfg.device)
+        rm, rm_tok = load_reward_model(cfg.reward_model, **opts)
         scorer = RewardModelScorer(frozen(rm), rm_tok, policy_tokenizer=loaded["policy"][1])
+    # held-out prompts and references: the dataset's eval split (or tail), or the task's eval split
+    if cfg.dataset is not None:
+        recs = eval_records(cfg.dataset, ("prompt", "completion"), cfg.num_prompts, tokenizer=loaded["policy"][1])
+        examples = [Example(r.prompt, r.completion) for r in recs]
+    else:
+        examples = task.examples("eval", cfg.num_prompts, seed=cfg.seed)
+    judge = make_judge(cfg.judge, task=task, reward_scorer=scorer, use_task=cfg.dataset is None)
     out = prepare_output_dir(cfg, overwrite=overwrite)
-    examples = task.examples("eval", cfg.num_prompts, seed=cfg.seed)
     results = {}
     for name, (model, tok) in loaded.items():
         model.eval()
         # the same sampling noise for every policy: a paired comparison
         results[name] = evaluate_policy(
             model, tok, [e.prompt for e in examples], references=[e.reference for e in examples],
-            judge=task.gold_score, reward_scorer=scorer, ref_model=ref, temperature=cfg.temperature,
+            judge=judge, reward_scorer=scorer, ref_model=ref, temperature=cfg.temperature,
             max_prompt_len=cfg.max_prompt_tokens, max_new_tokens=cfg.max_new_tokens,
             batch_size=cfg.batch_size, generator=torch.Generator().manual_seed(cfg.seed + 7), keep_samples=5)
     summary = {k: {kk: vv for kk, vv in asdict(v).items() if kk != "wins"} for k, v in results.items()}
@@ -49,7 +58,8 @@ def evaluate(cfg: EvalConfig, *, overwrite: bool = False) -> dict[str, PolicyEva
         table += (f"\n\npolicy - baseline win rate: {100 * diff:+.1f} points "
                   f"(95% CI {100 * (diff - half):+.1f} to {100 * (diff + half):+.1f}, paired over {len(examples)} prompts)")
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
-    (out / "report.md").write_text(f"# Evaluation on {cfg.num_prompts} held-out {cfg.task} prompts\n\n{table}\n")
+    data = cfg.dataset.path if cfg.dataset is not None else cfg.task
+    (out / "report.md").write_text(f"# Evaluation on {len(examples)} held-out {data} prompts\n\n{table}\n")
     say("\n" + table)
     return results
 

@@ -7,6 +7,7 @@ feeds it prompts and records what it did.
 from __future__ import annotations
 
 import json
+import os
 import random
 import signal
 import threading
@@ -20,11 +21,17 @@ from rloo.checkpoint import Checkpointer, check_resume_config, latest_checkpoint
 from rloo.config import RLConfig
 from rloo.errors import Interrupted, NonFiniteError, RlooError
 from rloo.eval.judge import evaluate_policy
-from rloo.models import frozen, load_policy, load_reward_model, save_pretrained_atomic
+from rloo import distributed
+from rloo.data.datasets import train_eval_records
+from rloo.distributed import unwrap
+from rloo.lora import AdapterDisabled, add_lora, for_saving
+from rloo.models import (enable_gradient_checkpointing, frozen, load_policy, load_reward_model, model_options,
+                         save_pretrained_atomic)
 from rloo.recipes.common import adamw, check_device, prepare_output_dir, seed_everything, warmup_constant
 from rloo.algorithms import make_algorithm
 from rloo.recipes.rl import Models
-from rloo.rewards import FunctionReward, RewardModelScorer
+from rloo.rewards import build_reward
+from rloo.rewards.judges import make_judge
 from rloo.rollout import rollout
 from rloo.tasks import get_task
 from rloo.tracking import MetricsLogger, progress, say
@@ -105,21 +112,38 @@ class _StopFlag:
 
 
 def load_models(cfg: RLConfig, reward_fn=None, policy_path: str | None = None) -> Models:
-    """Policy (trainable), frozen reference (the starting policy) and the reward source."""
-    policy, tokenizer = load_policy(policy_path or cfg.policy, device=cfg.device)
-    ref = frozen(load_policy(cfg.policy, device=cfg.device)[0])
-    if reward_fn is None and cfg.reward_fn is not None:
-        from rloo.rewards import load_function
-        reward_fn = load_function(cfg.reward_fn)
-    if reward_fn is not None:
-        scorer = FunctionReward(reward_fn)
-    elif cfg.reward_model is not None:
-        rm, rm_tok = load_reward_model(cfg.reward_model, device=cfg.device)
-        scorer = RewardModelScorer(frozen(rm), rm_tok, policy_tokenizer=tokenizer, max_len=cfg.max_prompt_tokens + cfg.max_new_tokens, share_prompt=cfg.share_prompt)
+    """Policy (trainable), frozen reference (the starting policy) and the reward source. With LoRA
+    the reference is the policy with its adapters disabled; `policy_path` (a checkpoint) holds
+    full weights, or only adapters under LoRA."""
+    opts = model_options(cfg)
+    if cfg.lora is not None:
+        base, tokenizer = load_policy(cfg.policy, **opts)
+        policy = add_lora(base, cfg.lora, adapter_path=policy_path)
+        ref = AdapterDisabled(policy)
     else:
-        raise RlooError("no reward source: set reward_model=PATH or reward_fn=module:function")
+        policy, tokenizer = load_policy(policy_path or cfg.policy, **opts)
+        ref = frozen(load_policy(cfg.policy, **opts)[0])
+    if cfg.gradient_checkpointing:
+        enable_gradient_checkpointing(policy)
+    scorer = build_reward(cfg, tokenizer, reward_fn, load_rm=lambda p: _frozen_rm(p, opts))
     policy.train()
-    return Models(policy, ref, tokenizer, scorer)
+    return Models(policy, ref, tokenizer, scorer, sampler=_vllm_sampler(cfg, tokenizer, policy_path))
+
+
+def _frozen_rm(path: str, opts: dict):
+    rm, tok = load_reward_model(path, **opts)
+    return frozen(rm), tok
+
+
+def _vllm_sampler(cfg: RLConfig, tokenizer, policy_path: str | None):
+    if cfg.generation != "vllm":
+        return None
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 or cfg.lora is not None:
+        raise RlooError("generation=vllm runs in a single process without lora; use generation=sampler")
+    from rloo.rollout.vllm import VLLMSampler
+    return VLLMSampler(policy_path or cfg.policy, tokenizer, k=cfg.k, max_prompt_len=cfg.max_prompt_tokens,
+                       max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
+                       seed=cfg.seed, gpu_memory_utilization=cfg.vllm_gpu_memory_utilization)
 
 
 def _preflight(models: Models, prompt: str, cfg: RLConfig) -> None:
@@ -131,15 +155,40 @@ def _preflight(models: Models, prompt: str, cfg: RLConfig) -> None:
     models.scorer(roll)
 
 
-def _eval(models: Models, task, examples, cfg: RLConfig) -> dict[str, float]:
+@dataclass
+class EvalSet:
+    prompts: list[str]
+    references: list[str] | None
+    judge: Callable | None       # judge(prompt, response) -> float; None: no win rate
+
+
+def _eval(models: Models, ev: EvalSet, cfg: RLConfig) -> dict[str, float]:
     # A fixed generator per eval: every eval sees the same sampling noise, so curves are smoother.
-    ev = evaluate_policy(models.policy, models.tokenizer, [e.prompt for e in examples],
-                         references=[e.reference for e in examples], judge=task.gold_score,
-                         reward_scorer=models.scorer, ref_model=models.ref, temperature=cfg.eval.temperature,
-                         max_prompt_len=cfg.max_prompt_tokens, max_new_tokens=cfg.max_new_tokens,
-                         batch_size=cfg.eval.batch_size, generator=torch.Generator().manual_seed(cfg.seed + 1))
-    models.policy.train()
-    return ev.as_metrics()
+    policy = unwrap(models.policy)
+    res = evaluate_policy(policy, models.tokenizer, ev.prompts, references=ev.references, judge=ev.judge,
+                          reward_scorer=models.scorer, ref_model=models.ref, temperature=cfg.eval.temperature,
+                          max_prompt_len=cfg.max_prompt_tokens, max_new_tokens=cfg.max_new_tokens,
+                          batch_size=cfg.eval.batch_size, generator=torch.Generator().manual_seed(cfg.seed + 1))
+    policy.train()
+    return res.as_metrics()
+
+
+def _data(cfg: RLConfig, task, prompts, models: Models) -> tuple[list[str], EvalSet | None]:
+    """Training prompts and the held-out eval set: the API's prompts (no eval), the config's
+    dataset (judged by eval.judge, by default the reward model), or the built-in task."""
+    if prompts is not None:
+        return prompts, None
+    rm = getattr(models.scorer, "reward_model", None)
+    if cfg.dataset is not None:
+        train_recs, eval_recs = train_eval_records(cfg.dataset, ("prompt",), cfg.eval_prompts, models.tokenizer,
+                                                   optional=("completion",))
+        refs = [r.completion for r in eval_recs] if eval_recs[0].completion is not None else None
+        judge = make_judge(cfg.eval.judge, task=task, reward_scorer=rm, use_task=False)
+        return [r.prompt for r in train_recs], EvalSet([r.prompt for r in eval_recs], refs, judge)
+    examples = task.examples("eval", cfg.eval_prompts, seed=cfg.seed)
+    judge = make_judge(cfg.eval.judge, task=task, reward_scorer=rm)
+    train_prompts = [e.prompt for e in task.examples("train", cfg.steps * cfg.batch_size, seed=cfg.seed)]
+    return train_prompts, EvalSet([e.prompt for e in examples], [e.reference for e in examples], judge)
 
 
 def _print_samples(step: int, roll, rewards, n: int = 2) -> None:
@@ -156,27 +205,41 @@ def train(cfg: RLConfig, *, prompts: list[str] | None = None, reward_fn: Callabl
     if cfg.algorithm == "dpo":  # offline: trains on preference pairs, not on samples
         from rloo.recipes.dpo import train_dpo
         return train_dpo(cfg, resume=resume, overwrite=overwrite)
+    # under torchrun every process runs this same function (see rloo.distributed)
+    dist = distributed.init(cfg.device, cfg.parallel, cfg.batch_size)
+    try:
+        if dist.enabled:
+            distributed.check_supported(cfg, resume)
+            cfg = cfg.model_copy(update={"device": dist.device(cfg.device)})
+        return _train(cfg, dist, prompts, reward_fn, resume, overwrite)
+    finally:
+        dist.close()
+
+
+def _train(cfg, dist, prompts, reward_fn, resume, overwrite) -> RLResult:
     check_device(cfg.device)
     gen = seed_everything(cfg.seed)
     task = get_task(cfg.task)
     ckpt, state = _resume_point(cfg) if resume else (None, None)
     models = load_models(cfg, reward_fn, policy_path=str(ckpt / "model") if ckpt else None)
-    train_prompts = prompts if prompts is not None else [e.prompt for e in task.examples("train", cfg.steps * cfg.batch_size, seed=cfg.seed)]
-    eval_examples = task.examples("eval", cfg.eval_prompts, seed=cfg.seed) if prompts is None else None
+    train_prompts, eval_set = _data(cfg, task, prompts, models)
     stream = PromptStream(train_prompts, cfg.batch_size, cfg.seed)
     _preflight(models, stream.prompts[0], cfg)
-    out = prepare_output_dir(cfg, resume=resume, overwrite=overwrite, can_resume=True)
+    out = prepare_output_dir(cfg, resume=resume, overwrite=overwrite, can_resume=True) if dist.is_main else Path(cfg.output_dir)
+    dist.barrier()
+    models.policy = dist.wrap(models.policy)
     opt = adamw(models.policy.parameters(), cfg.lr)
     sched = warmup_constant(opt, cfg.warmup_steps)
     algo = make_algorithm(cfg, models)   # the method's step, and its state (value model, baseline)
-    ck = Checkpointer(out, cfg, models.policy, models.tokenizer, opt, sched, gen, stream, stream.prompts, algo=algo)
+    ck = Checkpointer(out, cfg, unwrap(models.policy), models.tokenizer, opt, sched, gen, stream, stream.prompts, algo=algo)
+    dist.restrict_checkpoints(ck)
     start = 0
     if state is not None:
         start = ck.restore(state)
         say(f"resuming from {ckpt} at step {start}")
     elif resume:
         truncate_metrics(out, 0)  # records of a run killed before its first checkpoint
-    return _loop(cfg, models, ck, task, eval_examples, start)
+    return _loop(cfg, dist, models, ck, eval_set, start)
 
 
 def _resume_point(cfg: RLConfig):
@@ -191,27 +254,34 @@ def _resume_point(cfg: RLConfig):
     return ckpt, state
 
 
-def _loop(cfg, models, ck: Checkpointer, task, eval_examples, start: int) -> RLResult:
+def _loop(cfg, dist, models, ck: Checkpointer, eval_set, start: int) -> RLResult:
     out, opt, sched, stream = ck.out, ck.opt, ck.sched, ck.stream
-    log, history = MetricsLogger(out, purge_step=start + 1 if start else None), []
-    bar = progress(cfg.steps, f"{cfg.algorithm}", initial=start)
+    log = MetricsLogger(out, purge_step=start + 1 if start else None) if dist.is_main else None
+    bar, history = progress(cfg.steps, f"{cfg.algorithm}", initial=start, disable=not dist.is_main), []
 
     def record(step, metrics):
-        log.log(step, metrics)
+        if log is not None:
+            log.log(step, metrics)
         history.append({"step": step, **metrics})
 
     try:
         with _StopFlag() as stop:
             for step in range(start, cfg.steps):
                 pre = ck.snapshot(step)  # the state before this step, for a checkpoint if it fails
-                if eval_examples is not None and cfg.eval_every and step % cfg.eval_every == 0:
-                    record(step, _eval(models, task, eval_examples, cfg))
+                if eval_set is not None and cfg.eval_every and step % cfg.eval_every == 0:
+                    record(step, _eval(models, eval_set, cfg))
+                # this process's prompts of the global batch, and its rows of the B*K completions
+                prompts, rows = dist.shard(stream.next(), cfg.k)
                 try:
-                    stats, roll, rewards = ck.algo.step(models, opt, stream.next(), cfg, ck.gen)
+                    stats, roll, rewards = ck.algo.step(models, opt, prompts, cfg, ck.gen,
+                                                        **dist.step_kwargs(ck.algo, rows))
                 except RlooError as e:  # raised before the update, so `pre` still matches the weights
                     path = ck.save(pre)
                     raise type(e)(f"{e} (at step {step + 1}; checkpoint from before it: {path}; "
                                   f"fix the cause and rerun with --resume)") from e
+                stats = dist.mean_metrics(stats | getattr(models.scorer, "part_metrics", dict)())
+                if models.sampler is not None:  # keep vLLM's copy of the weights on-policy
+                    models.sampler.sync(unwrap(models.policy))
                 sched.step()
                 stats |= _count(ck, stats, pre, step, cfg)
                 if (step + 1) % cfg.log_every == 0:
@@ -225,15 +295,27 @@ def _loop(cfg, models, ck: Checkpointer, task, eval_examples, start: int) -> RLR
                 if cfg.save_every and (step + 1) % cfg.save_every == 0:
                     _periodic_checkpoint(ck, step + 1)
             # past the last step a signal no longer interrupts: finishing is quicker than resuming
-            final = _eval(models, task, eval_examples, cfg) if eval_examples is not None else {}
+            final = _eval(models, eval_set, cfg) if eval_set is not None else {}
             if final:
                 record(cfg.steps, final)
-            save_pretrained_atomic(models.policy, models.tokenizer, out / "model")
+            _save_final(cfg, dist, models, out / "model")
     finally:
         bar.close()
-        log.close()
-    say(f"{cfg.algorithm}: saved {out / 'model'}" + (f" (win rate {final['eval/win_rate']:.3f})" if final else ""))
+        if log is not None:
+            log.close()
+    if dist.is_main:
+        win = f" (win rate {final['eval/win_rate']:.3f})" if "eval/win_rate" in final else ""
+        say(f"{cfg.algorithm}: saved {out / 'model'}{win}")
     return RLResult(out / "model", history, final)
+
+
+def _save_final(cfg, dist, models, path: Path) -> None:
+    """Full weights, the LoRA adapters alone, or the weights with adapters merged (lora.save);
+    under torchrun gathered from every process and written by rank 0."""
+    model = dist.saveable(models.policy)
+    if dist.is_main:
+        save_pretrained_atomic(for_saving(model, cfg.lora), models.tokenizer, path)
+    dist.barrier()
 
 
 def _count(ck: Checkpointer, stats: dict, pre: dict, step: int, cfg: RLConfig) -> dict:

@@ -57,9 +57,10 @@ def _difference(results) -> dict | None:
 
 def _print_summary(s: dict) -> None:
     pol, base = s["eval"]["policy"], s["eval"].get("baseline")
-    say(f"\nreward model accuracy (held-out pairs): {s['reward_model']['accuracy_vs_labeler']:.3f} vs labeler, "
-        f"{s['reward_model']['accuracy_vs_gold']:.3f} vs gold judge")
-    if base is not None:
+    gold = s["reward_model"]["accuracy_vs_gold"]
+    say(f"\nreward model accuracy (held-out pairs): {s['reward_model']['accuracy_vs_labeler']:.3f} vs labels"
+        + (f", {gold:.3f} vs gold judge" if gold is not None else ""))
+    if base is not None and base["win_rate"] is not None and pol["win_rate"] is not None:
         say(f"win rate vs references: SFT {base['win_rate']:.3f} -> {s['algorithm'].upper()} {pol['win_rate']:.3f} "
             f"({100 * s['difference']['win_rate']:+.1f} points, 95% CI +/- {100 * s['difference']['ci95']:.1f}; seed {s['seed']})")
     say("time: " + ", ".join(f"{k} {v:.0f}s" for k, v in s["seconds"].items()) + f"; plots in {', '.join(s['plots'])}")

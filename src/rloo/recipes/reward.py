@@ -13,7 +13,9 @@ from rloo.config import RewardConfig
 from rloo.core.losses import bradley_terry_loss
 from rloo.data.collate import batches, encode_completions, encode_prompts, trim_left, trim_right
 from rloo.forward import reward_scores
-from rloo.models import load_policy, load_reward_model, save_pretrained_atomic
+from rloo.data.datasets import train_eval_records
+from rloo.models import (enable_gradient_checkpointing, load_policy, load_reward_model, model_options,
+                         save_pretrained_atomic)
 from rloo.rollout import rollout
 from rloo.recipes.common import adamw, check_device, prepare_output_dir, seed_everything, warmup_cosine
 from rloo.tasks import get_task
@@ -24,7 +26,8 @@ from rloo.tracking import MetricsLogger, progress, say
 class RewardResult:
     model_path: Path
     accuracy_vs_labeler: float   # held-out pairs: RM agrees with the simulated labeler's choice
-    accuracy_vs_gold: float      # held-out pairs with distinct gold scores: RM ranks like the gold judge
+    accuracy_vs_gold: float | None  # held-out pairs with distinct gold scores: RM ranks like the gold judge
+                                    # (None with a dataset: there is no gold judge)
 
 
 def preference_pairs(task, n: int, seed: int, sampler=None, policy_share: float = 0.0) -> list[tuple[str, str, str]]:
@@ -91,13 +94,13 @@ def evaluate_reward_model(model, tokenizer, task, pairs, cfg, device) -> tuple[f
     for idx in batches(len(pairs), cfg.batch_size, shuffle=False):
         c, r = _score(model, prompts, comps, idx, device)
         agree_label += int((c > r).sum())
-        for j, i in enumerate(idx.tolist()):
+        for j, i in enumerate(idx.tolist() if task is not None else []):
             p, ch, rj = pairs[i]
             gc, gr = task.gold_score(p, ch), task.gold_score(p, rj)
             if abs(gc - gr) > 1e-9:
                 n_gold += 1
                 agree_gold += int((c[j] > r[j]) == (gc > gr))
-    return agree_label / len(pairs), agree_gold / max(1, n_gold)
+    return agree_label / len(pairs), (agree_gold / max(1, n_gold) if task is not None else None)
 
 
 def train_reward(cfg: RewardConfig, *, overwrite: bool = False) -> RewardResult:
@@ -105,13 +108,22 @@ def train_reward(cfg: RewardConfig, *, overwrite: bool = False) -> RewardResult:
     device = check_device(cfg.device)
     task = get_task(cfg.task)
     gen = seed_everything(cfg.seed)
-    model, tokenizer = load_reward_model(cfg.sft_model, device=cfg.device)
+    model, tokenizer = load_reward_model(cfg.sft_model, **model_options(cfg))
     model.config.pad_token_id = tokenizer.pad_token_id
+    if cfg.gradient_checkpointing:
+        enable_gradient_checkpointing(model)
+    # 1. preference pairs, the last eval_pairs held out (a dataset: its eval split or its tail,
+    #    loaded before anything is written so that a bad dataset leaves no run folder)
+    if cfg.dataset is not None:
+        train_recs, held_recs = train_eval_records(cfg.dataset, ("prompt", "chosen", "rejected"), cfg.eval_pairs,
+                                                   tokenizer=tokenizer)
+        train_pairs, held_out = ([(r.prompt, r.chosen, r.rejected) for r in rs] for rs in (train_recs, held_recs))
+        task = None
     out = prepare_output_dir(cfg, overwrite=overwrite)
-    # 1. preference pairs, the last eval_pairs held out
-    sampler = policy_sampler(cfg.sft_model, cfg, gen) if cfg.policy_pairs > 0 else None
-    pairs = preference_pairs(task, cfg.num_pairs + cfg.eval_pairs, cfg.seed, sampler, cfg.policy_pairs)
-    train_pairs, held_out = pairs[: cfg.num_pairs], pairs[cfg.num_pairs:]
+    if cfg.dataset is None:
+        sampler = policy_sampler(cfg.sft_model, cfg, gen) if cfg.policy_pairs > 0 else None
+        pairs = preference_pairs(task, cfg.num_pairs + cfg.eval_pairs, cfg.seed, sampler, cfg.policy_pairs)
+        train_pairs, held_out = pairs[: cfg.num_pairs], pairs[cfg.num_pairs:]
     # kept so that DPO can train on exactly these pairs (rloo.recipes.dpo)
     (out / "pairs.jsonl").write_text("".join(json.dumps(p) + "\n" for p in train_pairs))
     prompts, comps = _encode(tokenizer, train_pairs, cfg)
@@ -137,9 +149,10 @@ def train_reward(cfg: RewardConfig, *, overwrite: bool = False) -> RewardResult:
     bar.close()
     # 3. held-out accuracy against the labeler and against the gold judge
     acc_label, acc_gold = evaluate_reward_model(model, tokenizer, task, held_out, cfg, device)
-    log.log(step, {"eval/accuracy_vs_labeler": acc_label, "eval/accuracy_vs_gold": acc_gold})
+    log.log(step, {"eval/accuracy_vs_labeler": acc_label} | ({"eval/accuracy_vs_gold": acc_gold} if acc_gold is not None else {}))
     log.close()
     save_pretrained_atomic(model, tokenizer, out / "model")
     (out / "accuracy.json").write_text(json.dumps({"vs_labeler": acc_label, "vs_gold": acc_gold}, indent=2))
-    say(f"reward: held-out pairwise accuracy {acc_label:.3f} vs labeler, {acc_gold:.3f} vs gold judge")
+    gold = f", {acc_gold:.3f} vs gold judge" if acc_gold is not None else ""
+    say(f"reward: held-out pairwise accuracy {acc_label:.3f} vs {'labeler' if task else 'dataset labels'}{gold}")
     return RewardResult(out / "model", acc_label, acc_gold)

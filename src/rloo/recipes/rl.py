@@ -20,6 +20,7 @@ from rloo.core.advantages import leave_one_out
 from rloo.core.kl import shaped_reward
 from rloo.core.logprobs import sequence_logprobs
 from rloo.core.losses import policy_gradient_loss
+from rloo.distributed import is_wrapped, unwrap
 from rloo.forward import completion_logprobs
 from rloo.forward_shared import completion_logprobs_shared
 from rloo.rollout import Rollout, rollout
@@ -31,6 +32,7 @@ class Models:
     ref: torch.nn.Module
     tokenizer: object
     scorer: object          # Rollout -> scores (N,)
+    sampler: object = None  # optional generation backend (vLLM): (policy, prompts) -> Rollout
 
 
 def rollout_logprobs(model, roll: Rollout, cfg: RLConfig, prefill=None) -> torch.Tensor:
@@ -53,14 +55,23 @@ def score_rollout(models: Models, roll: Rollout, cfg: RLConfig) -> tuple[torch.T
     return scores, ref_lp
 
 
-def rloo_step(models: Models, opt, prompts: list[str], cfg: RLConfig, gen: torch.Generator):
+def rloo_step(models: Models, opt, prompts: list[str], cfg: RLConfig, gen: torch.Generator,
+              rows: tuple[int, int] | None = None, all_done=None):
     """One RLOO update on `prompts`. Returns (stats dict, rollout, shaped rewards (N,)); the
-    optimizer step is skipped (and counted) when the loss or the gradient is not finite."""
+    optimizer step is skipped (and counted) when the loss or the gradient is not finite.
+    Under torchrun `prompts` is this process's share and `rows`/`all_done` come from
+    rloo.distributed (see `rollout`); DDP/FSDP average the gradient over processes."""
     t0 = time.perf_counter()
     # 1. sample K completions per prompt, with the log-probs of the sampled tokens
-    roll = rollout(models.policy, models.tokenizer, prompts, cfg.k, max_prompt_len=cfg.max_prompt_tokens,
-                   max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p, generator=gen,
-                   share_prompt=cfg.share_prompt, keep_prefill=cfg.share_prompt)
+    # under DDP/FSDP the update must be one forward through the wrapper: no prompt-pass reuse
+    wrapped = is_wrapped(models.policy)
+    if models.sampler is not None:
+        roll = models.sampler(unwrap(models.policy), prompts)
+    else:
+        roll = rollout(unwrap(models.policy), models.tokenizer, prompts, cfg.k, max_prompt_len=cfg.max_prompt_tokens,
+                       max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
+                       generator=gen, share_prompt=cfg.share_prompt, keep_prefill=cfg.share_prompt and not wrapped,
+                       rows=rows, all_done=all_done)
     t1 = time.perf_counter()
     # 2. score, and the frozen reference's log-probs
     scores, ref_lp = score_rollout(models, roll, cfg)
@@ -69,7 +80,11 @@ def rloo_step(models: Models, opt, prompts: list[str], cfg: RLConfig, gen: torch
     rewards, kl = shaped_reward(scores, roll.logprobs, ref_lp, roll.completion_mask, cfg.beta)
     advantages = leave_one_out(rewards.view(-1, cfg.k)).view(-1)
     # 4. REINFORCE on the whole response (eq. 5)
-    logprobs = rollout_logprobs(models.policy, roll, cfg, prefill=roll.prefill)
+    if wrapped:
+        logprobs = completion_logprobs(models.policy, roll.prompt_ids, roll.prompt_mask, roll.completion_ids,
+                                       roll.completion_mask, temperature=cfg.temperature)
+    else:
+        logprobs = rollout_logprobs(models.policy, roll, cfg, prefill=roll.prefill)
     roll.prefill = None  # its graph is consumed by this backward pass; do not hold it past the step
     loss, stats = policy_gradient_loss(sequence_logprobs(logprobs, roll.completion_mask), advantages)
     opt.zero_grad(set_to_none=True)

@@ -11,9 +11,12 @@ from rloo.config import SFTConfig
 from rloo.core.losses import sft_loss
 from rloo.data.collate import batches, encode_completions, encode_prompts, trim_left, trim_right
 from rloo.forward import completion_logprobs
-from rloo.models import build_llama, load_policy, load_tokenizer, save_pretrained_atomic
+from rloo.data.datasets import load_records
+from rloo.errors import RlooError
+from rloo.models import (build_llama, enable_gradient_checkpointing, load_policy, load_tokenizer, model_options,
+                         save_pretrained_atomic)
 from rloo.recipes.common import adamw, check_device, prepare_output_dir, seed_everything, warmup_cosine
-from rloo.tasks import get_task
+from rloo.tasks import Example, get_task
 from rloo.tasks.tokenizer import build_tokenizer
 from rloo.tracking import MetricsLogger, progress, say
 
@@ -30,16 +33,25 @@ def sft(cfg: SFTConfig, *, overwrite: bool = False) -> SFTResult:
     task = get_task(cfg.task)
     gen = seed_everything(cfg.seed)
     # 1. tokenizer and model: loaded by path, or built for the task
-    tokenizer = load_tokenizer(cfg.tokenizer) if cfg.tokenizer else None
+    tokenizer = load_tokenizer(cfg.tokenizer, cfg.trust_remote_code) if cfg.tokenizer else None
     if cfg.model:
-        model, model_tok = load_policy(cfg.model, device=cfg.device)
+        model, model_tok = load_policy(cfg.model, **model_options(cfg))
         tokenizer = tokenizer or model_tok
+        if cfg.gradient_checkpointing:
+            enable_gradient_checkpointing(model)
+    elif cfg.dataset is not None and tokenizer is None:
+        raise RlooError("sft on a dataset needs model=PATH (or tokenizer=PATH): the built-in word tokenizer "
+                        "only knows the built-in task's words")
     else:
         tokenizer = tokenizer or build_tokenizer(task)
         model = build_llama(cfg.arch, tokenizer, cfg.seed).to(device)
+    # 2. data: the dataset's (prompt, completion) pairs, or the task's mixed-quality references
+    if cfg.dataset is not None:
+        examples = [Example(r.prompt, r.completion)
+                    for r in load_records(cfg.dataset, ("prompt", "completion"), tokenizer=tokenizer)]
+    else:
+        examples = task.examples("sft", cfg.num_examples, seed=cfg.seed)
     out = prepare_output_dir(cfg, overwrite=overwrite)
-    # 2. data: the task's mixed-quality references are the demonstrations
-    examples = task.examples("sft", cfg.num_examples, seed=cfg.seed)
     prompts, _ = encode_prompts(tokenizer, [e.prompt for e in examples], cfg.max_prompt_tokens)
     targets = encode_completions(tokenizer, [e.reference for e in examples], cfg.max_response_tokens)
     # 3. train

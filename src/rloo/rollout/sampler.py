@@ -51,11 +51,22 @@ def _draw(probs: Tensor, generator: torch.Generator | None) -> Tensor:
     return (probs / race).argmax(-1)
 
 
+def _inverse_cdf(probs: Tensor, u: Tensor) -> Tensor:
+    """One token per row from uniforms u (N,): the first index whose cumulative mass exceeds
+    u * total. Zero-probability tokens are never picked (their cumulative mass does not grow).
+    One uniform per row (not one per vocabulary entry as in `_draw`), so processes can draw the
+    noise of a whole global batch cheaply and each use their rows (see `sample(rows=...)`)."""
+    cdf = probs.cumsum(-1)
+    tok = torch.searchsorted(cdf, (u * cdf[:, -1]).unsqueeze(-1).to(cdf.dtype), right=True).squeeze(-1)
+    return tok.clamp(max=probs.shape[-1] - 1)
+
+
 @torch.no_grad()
 def sample(model, prompt_ids: Tensor, prompt_mask: Tensor, *, max_new_tokens: int, eos_id: int,
            pad_id: int, temperature: float = 1.0, top_p: float = 1.0,
            generator: torch.Generator | None = None, k: int = 1,
-           prefill: Prefill | None = None) -> tuple[Tensor, Tensor, Tensor]:
+           prefill: Prefill | None = None, rows: tuple[int, int] | None = None,
+           all_done=None) -> tuple[Tensor, Tensor, Tensor]:
     """Sample completions. (B,P),(B,P) -> ids (N,T), mask (N,T), logprobs (N,T); N = B*k, T <= max_new_tokens.
 
     With k > 1 each prompt is prefilled once and its KV cache repeated k times (rows k*i ..
@@ -63,9 +74,19 @@ def sample(model, prompt_ids: Tensor, prompt_mask: Tensor, *, max_new_tokens: in
     prefill cost.
     log-probs are of the temperature-scaled distribution before top-p filtering: the same
     quantity the training forward pass computes, so the policy gradient and KL agree with it.
-    Stops as soon as every row has produced EOS.
+    Stops as soon as every row has produced EOS (`all_done(done)` decides when given, so that
+    processes whose forward passes are collectives (FSDP) stop together).
+
+    `rows=(offset, total)`: these N rows are rows offset..offset+N-1 of a global batch of `total`
+    rows sampled by several processes (rloo.distributed). Every process draws the same
+    (max_new_tokens, total) uniforms and uses its own columns with `_inverse_cdf`, so the tokens
+    do not depend on how the batch is split over processes.
     """
     N = prompt_ids.shape[0] * k
+    noise = None
+    if rows is not None:
+        offset, total = rows
+        noise = torch.rand(max_new_tokens, total, generator=generator)[:, offset: offset + N].to(prompt_ids.device)
     kw, pos = _cache_kwarg(model), position_ids(prompt_mask)
     pre = prefill if prefill is not None else prefill_prompts(model, prompt_ids, prompt_mask)
     cache, logits = expanded(pre.cache, k, detach=True), pre.last_logits.detach().float()
@@ -80,13 +101,14 @@ def sample(model, prompt_ids: Tensor, prompt_mask: Tensor, *, max_new_tokens: in
         scaled = logits / temperature
         logp = scaled.log_softmax(-1)
         probs = (_top_p_filter(scaled, top_p) if top_p < 1.0 else scaled).softmax(-1)
-        tok = _draw(probs, generator)
+        tok = _draw(probs, generator) if noise is None else _inverse_cdf(probs, noise[len(ids)])
         tok = tok.masked_fill(done, pad_id)
         ids.append(tok)
         masks.append(~done)
         lps.append(logp.gather(-1, tok[:, None]).squeeze(-1).masked_fill(done, 0.0))
         done = done | (tok == eos_id)
-        if bool(done.all()) or len(ids) == max_new_tokens:  # the last token's forward would be wasted
+        finished = all_done(done) if all_done is not None else bool(done.all())
+        if finished or len(ids) == max_new_tokens:  # the last token's forward would be wasted
             break
         mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
         logits = model(input_ids=tok[:, None], attention_mask=mask, position_ids=next_pos, use_cache=True,
@@ -97,12 +119,13 @@ def sample(model, prompt_ids: Tensor, prompt_mask: Tensor, *, max_new_tokens: in
 
 def rollout(model, tokenizer, prompts: list[str], k: int, *, max_prompt_len: int, max_new_tokens: int,
             temperature: float = 1.0, top_p: float = 1.0, generator: torch.Generator | None = None,
-            share_prompt: bool = True, keep_prefill: bool = False) -> Rollout:
+            share_prompt: bool = True, keep_prefill: bool = False, rows: tuple[int, int] | None = None,
+            all_done=None) -> Rollout:
     """k completions for each prompt, rows grouped by prompt. share_prompt: prefill each prompt
     once and share its KV cache among its k samples (same distribution, less compute).
     keep_prefill (with share_prompt): run that prompt pass with autograd on and return it in the
     Rollout, for the policy-gradient pass to reuse (skipped for models with dropout, whose
-    train-mode pass differs)."""
+    train-mode pass differs). rows/all_done: see `sample` (data-parallel training)."""
     device = next(model.parameters()).device
     enc, n_trunc = encode_prompts(tokenizer, prompts, max_prompt_len)
     p_ids = enc.ids.repeat_interleave(k, dim=0).to(device)
@@ -116,7 +139,8 @@ def rollout(model, tokenizer, prompts: list[str], k: int, *, max_prompt_len: int
             pre = prefill_prompts(model, src_ids, src_mask)
     c_ids, c_mask, lps = sample(model, src_ids, src_mask, max_new_tokens=max_new_tokens,
                                 eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
-                                temperature=temperature, top_p=top_p, generator=generator, k=g, prefill=pre)
+                                temperature=temperature, top_p=top_p, generator=generator, k=g, prefill=pre,
+                                rows=rows, all_done=all_done)
     model.train(was_training)
     ended = ((c_ids == tokenizer.eos_token_id) & c_mask).any(-1)
     texts = tokenizer.batch_decode(c_ids.masked_fill(~c_mask, tokenizer.pad_token_id).tolist(),

@@ -1,0 +1,216 @@
+"""Your own data for every stage: a Hub dataset, a local JSONL / JSON / CSV / Parquet file, or a
+`save_to_disk` folder, turned into records with the fields each stage needs.
+
+    SFT     prompt, completion          reward  prompt, chosen, rejected
+    RL      prompt                      eval    prompt, completion (the reference)
+
+Formats (`dataset.format`):
+- plain: the fields are columns (renamed with `dataset.columns`, e.g. {prompt: question}).
+- tldr: Reddit TL;DR-style. The prompt is built from `post` (and `title`, `subreddit` when
+  present, also inside an `info` dict as in openai/summarize_from_feedback) as
+  "SUBREDDIT: r/...\\nTITLE: ...\\nPOST: ...\\nTL;DR:"; the completion is `summary`; preference pairs
+  are `chosen`/`rejected` columns or `summaries` + `choice` (the index of the preferred one).
+  A `prompt` column, when there is one, is used as is.
+- hh: Anthropic HH-style. `chosen` and `rejected` hold whole dialogues ("\\n\\nHuman: ...
+  \\n\\nAssistant: ...", or lists of {role, content} messages); the prompt is everything up to the
+  final assistant turn, the responses are that turn of each dialogue.
+Prompts are wrapped in the tokenizer's chat template when it has one (and `chat_template` is on).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from rloo.errors import RlooError
+from rloo.settings import DatasetSettings
+
+FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
+HUMAN, ASSISTANT = "\n\nHuman:", "\n\nAssistant:"
+
+
+@dataclass
+class Record:
+    prompt: str
+    completion: str | None = None
+    chosen: str | None = None
+    rejected: str | None = None
+
+
+def _load_table(path: str, name: str | None, split: str):
+    """Rows of one split as a `datasets.Dataset`; any loading failure is one RlooError line."""
+    import datasets
+    p = Path(path)
+    try:
+        if p.is_dir() and ((p / "dataset_dict.json").exists() or (p / "state.json").exists()):
+            ds = datasets.load_from_disk(str(p))
+            if isinstance(ds, datasets.DatasetDict):
+                if split not in ds:
+                    raise RlooError(f"dataset {path!r} has no split {split!r} (splits: {', '.join(ds)})")
+                ds = ds[split]
+            return ds
+        if p.is_file():
+            if p.stat().st_size == 0:
+                raise RlooError(f"dataset {path!r} split {split!r} is empty")
+            builder = FILE_BUILDERS.get(p.suffix.lower())
+            if builder is None:
+                raise RlooError(f"dataset file {path!r}: unknown type {p.suffix!r} (use .jsonl, .json, .csv, .parquet)")
+            return datasets.load_dataset(builder, data_files=str(p), split="train")
+        if path.startswith(("/", ".", "~")) or p.suffix.lower() in FILE_BUILDERS:
+            raise RlooError(f"dataset path {path!r} does not exist")
+        return datasets.load_dataset(path, name, split=split)
+    except RlooError:
+        raise
+    except Exception as e:  # noqa: BLE001 - datasets raises many types; the user needs the message
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise RlooError(f"could not load dataset {path!r} (split {split!r}): {msg}") from e
+
+
+def load_records(settings: DatasetSettings, fields: tuple[str, ...], split: str | None = None,
+                 tokenizer=None, optional: tuple[str, ...] = ()) -> list[Record]:
+    """Records of `split` (default: the training split) with `fields` filled, in dataset order;
+    `optional` fields are filled too when the dataset has them."""
+    split = split or settings.split
+    path = split if split != settings.split and _is_file(split) else settings.path
+    table = _load_table(path, settings.name, split)
+    if settings.limit is not None:
+        table = table.select(range(min(settings.limit, len(table))))
+    if len(table) == 0:
+        raise RlooError(f"dataset {path!r} split {split!r} is empty")
+    convert = {"plain": _plain, "tldr": _tldr, "hh": _hh}[settings.format]
+    cols = set(table.column_names)
+    fields = tuple(fields) + tuple(f for f in optional if _present(settings, f, cols))
+    records = [convert(row, settings.columns, fields, cols, path) for row in table]
+    if tokenizer is not None and settings.chat_template and getattr(tokenizer, "chat_template", None):
+        for r in records:
+            r.prompt = apply_chat_template(tokenizer, r.prompt)
+    return records
+
+
+def _present(settings: DatasetSettings, field: str, cols: set) -> bool:
+    if settings.format == "hh" or field in settings.columns:
+        return True
+    alt = {"completion": "summary"} if settings.format == "tldr" else {}
+    return field in cols or alt.get(field) in cols
+
+
+def _is_file(s: str) -> bool:
+    return Path(s).is_file() or Path(s).is_dir()
+
+
+def train_eval_records(settings: DatasetSettings, fields: tuple[str, ...], n_eval: int,
+                       tokenizer=None, optional: tuple[str, ...] = ()) -> tuple[list[Record], list[Record]]:
+    """Training and held-out records: the eval split when one is named (a split name, or a path to
+    another file), else the last n_eval rows of the training split (never trained on)."""
+    train = load_records(settings, fields, tokenizer=tokenizer, optional=optional)
+    if settings.eval_split is not None:
+        held = load_records(settings, fields, split=settings.eval_split, tokenizer=tokenizer, optional=optional)
+        return train, held[:n_eval]
+    if len(train) < 2:
+        raise RlooError(f"dataset {settings.path!r} has {len(train)} row(s): too few to hold out evaluation rows; "
+                        f"set dataset.eval_split")
+    n = min(n_eval, len(train) // 2)
+    return train[:-n], train[-n:]
+
+
+def eval_records(settings: DatasetSettings, fields: tuple[str, ...], n_eval: int, tokenizer=None) -> list[Record]:
+    """The held-out records of `train_eval_records`, without loading the training split when an
+    eval split is named."""
+    if settings.eval_split is not None:
+        return load_records(settings, fields, split=settings.eval_split, tokenizer=tokenizer)[:n_eval]
+    return train_eval_records(settings, fields, n_eval, tokenizer)[1]
+
+
+def _column(row: dict, field: str, columns: dict, cols: set, path: str, default: str | None = None):
+    col = columns.get(field, default or field)
+    if col not in cols:
+        raise RlooError(f"dataset {path!r} has no column {col!r} for {field!r} (columns: {', '.join(sorted(cols))}); "
+                        f"map one with dataset.columns.{field}=COLUMN")
+    return row[col]
+
+
+def _plain(row, columns, fields, cols, path) -> Record:
+    values = {f: _text(_column(row, f, columns, cols, path)) for f in fields}
+    return Record(**values)
+
+
+def _text(v) -> str:
+    if not isinstance(v, str):
+        raise RlooError(f"expected text in the dataset, got {type(v).__name__}: {str(v)[:60]!r}")
+    return v
+
+
+def tldr_prompt(post: str, title: str | None = None, subreddit: str | None = None) -> str:
+    """The TL;DR prompt layout of Stiennon et al. (2020), also used by the RLOO paper's TL;DR runs."""
+    head = (f"SUBREDDIT: r/{subreddit}\n" if subreddit else "") + (f"TITLE: {title}\n" if title else "")
+    return f"{head}POST: {post.strip()}\nTL;DR:"
+
+
+def _tldr(row, columns, fields, cols, path) -> Record:
+    if "prompt" in columns or "prompt" in cols:
+        prompt = _text(_column(row, "prompt", columns, cols, path))
+    else:
+        src = row["info"] if "info" in cols and isinstance(row["info"], dict) else row
+        keys = set(src) if src is not row else cols
+        get = lambda f: src.get(columns.get(f, f)) if columns.get(f, f) in keys else None  # noqa: E731
+        if get("post") is None:
+            raise RlooError(f"dataset {path!r} (format tldr) has no 'post' or 'prompt' column (columns: "
+                            f"{', '.join(sorted(cols))}); map one with dataset.columns.post=COLUMN")
+        prompt = tldr_prompt(get("post"), get("title"), get("subreddit"))
+    rec = Record(prompt)
+    if "completion" in fields:
+        name = "completion" if ("completion" in columns or "completion" in cols) else "summary"
+        rec.completion = " " + _text(_column(row, "completion", columns, cols, path, default=name)).strip()
+    if "chosen" in fields:
+        if "summaries" in cols and "chosen" not in columns:
+            texts = [s["text"] if isinstance(s, dict) else s for s in row["summaries"]]
+            choice = int(_column(row, "choice", {}, cols, path))
+            rec.chosen, rec.rejected = texts[choice], texts[1 - choice]
+        else:
+            rec.chosen = _text(_column(row, "chosen", columns, cols, path))
+            rec.rejected = _text(_column(row, "rejected", columns, cols, path))
+        rec.chosen, rec.rejected = " " + rec.chosen.strip(), " " + rec.rejected.strip()
+    return rec
+
+
+def split_dialogue(dialogue) -> tuple[str, str]:
+    """(prompt up to and including the final assistant cue, the final assistant response).
+    Text in the HH layout, or a list of {role, content} messages (the prompt is then rendered in
+    the same HH layout; a chat template, when used, re-renders it from the turns)."""
+    if isinstance(dialogue, list):
+        if not dialogue or dialogue[-1].get("role") != "assistant":
+            raise RlooError("an hh dialogue given as messages must end with an assistant message")
+        turns = "".join(f"{HUMAN if m['role'] == 'user' else ASSISTANT} {m['content']}" for m in dialogue[:-1])
+        return turns + ASSISTANT, " " + dialogue[-1]["content"].strip()
+    i = dialogue.rfind(ASSISTANT)
+    if i < 0:
+        raise RlooError(f"an hh dialogue has no {ASSISTANT.strip()!r} turn: {dialogue[:60]!r}")
+    return dialogue[: i + len(ASSISTANT)], " " + dialogue[i + len(ASSISTANT):].strip()
+
+
+def _hh(row, columns, fields, cols, path) -> Record:
+    prompt, chosen = split_dialogue(_column(row, "chosen", columns, cols, path))
+    rec = Record(prompt, completion=chosen)
+    if "rejected" in fields:
+        r_prompt, rejected = split_dialogue(_column(row, "rejected", columns, cols, path))
+        if r_prompt != prompt:  # HH pairs share the context; a pair that does not is not a pair
+            raise RlooError(f"dataset {path!r}: chosen and rejected dialogues differ before the last assistant turn")
+        rec.chosen, rec.rejected = chosen, rejected
+    return rec
+
+
+def dialogue_messages(prompt: str) -> list[dict]:
+    """HH-layout prompt text -> chat messages (the final empty assistant cue dropped)."""
+    if HUMAN not in prompt:
+        return [{"role": "user", "content": prompt.strip()}]
+    msgs = []
+    for part in prompt.split(HUMAN)[1:]:
+        human, *rest = part.split(ASSISTANT)
+        msgs.append({"role": "user", "content": human.strip()})
+        msgs += [{"role": "assistant", "content": r.strip()} for r in rest if r.strip()]
+    return msgs
+
+
+def apply_chat_template(tokenizer, prompt: str) -> str:
+    """The prompt as the tokenizer's chat template renders it, ending with the assistant cue."""
+    return tokenizer.apply_chat_template(dialogue_messages(prompt), tokenize=False, add_generation_prompt=True)

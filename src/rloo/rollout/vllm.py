@@ -1,0 +1,85 @@
+"""vLLM as the rollout backend (optional, one GPU, `generation=vllm`, `pip install 'rloo[vllm]'`).
+
+The engine is colocated with training on the same GPU (it takes `gpu_memory_utilization` of its
+memory) and its weights are replaced by the policy's after every update (`sync`), so samples stay
+on-policy. vLLM only samples: the log-probs of the sampled tokens are recomputed by one forward
+pass of the policy, so they are exactly the quantity the loss and the KL use (vLLM's own
+log-probs may be of the unscaled distribution, depending on its version and settings).
+Untested here (no GPU on the development machine); its tests skip without a GPU and vLLM.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from rloo.data.collate import encode_prompts
+from rloo.errors import RlooError
+from rloo.forward import completion_logprobs
+from rloo.rollout.sampler import Rollout
+
+
+def _require_vllm():
+    if not torch.cuda.is_available():
+        raise RlooError("generation=vllm needs a CUDA GPU; use generation=sampler on this machine")
+    # in-process engine: weights can then be loaded into the model object directly
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    try:
+        import vllm
+    except ImportError as e:
+        raise RlooError("generation=vllm needs vLLM: pip install 'rloo[vllm]'") from e
+    return vllm
+
+
+class VLLMSampler:
+    """Rollouts with the layout of `rollout()`: rows grouped by prompt, left-padded prompts,
+    right-padded completions ending at the first EOS."""
+
+    def __init__(self, model_path: str, tokenizer, *, k: int, max_prompt_len: int, max_new_tokens: int,
+                 temperature: float, top_p: float, seed: int, gpu_memory_utilization: float, dtype: str = "auto"):
+        vllm = _require_vllm()
+        self.tokenizer, self.k, self.max_prompt_len = tokenizer, k, max_prompt_len
+        self.llm = vllm.LLM(model=model_path, tokenizer=model_path, seed=seed, dtype=dtype,
+                            gpu_memory_utilization=gpu_memory_utilization,
+                            max_model_len=max_prompt_len + max_new_tokens)
+        self.params = vllm.SamplingParams(n=k, temperature=temperature, top_p=top_p, max_tokens=max_new_tokens,
+                                          stop_token_ids=[tokenizer.eos_token_id], seed=None)
+
+    @torch.no_grad()
+    def sync(self, policy) -> None:
+        """Load the policy's current weights into the engine (names are Hugging Face names)."""
+        weights = [(n, p.detach()) for n, p in policy.state_dict().items()]
+        if hasattr(self.llm, "apply_model"):
+            self.llm.apply_model(lambda model: model.load_weights(weights))
+        else:  # older vLLM: reach the model through the in-process driver worker
+            self.llm.llm_engine.model_executor.driver_worker.model_runner.model.load_weights(weights)
+        if hasattr(self.llm, "reset_prefix_cache"):
+            self.llm.reset_prefix_cache()   # cached KV of the old weights must not be reused
+
+    @torch.no_grad()
+    def __call__(self, policy, prompts: list[str]) -> Rollout:
+        from vllm.inputs import TokensPrompt
+        device = next(policy.parameters()).device
+        enc, n_trunc = encode_prompts(self.tokenizer, prompts, self.max_prompt_len)
+        inputs = [TokensPrompt(prompt_token_ids=row[m].tolist()) for row, m in zip(enc.ids, enc.mask)]
+        outs = self.llm.generate(inputs, self.params, use_tqdm=False)
+        eos, pad = self.tokenizer.eos_token_id, self.tokenizer.pad_token_id
+        # a completion that stopped at EOS ends with it (whether or not vLLM returns the stop token)
+        seqs = [list(c.token_ids) + ([eos] if c.finish_reason == "stop" and (not c.token_ids or c.token_ids[-1] != eos)
+                                     else []) for o in outs for c in o.outputs]
+        width = max(1, max(len(s) for s in seqs))
+        c_ids = torch.full((len(seqs), width), pad, dtype=torch.long)
+        c_mask = torch.zeros((len(seqs), width), dtype=torch.bool)
+        for i, s in enumerate(seqs):
+            c_ids[i, : len(s)] = torch.tensor(s, dtype=torch.long)
+            c_mask[i, : len(s)] = True
+        p_ids = enc.ids.repeat_interleave(self.k, 0).to(device)
+        p_mask = enc.mask.repeat_interleave(self.k, 0).to(device)
+        c_ids, c_mask = c_ids.to(device), c_mask.to(device)
+        lps = completion_logprobs(policy, p_ids, p_mask, c_ids, c_mask,
+                                  temperature=self.params.temperature).masked_fill(~c_mask, 0.0)
+        texts = self.tokenizer.batch_decode(c_ids.masked_fill(~c_mask, pad).tolist(), skip_special_tokens=True)
+        return Rollout(prompts=[p for p in prompts for _ in range(self.k)], completions=[t.strip() for t in texts],
+                       prompt_ids=p_ids, prompt_mask=p_mask, completion_ids=c_ids, completion_mask=c_mask,
+                       logprobs=lps, truncated=~((c_ids == eos) & c_mask).any(-1), prompts_truncated=n_trunc)

@@ -1,0 +1,32 @@
+"""Run by tests/test_distributed.py under `torchrun --nproc_per_node 2` (and in-process as the
+one-process reference): a few RLOO steps on a tiny model for each parallel mode given."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# every prompt is the same number of tokens, so each process pads its prompts exactly as the
+# one-process run does and the forward passes see identical inputs
+PROMPTS = ["post : job rent tl;dr :", "post : exam car tl;dr :", "post : loan sister tl;dr :",
+           "post : dog fence tl;dr :", "post : rent car tl;dr :", "post : sister job tl;dr :"]
+
+
+def reward_short(prompts, completions):
+    return [-len(c.split()) / 10 for c in completions]
+
+
+def config(model_dir: str, out: Path, parallel: str):
+    from rloo import RLConfig
+    return RLConfig(policy=model_dir, output_dir=out, steps=3, batch_size=4, k=2, max_new_tokens=6, lr=1e-2,
+                    warmup_steps=0, eval_every=None, save_every=None, parallel=parallel, seed=3)
+
+
+def run(model_dir: str, out_root: str, modes: list[str]) -> None:
+    from rloo import train
+    for mode in modes:
+        train(config(model_dir, Path(out_root) / mode, mode), prompts=PROMPTS, reward_fn=reward_short)
+
+
+if __name__ == "__main__":
+    run(sys.argv[1], sys.argv[2], sys.argv[3].split(","))
