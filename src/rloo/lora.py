@@ -3,6 +3,7 @@ the adapters switched off, so no second copy of the weights is held in memory.""
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
 import torch
@@ -42,8 +43,19 @@ class AdapterDisabled:
         with self.model.disable_adapter():
             return self.model(*args, **kwargs)
 
-    def parameters(self):
-        return self.model.parameters()
+    @property
+    def forward(self):
+        """Calls with adapters off; carries the base model's signature (callers inspect it to name
+        the KV-cache argument)."""
+        def fn(*args, **kwargs):
+            return self(*args, **kwargs)
+        fn.__signature__ = inspect.signature(self.model.get_base_model().forward)
+        return fn
+
+    def __getattr__(self, name):  # config, parameters, modules, ...: those of the shared network
+        if name == "model":
+            raise AttributeError(name)
+        return getattr(self.model, name)
 
 
 def is_lora(model) -> bool:

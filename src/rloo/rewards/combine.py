@@ -59,7 +59,8 @@ def build_reward(cfg, policy_tokenizer, reward_fn: Callable | None = None, load_
     if cfg.reward_model is not None:
         rm, rm_tok = load_rm(cfg.reward_model)
         sources["reward_model"] = RewardModelScorer(rm, rm_tok, policy_tokenizer=policy_tokenizer,
-                                                    max_len=cfg.max_prompt_tokens + cfg.max_new_tokens)
+                                                    max_len=cfg.max_prompt_tokens + cfg.max_new_tokens,
+                                                    share_prompt=cfg.share_prompt)
     if reward_fn is not None:
         sources[getattr(reward_fn, "__name__", "reward_fn")] = FunctionReward(reward_fn)
     else:
