@@ -29,4 +29,11 @@ def run(model_dir: str, out_root: str, modes: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    run(sys.argv[1], sys.argv[2], sys.argv[3].split(","))
+    import torch.distributed as dist
+    # one process group for both runs: train() joins a group it did not create and leaves it
+    # alone (re-creating gloo groups back to back in one launch is flaky)
+    dist.init_process_group("gloo")
+    try:
+        run(sys.argv[1], sys.argv[2], sys.argv[3].split(","))
+    finally:
+        dist.destroy_process_group()
