@@ -124,7 +124,8 @@ class Dist:
         as P processes do."""
         import inspect
         params = inspect.signature(getattr(algo, "step", algo)).parameters
-        return {"rows": rows, "all_done": self.all_done} if "rows" in params else {}
+        takes = "rows" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+        return {"rows": rows, "all_done": self.all_done} if takes else {}
 
     def restrict_checkpoints(self, ck) -> None:
         """Only rank 0 writes checkpoints (DDP replicas are identical). Under FSDP a checkpoint

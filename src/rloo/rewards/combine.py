@@ -66,5 +66,5 @@ def build_reward(cfg, policy_tokenizer, reward_fn: Callable | None = None, load_
     else:
         specs = [cfg.reward_fn] if isinstance(cfg.reward_fn, str) else list(cfg.reward_fn or [])
         for spec in specs:
-            sources[spec] = FunctionReward(load_function(spec), name=spec)
+            sources[spec] = FunctionReward(load_function(spec))
     return WeightedReward(sources, cfg.reward_weights)
