@@ -180,3 +180,31 @@ def test_folder_that_is_not_a_run_is_never_deleted(command, tiny_model_dir, tmp_
     rc, err = _cli([command, f"policy={tiny_model_dir}", f"output_dir={out}", *extra, "--overwrite"], capsys)
     _one_line(rc, err, "is not empty and does not hold an rloo", "choose another output_dir (nothing was deleted)")
     assert _files(out) == before
+
+
+@pytest.fixture
+def bad_data(tmp_path):
+    d = tmp_path / "data"
+    d.mkdir()
+    (d / "empty.jsonl").write_text("")
+    (d / "cols.jsonl").write_text(json.dumps({"question": "post : job tl;dr :", "answer": "job"}) + "\n")
+    (d / "broken.jsonl").write_text('{"prompt": "post : job tl;dr :", "completion": "job"}\n{"prompt": \n')
+    return d
+
+
+@pytest.mark.parametrize("command", ["sft", "train"])
+@pytest.mark.parametrize("data, needle", [
+    ("missing.jsonl", "does not exist"),
+    ("empty.jsonl", "is empty"),
+    ("cols.jsonl", "has no column 'prompt'"),
+    ("broken.jsonl", "cannot be read"),
+])
+def test_dataset_errors_from_the_cli(command, data, needle, bad_data, tiny_model_dir, tmp_path, capsys):
+    """A missing, empty, unreadable or column-less dataset: one line naming the file, before any output."""
+    out = tmp_path / "out"
+    model_key = "model" if command == "sft" else "policy"
+    extra = [] if command == "sft" else ["reward_fn=tests.reliability._helpers:reward_short", *TINY_RUN]
+    rc, err = _cli([command, f"{model_key}={tiny_model_dir}", f"output_dir={out}",
+                    f"dataset.path={bad_data / data}", *extra], capsys)
+    _one_line(rc, err, f"rloo {command}: error: ", needle, data)
+    assert not out.exists()

@@ -19,6 +19,7 @@ Prompts are wrapped in the tokenizer's chat template when it has one (and `chat_
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,6 +40,37 @@ class Record:
 
 def _load_table(path: str, name: str | None, split: str):
     """Rows of one split as a `datasets.Dataset`; any loading failure is one RlooError line."""
+    with _quiet_datasets(local=Path(path).exists()):
+        return _load_table_loud(path, name, split)
+
+
+@contextmanager
+def _quiet_datasets(local: bool):
+    """datasets logs a traceback of its own before raising on a malformed file, and shows a
+    progress bar for building a local file's cache: both would bury our one-line error."""
+    import datasets
+    level = datasets.logging.get_verbosity()
+    bars = datasets.utils.are_progress_bars_disabled()
+    datasets.logging.set_verbosity(datasets.logging.CRITICAL)
+    if local:
+        datasets.disable_progress_bars()
+    try:
+        yield
+    finally:
+        datasets.logging.set_verbosity(level)
+        if local and not bars:
+            datasets.enable_progress_bars()
+
+
+def _root_cause(e: BaseException) -> str:
+    """The innermost message: datasets wraps a parse error in 'An error occurred while generating'."""
+    while (e.__cause__ or e.__context__) is not None and str(e.__cause__ or e.__context__).strip():
+        e = e.__cause__ or e.__context__
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def _load_table_loud(path: str, name: str | None, split: str):
     import datasets
     p = Path(path)
     try:
@@ -62,8 +94,8 @@ def _load_table(path: str, name: str | None, split: str):
     except RlooError:
         raise
     except Exception as e:  # noqa: BLE001 - datasets raises many types; the user needs the message
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise RlooError(f"could not load dataset {path!r} (split {split!r}): {msg}") from e
+        what = "cannot be read" if p.exists() else "could not be loaded"
+        raise RlooError(f"dataset {path!r} (split {split!r}) {what}: {_root_cause(e)}") from e
 
 
 def load_records(settings: DatasetSettings, fields: tuple[str, ...], split: str | None = None,
