@@ -69,3 +69,14 @@ def test_compare_quick_finishes_within_ten_minutes(tmp_path):
     assert time.perf_counter() - t0 < 600
     text = (tmp_path / "q" / "report" / "report.md").read_text()
     assert all(f"| {m} |" in text for m in METHODS)
+
+
+def test_paired_differences_pair_by_seed():
+    from rloo.eval.compare_report import paired_differences
+    cfg = CompareConfig(methods=["rloo", "ppo"], tasks=["summarize"], seeds=[0, 1, 2])
+    # ppo beats rloo by exactly 0.1 on every seed, though the seeds' levels differ a lot; seed 2 of
+    # ppo is listed first to check that pairing goes by seed, not by position
+    rloo = [{"seed": s, "win_rate": w} for s, w in [(0, 0.2), (1, 0.5), (2, 0.8)]]
+    ppo = [{"seed": s, "win_rate": w} for s, w in [(2, 0.9), (0, 0.3), (1, 0.6)]]
+    text = paired_differences(cfg, {"summarize": {"rloo": rloo, "ppo": ppo}})
+    assert "| ppo | +0.100 ± 0.000 | 3/3 |" in text

@@ -47,6 +47,7 @@ def collect(cfg, out: Path) -> dict:
                 if f.exists():
                     r = json.loads(f.read_text())
                     r["metrics"] = read_metrics(root / name / "metrics.jsonl") if name != "sft" else []
+                    r["seed"] = seed
                     data[task].setdefault(name, []).append(r)
     return data
 
@@ -66,6 +67,32 @@ def results_table(cfg, data: dict) -> str:
                       _fmt([r["kl"] for r in rs])]
         rows.append(f"| {name} | " + " | ".join(cells) + f" | {seeds} |")
     return "\n".join(rows)
+
+
+def paired_differences(cfg, data: dict, base: str = "rloo") -> str:
+    """Each method's win rate minus `base`'s, paired by seed: the two share the SFT model, the reward
+    model, the eval prompts and the eval sampling noise of that seed, so the seed-to-seed spread of
+    those (large with tiny models) cancels and only the methods' own randomness is left."""
+    names = [n for n in cfg.methods if n != base]
+    if base not in cfg.methods or not names:
+        return "(needs rloo and another method)"
+    rows = ["| method | " + " | ".join(f"{t}: win vs refs − {base} | {t}: seeds ahead" for t in cfg.tasks) + " |",
+            "|---" * (2 * len(cfg.tasks) + 1) + "|"]
+    for name in names:
+        cells = []
+        for task in cfg.tasks:
+            ref = {r["seed"]: r["win_rate"] for r in data[task].get(base, [])}
+            diffs = [r["win_rate"] - ref[r["seed"]] for r in data[task].get(name, []) if r["seed"] in ref]
+            cells += [_fmt_signed(diffs), f"{sum(d > 0 for d in diffs)}/{len(diffs)}" if diffs else "-"]
+        rows.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+def _fmt_signed(xs: list[float]) -> str:
+    if not xs:
+        return "-"
+    m, h = mean_ci(xs)
+    return f"{m:+.3f}" if h is None else f"{m:+.3f} ± {h:.3f}"
 
 
 def variance_table(out: Path, cfg) -> str:
@@ -114,6 +141,10 @@ def write_report(cfg, out: Path) -> Path:
         "'win vs SFT' is head to head against the SFT model's sample for the same prompt (ties count half). "
         "KL: mean sum_t log pi/pi_sft of the evaluated samples.", "",
         results_table(cfg, data), "",
+        "## Differences from RLOO, paired by seed", "",
+        "Method minus rloo in win rate against the references, per seed (same SFT model, reward model, eval "
+        "prompts and eval sampling noise), mean ± 95% t-interval over seeds; 'seeds ahead': seeds where the "
+        "method won more often than rloo.", "", paired_differences(cfg, data), "",
         "## PPO: GAE lambda 0.95 vs 1.0 (final win rate vs references)", "", ppo_lambda_table(cfg, data), "",
         "## Gradient variance at a fixed snapshot", "",
         f"{cfg.variance_batches} independent batches of {cfg.variance_samples} completions per estimator; "

@@ -1,0 +1,56 @@
+"""Does a rerun of `rloo compare` reproduce a committed report?
+
+    python benchmarks/compare_check.py docs/compare/results.json runs/compare-rerun/report/results.json
+
+For every task and method in both files: the committed mean win rate (against the references and
+against the SFT model) with its 95% t-interval over seeds, the rerun's mean, and whether the rerun's
+mean lies inside the committed interval. With the same seeds on the same machine the runs are
+deterministic, so the rerun's per-seed numbers are also compared exactly ("identical"). With other
+seeds, the interval is the test: a mean of fresh seeds should fall inside it in most rows (not all:
+a 95% interval for the mean is not a 95% interval for another sample's mean, which varies too).
+Exit code 1 when any rerun mean falls outside.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from rloo.eval.compare_report import mean_ci
+
+METRICS = ("win_rate", "win_rate_vs_sft")
+
+
+def check(committed: dict, rerun: dict) -> tuple[list[str], int]:
+    rows, outside = [], 0
+    for task in committed:
+        for method, runs in committed[task].items():
+            again = rerun.get(task, {}).get(method)
+            if not again or method == "sft":
+                continue
+            for metric in METRICS:
+                m, h = mean_ci([r[metric] for r in runs])
+                m2 = sum(r[metric] for r in again) / len(again)
+                same = len(again) == len(runs) and all(a[metric] == b[metric] for a, b in zip(again, runs))
+                inside = h is not None and abs(m2 - m) <= h
+                outside += not inside
+                rows.append(f"| {task} | {method} | {metric} | {m:.3f} ± {h or 0:.3f} | {m2:.3f} (n={len(again)}) | "
+                            f"{'yes' if inside else 'NO'} | {'identical' if same else 'differs'} |")
+    return rows, outside
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print(__doc__)
+        return 2
+    committed, rerun = (json.loads(open(p).read()) for p in argv)
+    rows, outside = check(committed, rerun)
+    print("| task | method | metric | committed mean ± 95% CI | rerun mean | inside | per-seed values |")
+    print("|---|---|---|---|---|---|---|")
+    print("\n".join(rows))
+    print(f"\n{len(rows) - outside} of {len(rows)} rerun means inside the committed intervals")
+    return 1 if outside else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
