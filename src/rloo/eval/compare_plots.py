@@ -25,6 +25,11 @@ def _mean_curve(runs: list[dict], key: str, xkey=lambda r: r["step"]):
     return xs, [sum(d[x] for d in per_seed) / len(per_seed) for x in xs]
 
 
+def _methods_run(cfg, data: dict, task: str):
+    """(method, its runs over seeds) for the methods of `task` that have results."""
+    return [(name, data[task][name]) for name in cfg.methods if data[task].get(name)]
+
+
 def _grid(plt, n_rows: int, n_cols: int):
     fig, axes = plt.subplots(n_rows, n_cols, figsize=(5.5 * n_cols, 4 * n_rows), squeeze=False)
     return fig, axes
@@ -48,12 +53,8 @@ def frontier(plt, cfg, data, path: Path) -> Path:
     """Gold score against KL to the SFT model: training trajectory (mean over seeds) and final point."""
     fig, axes = _grid(plt, 1, len(cfg.tasks))
     for ax, task in zip(axes[0], cfg.tasks):
-        for name in cfg.methods:
-            runs = data[task].get(name, [])
-            if not runs:
-                continue
-            _, kl = _mean_curve(runs, "eval/kl")
-            _, gold = _mean_curve(runs, "eval/gold")
+        for name, runs in _methods_run(cfg, data, task):
+            kl, gold = (_mean_curve(runs, key)[1] for key in ("eval/kl", "eval/gold"))
             line, = ax.plot(kl, gold, alpha=0.5, label=name)
             fk = sum(r["kl"] for r in runs) / len(runs)
             fg = sum(r["gold"] for r in runs) / len(runs)
@@ -71,10 +72,7 @@ def learning_curves(plt, cfg, data, path: Path) -> Path:
     fig, axes = _grid(plt, 1, len(cfg.tasks))
     per_step = cfg.rl.batch_size * cfg.rl.k
     for ax, task in zip(axes[0], cfg.tasks):
-        for name in cfg.methods:
-            runs = data[task].get(name, [])
-            if not runs:
-                continue
+        for name, runs in _methods_run(cfg, data, task):
             scale = cfg.rl.algo.dpo_batch_size if name == "dpo" else per_step
             xs, ys = _mean_curve(runs, "eval/win_rate")
             ax.plot([x * scale for x in xs], ys, marker=".", label=name + (" (x: pairs)" if name == "dpo" else ""))
@@ -88,12 +86,14 @@ def clip_fraction(plt, cfg, data, path: Path) -> Path | None:
     """ppo/clipfrac per batch over training for the methods that clip."""
     fig, axes = _grid(plt, 1, len(cfg.tasks))
     for ax, task in zip(axes[0], cfg.tasks):
-        for name in cfg.methods:
-            for i, run in enumerate(data[task].get(name, [])):
+        for name, runs in _methods_run(cfg, data, task):
+            color = None   # one colour per method, one line per seed
+            for run in runs:
                 pts = [(r["step"], r["ppo/clipfrac"]) for r in run["metrics"] if r.get("ppo/clipfrac") is not None]
                 if pts:
-                    ax.plot(*zip(*pts), alpha=0.7, label=name if i == 0 else None)
-        ax.set(title=f"{task}: fraction of clipped tokens per batch", xlabel="step", ylabel="clip fraction")
+                    line, = ax.plot(*zip(*pts), alpha=0.5, color=color, label=None if color else name)
+                    color = line.get_color()
+        ax.set(title=f"{task}: fraction clipped per batch (tokens; rloo_clip: sequences)", xlabel="step", ylabel="clip fraction")
         _legend(ax)
     if not any(ax.lines for ax in axes[0]):
         plt.close(fig)
@@ -105,13 +105,8 @@ def overoptimization(plt, cfg, data, path: Path) -> Path:
     """Gold score and reward-model score against KL over training, per method (mean over seeds)."""
     fig, axes = _grid(plt, len(cfg.tasks), 2)
     for row, task in zip(axes, cfg.tasks):
-        for name in cfg.methods:
-            runs = data[task].get(name, [])
-            if not runs:
-                continue
-            _, kl = _mean_curve(runs, "eval/kl")
-            _, gold = _mean_curve(runs, "eval/gold")
-            _, rm = _mean_curve(runs, "eval/reward")
+        for name, runs in _methods_run(cfg, data, task):
+            kl, gold, rm = (_mean_curve(runs, key)[1] for key in ("eval/kl", "eval/gold", "eval/reward"))
             row[0].plot(kl, gold, marker=".", label=name)
             if len(rm) == len(kl):
                 row[1].plot(kl, rm, marker=".", label=name)

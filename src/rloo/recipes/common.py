@@ -70,6 +70,15 @@ def adamw(params, lr: float, weight_decay: float = 0.0) -> torch.optim.AdamW:
                              betas=(0.9, 0.95))
 
 
+def supervised_step(model, opt, sched, loss, max_grad_norm: float = 1.0) -> None:
+    """One update of a supervised stage (SFT, reward model): backward, clip, step, schedule."""
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+    opt.step()
+    sched.step()
+
+
 def warmup_cosine(opt, total: int, warmup: int, floor: float = 0.1):
     """Linear warm-up then cosine decay to `floor` x the peak learning rate."""
     def f(step: int) -> float:

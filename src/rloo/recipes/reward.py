@@ -17,7 +17,8 @@ from rloo.data.datasets import train_eval_records
 from rloo.models import (enable_gradient_checkpointing, load_policy, load_reward_model, model_options,
                          save_pretrained_atomic)
 from rloo.rollout import rollout
-from rloo.recipes.common import adamw, check_device, prepare_output_dir, seed_everything, warmup_cosine
+from rloo.recipes.common import (adamw, check_device, prepare_output_dir, seed_everything, supervised_step,
+                                 warmup_cosine)
 from rloo.tasks import get_task
 from rloo.tracking import MetricsLogger, progress, say
 
@@ -137,11 +138,7 @@ def train_reward(cfg: RewardConfig, *, overwrite: bool = False) -> RewardResult:
         for idx in batches(len(train_pairs), cfg.batch_size, gen):
             chosen, rejected = _score(model, prompts, comps, idx, device)
             loss, stats = bradley_terry_loss(chosen, rejected)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            sched.step()
+            supervised_step(model, opt, sched, loss)
             step += 1
             log.log(step, {"loss/rm": loss.item(), **{k: float(v) for k, v in stats.items()}})
             bar.set_postfix(loss=f"{loss.item():.3f}", acc=f"{float(stats['rm/accuracy']):.2f}")

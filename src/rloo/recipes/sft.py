@@ -15,7 +15,8 @@ from rloo.data.datasets import load_records
 from rloo.errors import RlooError
 from rloo.models import (build_llama, enable_gradient_checkpointing, load_policy, load_tokenizer, model_options,
                          save_pretrained_atomic)
-from rloo.recipes.common import adamw, check_device, prepare_output_dir, seed_everything, warmup_cosine
+from rloo.recipes.common import (adamw, check_device, prepare_output_dir, seed_everything, supervised_step,
+                                 warmup_cosine)
 from rloo.tasks import Example, get_task
 from rloo.tasks.tokenizer import build_tokenizer
 from rloo.tracking import MetricsLogger, progress, say
@@ -67,11 +68,7 @@ def sft(cfg: SFTConfig, *, overwrite: bool = False) -> SFTResult:
             c_ids, c_mask = trim_right(targets.ids[idx], targets.mask[idx])
             lp = completion_logprobs(model, p_ids.to(device), p_mask.to(device), c_ids.to(device), c_mask.to(device))
             loss, stats = sft_loss(lp, c_mask.to(device))
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            sched.step()
+            supervised_step(model, opt, sched, loss)
             step += 1
             loss_ema = loss.item() if loss_ema is None else 0.95 * loss_ema + 0.05 * loss.item()
             log.log(step, {**{k: float(v) for k, v in stats.items()}, "lr": sched.get_last_lr()[0]})
