@@ -8,7 +8,8 @@ mean lies inside the committed interval. With the same seeds on the same machine
 deterministic, so the rerun's per-seed numbers are also compared exactly ("identical"). With other
 seeds, the interval is the test: a mean of fresh seeds should fall inside it in most rows (not all:
 a 95% interval for the mean is not a 95% interval for another sample's mean, which varies too).
-Exit code 1 when any rerun mean falls outside.
+Exit code 1 when any rerun mean falls outside. Last, with other seeds, the differences from RLOO
+paired by seed over the seeds of both files together (the report's paired table, on more seeds).
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from __future__ import annotations
 import json
 import sys
 
-from rloo.eval.compare_report import mean_ci
+from types import SimpleNamespace
+
+from rloo.eval.compare_report import mean_ci, paired_differences
 
 METRICS = ("win_rate", "win_rate_vs_sft")
 
@@ -49,6 +52,12 @@ def main(argv: list[str]) -> int:
     print("|---|---|---|---|---|---|---|")
     print("\n".join(rows))
     print(f"\n{len(rows) - outside} of {len(rows)} rerun means inside the committed intervals")
+    pooled = {t: {m: committed[t][m] + rerun.get(t, {}).get(m, []) for m in committed[t]} for t in committed}
+    seeds = {r["seed"] for t in pooled for rs in pooled[t].values() for r in rs if "seed" in r}
+    if len(seeds) > len({r.get("seed") for t in committed for rs in committed[t].values() for r in rs}):
+        cfg = SimpleNamespace(tasks=list(committed), methods=[m for m in committed[next(iter(committed))] if m != "sft"])
+        print(f"\nDifferences from rloo paired by seed, seeds {sorted(seeds)}:\n")
+        print(paired_differences(cfg, pooled))
     return 1 if outside else 0
 
 
