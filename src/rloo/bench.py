@@ -68,7 +68,9 @@ def _rloo_worker(conn, job: dict) -> None:
     conn.send({"ready": True, "rss_gb": peak_rss_gb()})
     for i, _ in enumerate(iter(conn.recv, "stop")):
         t0 = time.perf_counter()
-        stats, roll, _ = rloo_step(models, opt, job["batches"][i], cfg, gen)
+        batch = job["batches"][i]
+        # rows=: sample as `rloo train` does (one uniform per row, see rloo.distributed.step_kwargs)
+        stats, roll, _ = rloo_step(models, opt, batch, cfg, gen, rows=(0, len(batch) * cfg.k))
         conn.send({"time": time.perf_counter() - t0, "tokens": int(roll.completion_mask.sum()),
                    "width": roll.completion_ids.shape[1], "rss_gb": peak_rss_gb(),
                    "phases": {k: v for k, v in stats.items() if k.startswith("time/")}})
