@@ -92,7 +92,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    # KEY=VALUE overrides may also follow the flags (`rloo pipeline --overwrite task=dialogue`, as
+    # `make demo ARGS=...` writes it); argparse stops collecting positionals at the first flag.
+    args, extra = parser.parse_known_args(argv)
+    unknown = [x for x in extra if x.startswith("-") or "=" not in x]
+    if unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if extra:
+        args.overrides = [*args.overrides, *extra]
     if args.command is None:
         parser.print_help()
         return 2

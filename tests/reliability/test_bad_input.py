@@ -208,3 +208,13 @@ def test_dataset_errors_from_the_cli(command, data, needle, bad_data, tiny_model
                     f"dataset.path={bad_data / data}", *extra], capsys)
     _one_line(rc, err, f"rloo {command}: error: ", needle, data)
     assert not out.exists()
+
+
+def test_overrides_after_flags_are_read(tmp_path, capsys):
+    """`make demo ARGS="task=dialogue"` puts overrides after --overwrite; they must still count."""
+    out = tmp_path / "out"
+    rc, err = _cli(["sft", f"output_dir={out}", "--overwrite", "epochs=zero"], capsys)
+    _one_line(rc, err, "rloo sft: error: ", "epochs: Input should be a valid integer")
+    with pytest.raises(SystemExit) as e:   # argparse's own usage error, as for any unknown flag
+        main(["sft", f"output_dir={out}", "--overwrite", "--bogus"])
+    assert e.value.code == 2 and "unrecognized arguments: --bogus" in capsys.readouterr().err
