@@ -80,8 +80,7 @@ class Dist:
     def all_done(self, done: torch.Tensor) -> bool:
         """Stop sampling only when every process is done: FSDP forward passes are collectives."""
         flag = torch.tensor([int(bool(done.all()))])
-        if self.enabled and self.parallel == "fsdp":
-            dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+        dist.all_reduce(flag, op=dist.ReduceOp.MIN)
         return bool(flag.item())
 
     def barrier(self) -> None:
@@ -103,29 +102,15 @@ class Dist:
                 sd.pop(key, None)
         return _WithStateDict(model, sd)
 
-    def optimizer_state(self, model, opt) -> dict:
-        if not (self.enabled and self.parallel == "fsdp"):
-            return opt.state_dict()
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
-        return get_optimizer_state_dict(unwrap(model), opt,
-                                        options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-
-    def load_optimizer_state(self, model, opt, state: dict) -> None:
-        if not (self.enabled and self.parallel == "fsdp"):
-            opt.load_state_dict(state)
-            return
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
-        set_optimizer_state_dict(unwrap(model), opt, optim_state_dict=state,
-                                 options=StateDictOptions(full_state_dict=True))
-
     def step_kwargs(self, algo, rows: tuple[int, int]) -> dict:
-        """Extra arguments of the step: global-batch sampling rows (and a shared stop under FSDP),
-        for steps that take them (rloo_step); always passed, so that one process samples exactly
-        as P processes do."""
+        """Extra arguments of the step: global-batch sampling rows (and a shared stop under FSDP,
+        whose per-token collective is kept off the single-process decode loop), for steps that
+        take them (rloo_step); rows are always passed, so one process samples exactly as P do."""
         import inspect
         params = inspect.signature(getattr(algo, "step", algo)).parameters
-        takes = "rows" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
-        return {"rows": rows, "all_done": self.all_done} if takes else {}
+        if not ("rows" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())):
+            return {}
+        return {"rows": rows} | ({"all_done": self.all_done} if self.enabled and self.parallel == "fsdp" else {})
 
     def restrict_checkpoints(self, ck) -> None:
         """Only rank 0 writes checkpoints (DDP replicas are identical). Under FSDP a checkpoint

@@ -67,7 +67,7 @@ def _load(cfg: RLConfig) -> Models:
 
 def train_dpo(cfg: RLConfig, *, resume: bool = False, overwrite: bool = False):
     """Fine-tune cfg.policy with DPO; returns the online loop's RLResult (history, final eval)."""
-    from rloo.recipes.online import RLResult, _eval
+    from rloo.recipes.online import EvalSet, RLResult, _eval
 
     if resume:
         raise RlooError("dpo runs are short and offline: resume is not supported; rerun with --overwrite")
@@ -85,7 +85,7 @@ def train_dpo(cfg: RLConfig, *, resume: bool = False, overwrite: bool = False):
         ref = [_pair_logprobs(models.ref, prompts, comps, idx, device)
                for idx in batches(len(pairs), 256, shuffle=False)]
     ref_c, ref_r = torch.cat([c for c, _ in ref]), torch.cat([r for _, r in ref])
-    eval_examples = task.examples("eval", cfg.eval_prompts, seed=cfg.seed)
+    eval_set = EvalSet.of_task(task, task.examples("eval", cfg.eval_prompts, seed=cfg.seed))
     # 2. DPO epochs
     total = cfg.algo.dpo_epochs * -(-len(pairs) // cfg.algo.dpo_batch_size)
     opt = adamw(models.policy.parameters(), cfg.algo.dpo_lr)
@@ -100,7 +100,7 @@ def train_dpo(cfg: RLConfig, *, resume: bool = False, overwrite: bool = False):
         for _ in range(cfg.algo.dpo_epochs):
             for idx in batches(len(pairs), cfg.algo.dpo_batch_size, gen):
                 if cfg.eval_every and step % cfg.eval_every == 0:
-                    record(step, _eval(models, task, eval_examples, cfg))
+                    record(step, _eval(models, eval_set, cfg))
                 pc, pr = _pair_logprobs(models.policy, prompts, comps, idx, device)
                 loss, stats = dpo_loss(pc, pr, ref_c[idx], ref_r[idx], cfg.algo.dpo_beta)
                 opt.zero_grad(set_to_none=True)
@@ -113,7 +113,7 @@ def train_dpo(cfg: RLConfig, *, resume: bool = False, overwrite: bool = False):
                 if step % cfg.log_every == 0:
                     record(step, {k: float(v) for k, v in stats.items()} | {"grad/norm": float(grad_norm)})
                 bar.update()
-        final = _eval(models, task, eval_examples, cfg)
+        final = _eval(models, eval_set, cfg)
         record(step, final)
         save_pretrained_atomic(models.policy, models.tokenizer, out / "model")
     finally:

@@ -161,15 +161,14 @@ class EvalSet:
     references: list[str] | None
     judge: Callable | None       # judge(prompt, response) -> float; None: no win rate
 
+    @classmethod
+    def of_task(cls, task, examples) -> "EvalSet":
+        """A built-in task's held-out examples, judged by its gold judge."""
+        return cls([e.prompt for e in examples], [e.reference for e in examples], task.gold_score)
 
-def _eval(models: Models, ev, *args) -> dict[str, float]:
-    """Periodic evaluation on `ev` (an EvalSet): `_eval(models, eval_set, cfg)`; the older form
-    `_eval(models, task, examples, cfg)` (the task's gold judge) is still accepted."""
-    if not isinstance(ev, EvalSet):
-        task, examples, cfg = ev, *args
-        ev = EvalSet([e.prompt for e in examples], [e.reference for e in examples], task.gold_score)
-    else:
-        (cfg,) = args
+
+def _eval(models: Models, ev: EvalSet, cfg: RLConfig) -> dict[str, float]:
+    """Periodic evaluation of the policy on `ev`."""
     # A fixed generator per eval: every eval sees the same sampling noise, so curves are smoother.
     policy = unwrap(models.policy)
     res = evaluate_policy(policy, models.tokenizer, ev.prompts, references=ev.references, judge=ev.judge,
