@@ -54,6 +54,20 @@ def test_shared_forward_flops(model):
     assert counted == expected
 
 
+def test_bucketed_shared_forward_flops(model):
+    """Mixed completion lengths: the shared pass runs length buckets; the count follows them."""
+    from rloo.bench_flops import bucketed
+    a, (p_ids, p_mask, c_ids, _) = Arch.of(model.config), _batch()
+    lengths = [4, 1, 3, 4, 2, 4]
+    c_mask = torch.arange(T)[None, :] < torch.tensor(lengths)[:, None]
+    counted = _counted(lambda: completion_logprobs_shared(model, p_ids, p_mask, c_ids, c_mask, k=K,
+                                                          bucket_overhead=0))
+    fed = [n - 1 for n in lengths]  # buckets of widths 3 (3 rows), 2, 1; the one-token row needs no pass
+    assert counted == a.linear(B * P) + a.head(B) + a.linear(3 * 3 + 2 + 1) + a.head(3 * 3 + 2 + 1)
+    # bucketed() uses the default overhead; with 6 rows that is one bucket of width 3 for the 5 non-empty rows
+    assert bucketed(a, fed, P, logits=True) - a.attention(5, 3, P + 3) == a.linear(5 * 3) + a.head(5 * 3)
+
+
 def test_attention_formula_matches_torch_sdpa_count(model):
     a, heads = Arch.of(model.config), model.config.num_attention_heads
     d = model.config.hidden_size // heads

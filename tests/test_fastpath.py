@@ -52,15 +52,16 @@ def _batch(seed=0):
     return p_ids.repeat_interleave(K, 0), p_mask.repeat_interleave(K, 0), c_ids, c_mask
 
 
-@pytest.mark.parametrize("temperature", [1.0, 0.7])
-def test_shared_logprobs_and_gradients_equal_plain(temperature):
+@pytest.mark.parametrize("temperature,overhead", [(1.0, 0), (0.7, 0), (1.0, 10**9)])
+def test_shared_logprobs_and_gradients_equal_plain(temperature, overhead):
+    """overhead 0: one pass per distinct completion length (bucketed); 10**9: a single padded pass."""
     p_ids, p_mask, c_ids, c_mask = _batch()
     weights = torch.randn(B * K, T, generator=torch.Generator().manual_seed(3))
     results = []
     for shared in (False, True):
         model = _policy()
         args = (model, p_ids, p_mask, c_ids, c_mask)
-        lp = (completion_logprobs_shared(*args, k=K, temperature=temperature) if shared
+        lp = (completion_logprobs_shared(*args, k=K, temperature=temperature, bucket_overhead=overhead) if shared
               else completion_logprobs(*args, temperature=temperature))
         (lp * weights).masked_fill(~c_mask, 0.0).sum().backward()
         results.append((lp.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}))
@@ -70,13 +71,14 @@ def test_shared_logprobs_and_gradients_equal_plain(temperature):
         torch.testing.assert_close(g1[name], g0[name], rtol=1e-4, atol=1e-6, msg=f"gradient of {name}")
 
 
-def test_shared_reward_scores_equal_plain_including_empty_completion():
+@pytest.mark.parametrize("overhead", [0, 10**9])
+def test_shared_reward_scores_equal_plain_including_empty_completion(overhead):
     p_ids, p_mask, c_ids, c_mask = _batch(seed=1)
     c_mask[4] = False  # an empty completion: pooled at the prompt's last token
     rm = _reward_model().eval()
     with torch.no_grad():
         plain = reward_scores(rm, p_ids, p_mask, c_ids, c_mask)
-        shared = reward_scores_shared(rm, p_ids, p_mask, c_ids, c_mask, k=K)
+        shared = reward_scores_shared(rm, p_ids, p_mask, c_ids, c_mask, k=K, bucket_overhead=overhead)
     torch.testing.assert_close(shared, plain, rtol=1e-5, atol=1e-5)
     assert plain.std() > 0  # the scores differ between rows, so equality is not trivial
 

@@ -72,6 +72,7 @@ def _rloo_worker(conn, job: dict) -> None:
         # rows=: sample as `rloo train` does (one uniform per row, see rloo.distributed.step_kwargs)
         stats, roll, _ = rloo_step(models, opt, batch, cfg, gen, rows=(0, len(batch) * cfg.k))
         conn.send({"time": time.perf_counter() - t0, "tokens": int(roll.completion_mask.sum()),
+                   "lengths": roll.completion_mask.sum(-1).tolist(),
                    "width": roll.completion_ids.shape[1], "rss_gb": peak_rss_gb(),
                    "phases": {k: v for k, v in stats.items() if k.startswith("time/")}})
 
@@ -164,7 +165,7 @@ def bench_shape(shape: Shape, *, root: Path, warmup: int, steps: int, k: int, ba
             workers[name][1].send("step")
             r = workers[name][1].recv()
             T = r["width"]
-            r["flops"] = (rloo_step_flops(arch, batch_size, k, P, T, share_prompt) if name == "rloo"
+            r["flops"] = (rloo_step_flops(arch, batch_size, k, P, T, share_prompt, r["lengths"]) if name == "rloo"
                           else trl_step_flops(arch, batch_size, k, P, T))
             log(f"  {shape.name} {name:4s} step {i + 1}/{total}{' (warm-up)' if i < warmup else ''}: "
                 f"{r['time']:.2f} s, {r['tokens']} tokens, P={P} T={T}, {r['flops'] / r['time'] / 1e9:.1f} GFLOP/s")

@@ -5,7 +5,8 @@ formulas against FlopCounterMode on real forward passes. Backward = 2x forward.
 
 Running FlopCounterMode inside the benchmark itself slows a step 5-10x (Python per op), so the
 benchmark counts from the step's padded shapes instead: prompt width P and completion width T of
-the batch, as both trainers pad to them.
+the batch, as both trainers pad to them, and for rloo's shared passes the widths of its length
+buckets.
 """
 
 from __future__ import annotations
@@ -47,9 +48,25 @@ def decode(a: Arch, n: int, P: int, T: int) -> float:
     return sum(a.forward(n, 1, P + t, n) for t in range(1, T))
 
 
-def rloo_step_flops(a: Arch, B: int, K: int, P: int, T: int, share_prompt: bool = True) -> float:
+def bucketed(a: Arch, lengths: list[int], P: int, logits: bool) -> float:
+    """Completion passes after a shared P-token prompt, run in length buckets as
+    rloo.forward_shared runs them: each bucket is padded to its own longest row."""
+    import torch
+
+    from rloo.data.buckets import length_buckets
+    t = torch.tensor(lengths)
+    total = 0.0
+    for rows in length_buckets(t):
+        n, W = len(rows), int(t[rows].max())
+        total += a.forward(n, W, P + W, n * W if logits else 0)
+    return total
+
+
+def rloo_step_flops(a: Arch, B: int, K: int, P: int, T: int, share_prompt: bool = True,
+                    lengths: list[int] | None = None) -> float:
     """rloo_step: sample (prefill + decode), reference and reward-model forward, policy forward+backward.
-    Assumes a model without dropout (rloo reuses the sampling prefill only then)."""
+    Assumes a model without dropout (rloo reuses the sampling prefill only then). `lengths`: the
+    N completion lengths, when known; the shared passes then run in length buckets."""
     N = B * K
     if not share_prompt:
         plain = a.forward(N, P + T, P + T, N * T)
@@ -57,8 +74,12 @@ def rloo_step_flops(a: Arch, B: int, K: int, P: int, T: int, share_prompt: bool 
                 + plain + (plain - a.head(N * T))                     # reference, reward model (no LM head)
                 + 3 * plain)                                          # policy forward + backward
     prompt = a.forward(B, P, P, B)                                    # each prompt once, last logit only
-    lm = prompt + a.forward(N, T - 1, P + T - 1, N * (T - 1))        # completions after the shared prompt
-    rm = a.forward(B, P, P, 0) + a.forward(N, T, P + T, 0)
+    if lengths is None:
+        lm = prompt + a.forward(N, T - 1, P + T - 1, N * (T - 1))    # completions after the shared prompt
+        rm = a.forward(B, P, P, 0) + a.forward(N, T, P + T, 0)
+    else:                                                             # the last token is not fed to the LM
+        lm = prompt + bucketed(a, [max(n - 1, 0) for n in lengths], P, logits=True)
+        rm = a.forward(B, P, P, 0) + bucketed(a, lengths, P, logits=False)
     # the policy's prompt pass of sampling is kept (with its graph) for the update: its forward is not repeated
     return prompt + decode(a, N, P, T) + lm + rm + (lm - prompt) + 2 * lm
 

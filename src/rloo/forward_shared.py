@@ -3,9 +3,9 @@
 The rows of an RLOO batch come in groups of K that share one prompt (rows k*i .. k*i+K-1).
 The plain passes in `rloo.forward` run the transformer over all N = B*K (prompt, completion)
 sequences, so every prompt is computed K times, forward and backward. Here the B distinct
-prompts run once with a KV cache; the cache's key/value tensors are repeated K times in the
-batch dimension (`repeat_interleave`, an autograd op: the K completions' gradients with respect
-to the prompt's keys/values are summed back into the single copy), and the completions then
+prompts run once with a KV cache; the cache's key/value tensors are repeated for the K rows of
+each group (an indexing op under autograd: the K completions' gradients with respect to the
+prompt's keys/values are summed back into the single copy), and the completions then
 run against it with position ids that continue from the prompt. Every completion token sees
 exactly the keys/values it would see in the joined sequence, so the results are the same
 computation up to float rounding (tests/test_fastpath.py checks log-probs, scores and
@@ -13,6 +13,11 @@ parameter gradients against `rloo.forward`).
 
 Cost, per layer: prompt tokens B*P instead of N*P; the completion tokens still attend to P+T
 keys each, so only the attention over the prompt is not shared.
+
+No compute on completion padding, nearly: the completions run in buckets of similar length
+(`rloo.data.buckets.length_buckets`), each padded only to its own longest row, and each
+bucket's rows take their prompt's keys/values by indexing the B-row cache (an autograd op, so
+the gradients of the copies are summed back into the prompt's single copy).
 """
 
 from __future__ import annotations
@@ -22,8 +27,9 @@ from torch import Tensor
 from transformers import DynamicCache
 
 from rloo.core.logprobs import token_logprobs
+from rloo.data.buckets import BUCKET_OVERHEAD_TOKENS, length_buckets
 from rloo.data.collate import position_ids, trim_left
-from rloo.rollout.kvcache import Prefill, cache_kwarg, expanded, prefill_prompts
+from rloo.rollout.kvcache import Prefill, cache_kwarg, prefill_prompts
 
 
 def group_prompts(prompt_ids: Tensor, prompt_mask: Tensor, k: int) -> tuple[Tensor, Tensor]:
@@ -40,13 +46,10 @@ def group_prompts(prompt_ids: Tensor, prompt_mask: Tensor, k: int) -> tuple[Tens
     return trim_left(ids[:, 0], mask[:, 0])
 
 
-def _prefill(model, p_ids: Tensor, p_mask: Tensor, k: int, **kwargs):
-    """Run the B prompts once, then repeat the cache K times. Returns (output, cache, mask (N,P))."""
-    cache = DynamicCache()
-    out = model(input_ids=p_ids, attention_mask=p_mask.long(), position_ids=position_ids(p_mask),
-                use_cache=True, **{cache_kwarg(model): cache}, **kwargs)
-    cache.batch_repeat_interleave(k)
-    return out, cache, p_mask.repeat_interleave(k, dim=0)
+def _group_rows(cache: DynamicCache, groups: Tensor) -> DynamicCache:
+    """A new cache whose row r is row groups[r] of `cache` (B prompts -> n rows). Indexing is an
+    autograd op: the gradients of a prompt's copies are summed back into its single copy."""
+    return DynamicCache(ddp_cache_data=[(l.keys[groups], l.values[groups]) for l in cache.layers])
 
 
 def _reuse(prefill: Prefill, p_ids: Tensor, p_mask: Tensor) -> Prefill:
@@ -64,7 +67,8 @@ def _continue(model, cache, full_mask: Tensor, ids: Tensor, **kwargs):
 
 def completion_logprobs_shared(model, prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor,
                                completion_mask: Tensor, k: int, temperature: float = 1.0,
-                               chunk_size: int | None = None, prefill: Prefill | None = None) -> Tensor:
+                               chunk_size: int | None = None, prefill: Prefill | None = None,
+                               bucket_overhead: int = BUCKET_OVERHEAD_TOKENS) -> Tensor:
     """Same as `rloo.forward.completion_logprobs`, prompts computed once per group of k.
     (N,P),(N,P),(N,T),(N,T) -> (N,T). Values at masked positions are meaningless.
 
@@ -74,29 +78,37 @@ def completion_logprobs_shared(model, prompt_ids: Tensor, prompt_mask: Tensor, c
     on, when gradients are wanted) and unchanged since; it is reused instead of recomputed."""
     p_ids, p_mask = group_prompts(prompt_ids, prompt_mask, k)
     pre = _reuse(prefill, p_ids, p_mask) if prefill is not None else prefill_prompts(model, p_ids, p_mask)
-    cache, mask = expanded(pre.cache, k), p_mask.repeat_interleave(k, dim=0)
     first = token_logprobs(pre.last_logits[:, None].float().repeat_interleave(k, dim=0), completion_ids[:, :1],
                            temperature=temperature, chunk_size=chunk_size)
-    T = completion_ids.shape[1]
-    if T == 1:
-        return first
-    full = torch.cat([mask, completion_mask[:, :-1]], dim=1)
-    logits = _continue(model, cache, full, completion_ids[:, :-1]).logits
-    rest = token_logprobs(logits.float(), completion_ids[:, 1:], temperature=temperature, chunk_size=chunk_size)
+    N, T = completion_ids.shape
+    rest = first.new_zeros(N, T - 1)
+    fed = (completion_mask.sum(-1) - 1).clamp(min=0)  # tokens fed: all but the last of each completion
+    for rows in length_buckets(fed, bucket_overhead):
+        W, groups = int(fed[rows].max()), rows // k
+        full = torch.cat([p_mask[groups], completion_mask[rows, :W]], dim=1)
+        logits = _continue(model, _group_rows(pre.cache, groups), full, completion_ids[rows, :W]).logits
+        lp = token_logprobs(logits.float(), completion_ids[rows, 1:W + 1], temperature=temperature,
+                            chunk_size=chunk_size)
+        rest = rest.index_put((rows[:, None], torch.arange(W, device=rows.device)[None]), lp)
     return torch.cat([first, rest], dim=1)
 
 
 def reward_scores_shared(reward_model, prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor,
-                         completion_mask: Tensor, k: int) -> Tensor:
+                         completion_mask: Tensor, k: int, bucket_overhead: int = BUCKET_OVERHEAD_TOKENS) -> Tensor:
     """Same as `rloo.forward.reward_scores`, prompts computed once per group of k. -> (N,).
 
     Pooled at the last real token: completion position len-1, or the prompt's last token for an
     empty completion."""
     backbone = getattr(reward_model, reward_model.base_model_prefix)
     p_ids, p_mask = group_prompts(prompt_ids, prompt_mask, k)
-    out, cache, mask = _prefill(backbone, p_ids, p_mask, k)
-    prompt_last = out.last_hidden_state[:, -1:].repeat_interleave(k, dim=0)             # (N,1,H)
-    hidden = _continue(backbone, cache, torch.cat([mask, completion_mask], 1), completion_ids).last_hidden_state
-    hidden = torch.cat([prompt_last, hidden], dim=1)                                    # (N,1+T,H)
-    pooled = hidden[torch.arange(hidden.shape[0], device=hidden.device), completion_mask.sum(-1)]
+    cache = DynamicCache()
+    out = backbone(input_ids=p_ids, attention_mask=p_mask.long(), position_ids=position_ids(p_mask),
+                   use_cache=True, **{cache_kwarg(backbone): cache})
+    pooled = out.last_hidden_state[:, -1].repeat_interleave(k, dim=0)                  # (N,H)
+    lengths = completion_mask.sum(-1)
+    for rows in length_buckets(lengths, bucket_overhead):
+        W, groups = int(lengths[rows].max()), rows // k
+        full = torch.cat([p_mask[groups], completion_mask[rows, :W]], dim=1)
+        hidden = _continue(backbone, _group_rows(cache, groups), full, completion_ids[rows, :W]).last_hidden_state
+        pooled = pooled.index_put((rows,), hidden[torch.arange(len(rows), device=rows.device), lengths[rows] - 1])
     return reward_model.score(pooled).squeeze(-1).float()

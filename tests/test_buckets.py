@@ -1,0 +1,48 @@
+"""length_buckets: a partition of the non-empty rows that minimises padded tokens + per-pass cost."""
+
+from __future__ import annotations
+
+import itertools
+
+import torch
+
+from rloo.data.buckets import length_buckets
+
+
+def _cost(lengths, buckets, overhead):
+    return sum(len(b) * int(lengths[b].max()) + overhead for b in buckets)
+
+
+def _brute_force(lengths, overhead):
+    """Best cost over every way to cut the sorted distinct lengths into contiguous runs."""
+    vals = sorted(set(int(v) for v in lengths if v > 0))
+    best = float("inf")
+    for cuts in itertools.product([False, True], repeat=max(len(vals) - 1, 0)):
+        runs, start = [], 0
+        for i, cut in enumerate(cuts, start=1):
+            if cut:
+                runs.append(vals[start:i])
+                start = i
+        runs.append(vals[start:])
+        cost = sum(sum(1 for v in lengths if run[0] <= v <= run[-1]) * run[-1] + overhead for run in runs)
+        best = min(best, cost)
+    return best
+
+
+def test_buckets_partition_non_empty_rows_and_are_optimal():
+    g = torch.Generator().manual_seed(0)
+    for trial in range(30):
+        lengths = torch.randint(0, 12, (int(torch.randint(1, 20, (1,), generator=g)),), generator=g)
+        for overhead in (0, 5, 40, 10**6):
+            buckets = length_buckets(lengths, overhead)
+            rows = torch.cat(buckets).sort().values if buckets else torch.empty(0, dtype=torch.long)
+            assert torch.equal(rows, torch.nonzero(lengths > 0).squeeze(-1))  # each non-empty row once
+            if buckets:
+                assert _cost(lengths, buckets, overhead) == _brute_force(lengths.tolist(), overhead)
+
+
+def test_bucket_extremes():
+    lengths = torch.tensor([32, 5, 32, 0, 12, 1])
+    assert len(length_buckets(lengths, 10**9)) == 1                   # never worth a second pass
+    assert len(length_buckets(lengths, 0)) == 4                       # one pass per distinct length
+    assert length_buckets(torch.zeros(3, dtype=torch.long)) == []     # nothing to run
