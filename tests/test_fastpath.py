@@ -166,3 +166,27 @@ def test_no_prefill_reuse_with_dropout():
     assert has_dropout(model)
     roll = rollout(model, _Tok(), ["5 6 7", "8 9"], K, max_prompt_len=8, max_new_tokens=3, keep_prefill=True)
     assert roll.prefill is None
+
+
+@pytest.mark.parametrize("shared,tied", [(False, False), (True, False), (True, True)])
+def test_chunked_lm_head_equals_full_logits(shared, tied):
+    """A logits budget below the batch's (N, T, V) size sends the passes through the chunked LM
+    head (logits recomputed in backward): same log-probs and parameter gradients, including with
+    the head tied to the input embeddings."""
+    p_ids, p_mask, c_ids, c_mask = _batch()
+    weights = torch.randn(B * K, T, generator=torch.Generator().manual_seed(4))
+    results = []
+    for budget in (1024, 0.001):  # 0.001 MB: chunks of 6 positions (V = 40)
+        torch.manual_seed(0)
+        model = LlamaForCausalLM(_config().__class__(**(_config().to_dict() | {"tie_word_embeddings": tied})))
+        args = (model, p_ids, p_mask, c_ids, c_mask)
+        lp = (completion_logprobs_shared(*args, k=K, temperature=0.7, max_logits_mb=budget, bucket_overhead=0)
+              if shared else completion_logprobs(*args, temperature=0.7, max_logits_mb=budget))
+        (lp * weights).masked_fill(~c_mask, 0.0).sum().backward()
+        results.append((lp.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}))
+    (lp0, g0), (lp1, g1) = results
+    torch.testing.assert_close(lp1[c_mask], lp0[c_mask], rtol=1e-5, atol=1e-5)
+    assert (model.lm_head.weight is model.model.embed_tokens.weight) == tied
+    assert g0["model.embed_tokens.weight"].abs().sum() > 0
+    for name in g0:
+        torch.testing.assert_close(g1[name], g0[name], rtol=1e-4, atol=1e-6, msg=f"gradient of {name}")

@@ -114,6 +114,10 @@ class RLSettings(_Strict):
     share_prompt: bool = Field(
         True, description="Compute each prompt once per group of k (generation, reference, reward model, "
                           "policy forward and backward); the same math as k copies, less compute.")
+    max_logits_mb: float = Field(
+        256, gt=0, description="Largest float32 (positions x vocabulary) logits tensor a log-prob pass may hold; "
+                               "above it the LM head runs in chunks of this size and recomputes its logits in "
+                               "backward (Llama/Mistral/Qwen2/Qwen3 heads), so a 150k vocabulary does not cost GBs.")
 
     @model_validator(mode="after")
     def _k_at_least_two(self):

@@ -5,8 +5,43 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from rloo.core.logprobs import token_logprobs
+from rloo.core.logprobs import head_token_logprobs, token_logprobs
 from rloo.data.collate import position_ids
+
+# The largest float32 (positions x vocabulary) logits a log-prob pass may hold at once; above it
+# the LM head runs in chunks of this size with its logits recomputed in backward
+# (head_token_logprobs; its temporaries peak at about twice a chunk).
+MAX_LOGITS_MB = 256
+# Architectures whose logits are exactly lm_head(last hidden state): no scaling or soft-capping.
+PLAIN_HEAD = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
+
+
+def plain_head(model):
+    """The model's LM head (a Linear) when its logits are exactly head(hidden), else None
+    (other architectures, wrappers such as DDP/FSDP/PEFT: they keep the model's own forward)."""
+    if type(model).__name__ not in PLAIN_HEAD:
+        return None
+    head = model.get_output_embeddings()
+    return head if type(head) is torch.nn.Linear else None
+
+
+def lm_token_logprobs(model, targets: Tensor, temperature: float = 1.0, max_logits_mb: float = MAX_LOGITS_MB,
+                      skip_last: bool = False, **inputs) -> Tensor:
+    """log pi(targets) predicted by the last W positions of model(**inputs) (the W before the
+    last one with skip_last). targets (N,W) -> (N,W).
+
+    When the (N, W, V) float32 logits would exceed max_logits_mb and the model's head is plain,
+    the backbone's hidden states go through `head_token_logprobs` in chunks of that size, so no
+    (N, W, V) tensor exists in forward or backward; otherwise the model's own logits are used."""
+    N, W = targets.shape
+    head, keep = plain_head(model), W + int(skip_last)
+    V = head.weight.shape[0] if head is not None else None
+    if head is None or N * W * V * 4 <= max_logits_mb * 2**20:
+        logits = model(**inputs, logits_to_keep=keep).logits
+        return token_logprobs(logits[:, :W].float(), targets, temperature=temperature)
+    hidden = getattr(model, model.base_model_prefix)(**inputs).last_hidden_state[:, -keep:][:, :W]
+    return head_token_logprobs(hidden, head.weight, head.bias, targets, temperature,
+                               chunk=max(1, int(max_logits_mb * 2**20 // (4 * V))))
 
 
 def _joined(prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor, completion_mask: Tensor):
@@ -16,18 +51,17 @@ def _joined(prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor, com
 
 
 def completion_logprobs(model, prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor,
-                        completion_mask: Tensor, temperature: float = 1.0) -> Tensor:
+                        completion_mask: Tensor, temperature: float = 1.0, max_logits_mb: float = MAX_LOGITS_MB) -> Tensor:
     """log pi(y_t | x, y_<t) for every completion token. (N,P),(N,P),(N,T),(N,T) -> (N,T).
 
     Only the logits that predict completion tokens are computed (`logits_to_keep`), so the LM
     head never runs over prompt positions. Values at masked positions are meaningless; mask them.
+    Large vocabularies: see `lm_token_logprobs` (max_logits_mb).
     """
     ids, mask, pos = _joined(prompt_ids, prompt_mask, completion_ids, completion_mask)
-    T = completion_ids.shape[1]
-    # The logit at position P-1+t predicts completion token t: keep the last T+1, drop the final one.
-    logits = model(input_ids=ids, attention_mask=mask.long(), position_ids=pos, use_cache=False,
-                   logits_to_keep=T + 1).logits[:, :-1]
-    return token_logprobs(logits.float(), completion_ids, temperature=temperature)
+    # The logit at position P-1+t predicts completion token t: the last T+1 positions but the final one.
+    return lm_token_logprobs(model, completion_ids, temperature, max_logits_mb, skip_last=True, input_ids=ids,
+                             attention_mask=mask.long(), position_ids=pos, use_cache=False)
 
 
 def reward_scores(reward_model, prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor,

@@ -29,6 +29,7 @@ from transformers import DynamicCache
 from rloo.core.logprobs import token_logprobs
 from rloo.data.buckets import BUCKET_OVERHEAD_TOKENS, length_buckets
 from rloo.data.collate import position_ids, trim_left
+from rloo.forward import MAX_LOGITS_MB, lm_token_logprobs
 from rloo.rollout.kvcache import Prefill, cache_kwarg, prefill_prompts
 
 
@@ -58,17 +59,18 @@ def _reuse(prefill: Prefill, p_ids: Tensor, p_mask: Tensor) -> Prefill:
     return prefill
 
 
-def _continue(model, cache, full_mask: Tensor, ids: Tensor, **kwargs):
-    """Run `ids` (N,L) after the cached prompt; full_mask (N, P+L) covers prompt and ids."""
+def _continued(model, cache, full_mask: Tensor, ids: Tensor) -> dict:
+    """Inputs that run `ids` (N,L) after the cached prompt; full_mask (N, P+L) covers prompt and ids."""
     pos = position_ids(full_mask)[:, full_mask.shape[1] - ids.shape[1]:]
-    return model(input_ids=ids, attention_mask=full_mask.long(), position_ids=pos, use_cache=True,
-                 **{cache_kwarg(model): cache}, **kwargs)
+    return dict(input_ids=ids, attention_mask=full_mask.long(), position_ids=pos, use_cache=True,
+                **{cache_kwarg(model): cache})
 
 
 def completion_logprobs_shared(model, prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor,
                                completion_mask: Tensor, k: int, temperature: float = 1.0,
-                               chunk_size: int | None = None, prefill: Prefill | None = None,
-                               bucket_overhead: int = BUCKET_OVERHEAD_TOKENS) -> Tensor:
+                               prefill: Prefill | None = None,
+                               bucket_overhead: int = BUCKET_OVERHEAD_TOKENS,
+                               max_logits_mb: float = MAX_LOGITS_MB) -> Tensor:
     """Same as `rloo.forward.completion_logprobs`, prompts computed once per group of k.
     (N,P),(N,P),(N,T),(N,T) -> (N,T). Values at masked positions are meaningless.
 
@@ -79,16 +81,15 @@ def completion_logprobs_shared(model, prompt_ids: Tensor, prompt_mask: Tensor, c
     p_ids, p_mask = group_prompts(prompt_ids, prompt_mask, k)
     pre = _reuse(prefill, p_ids, p_mask) if prefill is not None else prefill_prompts(model, p_ids, p_mask)
     first = token_logprobs(pre.last_logits[:, None].float().repeat_interleave(k, dim=0), completion_ids[:, :1],
-                           temperature=temperature, chunk_size=chunk_size)
+                           temperature=temperature)
     N, T = completion_ids.shape
     rest = first.new_zeros(N, T - 1)
     fed = (completion_mask.sum(-1) - 1).clamp(min=0)  # tokens fed: all but the last of each completion
     for rows in length_buckets(fed, bucket_overhead):
         W, groups = int(fed[rows].max()), rows // k
         full = torch.cat([p_mask[groups], completion_mask[rows, :W]], dim=1)
-        logits = _continue(model, _group_rows(pre.cache, groups), full, completion_ids[rows, :W]).logits
-        lp = token_logprobs(logits.float(), completion_ids[rows, 1:W + 1], temperature=temperature,
-                            chunk_size=chunk_size)
+        inputs = _continued(model, _group_rows(pre.cache, groups), full, completion_ids[rows, :W])
+        lp = lm_token_logprobs(model, completion_ids[rows, 1:W + 1], temperature, max_logits_mb, **inputs)
         rest = rest.index_put((rows[:, None], torch.arange(W, device=rows.device)[None]), lp)
     return torch.cat([first, rest], dim=1)
 
@@ -109,6 +110,7 @@ def reward_scores_shared(reward_model, prompt_ids: Tensor, prompt_mask: Tensor, 
     for rows in length_buckets(lengths, bucket_overhead):
         W, groups = int(lengths[rows].max()), rows // k
         full = torch.cat([p_mask[groups], completion_mask[rows, :W]], dim=1)
-        hidden = _continue(backbone, _group_rows(cache, groups), full, completion_ids[rows, :W]).last_hidden_state
+        hidden = backbone(**_continued(backbone, _group_rows(cache, groups), full, completion_ids[rows, :W]))
+        hidden = hidden.last_hidden_state
         pooled = pooled.index_put((rows,), hidden[torch.arange(len(rows), device=rows.device), lengths[rows] - 1])
     return reward_model.score(pooled).squeeze(-1).float()

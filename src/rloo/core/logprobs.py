@@ -116,3 +116,63 @@ def completion_mask(tokens: Tensor, eos_id: int, pad_id: int | None = None) -> T
     if pad_id is not None and pad_id != eos_id:
         mask = mask & (tokens != pad_id)
     return mask
+
+
+class _HeadLogprobs(torch.autograd.Function):
+    """log softmax(h W^T + b)/temperature at the target tokens, `chunk` positions at a time, with
+    no (n, V) tensor kept: the backward pass recomputes each chunk's logits (one extra LM-head
+    matmul) and uses d lp_i / d z_ij = (1[j = y_i] - softmax_ij) / temperature."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, bias, tokens, temperature, chunk):
+        out = hidden.new_empty(hidden.shape[0], dtype=torch.float32)
+        lse = torch.empty_like(out)
+        for s in range(0, hidden.shape[0], chunk):
+            z = torch.nn.functional.linear(hidden[s:s + chunk], weight, bias).float()
+            if temperature != 1.0:
+                z = z.div_(temperature)  # in place: a chunk's logits are the largest tensors here
+            lse[s:s + chunk] = z.logsumexp(-1)
+            out[s:s + chunk] = z.gather(-1, tokens[s:s + chunk, None]).squeeze(-1) - lse[s:s + chunk]
+        ctx.save_for_backward(hidden, weight, bias, tokens, lse)
+        ctx.temperature, ctx.chunk = temperature, chunk
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        hidden, weight, bias, tokens, lse = ctx.saved_tensors
+        t, chunk = ctx.temperature, ctx.chunk
+        need_h, need_w, need_b = ctx.needs_input_grad[:3]
+        grad_h = torch.empty_like(hidden) if need_h else None
+        grad_w = torch.zeros_like(weight) if need_w else None
+        grad_b = torch.zeros_like(bias) if need_b else None
+        for s in range(0, hidden.shape[0], chunk):
+            h, g = hidden[s:s + chunk], grad[s:s + chunk]
+            z = torch.nn.functional.linear(h, weight, bias).float()
+            dz = z.div_(t).sub_(lse[s:s + chunk, None]).exp_().mul_(-g[:, None])  # -g * softmax, in place
+            dz.scatter_add_(-1, tokens[s:s + chunk, None], g[:, None])       # + g at the target
+            dz = dz.div_(t).to(hidden.dtype)
+            if need_h:
+                grad_h[s:s + chunk] = dz @ weight
+            if need_w:
+                grad_w.addmm_(dz.t(), h)
+            if need_b:
+                grad_b += dz.sum(0)
+        return grad_h, grad_w, grad_b, None, None, None
+
+
+def head_token_logprobs(hidden: Tensor, weight: Tensor, bias: Tensor | None, tokens: Tensor,
+                        temperature: float = 1.0, chunk: int = 1024) -> Tensor:
+    """`token_logprobs(hidden @ weight.T + bias, tokens)` without ever holding the (n, V) logits.
+
+    hidden (..., H), weight (V, H), bias (V,) or None, tokens (...) long -> (...) float32.
+    Forward and backward run `chunk` positions at a time, so memory is O(chunk * V) instead of
+    O(n * V) (several GB for a 150k-token vocabulary and a few thousand completion tokens); the
+    price is one more LM-head matmul in the backward pass (the logits are recomputed, not kept).
+    """
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    if tuple(tokens.shape) != tuple(hidden.shape[:-1]):
+        raise ValueError(f"tokens must have shape {tuple(hidden.shape[:-1])}, got {tuple(tokens.shape)}")
+    flat = hidden.reshape(-1, hidden.shape[-1])
+    lp = _HeadLogprobs.apply(flat, weight, bias, tokens.reshape(-1).long(), float(temperature), max(int(chunk), 1))
+    return lp.view(tokens.shape)

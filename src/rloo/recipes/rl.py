@@ -41,8 +41,9 @@ def rollout_logprobs(model, roll: Rollout, cfg: RLConfig, prefill=None) -> torch
     policy's prompt pass kept from sampling (same weights), reused instead of recomputed."""
     args = (model, roll.prompt_ids, roll.prompt_mask, roll.completion_ids, roll.completion_mask)
     if cfg.share_prompt and roll.group_size > 1:
-        return completion_logprobs_shared(*args, k=roll.group_size, temperature=cfg.temperature, prefill=prefill)
-    return completion_logprobs(*args, temperature=cfg.temperature)
+        return completion_logprobs_shared(*args, k=roll.group_size, temperature=cfg.temperature, prefill=prefill,
+                                          max_logits_mb=cfg.max_logits_mb)
+    return completion_logprobs(*args, temperature=cfg.temperature, max_logits_mb=cfg.max_logits_mb)
 
 
 def score_rollout(models: Models, roll: Rollout, cfg: RLConfig) -> tuple[torch.Tensor, torch.Tensor]:
@@ -82,7 +83,8 @@ def rloo_step(models: Models, opt, prompts: list[str], cfg: RLConfig, gen: torch
     # 4. REINFORCE on the whole response (eq. 5)
     if wrapped:
         logprobs = completion_logprobs(models.policy, roll.prompt_ids, roll.prompt_mask, roll.completion_ids,
-                                       roll.completion_mask, temperature=cfg.temperature)
+                                       roll.completion_mask, temperature=cfg.temperature,
+                                       max_logits_mb=cfg.max_logits_mb)
     else:
         logprobs = rollout_logprobs(models.policy, roll, cfg, prefill=roll.prefill)
     roll.prefill = None  # its graph is consumed by this backward pass; do not hold it past the step
