@@ -27,7 +27,7 @@ from torch import Tensor
 from transformers import DynamicCache
 
 from rloo.core.logprobs import token_logprobs
-from rloo.data.buckets import BUCKET_OVERHEAD_TOKENS, length_buckets
+from rloo.data.buckets import length_buckets
 from rloo.data.collate import position_ids, trim_left
 from rloo.forward import MAX_LOGITS_MB, lm_token_logprobs
 from rloo.rollout.kvcache import Prefill, cache_kwarg, prefill_prompts
@@ -69,7 +69,7 @@ def _continued(model, cache, full_mask: Tensor, ids: Tensor) -> dict:
 def completion_logprobs_shared(model, prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor,
                                completion_mask: Tensor, k: int, temperature: float = 1.0,
                                prefill: Prefill | None = None,
-                               bucket_overhead: int = BUCKET_OVERHEAD_TOKENS,
+                               bucket_overhead: int | None = None,
                                max_logits_mb: float = MAX_LOGITS_MB) -> Tensor:
     """Same as `rloo.forward.completion_logprobs`, prompts computed once per group of k.
     (N,P),(N,P),(N,T),(N,T) -> (N,T). Values at masked positions are meaningless.
@@ -95,7 +95,7 @@ def completion_logprobs_shared(model, prompt_ids: Tensor, prompt_mask: Tensor, c
 
 
 def reward_scores_shared(reward_model, prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor,
-                         completion_mask: Tensor, k: int, bucket_overhead: int = BUCKET_OVERHEAD_TOKENS) -> Tensor:
+                         completion_mask: Tensor, k: int, bucket_overhead: int | None = None) -> Tensor:
     """Same as `rloo.forward.reward_scores`, prompts computed once per group of k. -> (N,).
 
     Pooled at the last real token: completion position len-1, or the prompt's last token for an
