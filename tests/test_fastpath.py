@@ -12,7 +12,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM, LlamaForSequenceClassification
 
 from rloo.config import RLConfig
-from rloo.forward import completion_logprobs, reward_scores
+from rloo.forward import chunked_head, completion_logprobs, reward_scores
 from rloo.forward_shared import completion_logprobs_shared, group_prompts, reward_scores_shared
 from rloo.recipes.rl import Models, rloo_step
 from rloo.rewards import RewardModelScorer
@@ -187,6 +187,29 @@ def test_chunked_lm_head_equals_full_logits(shared, tied):
     (lp0, g0), (lp1, g1) = results
     torch.testing.assert_close(lp1[c_mask], lp0[c_mask], rtol=1e-5, atol=1e-5)
     assert (model.lm_head.weight is model.model.embed_tokens.weight) == tied
+    assert chunked_head(model, c_ids.numel(), 0.001) is not None and chunked_head(model, c_ids.numel(), 1024) is None
     assert g0["model.embed_tokens.weight"].abs().sum() > 0
+    for name in g0:
+        torch.testing.assert_close(g1[name], g0[name], rtol=1e-4, atol=1e-6, msg=f"gradient of {name}")
+
+
+def test_ppo_pass_with_chunked_head_equals_full_logits():
+    """PPO's joint policy + value pass: same log-probs, values and gradients with the chunked head."""
+    from rloo.algorithms.ppo import ValueFunction
+    p_ids, p_mask, c_ids, c_mask = _batch()
+    results = []
+    for budget in (1024, 0.001):
+        policy = _policy()
+        value = object.__new__(ValueFunction)  # a linear value head on the policy's last hidden state
+        value.kind = "head"
+        torch.manual_seed(5)
+        value.model = torch.nn.Linear(policy.config.hidden_size, 1)
+        lp, v = value.forward(policy, p_ids, p_mask, c_ids, c_mask, 0.8, max_logits_mb=budget)
+        (lp.masked_fill(~c_mask, 0).sum() + v.masked_fill(~c_mask, 0).sum()).backward()
+        results.append((lp.detach(), v.detach(), {n: p.grad.clone() for n, p in policy.named_parameters()}))
+    (lp0, v0, g0), (lp1, v1, g1) = results
+    assert chunked_head(policy, c_ids.numel(), 0.001) is not None and chunked_head(policy, c_ids.numel(), 1024) is None
+    torch.testing.assert_close(lp1[c_mask], lp0[c_mask], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(v1, v0, rtol=1e-5, atol=1e-6)
     for name in g0:
         torch.testing.assert_close(g1[name], g0[name], rtol=1e-4, atol=1e-6, msg=f"gradient of {name}")

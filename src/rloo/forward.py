@@ -25,6 +25,15 @@ def plain_head(model):
     return head if type(head) is torch.nn.Linear else None
 
 
+def chunked_head(model, positions: int, max_logits_mb: float = MAX_LOGITS_MB):
+    """(head, chunk positions) when `positions` rows of float32 logits exceed max_logits_mb and the
+    model's head is plain, so log-probs should go through `head_token_logprobs`; else None."""
+    head = plain_head(model)
+    if head is None or positions * head.weight.shape[0] * 4 <= max_logits_mb * 2**20:
+        return None
+    return head, max(1, int(max_logits_mb * 2**20 // (4 * head.weight.shape[0])))
+
+
 def lm_token_logprobs(model, targets: Tensor, temperature: float = 1.0, max_logits_mb: float = MAX_LOGITS_MB,
                       skip_last: bool = False, **inputs) -> Tensor:
     """log pi(targets) predicted by the last W positions of model(**inputs) (the W before the
@@ -34,14 +43,13 @@ def lm_token_logprobs(model, targets: Tensor, temperature: float = 1.0, max_logi
     the backbone's hidden states go through `head_token_logprobs` in chunks of that size, so no
     (N, W, V) tensor exists in forward or backward; otherwise the model's own logits are used."""
     N, W = targets.shape
-    head, keep = plain_head(model), W + int(skip_last)
-    V = head.weight.shape[0] if head is not None else None
-    if head is None or N * W * V * 4 <= max_logits_mb * 2**20:
+    keep, chunked = W + int(skip_last), chunked_head(model, N * W, max_logits_mb)
+    if chunked is None:
         logits = model(**inputs, logits_to_keep=keep).logits
         return token_logprobs(logits[:, :W].float(), targets, temperature=temperature)
+    head, chunk = chunked
     hidden = getattr(model, model.base_model_prefix)(**inputs).last_hidden_state[:, -keep:][:, :W]
-    return head_token_logprobs(hidden, head.weight, head.bias, targets, temperature,
-                               chunk=max(1, int(max_logits_mb * 2**20 // (4 * V))))
+    return head_token_logprobs(hidden, head.weight, head.bias, targets, temperature, chunk=chunk)
 
 
 def _joined(prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor, completion_mask: Tensor):

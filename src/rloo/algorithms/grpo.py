@@ -29,7 +29,8 @@ def grpo_step(models: Models, opt, prompts: list[str], cfg: RLConfig, gen: torch
     for rows in minibatches(len(roll.prompts), cfg.algo.num_minibatches, cfg.algo.ppo_epochs, gen):
         mask = roll.completion_mask[rows]
         lp = completion_logprobs(models.policy, roll.prompt_ids[rows], roll.prompt_mask[rows],
-                                 roll.completion_ids[rows], mask, temperature=cfg.temperature)
+                                 roll.completion_ids[rows], mask, temperature=cfg.temperature,
+                                 max_logits_mb=cfg.max_logits_mb)
         loss, stats = grpo_loss(lp, old_lp[rows], ref_lp[rows], advantages[rows], mask, cfg.algo.clip_eps, cfg.beta)
         norm, stepped = guarded_step(loss, params, opt, cfg.max_grad_norm)
         records.append(stats), norms.append(norm)

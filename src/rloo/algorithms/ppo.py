@@ -22,8 +22,9 @@ from rloo.config import RLConfig
 from rloo.core.advantages import gae, whiten
 from rloo.core.kl import token_level_rewards
 from rloo.core.losses import ppo_clip_loss, token_policy_gradient_loss, value_loss
-from rloo.core.logprobs import token_logprobs
+from rloo.core.logprobs import head_token_logprobs, token_logprobs
 from rloo.data.collate import position_ids
+from rloo.forward import MAX_LOGITS_MB, chunked_head
 from rloo.models import load_reward_model
 from rloo.recipes.rl import Models
 
@@ -59,10 +60,17 @@ class ValueFunction:
         self.params = params
         self.opt = torch.optim.AdamW(params, lr=cfg.algo.value_lr, betas=(0.9, 0.95))
 
-    def forward(self, policy, p_ids, p_mask, c_ids, c_mask, temperature: float) -> tuple[Tensor, Tensor]:
-        """(token log-probs (N, T), values (N, T)) in one pass of the policy (+ the value model)."""
-        hidden, logits = _hidden(policy, p_ids, p_mask, c_ids, c_mask, want_logits=True)
-        logprobs = token_logprobs(logits.float(), c_ids, temperature=temperature)
+    def forward(self, policy, p_ids, p_mask, c_ids, c_mask, temperature: float,
+                max_logits_mb: float = MAX_LOGITS_MB) -> tuple[Tensor, Tensor]:
+        """(token log-probs (N, T), values (N, T)) in one pass of the policy (+ the value model).
+        Large vocabularies: the LM head runs in chunks, as in `rloo.forward.lm_token_logprobs`."""
+        chunked = chunked_head(policy, c_ids.numel(), max_logits_mb)
+        if chunked is None:
+            hidden, logits = _hidden(policy, p_ids, p_mask, c_ids, c_mask, want_logits=True)
+            logprobs = token_logprobs(logits.float(), c_ids, temperature=temperature)
+        else:
+            (head, chunk), (hidden, _) = chunked, _hidden(policy, p_ids, p_mask, c_ids, c_mask, want_logits=False)
+            logprobs = head_token_logprobs(hidden, head.weight, head.bias, c_ids, temperature, chunk=chunk)
         if self.kind == "head":
             return logprobs, self.model(hidden).squeeze(-1).float()
         v_hidden, _ = _hidden(self.model, p_ids, p_mask, c_ids, c_mask, want_logits=False)
@@ -97,7 +105,7 @@ class PPO:
         mask = roll.completion_mask
         with torch.no_grad():
             _, old_values = self.value.forward(models.policy, roll.prompt_ids, roll.prompt_mask,
-                                               roll.completion_ids, mask, cfg.temperature)
+                                               roll.completion_ids, mask, cfg.temperature, cfg.max_logits_mb)
         rewards = token_level_rewards(scores, roll.logprobs, ref_lp, mask, cfg.beta, cfg.algo.kl_estimator)
         adv, returns = gae(rewards, old_values, mask, cfg.algo.gamma, self.lam)
         if cfg.algo.whiten_advantages:
@@ -123,7 +131,8 @@ class PPO:
         policy_params = list(models.policy.parameters())
         for rows in minibatches(len(roll.prompts), self.parts, self.epochs, gen):
             lp, values = self.value.forward(models.policy, roll.prompt_ids[rows], roll.prompt_mask[rows],
-                                            roll.completion_ids[rows], roll.completion_mask[rows], cfg.temperature)
+                                            roll.completion_ids[rows], roll.completion_mask[rows], cfg.temperature,
+                                            cfg.max_logits_mb)
             pl, vl, stats = self._losses(lp, values, rows, roll, adv, returns, old_values, cfg)
             if self.value.kind == "head":   # one backward: the value loss also shapes the shared body
                 self.value.opt.zero_grad(set_to_none=True)

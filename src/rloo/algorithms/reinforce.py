@@ -42,7 +42,8 @@ class Reinforce:
         baseline = rewards.mean() if self.baseline is None else self.baseline
         advantages = moving_average_advantages(rewards, baseline)
         logprobs = completion_logprobs(models.policy, roll.prompt_ids, roll.prompt_mask, roll.completion_ids,
-                                       roll.completion_mask, temperature=cfg.temperature)
+                                       roll.completion_mask, temperature=cfg.temperature,
+                                       max_logits_mb=cfg.max_logits_mb)
         loss, stats = policy_gradient_loss(sequence_logprobs(logprobs, roll.completion_mask), advantages)
         grad_norm, stepped = guarded_step(loss, list(models.policy.parameters()), opt, cfg.max_grad_norm)
         if stepped:  # a skipped (non-finite) step changes nothing, or NaN rewards would poison the baseline

@@ -61,7 +61,8 @@ def rloo_ablation_step(models: Models, opt, prompts: list[str], cfg: RLConfig, g
     for rows in minibatches(len(roll.prompts), parts, epochs, gen):
         mask = roll.completion_mask[rows]
         lp = completion_logprobs(models.policy, roll.prompt_ids[rows], roll.prompt_mask[rows],
-                                 roll.completion_ids[rows], mask, temperature=cfg.temperature)
+                                 roll.completion_ids[rows], mask, temperature=cfg.temperature,
+                                 max_logits_mb=cfg.max_logits_mb)
         loss, stats = _loss(lp, roll.logprobs[rows], adv[rows], mask, cfg)
         norm, stepped = guarded_step(loss, params, opt, cfg.max_grad_norm)
         records.append(stats), norms.append(norm)
