@@ -79,10 +79,11 @@ def prefill_prompts(model, ids: Tensor, mask: Tensor) -> Prefill:
     return Prefill(ids, mask, cache, out.logits[:, -1])
 
 
-def expanded(cache: DynamicCache, k: int, detach: bool = False) -> DynamicCache:
-    """A new cache holding each row of `cache` k times (rows i*k .. i*k+k-1 copy row i). Without
-    `detach`, gradients of the copies flow back into the original keys/values."""
-    pairs = [((l.keys.detach(), l.values.detach()) if detach else (l.keys, l.values)) for l in cache.layers]
+def expanded(cache: DynamicCache, k: int) -> DynamicCache:
+    """A new, detached cache holding each row of `cache` k times (rows i*k .. i*k+k-1 copy row i),
+    for sampling. (The training passes index the prompt cache under autograd instead:
+    rloo.forward_shared._group_rows.)"""
+    pairs = [(layer.keys.detach(), layer.values.detach()) for layer in cache.layers]
     return DynamicCache(ddp_cache_data=[(kk.repeat_interleave(k, 0), vv.repeat_interleave(k, 0)) for kk, vv in pairs])
 
 

@@ -89,7 +89,7 @@ def sample(model, prompt_ids: Tensor, prompt_mask: Tensor, *, max_new_tokens: in
         noise = torch.rand(max_new_tokens, total, generator=generator)[:, offset: offset + N].to(prompt_ids.device)
     kw, pos = _cache_kwarg(model), position_ids(prompt_mask)
     pre = prefill if prefill is not None else prefill_prompts(model, prompt_ids, prompt_mask)
-    cache, logits = expanded(pre.cache, k, detach=True), pre.last_logits.detach().float()
+    cache, logits = expanded(pre.cache, k), pre.last_logits.detach().float()
     if k > 1:
         logits, pos = logits.repeat_interleave(k, dim=0), pos.repeat_interleave(k, dim=0)
     preallocate(cache, max_new_tokens)
