@@ -59,7 +59,8 @@ def _joined(prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor, com
 
 
 def completion_logprobs(model, prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor,
-                        completion_mask: Tensor, temperature: float = 1.0, max_logits_mb: float = MAX_LOGITS_MB) -> Tensor:
+                        completion_mask: Tensor, temperature: float = 1.0,
+                        max_logits_mb: float = MAX_LOGITS_MB) -> Tensor:
     """log pi(y_t | x, y_<t) for every completion token. (N,P),(N,P),(N,T),(N,T) -> (N,T).
 
     Only the logits that predict completion tokens are computed (`logits_to_keep`), so the LM

@@ -6,9 +6,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-# The fixed cost of one more pass (kernel launches, Python), in padded tokens' worth. Of 0/16/64/
-# 128/256 on the CPU benchmark's S shape, 64 was fastest or within 1% of it (docs/bench.md). On a GPU a token costs far
-# less relative to a pass's launches; 1024 is a conservative guess there (not yet measured).
+# The fixed cost of one more pass (kernel launches, Python), in padded tokens' worth. Of
+# 0/16/64/128/256 on the CPU benchmark's S shape, 64 was fastest or within 1% of it
+# (docs/bench.md). On a GPU a token costs far less relative to a pass's launches; 1024 is a
+# conservative guess there (not yet measured).
 BUCKET_OVERHEAD_TOKENS = {"cpu": 64, "cuda": 1024}
 
 
