@@ -14,10 +14,9 @@ parameter gradients against `rloo.forward`).
 Cost, per layer: prompt tokens B*P instead of N*P; the completion tokens still attend to P+T
 keys each, so only the attention over the prompt is not shared.
 
-No compute on completion padding, nearly: the completions run in buckets of similar length
-(`rloo.data.buckets.length_buckets`), each padded only to its own longest row, and each
-bucket's rows take their prompt's keys/values by indexing the B-row cache (an autograd op, so
-the gradients of the copies are summed back into the prompt's single copy).
+Little compute on completion padding: the completions run in buckets of similar length
+(`rloo.data.buckets.length_buckets`), each padded only to its own longest row; a bucket's rows
+take their prompts' keys/values from the B-row cache by that same indexing.
 """
 
 from __future__ import annotations
