@@ -99,3 +99,10 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 def remove_tree(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
+
+
+def remove_tree_reporting(path: Path) -> str | None:
+    """Delete a folder; None when it is gone, else the first error (left for the caller to report)."""
+    errors: list[str] = []
+    shutil.rmtree(path, onerror=lambda fn, p, exc: errors.append(f"{exc[0].__name__}: {exc[1]}"))
+    return errors[0] if errors else None

@@ -23,7 +23,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rloo.atomic import WriteError, check_manifest, describe_write_failure, fsync_dir, remove_tree, sync_and_hash
+from rloo.atomic import (WriteError, check_manifest, describe_write_failure, fsync_dir, remove_tree, remove_tree_reporting,
+                         sync_and_hash)
 from rloo.errors import RlooError
 from rloo.tracking import say
 
@@ -95,9 +96,8 @@ def save_checkpoint(run_dir: Path, step: int, model, tokenizer, state: dict, kee
                          ) from e
     _replace_dir(tmp, final)
     fsync_dir(root)
-    for old in list_checkpoints(run_dir)[:-keep]:
-        if old != final:
-            remove_tree(old)
+    mark_verified(final)
+    prune_checkpoints(run_dir, keep, final)
     return final
 
 
@@ -149,16 +149,69 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     if root.exists():
         for partial in sorted(p for p in root.iterdir() if p.name.startswith(".tmp-step-")):
             say(f"skipping unfinished checkpoint {partial} (the run stopped while writing it)")
+        for unmarked in sorted(p for p in root.glob("step-*") if not (p / MARKER).exists()):
+            say(f"skipping broken checkpoint {unmarked}: it has no {MARKER} marker (not finished, or the marker "
+                f"was deleted)")
     for ckpt in reversed(list_checkpoints(run_dir)):
         problem = verify_checkpoint(ckpt)
         if problem is None:
             try:
                 load_state(ckpt)
+                mark_verified(ckpt)
                 return ckpt
             except Exception as e:  # noqa: BLE001 - a state file that does not load means: skip it
                 problem = f"state.pt does not load ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
         say(f"skipping broken checkpoint {ckpt}: {problem}")
     return None
+
+
+# Checkpoints this process wrote or verified, by the identity of their marker file: pruning keeps
+# the newest `keep` of these, so it never keeps a broken checkpoint in place of a good one.
+_VERIFIED: set[tuple] = set()
+
+
+def _marker_id(ckpt: Path) -> tuple | None:
+    try:
+        st = (Path(ckpt) / MARKER).stat()
+    except OSError:
+        return None
+    return str(ckpt), st.st_ino, st.st_mtime_ns, st.st_size
+
+
+def mark_verified(ckpt: Path) -> None:
+    _VERIFIED.add(_marker_id(ckpt))
+
+
+def is_verified(ckpt: Path) -> bool:
+    """Whole, by the cache or by checking its manifest now (and loading its state)."""
+    if _marker_id(ckpt) in _VERIFIED:
+        return True
+    if verify_checkpoint(ckpt) is not None:
+        return False
+    try:
+        load_state(ckpt)
+    except Exception:  # noqa: BLE001 - a state that does not load makes the checkpoint useless
+        return False
+    mark_verified(ckpt)
+    return True
+
+
+def prune_checkpoints(run_dir: Path, keep: int, newest: Path) -> None:
+    """Keep the newest `keep` verified checkpoints (`newest`, just written, among them); delete the
+    rest, broken ones included. A folder that cannot be deleted is reported, not ignored."""
+    kept = [newest]
+    root = Path(run_dir) / "checkpoints"
+    for ckpt in sorted(root.glob("step-*"), reverse=True):
+        if ckpt == newest:
+            continue
+        if len(kept) < keep and step_of(ckpt) < step_of(newest) and is_verified(ckpt):
+            kept.append(ckpt)
+            continue
+        if step_of(ckpt) > step_of(newest):
+            continue   # newer than this run's position (its own logic drops those: drop_newer_than)
+        problem = remove_tree_reporting(ckpt)
+        if problem:
+            say(f"warning: could not delete old checkpoint {ckpt} ({problem}); delete it by hand to free space")
 
 
 def load_state(ckpt: Path) -> dict:
@@ -230,6 +283,8 @@ class Checkpointer:
         self.prompts_sha = prompts_digest(prompts)
         self.counters = {"updates": 0, "skipped_in_row": 0, "skipped_total": 0, "prompts_truncated": 0}
         self.streak_start: dict | None = None   # snapshot before the first step of a non-finite streak
+        self.inputs: dict = {}      # content fingerprints of the run's inputs (rloo.fingerprint)
+        self.guard = None           # rloo.paramguard.ParamGuard, set by the loop
 
     def snapshot(self, step: int) -> dict:
         snap = snapshot(step, self.counters, self.gen, self.sched, self.stream, self.out / "metrics.jsonl")
@@ -239,6 +294,7 @@ class Checkpointer:
         if snap["counters"]["updates"] != self.counters["updates"]:
             raise AssertionError("the weights changed since this snapshot; it cannot be saved with them")
         state = snap | {"optimizer": self.opt.state_dict(), "prompts_sha": self.prompts_sha,
+                        "inputs": self.inputs, "guard": self.guard.state_dict() if self.guard is not None else {},
                         "algorithm": self.algo.state_dict() if self.algo is not None else {},
                         "config": json.dumps(self.cfg.model_dump(mode="json"))}
         return save_checkpoint(self.out, snap["step"], self.policy, self.tokenizer, state,

@@ -14,14 +14,29 @@ from typing import Any, Literal, TypeVar, get_args
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from rloo.confcheck import read_yaml_mapping, reject_coercions
 from rloo.errors import ConfigError
 from rloo.settings import DatasetSettings, LoraSettings
 
 TASK_NAMES = ("summarize", "dialogue")
 
 
+# Bounds beyond which a setting is a typo, not an experiment (an AdamW step moves each weight by
+# about lr, so lr > 1 no longer fine-tunes; `lr=1e308` or `beta=inf` used to start a run that
+# saved a non-finite model). Every float must also be finite (`allow_inf_nan=False`: `.inf`, nan).
+MAX_LR = 1.0
+MAX_BETA = 1e3
+MAX_GRAD_NORM = 1e6
+
+
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, protected_namespaces=())
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, protected_namespaces=(), allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_coercion(cls, data):
+        # YAML `seed: true` or `steps: "5"` are mistakes, not numbers: no silent bool/str -> number
+        return reject_coercions(cls, data)
 
 
 class ArchConfig(_Strict):
@@ -40,7 +55,7 @@ class SFTSettings(_Strict):
     num_examples: int = Field(6000, ge=1, description="Prompt/reference pairs generated for SFT.")
     epochs: int = Field(6, ge=1, description="Passes over the SFT data.")
     batch_size: int = Field(64, ge=1, description="Sequences per optimizer step.")
-    lr: float = Field(3e-3, gt=0, description="Peak AdamW learning rate (cosine decay to 10%).")
+    lr: float = Field(3e-3, gt=0, le=MAX_LR, description="Peak AdamW learning rate (cosine decay to 10%).")
     weight_decay: float = Field(0.0, ge=0)
     arch: ArchConfig = Field(default_factory=ArchConfig, description="Used only when `model` is null.")
 
@@ -54,7 +69,7 @@ class RewardSettings(_Strict):
                                 "(the rest compare two references).")
     epochs: int = Field(2, ge=1)
     batch_size: int = Field(64, ge=1)
-    lr: float = Field(1e-3, gt=0)
+    lr: float = Field(1e-3, gt=0, le=MAX_LR)
 
 
 ALGORITHMS = ("rloo", "reinforce", "vanilla_pg", "ppo", "grpo", "raft", "dpo")
@@ -79,15 +94,15 @@ class AlgoSettings(_Strict):
     num_minibatches: int = Field(2, ge=1, description="ppo/grpo/rloo_clip: minibatches per pass.")
     value_model: Literal["separate", "head"] = Field("separate", description="ppo/vanilla_pg: a separate value "
                                                      "model (from the reward model) or a head on the policy.")
-    value_lr: float = Field(1e-4, gt=0, description="ppo/vanilla_pg: learning rate of the value model/head.")
+    value_lr: float = Field(1e-4, gt=0, le=MAX_LR, description="ppo/vanilla_pg: learning rate of the value model/head.")
     vf_coef: float = Field(0.5, ge=0, description="ppo/vanilla_pg with value_model=head: weight of the value loss.")
     value_clip_eps: float | None = Field(0.2, description="ppo: value clipping range (null: off).")
     whiten_advantages: bool = Field(True, description="ppo/vanilla_pg: normalise GAE advantages per batch.")
-    dpo_beta: float = Field(0.1, gt=0, description="dpo: beta of the DPO loss.")
+    dpo_beta: float = Field(0.1, gt=0, le=MAX_BETA, description="dpo: beta of the DPO loss.")
     dpo_pairs: int = Field(6000, ge=1, description="dpo: preference pairs (the reward model's first pairs).")
     dpo_epochs: int = Field(1, ge=1, description="dpo: passes over the pairs.")
     dpo_batch_size: int = Field(64, ge=1, description="dpo: pairs per optimizer step.")
-    dpo_lr: float = Field(1e-4, gt=0, description="dpo: learning rate.")
+    dpo_lr: float = Field(1e-4, gt=0, le=MAX_LR, description="dpo: learning rate.")
 
 
 class RLSettings(_Strict):
@@ -100,10 +115,10 @@ class RLSettings(_Strict):
     steps: int = Field(100, ge=1, description="Optimizer steps (one fresh batch of samples each).")
     batch_size: int = Field(16, ge=1, description="Prompts per step (B); N = B*k completions.")
     k: int = Field(4, ge=1, description="Samples per prompt for the leave-one-out baseline (eq. 4), >= 2.")
-    beta: float = Field(0.25, ge=0, description="KL coefficient in the shaped reward (eq. 1).")
-    lr: float = Field(1e-4, gt=0, description="AdamW learning rate (constant after warm-up).")
+    beta: float = Field(0.25, ge=0, le=MAX_BETA, description="KL coefficient in the shaped reward (eq. 1).")
+    lr: float = Field(1e-4, gt=0, le=MAX_LR, description="AdamW learning rate (constant after warm-up).")
     warmup_steps: int = Field(10, ge=0)
-    max_grad_norm: float = Field(1.0, gt=0)
+    max_grad_norm: float = Field(1.0, gt=0, le=MAX_GRAD_NORM)
     temperature: float = Field(1.0, gt=0, description="Sampling temperature; log-probs use it too.")
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass.")
     max_new_tokens: int = Field(16, ge=1, description="Completion length limit (T).")
@@ -131,6 +146,10 @@ class RLSettings(_Strict):
     save_every: int | None = Field(100, ge=1, description="Steps between checkpoints (null: only at the end).")
     keep_checkpoints: int = Field(2, ge=1, description="Newest checkpoints kept on disk.")
     max_skipped_steps: int = Field(5, ge=1, description="Non-finite steps in a row before the run stops.")
+    max_param_growth: float = Field(
+        10.0, gt=1, description="Guard: an update that leaves the trainable parameters' norm above this many times "
+                                "its value at the start (or any weight or optimizer value non-finite) is undone and "
+                                "counted as a skipped step.")
     # -- scaling out (rloo.distributed, rloo.models, rloo.rollout.vllm) --
     lora: LoraSettings | None = Field(None, description="Train LoRA adapters instead of all weights (needs peft).")
     parallel: Literal["ddp", "fsdp"] = Field(
@@ -242,8 +261,8 @@ class BenchConfig(_Strict):
     steps: int | None = Field(None, ge=1, description="Timed steps per trainer (null: 10, or 5 for L).")
     k: int = Field(4, ge=2, description="Completions per prompt.")
     batch_size: int = Field(8, ge=1, description="Prompts per step.")
-    beta: float = Field(0.05, ge=0, description="KL coefficient (both trainers).")
-    lr: float = Field(1e-6, gt=0, description="AdamW learning rate (both trainers).")
+    beta: float = Field(0.05, ge=0, le=MAX_BETA, description="KL coefficient (both trainers).")
+    lr: float = Field(1e-6, gt=0, le=MAX_LR, description="AdamW learning rate (both trainers).")
     seed: int = Field(0)
     threads: int = Field(2, ge=1, description="torch threads per trainer process.")
     trl: bool = Field(True, description="Run TRL's RLOOTrainer alongside (false: rloo only).")
@@ -318,16 +337,7 @@ def load_config(cls: type[C], path: str | Path | None = None, overrides: list[st
     """Build `cls` from a YAML file, `key=value` overrides and keyword values (highest wins)."""
     data: dict[str, Any] = {}
     if path is not None:
-        p = Path(path)
-        if not p.is_file():
-            raise ConfigError(f"config file {p} does not exist")
-        try:
-            loaded = yaml.safe_load(p.read_text()) or {}
-        except yaml.YAMLError as e:
-            raise ConfigError(f"config file {p} is not valid YAML: {str(e).splitlines()[0]}") from e
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"config file {p} must hold a mapping of keys to values")
-        data = loaded
+        data = read_yaml_mapping(Path(path))
     data = _merge(data, parse_overrides(overrides or []))
     data = _merge(data, values)
     try:
@@ -343,6 +353,9 @@ def describe_validation_error(e: ValidationError, cls: type) -> str:
         key = ".".join(str(p) for p in err["loc"]) or "(config)"
         if err["type"] == "extra_forbidden":
             msgs.append(f"unknown key {key!r} for {cls.__name__}")
+        elif err["type"] == "value_error" and isinstance(err.get("input"), dict):   # a model-level check
+            where = ".".join(str(p) for p in err["loc"])
+            msgs.append((where + "." if where else "") + err["msg"].removeprefix("Value error, "))
         elif err["type"] == "missing":
             msgs.append(f"missing required key {key!r}")
         else:

@@ -25,3 +25,7 @@ class Interrupted(RlooError):
     def __init__(self, message: str, signum: int = 2):
         super().__init__(message)
         self.exit_code = 128 + signum
+
+
+class StopNow(KeyboardInterrupt):
+    """A second SIGINT/SIGTERM during a run: stop at once (raised by the loop's signal handler)."""

@@ -14,6 +14,8 @@ import yaml
 from rloo.atomic import atomic_write_text
 from rloo.checkpoint import check_resume_config
 from rloo.errors import RlooError
+from rloo.fingerprint import refuse_inputs_inside
+from rloo.runlock import is_lock_file, lock_now
 
 
 def seed_everything(seed: int) -> torch.Generator:
@@ -34,14 +36,19 @@ def prepare_output_dir(cfg, resume: bool = False, overwrite: bool = False, can_r
     """
     out = Path(cfg.output_dir)
     current = cfg.model_dump(mode="json")
-    held = _held_run(out, current)
-    if held == "foreign":
-        raise RlooError(f"{out} is not empty and does not hold an rloo {type(cfg).__name__} run; choose another "
-                        f"output_dir (nothing was deleted)")
+    for attempt in ("before", "under the lock"):   # checked again once this process holds the folder
+        held = _held_run(out, current)
+        if held == "foreign":
+            raise RlooError(f"{out} is not empty and does not hold an rloo {type(cfg).__name__} run; choose another "
+                            f"output_dir (nothing was deleted)")
+        if attempt == "before":
+            out.mkdir(parents=True, exist_ok=True)
+            lock_now(out)
     if held is not None and resume:
         check_resume_config(held, current)
     elif held is not None and overwrite:
-        shutil.rmtree(out)
+        refuse_inputs_inside(cfg, out)
+        clear_folder(out)
     elif held is not None:
         same = {k: v for k, v in held.items() if k != "output_dir"} == {k: v for k, v in current.items() if k != "output_dir"}
         what = "this run" if same else "a different run"
@@ -55,7 +62,7 @@ def prepare_output_dir(cfg, resume: bool = False, overwrite: bool = False, can_r
 
 def _held_run(out: Path, current: dict):
     """None (missing or empty folder), the saved config of an rloo run of the same kind, or "foreign"."""
-    if not out.exists() or (out.is_dir() and not any(out.iterdir())):
+    if not out.exists() or (out.is_dir() and all(is_lock_file(p) for p in out.iterdir())):
         return None
     saved = out / "config.yaml"
     try:
@@ -63,6 +70,14 @@ def _held_run(out: Path, current: dict):
     except (OSError, yaml.YAMLError):
         held = None
     return held if isinstance(held, dict) and set(held) == set(current) else "foreign"
+
+
+def clear_folder(out: Path) -> None:
+    """Delete a run folder's contents for --overwrite, keeping this process's lock file in place."""
+    for p in out.iterdir():
+        if is_lock_file(p):
+            continue
+        shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
 
 
 def adamw(params, lr: float, weight_decay: float = 0.0) -> torch.optim.AdamW:

@@ -19,7 +19,11 @@ import torch
 
 from rloo.checkpoint import Checkpointer, check_resume_config, latest_checkpoint, load_state, truncate_metrics
 from rloo.config import RLConfig
-from rloo.errors import Interrupted, NonFiniteError, RlooError
+from rloo.errors import Interrupted, NonFiniteError, RlooError, StopNow
+from rloo.fingerprint import check_inputs_unchanged, fingerprints
+from rloo.paramguard import ParamGuard
+from rloo.resumecheck import check_prompts_unchanged, describe_changes
+from rloo.runlock import run_folder
 from rloo.eval.judge import evaluate_policy
 from rloo import distributed
 from rloo.data.datasets import train_eval_records
@@ -102,7 +106,7 @@ class _StopFlag:
 
     def _handle(self, signum, frame):
         if self.signum is not None:  # a second signal: the user means it
-            raise KeyboardInterrupt
+            raise StopNow
         self.signum = signum
         say(f"\nreceived {signal.Signals(signum).name}: stopping after this step and writing a checkpoint")
 
@@ -179,9 +183,10 @@ def _eval(models: Models, ev: EvalSet, cfg: RLConfig) -> dict[str, float]:
     return res.as_metrics()
 
 
-def _data(cfg: RLConfig, task, prompts, models: Models) -> tuple[list[str], EvalSet | None]:
+def _data(cfg: RLConfig, task, prompts, models: Models, steps: int) -> tuple[list[str], EvalSet | None]:
     """Training prompts and the held-out eval set: the API's prompts (no eval), the config's
-    dataset (judged by eval.judge, by default the reward model), or the built-in task."""
+    dataset (judged by eval.judge, by default the reward model), or the built-in task (steps x
+    batch_size prompts, `steps` of the run's start: a resume that extends `steps` keeps the list)."""
     if prompts is not None:
         return prompts, None
     rm = getattr(models.scorer, "reward_model", None)
@@ -193,7 +198,7 @@ def _data(cfg: RLConfig, task, prompts, models: Models) -> tuple[list[str], Eval
         return [r.prompt for r in train_recs], EvalSet([r.prompt for r in eval_recs], refs, judge)
     examples = task.examples("eval", cfg.eval_prompts, seed=cfg.seed)
     judge = make_judge(cfg.eval.judge, task=task, reward_scorer=rm)
-    train_prompts = [e.prompt for e in task.examples("train", cfg.steps * cfg.batch_size, seed=cfg.seed)]
+    train_prompts = [e.prompt for e in task.examples("train", steps * cfg.batch_size, seed=cfg.seed)]
     return train_prompts, EvalSet([e.prompt for e in examples], [e.reference for e in examples], judge)
 
 
@@ -208,9 +213,15 @@ def train(cfg: RLConfig, *, prompts: list[str] | None = None, reward_fn: Callabl
     replace the built-in task's prompts and the reward model; without them the task provides both
     prompts and a gold judge for periodic evaluation. `resume` continues from the newest whole
     checkpoint in `cfg.output_dir` (exactly: same parameters as a run that never stopped)."""
-    if cfg.algorithm == "dpo":  # offline: trains on preference pairs, not on samples
-        from rloo.recipes.dpo import train_dpo
-        return train_dpo(cfg, resume=resume, overwrite=overwrite)
+    # one process per run folder, for the whole run (rank 0 holds it under torchrun)
+    with run_folder(cfg.output_dir, enabled=os.environ.get("RANK", "0") == "0"):
+        if cfg.algorithm == "dpo":  # offline: trains on preference pairs, not on samples
+            from rloo.recipes.dpo import train_dpo
+            return train_dpo(cfg, resume=resume, overwrite=overwrite)
+        return _train_distributed(cfg, prompts, reward_fn, resume, overwrite)
+
+
+def _train_distributed(cfg, prompts, reward_fn, resume, overwrite) -> RLResult:
     # under torchrun every process runs this same function (see rloo.distributed)
     dist = distributed.init(cfg.device, cfg.parallel, cfg.batch_size)
     try:
@@ -227,9 +238,15 @@ def _train(cfg, dist, prompts, reward_fn, resume, overwrite) -> RLResult:
     gen = seed_everything(cfg.seed)
     task = get_task(cfg.task)
     ckpt, state = _resume_point(cfg) if resume else (None, None)
+    inputs = fingerprints(cfg)   # content of policy, reward model, dataset: a resume must see the same
+    if state is not None:
+        check_inputs_unchanged(state.get("inputs"), inputs)
     models = load_models(cfg, reward_fn, policy_path=str(ckpt / "model") if ckpt else None)
-    train_prompts, eval_set = _data(cfg, task, prompts, models)
+    started_steps = json.loads(state["config"])["steps"] if state is not None else cfg.steps
+    train_prompts, eval_set = _data(cfg, task, prompts, models, started_steps)
     stream = PromptStream(train_prompts, cfg.batch_size, cfg.seed)
+    if state is not None:   # every refusal comes before the run folder (config.yaml) is touched
+        check_prompts_unchanged(state, stream.prompts, from_api=prompts is not None)
     _preflight(models, stream.prompts[0], cfg)
     out = prepare_output_dir(cfg, resume=resume, overwrite=overwrite, can_resume=True) if dist.is_main else Path(cfg.output_dir)
     dist.barrier()
@@ -238,6 +255,7 @@ def _train(cfg, dist, prompts, reward_fn, resume, overwrite) -> RLResult:
     sched = warmup_constant(opt, cfg.warmup_steps)
     algo = make_algorithm(cfg, models)   # the method's step, and its state (value model, baseline)
     ck = Checkpointer(out, cfg, unwrap(models.policy), models.tokenizer, opt, sched, gen, stream, stream.prompts, algo=algo)
+    ck.inputs = inputs
     dist.restrict_checkpoints(ck)
     start = 0
     if state is not None:
@@ -245,6 +263,9 @@ def _train(cfg, dist, prompts, reward_fn, resume, overwrite) -> RLResult:
         say(f"resuming from {ckpt} at step {start}")
     elif resume:
         truncate_metrics(out, 0)  # records of a run killed before its first checkpoint
+    guard = ParamGuard(models.policy.parameters(), opt, cfg.max_param_growth,
+                       norm0=(state or {}).get("guard", {}).get("norm0"))
+    ck.guard = guard
     return _loop(cfg, dist, models, ck, eval_set, start)
 
 
@@ -255,8 +276,8 @@ def _resume_point(cfg: RLConfig):
         return None, None
     state = load_state(ckpt)
     changed = check_resume_config(json.loads(state["config"]), cfg.model_dump(mode="json"))
-    if changed:
-        say("resuming with changed settings (not an exact continuation): " + "; ".join(changed))
+    for line in describe_changes(changed, state["step"], cfg.steps):
+        say(line)
     return ckpt, state
 
 
@@ -278,6 +299,7 @@ def _loop(cfg, dist, models, ck: Checkpointer, eval_set, start: int) -> RLResult
                     record(step, _eval(models, eval_set, cfg))
                 # this process's prompts of the global batch, and its rows of the B*K completions
                 prompts, rows = dist.shard(stream.next(), cfg.k)
+                ck.guard.before_step()
                 try:
                     stats, roll, rewards = ck.algo.step(models, opt, prompts, cfg, ck.gen,
                                                         **dist.step_kwargs(ck.algo, rows))
@@ -285,6 +307,7 @@ def _loop(cfg, dist, models, ck: Checkpointer, eval_set, start: int) -> RLResult
                     path = ck.save(pre)
                     raise type(e)(f"{e} (at step {step + 1}; checkpoint from before it: {path}; "
                                   f"fix the cause and rerun with --resume)") from e
+                stats |= _check_update(ck.guard, dist, stats)
                 stats = dist.mean_metrics(stats | getattr(models.scorer, "part_metrics", dict)())
                 if models.sampler is not None:  # keep vLLM's copy of the weights on-policy
                     models.sampler.sync(unwrap(models.policy))
@@ -300,6 +323,10 @@ def _loop(cfg, dist, models, ck: Checkpointer, eval_set, start: int) -> RLResult
                                       f"continue with the same command plus --resume", stop.signum)
                 if cfg.save_every and (step + 1) % cfg.save_every == 0:
                     _periodic_checkpoint(ck, step + 1)
+            if ck.counters["updates"] == 0:
+                raise NonFiniteError(f"every step was skipped ({ck.counters['skipped_total']} of {cfg.steps}: "
+                                     f"non-finite loss, gradient or parameters); no model was saved. Lower lr or "
+                                     f"max_grad_norm, or check the reward")
             # past the last step a signal no longer interrupts: finishing is quicker than resuming
             final = _eval(models, eval_set, cfg) if eval_set is not None else {}
             if final:
@@ -324,6 +351,23 @@ def _save_final(cfg, dist, models, path: Path) -> None:
     dist.barrier()
 
 
+def _check_update(guard: ParamGuard, dist, stats: dict) -> dict:
+    """Undo an update that left bad weights (rloo.paramguard); it then counts as a skipped step."""
+    guard.reason = None
+    if stats["guard/skipped"]:
+        guard.reason = "non-finite loss or gradient"
+        return {"guard/params_undone": 0.0}
+    problem = guard.problem()
+    bad = problem is not None
+    if dist.enabled:   # every process must undo together (FSDP checks its own shard)
+        bad = dist.mean_metrics({"bad": float(bad)})["bad"] > 0
+    if not bad:
+        return {"guard/params_undone": 0.0}
+    guard.undo()
+    guard.reason = problem or "bad parameters on another process"
+    return {"guard/skipped": 1.0, "guard/params_undone": 1.0}
+
+
 def _count(ck: Checkpointer, stats: dict, pre: dict, step: int, cfg: RLConfig) -> dict:
     """Update the running counters; stop with a checkpoint from before the problem when
     `max_skipped_steps` steps in a row had a non-finite loss or gradient (their updates were skipped)."""
@@ -341,14 +385,17 @@ def _count(ck: Checkpointer, stats: dict, pre: dict, step: int, cfg: RLConfig) -
         ck.streak_start = {k: v for k, v in pre.items() if k != "streak_start"}
     c["skipped_in_row"] += 1
     c["skipped_total"] += 1
-    say(f"step {step + 1}: non-finite loss or gradient, update skipped ({c['skipped_in_row']} in a row, "
-        f"{c['skipped_total']} in all)")
+    why = ck.guard.reason or "non-finite loss or gradient"
+    say(f"step {step + 1}: {why}, update {'undone' if stats.get('guard/params_undone') else 'skipped'} "
+        f"({c['skipped_in_row']} in a row, {c['skipped_total']} in all)")
     if c["skipped_in_row"] >= cfg.max_skipped_steps:
         first = ck.streak_start
         ck.drop_newer_than(first["step"])  # written mid-streak; resuming there would repeat the problem
         path = ck.save(first)
-        raise NonFiniteError(f"{c['skipped_in_row']} steps in a row (steps {first['step'] + 1}-{step + 1}) had a "
-                             f"non-finite loss or gradient; stopped. Checkpoint from before the problem: {path}. "
+        what = "a non-finite loss or gradient" if why == "non-finite loss or gradient" else \
+            f"a non-finite loss or gradient or bad parameters (last: {why})"
+        raise NonFiniteError(f"{c['skipped_in_row']} steps in a row (steps {first['step'] + 1}-{step + 1}) had "
+                             f"{what}; stopped. Checkpoint from before the problem: {path}. "
                              f"Lower lr or max_grad_norm, or check the reward, then rerun with --resume")
     return {"guard/skipped_total": float(c["skipped_total"])}
 

@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from rloo.data.collate import encode_completions, encode_prompts
-from rloo.errors import RewardError, RlooError
+from rloo.errors import StopNow, RewardError, RlooError
 from rloo.forward import reward_scores
 from rloo.forward_shared import reward_scores_shared
 
@@ -36,7 +36,11 @@ class FunctionReward:
     def score_texts(self, prompts: list[str], completions: list[str]) -> Tensor:
         try:
             out = self.fn(list(prompts), list(completions))
-        except Exception as e:  # noqa: BLE001 - any failure of user code becomes one clear error
+        except StopNow:   # the user's second Ctrl-C arrived while the reward ran: not the function's fault
+            raise
+        except (Exception, SystemExit, KeyboardInterrupt) as e:  # noqa: BLE001 - any failure of user code
+            # becomes one clear error; sys.exit() or a raised KeyboardInterrupt inside it too, so the
+            # loop still writes its checkpoint from before the step
             raise RewardError(f"reward function {self.name} raised {type(e).__name__}: {e}") from e
         try:
             values = list(out)

@@ -1,0 +1,73 @@
+"""Reading a config file strictly: text only, no duplicate keys, no silent type coercion."""
+
+from __future__ import annotations
+
+import types
+import typing
+from pathlib import Path
+
+import yaml
+
+from rloo.errors import ConfigError
+
+
+class _NoDuplicates(yaml.SafeLoader):
+    """SafeLoader that refuses a mapping with the same key twice (plain YAML keeps the last one)."""
+
+
+def _mapping(loader, node, deep=False):
+    seen: dict = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"key {key!r} appears twice (lines {seen[key] + 1} and {key_node.start_mark.line + 1})",
+                key_node.start_mark)
+        seen[key] = key_node.start_mark.line
+    return loader.construct_mapping(node, deep)
+
+
+_NoDuplicates.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
+
+
+def read_yaml_mapping(p: Path) -> dict:
+    """The mapping in YAML file `p`, or a one-line ConfigError (missing, binary, invalid, duplicate key)."""
+    if not p.is_file():
+        raise ConfigError(f"config file {p} does not exist")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"config file {p} is not a text (UTF-8) file; pass a YAML file") from None
+    if "\0" in text:
+        raise ConfigError(f"config file {p} is not a text file (it holds NUL bytes); pass a YAML file")
+    try:
+        loaded = yaml.load(text, Loader=_NoDuplicates) or {}
+    except yaml.YAMLError as e:
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(f"config file {p} is not valid YAML: {problem}") from e
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"config file {p} must hold a mapping of keys to values")
+    return loaded
+
+
+def _kinds(annotation) -> set:
+    """The scalar types a field accepts, without None (`int | None` -> {int})."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return {a for a in typing.get_args(annotation) if a is not type(None)}
+    return {annotation}
+
+
+def reject_coercions(cls, data):
+    """Raise for a boolean where a number is expected and a number where a boolean is: pydantic
+    would quietly turn `seed: true` into 1 and `share_prompt: 1` into True. (Strings are left to
+    pydantic: YAML 1.1 reads `1e-4` as a string, and its messages for `epochs=zero` are clear.)"""
+    if not isinstance(data, dict):
+        return data
+    for name, field in cls.model_fields.items():
+        v, kinds = data.get(name), _kinds(field.annotation)
+        if kinds <= {int, float} and isinstance(v, bool):
+            want = "an integer" if kinds == {int} else "a number"
+            raise ValueError(f"{name}: expected {want}, got {v!r} (a boolean)")
+        if kinds == {bool} and isinstance(v, (int, float)) and not isinstance(v, bool):
+            raise ValueError(f"{name}: expected true or false, got {v!r} (a number)")
+    return data

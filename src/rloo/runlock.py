@@ -1,0 +1,142 @@
+"""One process per run folder: an OS file lock (`flock`) on `<run>/.rloo.lock`, held for the whole stage.
+
+The kernel releases a `flock` when its holder exits, however it exits (`kill -9` included), so a
+lock file left by a dead process is never "held": the next run takes it over and says whose it
+was. The file records the holder's PID, host and command, so a refused process can name it.
+
+A stage wraps its body in `run_folder(out)`: the lock is taken at once when `out` already
+exists (before a resume reads any checkpoint), else by `prepare_output_dir` right after it
+creates the folder, so a run refused for bad input never creates a folder just for its lock.
+The lock file is removed when the stage ends, leaving the folder as the run left it.
+Re-entrant within a process (the pipeline's stages, `rloo compare`'s cells).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import socket
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+from rloo.errors import RlooError
+
+LOCK_NAME = ".rloo.lock"
+
+
+class RunFolderBusy(RlooError):
+    """Another live process holds the run folder's lock."""
+
+
+class _Lock:
+    def __init__(self, folder: Path):
+        self.folder = Path(folder)
+        self.path = self.folder / LOCK_NAME
+        self.fd: int | None = None
+
+    def acquire(self) -> None:
+        """Take the lock or raise RunFolderBusy naming the holder; never waits."""
+        while self.fd is None:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                raise RunFolderBusy(f"{self.folder} is in use by {_describe(_read_holder(self.path))}; "
+                                    f"wait for it to finish or choose another output_dir") from None
+            # The previous holder may have removed the file between our open and our flock: then we
+            # hold a lock on a deleted file that nobody else can see. Retry on the current file.
+            try:
+                same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
+            except FileNotFoundError:
+                same = False
+            if not same:
+                os.close(fd)
+                continue
+            self.fd = fd
+        stale = _read_holder(self.path, wait=0)
+        if stale and stale.get("pid") != os.getpid():
+            print(f"note: took over the lock of {_describe(stale)}, which is no longer running", file=sys.stderr)
+        record = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": time.time(),
+                             "command": " ".join(sys.argv[:2])[:200]})
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, record.encode(), 0)
+
+    def release(self) -> None:
+        if self.fd is None:
+            return
+        # unlink while still holding it: a waiting process then retries on a fresh file (see acquire)
+        try:
+            self.path.unlink()
+        except OSError:
+            pass
+        os.close(self.fd)
+        self.fd = None
+
+
+def _read_holder(path: Path, wait: float = 1.0) -> dict | None:
+    """The holder's record; a holder that has just taken the lock may not have written it yet."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            text = path.read_text()
+            if text.strip():
+                return json.loads(text)
+        except (OSError, ValueError):
+            pass
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.05)
+
+
+def _describe(holder: dict | None) -> str:
+    if not holder:
+        return "another process (it has not recorded its PID yet)"
+    started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(holder.get("started", 0)))
+    return f"process {holder.get('pid')} on {holder.get('host')} ({holder.get('command', 'rloo')}, started {started})"
+
+
+_ACTIVE: dict[str, list] = {}    # resolved folder -> [lock, nesting depth]
+
+
+def _key(folder) -> str:
+    return str(Path(folder).resolve())
+
+
+@contextmanager
+def run_folder(folder, enabled: bool = True):
+    """Hold `folder`'s lock for the body (taken now if the folder exists, else by `lock_now`).
+    `enabled=False` (torchrun processes other than rank 0) makes it a no-op."""
+    if not enabled:
+        yield
+        return
+    key = _key(folder)
+    entry = _ACTIVE.get(key)
+    if entry is not None:   # this process already holds it (a pipeline stage, a compare cell)
+        entry[1] += 1
+    else:
+        entry = _ACTIVE[key] = [_Lock(Path(folder)), 1]
+    try:
+        if Path(folder).is_dir():
+            entry[0].acquire() if entry[0].fd is None else None
+        yield
+    finally:
+        entry[1] -= 1
+        if entry[1] == 0:
+            entry[0].release()
+            del _ACTIVE[key]
+
+
+def lock_now(folder) -> None:
+    """Take `folder`'s lock (it exists now). Outside `run_folder` it is held until the process exits."""
+    key = _key(folder)
+    entry = _ACTIVE.setdefault(key, [_Lock(Path(folder)), 1])
+    if entry[0].fd is None:
+        entry[0].acquire()
+
+
+def is_lock_file(path: Path) -> bool:
+    return Path(path).name == LOCK_NAME
