@@ -88,8 +88,25 @@ def load_tokenizer(path: str, trust_remote_code: bool = False):
     return tok
 
 
+PICKLE_WEIGHTS = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl")
+
+
+def _check_safetensors(path: str, what: str) -> None:
+    """rloo loads weights from safetensors only: a folder whose weights exist only as pickle files
+    (pytorch_model.bin, ...) is refused before anything opens them (unpickling can run code)."""
+    p = Path(path)
+    if not p.is_dir() or any(p.glob("*.safetensors")):
+        return
+    pickles = sorted(f.name for pat in PICKLE_WEIGHTS for f in p.glob(pat))
+    if pickles:
+        raise RlooError(f"{what} folder {path!r} has weights only in pickle format ({', '.join(pickles[:3])}); rloo "
+                        f"loads safetensors only: convert it (model.save_pretrained(dir, safe_serialization=True) "
+                        f"where you trust the file) and pass the converted folder")
+
+
 def _load(cls, path: str, what: str, device: str, dtype, trust_remote_code: bool, **kw):
     _check_dir(path, what)
+    _check_safetensors(path, what)
     try:
         model = cls.from_pretrained(path, dtype=resolve_dtype(dtype, device), trust_remote_code=trust_remote_code, **kw)
     except (OSError, ValueError, ImportError) as e:

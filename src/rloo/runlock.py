@@ -14,6 +14,7 @@ Re-entrant within a process (the pipeline's stages, `rloo compare`'s cells).
 from __future__ import annotations
 
 import fcntl
+import functools
 import json
 import os
 import socket
@@ -128,6 +129,15 @@ def run_folder(folder, enabled: bool = True):
         if entry[1] == 0:
             entry[0].release()
             del _ACTIVE[key]
+
+
+def holds_run_folder(stage):
+    """Decorator: `stage(cfg, ...)` runs holding `cfg.output_dir` (rank 0 only under torchrun)."""
+    @functools.wraps(stage)
+    def wrapper(cfg, *args, **kwargs):
+        with run_folder(cfg.output_dir, enabled=os.environ.get("RANK", "0") == "0"):
+            return stage(cfg, *args, **kwargs)
+    return wrapper
 
 
 def lock_now(folder) -> None:

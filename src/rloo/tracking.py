@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+import threading
 from pathlib import Path
 
 from tqdm.auto import tqdm
@@ -22,25 +23,72 @@ class MetricsLogger:
         self.path = out_dir / "metrics.jsonl"
         self._file = self.path.open("a")
         self._tb = None
+        self.failed = False
+        _TB_FAILED.clear()
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter  # import is slow; only when used
 
+            _quiet_tensorboard_errors()
             # purge_step hides events a resumed run is about to log again
             self._tb = SummaryWriter(log_dir=str(out_dir / "tensorboard"), purge_step=purge_step)
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         clean = {k: (float(v) if math.isfinite(float(v)) else None) for k, v in metrics.items()}
-        self._file.write(json.dumps({"step": step, **clean}) + "\n")
-        self._file.flush()
+        try:
+            self._file.write(json.dumps({"step": step, **clean}) + "\n")
+            self._file.flush()
+        except OSError as e:   # a full disk: one clear line, not a traceback of TensorBoard's thread
+            self._fail(e, self.path)
         if self._tb is not None:
-            for k, v in clean.items():
-                if v is not None:
-                    self._tb.add_scalar(k, v, step)
+            tb_dir = self.path.parent / "tensorboard"
+            if _TB_FAILED:
+                self._fail(_TB_FAILED[-1], tb_dir)
+            try:
+                for k, v in clean.items():
+                    if v is not None:
+                        self._tb.add_scalar(k, v, step)
+            except OSError as e:   # its writer thread failed; add_scalar re-raises that error
+                self._fail(e, tb_dir)
+
+    def _fail(self, e: OSError, where: Path):
+        from rloo.atomic import WriteError, describe_write_failure
+        self.failed = True
+        raise WriteError(f"could not write metrics to {where}: {describe_write_failure(e, where.parent)}") from e
 
     def close(self) -> None:
-        self._file.close()
+        try:
+            self._file.close()
+        except OSError:
+            if not self.failed:
+                raise
         if self._tb is not None:
-            self._tb.close()
+            try:
+                self._tb.close()
+            except OSError as e:   # its events are a mirror of metrics.jsonl: warn, do not fail the run
+                if not self.failed:
+                    say(f"warning: TensorBoard events in {self.path.parent / 'tensorboard'} are incomplete "
+                        f"({type(e).__name__}: {e})")
+
+
+# TensorBoard writes events from a background thread; a full disk there would print that thread's
+# traceback. Its OSErrors are kept here instead and reported by the next MetricsLogger.log.
+_TB_FAILED: list[BaseException] = []
+
+
+def _quiet_tensorboard_errors() -> None:
+    """Chain a hook in front of the current threading.excepthook (installed when a logger opens,
+    so a hook set earlier by a test runner or an application is kept for everything else)."""
+    previous = threading.excepthook
+    if getattr(previous, "_rloo_quiet_tb", False):
+        return
+
+    def hook(args) -> None:
+        if type(args.thread).__name__ == "_AsyncWriterThread" and isinstance(args.exc_value, OSError):
+            _TB_FAILED.append(args.exc_value)
+            return
+        previous(args)
+    hook._rloo_quiet_tb = True
+    threading.excepthook = hook
 
 
 def read_metrics(path: Path) -> list[dict]:

@@ -42,3 +42,24 @@ def metric_steps(run: Path, key: str = "loss/policy") -> list[int]:
 def leftovers(folder: Path) -> list[str]:
     """Temp files and folders of interrupted writes (none may survive a handled failure)."""
     return [str(p) for p in Path(folder).rglob("*") if p.name.startswith((".tmp", ".old")) or p.name.endswith((".tmp", ".old"))]
+
+
+def hold_lock(folder: str, ready: str, seconds: float, die: bool = False) -> None:
+    """Child process: take `folder`'s run lock the way rloo.runlock does (flock on .rloo.lock, a
+    JSON record of pid and host), write `ready`, then hold it for `seconds`, or die by SIGKILL
+    while holding it (`die`: the lock file stays behind, naming a dead process)."""
+    import fcntl
+    import os
+    import signal
+    import socket
+    import time
+
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    fd = os.open(Path(folder) / ".rloo.lock", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": time.time(),
+                             "command": "test holder"}).encode())
+    Path(ready).write_text(str(os.getpid()))
+    if die:
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(seconds)

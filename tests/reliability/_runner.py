@@ -11,6 +11,8 @@ Faults (`kind@step`), each raised by the process against itself at a determinist
   kill@s       SIGKILL in the middle of step s (metrics of step s are on disk, its checkpoint is not)
   kill-ckpt@s  SIGKILL while checkpoint s is being written (model written, state.pt half written)
   kill-rename@s  SIGKILL after checkpoint s is complete in its temp folder, before the rename
+  pause@s      after logging step s, write `<log>.paused` and sleep 4 s (a run that is surely
+               mid-way while a second process tries the same folder)
 """
 
 from __future__ import annotations
@@ -45,6 +47,13 @@ def run_cli(argv: list[str], log: Path, fault: str | None = None, timeout: float
     return proc.exitcode, Path(log).read_text()
 
 
+def start_cli(argv: list[str], log: Path, fault: str | None = None):
+    """Start `rloo *argv` in a child and return it at once (join it, read `log` after)."""
+    proc = _context().Process(target=_child, args=(argv, str(log), fault))
+    proc.start()
+    return proc
+
+
 def _child(argv, log, fault):
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     os.dup2(fd, 1)
@@ -52,7 +61,7 @@ def _child(argv, log, fault):
     import torch
     torch.set_num_threads(1)
     if fault:
-        _install(*fault.split("@"))
+        _install(*fault.split("@"), log=log)
     from rloo.cli import main
     code = main(argv)
     sys.stdout.flush()
@@ -60,12 +69,22 @@ def _child(argv, log, fault):
     os._exit(code)
 
 
-def _install(kind: str, at: str) -> None:
+def _install(kind: str, at: str, log: str = "") -> None:
     import rloo.checkpoint as ck
     import rloo.recipes.online as online
     at = int(at)
     me = os.getpid()
-    if kind in ("term", "int", "kill"):
+    if kind == "pause":
+        import time
+        real_log = online.MetricsLogger.log
+
+        def log_then_pause(self, step, metrics):
+            real_log(self, step, metrics)
+            if step == at and "loss/policy" in metrics:
+                Path(log + ".paused").write_text(str(me))
+                time.sleep(4)
+        online.MetricsLogger.log = log_then_pause
+    elif kind in ("term", "int", "kill"):
         sig = {"term": signal.SIGTERM, "int": signal.SIGINT, "kill": signal.SIGKILL}[kind]
         real_log = online.MetricsLogger.log
 

@@ -19,6 +19,7 @@ Prompts are wrapped in the tokenizer's chat template when it has one (and `chat_
 
 from __future__ import annotations
 
+import json
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -95,7 +96,24 @@ def _load_table_loud(path: str, name: str | None, split: str):
         raise
     except Exception as e:  # noqa: BLE001 - datasets raises many types; the user needs the message
         what = "cannot be read" if p.exists() else "could not be loaded"
-        raise RlooError(f"dataset {path!r} (split {split!r}) {what}: {_root_cause(e)}") from e
+        cause = (_jsonl_problem(p) if p.is_file() and p.suffix.lower() == ".jsonl" else None) or _root_cause(e)
+        raise RlooError(f"dataset {path!r} (split {split!r}) {what}: {cause}") from e
+
+
+def _jsonl_problem(p: Path) -> str | None:
+    """The first line of a JSON-lines file that is not one JSON object ("line 3: ..."); datasets'
+    own message gives a byte position in a chunk, not a line."""
+    with open(p, encoding="utf-8", errors="replace") as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError as e:
+                return f"line {n} is not valid JSON ({e.msg}, column {e.colno})"
+            if not isinstance(row, dict):
+                return f"line {n} is a JSON {type(row).__name__}, expected an object"
+    return None
 
 
 def load_records(settings: DatasetSettings, fields: tuple[str, ...], split: str | None = None,

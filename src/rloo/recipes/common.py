@@ -15,7 +15,7 @@ from rloo.atomic import atomic_write_text
 from rloo.checkpoint import check_resume_config
 from rloo.errors import RlooError
 from rloo.fingerprint import refuse_inputs_inside
-from rloo.runlock import is_lock_file, lock_now
+from rloo.runlock import LOCK_NAME, is_lock_file, lock_now
 
 
 def seed_everything(seed: int) -> torch.Generator:
@@ -36,14 +36,14 @@ def prepare_output_dir(cfg, resume: bool = False, overwrite: bool = False, can_r
     """
     out = Path(cfg.output_dir)
     current = cfg.model_dump(mode="json")
-    for attempt in ("before", "under the lock"):   # checked again once this process holds the folder
-        held = _held_run(out, current)
-        if held == "foreign":
-            raise RlooError(f"{out} is not empty and does not hold an rloo {type(cfg).__name__} run; choose another "
-                            f"output_dir (nothing was deleted)")
-        if attempt == "before":
-            out.mkdir(parents=True, exist_ok=True)
-            lock_now(out)
+    # A folder another run is writing is reported as busy (by the lock), not judged by its
+    # half-written contents; the contents are judged again once this process holds the lock.
+    if not (out / LOCK_NAME).exists():
+        _refuse_foreign(out, _held_run(out, current), cfg)
+    out.mkdir(parents=True, exist_ok=True)
+    lock_now(out)
+    held = _held_run(out, current)
+    _refuse_foreign(out, held, cfg)
     if held is not None and resume:
         check_resume_config(held, current)
     elif held is not None and overwrite:
@@ -58,6 +58,12 @@ def prepare_output_dir(cfg, resume: bool = False, overwrite: bool = False, can_r
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "config.yaml", yaml.safe_dump(current, sort_keys=False))
     return out
+
+
+def _refuse_foreign(out: Path, held, cfg) -> None:
+    if held == "foreign":
+        raise RlooError(f"{out} is not empty and does not hold an rloo {type(cfg).__name__} run; choose another "
+                        f"output_dir (nothing was deleted)")
 
 
 def _held_run(out: Path, current: dict):

@@ -16,9 +16,8 @@ process has claimed); the last one to finish writes the complete report.
 from __future__ import annotations
 
 import json
-import os
 import time
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import torch
@@ -33,6 +32,7 @@ from rloo.recipes.sft import sft
 from rloo.rewards import RewardModelScorer
 from rloo.rollout import rollout
 from rloo.tasks import get_task
+from rloo.runlock import RunFolderBusy, run_folder
 from rloo.tracking import say
 
 # name -> (algorithm, overrides of the shared rl settings). rloo_k2 doubles the prompts per batch so
@@ -192,24 +192,17 @@ def compare(cfg: CompareConfig, *, overwrite: bool = False) -> Path:
 
 @contextmanager
 def _claim(cell: Path):
-    """Lets several `rloo compare` processes on one output_dir share the cells: a cell whose claim
-    file names a live process is left to it. A claim of a dead process (a killed run) is taken over."""
+    """Lets several `rloo compare` processes on one output_dir share the cells: a cell whose lock
+    (rloo.runlock) a live process holds is left to it; the lock of a killed run is taken over."""
     cell.mkdir(parents=True, exist_ok=True)
-    lock = cell / ".claim"
-    try:
-        other = int(lock.read_text())
-        os.kill(other, 0)
-        if other != os.getpid():
-            say(f"compare: {cell} is being run by process {other}; skipping it here")
+    with ExitStack() as stack:
+        try:
+            stack.enter_context(run_folder(cell))
+        except RunFolderBusy as e:
+            say(f"compare: {e}; skipping it here")
             yield False
             return
-    except (FileNotFoundError, ValueError, ProcessLookupError):
-        pass
-    lock.write_text(str(os.getpid()))
-    try:
         yield True
-    finally:
-        lock.unlink(missing_ok=True)
 
 
 def _dump(cfg: CompareConfig) -> str:

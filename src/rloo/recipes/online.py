@@ -23,7 +23,7 @@ from rloo.errors import Interrupted, NonFiniteError, RlooError, StopNow
 from rloo.fingerprint import check_inputs_unchanged, fingerprints
 from rloo.paramguard import ParamGuard
 from rloo.resumecheck import check_prompts_unchanged, describe_changes
-from rloo.runlock import run_folder
+from rloo.runlock import holds_run_folder
 from rloo.eval.judge import evaluate_policy
 from rloo import distributed
 from rloo.data.datasets import train_eval_records
@@ -207,21 +207,16 @@ def _print_samples(step: int, roll, rewards, n: int = 2) -> None:
         say(f"  [step {step}] {roll.prompts[i]!r} -> {roll.completions[i]!r} (R={rewards[i].item():.3f})")
 
 
+@holds_run_folder   # one process per run folder, for the whole run (rloo.runlock)
 def train(cfg: RLConfig, *, prompts: list[str] | None = None, reward_fn: Callable | None = None,
           resume: bool = False, overwrite: bool = False) -> RLResult:
     """RL fine-tuning of `cfg.policy`. `prompts` and `reward_fn(prompts, completions) -> floats`
     replace the built-in task's prompts and the reward model; without them the task provides both
     prompts and a gold judge for periodic evaluation. `resume` continues from the newest whole
     checkpoint in `cfg.output_dir` (exactly: same parameters as a run that never stopped)."""
-    # one process per run folder, for the whole run (rank 0 holds it under torchrun)
-    with run_folder(cfg.output_dir, enabled=os.environ.get("RANK", "0") == "0"):
-        if cfg.algorithm == "dpo":  # offline: trains on preference pairs, not on samples
-            from rloo.recipes.dpo import train_dpo
-            return train_dpo(cfg, resume=resume, overwrite=overwrite)
-        return _train_distributed(cfg, prompts, reward_fn, resume, overwrite)
-
-
-def _train_distributed(cfg, prompts, reward_fn, resume, overwrite) -> RLResult:
+    if cfg.algorithm == "dpo":  # offline: trains on preference pairs, not on samples
+        from rloo.recipes.dpo import train_dpo
+        return train_dpo(cfg, resume=resume, overwrite=overwrite)
     # under torchrun every process runs this same function (see rloo.distributed)
     dist = distributed.init(cfg.device, cfg.parallel, cfg.batch_size)
     try:

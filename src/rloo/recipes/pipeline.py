@@ -14,9 +14,11 @@ from rloo.recipes.evaluate import evaluate
 from rloo.recipes.online import train
 from rloo.recipes.reward import train_reward
 from rloo.recipes.sft import sft
+from rloo.runlock import holds_run_folder
 from rloo.tracking import say
 
 
+@holds_run_folder
 def pipeline(cfg: PipelineConfig, *, overwrite: bool = False) -> dict:
     """Run the four stages in order; returns the summary also written to summary.json."""
     out = prepare_output_dir(cfg, overwrite=overwrite)

@@ -19,6 +19,7 @@ from rloo.recipes.common import (adamw, check_device, prepare_output_dir, seed_e
                                  warmup_cosine)
 from rloo.tasks import Example, get_task
 from rloo.tasks.tokenizer import build_tokenizer
+from rloo.runlock import holds_run_folder
 from rloo.tracking import MetricsLogger, progress, say
 
 
@@ -28,6 +29,7 @@ class SFTResult:
     final_loss: float
 
 
+@holds_run_folder
 def sft(cfg: SFTConfig, *, overwrite: bool = False) -> SFTResult:
     """Fine-tune a causal LM on (prompt, reference) pairs; loss on response tokens only."""
     device = check_device(cfg.device)
