@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rloo.atomic import (WriteError, check_manifest, describe_write_failure, fsync_dir, remove_tree, remove_tree_reporting,
-                         sync_and_hash)
+from rloo.atomic import (WriteError, check_manifest, describe_write_failure, fsync_dir, remove_tree,
+                         remove_tree_reporting, sync_and_hash)
 from rloo.errors import RlooError
 from rloo.tracking import say
 
@@ -284,6 +284,7 @@ class Checkpointer:
         self.counters = {"updates": 0, "skipped_in_row": 0, "skipped_total": 0, "prompts_truncated": 0}
         self.streak_start: dict | None = None   # snapshot before the first step of a non-finite streak
         self.inputs: dict = {}      # content fingerprints of the run's inputs (rloo.fingerprint)
+        self.prompt_steps: int | None = None   # `steps` the built-in task's prompt list was made for
         self.guard = None           # rloo.paramguard.ParamGuard, set by the loop
 
     def snapshot(self, step: int) -> dict:
@@ -294,7 +295,8 @@ class Checkpointer:
         if snap["counters"]["updates"] != self.counters["updates"]:
             raise AssertionError("the weights changed since this snapshot; it cannot be saved with them")
         state = snap | {"optimizer": self.opt.state_dict(), "prompts_sha": self.prompts_sha,
-                        "inputs": self.inputs, "guard": self.guard.state_dict() if self.guard is not None else {},
+                        "inputs": self.inputs, "prompt_steps": self.prompt_steps,
+                        "guard": self.guard.state_dict() if self.guard is not None else {},
                         "algorithm": self.algo.state_dict() if self.algo is not None else {},
                         "config": json.dumps(self.cfg.model_dump(mode="json"))}
         return save_checkpoint(self.out, snap["step"], self.policy, self.tokenizer, state,

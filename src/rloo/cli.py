@@ -9,6 +9,7 @@ from pathlib import Path
 from rloo.config import (BenchConfig, CompareConfig, EvalConfig, PipelineConfig, RewardConfig, RLConfig,
                          SFTConfig, describe_fields, load_config)
 from rloo.errors import RlooError
+from rloo.runlock import refuse_if_busy
 
 EXAMPLES = {
     "pipeline": "rloo pipeline                      # the whole pipeline on the default task\n"
@@ -109,6 +110,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         cfg = load_config(cls, args.config, args.overrides)
+        if getattr(cfg, "output_dir", None) is not None:   # before the slow imports of the stage
+            refuse_if_busy(cfg.output_dir)
         run(cfg, args)
     except RlooError as e:
         if args.debug:

@@ -42,12 +42,9 @@ class _Lock:
         """Take the lock or raise RunFolderBusy naming the holder; never waits."""
         while self.fd is None:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
+            if not _flock(fd, fcntl.LOCK_EX):
                 os.close(fd)
-                raise RunFolderBusy(f"{self.folder} is in use by {_describe(_read_holder(self.path))}; "
-                                    f"wait for it to finish or choose another output_dir") from None
+                raise _busy(self.folder, self.path)
             # The previous holder may have removed the file between our open and our flock: then we
             # hold a lock on a deleted file that nobody else can see. Retry on the current file.
             try:
@@ -76,6 +73,24 @@ class _Lock:
             pass
         os.close(self.fd)
         self.fd = None
+
+
+def _flock(fd: int, mode: int, tries: int = 10) -> bool:
+    """Non-blocking flock, retried for ~0.2 s: a probe (refuse_if_busy) holds the lock for
+    microseconds, which must not look like a run holding it."""
+    for i in range(tries):
+        try:
+            fcntl.flock(fd, mode | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if i + 1 < tries:
+                time.sleep(0.02)
+    return False
+
+
+def _busy(folder: Path, path: Path) -> RunFolderBusy:
+    return RunFolderBusy(f"{folder} is in use by {_describe(_read_holder(path))}; wait for it to finish or "
+                         f"choose another output_dir")
 
 
 def _read_holder(path: Path, wait: float = 1.0) -> dict | None:
@@ -146,6 +161,22 @@ def lock_now(folder) -> None:
     entry = _ACTIVE.setdefault(key, [_Lock(Path(folder)), 1])
     if entry[0].fd is None:
         entry[0].acquire()
+
+
+def refuse_if_busy(folder) -> None:
+    """Probe only (the CLI calls it before its slow imports, so a second process is told at once):
+    RunFolderBusy when a live process holds `folder`'s lock. The stage still takes the lock itself."""
+    path = Path(folder) / LOCK_NAME
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        if not _flock(fd, fcntl.LOCK_SH):   # shared: probes never block each other
+            raise _busy(Path(folder), path)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
 
 
 def is_lock_file(path: Path) -> bool:

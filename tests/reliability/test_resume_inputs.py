@@ -89,6 +89,8 @@ def test_steps_may_grow_on_resume(tiny_model_dir, tmp_path, monkeypatch, capsys)
     assert "resuming with changed settings (still an exact continuation): steps: 4 -> 6" in err
     assert metric_steps(out) == [1, 2, 3, 4, 5, 6]
     assert yaml.safe_load((out / "config.yaml").read_text())["steps"] == 6
+    assert main([*args, "steps=8", "--resume"]) == 0, capsys.readouterr().err   # and once more
+    assert metric_steps(out) == list(range(1, 9))
 
 
 def test_refused_resume_does_not_rewrite_config(reference, tiny_model_dir, tmp_path, capsys):

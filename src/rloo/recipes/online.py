@@ -237,7 +237,9 @@ def _train(cfg, dist, prompts, reward_fn, resume, overwrite) -> RLResult:
     if state is not None:
         check_inputs_unchanged(state.get("inputs"), inputs)
     models = load_models(cfg, reward_fn, policy_path=str(ckpt / "model") if ckpt else None)
-    started_steps = json.loads(state["config"])["steps"] if state is not None else cfg.steps
+    # the steps the prompt list was made for: those of the run's start, kept across extensions
+    started_steps = cfg.steps if state is None else (state.get("prompt_steps")
+                                                     or json.loads(state["config"])["steps"])
     train_prompts, eval_set = _data(cfg, task, prompts, models, started_steps)
     stream = PromptStream(train_prompts, cfg.batch_size, cfg.seed)
     if state is not None:   # every refusal comes before the run folder (config.yaml) is touched
@@ -250,7 +252,7 @@ def _train(cfg, dist, prompts, reward_fn, resume, overwrite) -> RLResult:
     sched = warmup_constant(opt, cfg.warmup_steps)
     algo = make_algorithm(cfg, models)   # the method's step, and its state (value model, baseline)
     ck = Checkpointer(out, cfg, unwrap(models.policy), models.tokenizer, opt, sched, gen, stream, stream.prompts, algo=algo)
-    ck.inputs = inputs
+    ck.inputs, ck.prompt_steps = inputs, started_steps
     dist.restrict_checkpoints(ck)
     start = 0
     if state is not None:
