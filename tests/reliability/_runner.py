@@ -11,6 +11,8 @@ Faults (`kind@step`), each raised by the process against itself at a determinist
   kill@s       SIGKILL in the middle of step s (metrics of step s are on disk, its checkpoint is not)
   kill-ckpt@s  SIGKILL while checkpoint s is being written (model written, state.pt half written)
   kill-rename@s  SIGKILL after checkpoint s is complete in its temp folder, before the rename
+  slow-config@0  writing config.yaml into a new run folder takes 1.5 s (its temp file is there
+               meanwhile): the window in which other processes see a half-made run folder
   pause@s      after logging step s, write `<log>.paused` and sleep 4 s (a run that is surely
                mid-way while a second process tries the same folder)
 """
@@ -74,7 +76,18 @@ def _install(kind: str, at: str, log: str = "") -> None:
     import rloo.recipes.online as online
     at = int(at)
     me = os.getpid()
-    if kind == "pause":
+    if kind == "slow-config":
+        import time
+
+        import rloo.recipes.common as common
+        real_write = common.atomic_write_text
+
+        def slow_write(path, text):
+            Path(path).with_name(f".{Path(path).name}.tmp").write_text(text)
+            time.sleep(1.5)
+            real_write(path, text)
+        common.atomic_write_text = slow_write
+    elif kind == "pause":
         import time
         real_log = online.MetricsLogger.log
 

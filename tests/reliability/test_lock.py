@@ -58,7 +58,8 @@ def test_second_process_on_a_running_folder_is_refused(tiny_model_dir, tmp_path)
 def test_eight_simultaneous_fresh_starts_give_one_run_and_clear_refusals(tiny_model_dir, tmp_path):
     out = tmp_path / "run"
     argv = ["train", f"policy={tiny_model_dir}", f"output_dir={out}", *RUN, "steps=2", "save_every=1"]
-    procs = [start_cli(argv, tmp_path / f"p{i}.log") for i in range(8)]
+    # writing config.yaml is slowed down, so that the others surely meet a half-made folder
+    procs = [start_cli(argv, tmp_path / f"p{i}.log", fault="slow-config@0") for i in range(8)]
     for p in procs:
         p.join(300)
     logs = [(tmp_path / f"p{i}.log").read_text() for i in range(8)]
