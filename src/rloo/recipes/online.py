@@ -350,15 +350,13 @@ def _save_final(cfg, dist, models, path: Path) -> None:
 
 def _check_update(guard: ParamGuard, dist, stats: dict) -> dict:
     """Undo an update that left bad weights (rloo.paramguard); it then counts as a skipped step."""
-    guard.reason = None
-    if stats["guard/skipped"]:
-        guard.reason = "non-finite loss or gradient"
-        return {"guard/params_undone": 0.0}
-    problem = guard.problem()
+    skipped = bool(stats["guard/skipped"])   # no update was made: nothing to check
+    problem = None if skipped else guard.problem()
     bad = problem is not None
-    if dist.enabled:   # every process must undo together (FSDP checks its own shard)
+    if dist.enabled:   # every process takes part, and all undo together (FSDP checks its own shard)
         bad = dist.mean_metrics({"bad": float(bad)})["bad"] > 0
-    if not bad:
+    guard.reason = "non-finite loss or gradient" if skipped else None
+    if not bad or skipped:
         return {"guard/params_undone": 0.0}
     guard.undo()
     guard.reason = problem or "bad parameters on another process"
