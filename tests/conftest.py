@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from rloo.config import ArchConfig
-from rloo.models import build_llama
+from rloo.modeling.loading import build_llama
 from rloo.tasks import get_task
 from rloo.tasks.tokenizer import build_tokenizer
 

@@ -10,10 +10,10 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from rloo import RLConfig, train
-from rloo.checkpoint import latest_checkpoint, load_state
+from rloo.runtime.checkpoint import latest_checkpoint, load_state
 from rloo.cli import main
 from rloo.config import ArchConfig
-from rloo.models import build_llama
+from rloo.modeling.loading import build_llama
 from rloo.tasks import get_task
 from rloo.tasks.tokenizer import build_tokenizer
 
@@ -56,7 +56,7 @@ def test_ppo_logs_clip_fraction_and_value_loss(tiny_model_dir, tmp_path):
 
 def test_rloo_ablations_run_and_default_is_the_papers_step(tiny_model_dir, tmp_path):
     from rloo.algorithms import make_algorithm
-    from rloo.recipes.rl import rloo_step
+    from rloo.algorithms.rloo import rloo_step
     assert make_algorithm(_cfg(tiny_model_dir, tmp_path / "x"), None).step is rloo_step
     for name, algo in {"token_kl": {"kl_level": "token"}, "k3": {"kl_estimator": "k3"},
                        "clip": {"rloo_clip": True}}.items():
@@ -145,7 +145,7 @@ def test_cli_every_method_on_the_dialogue_task(algorithm, tiny_dialogue_dir, tmp
 
 
 def test_dpo_uses_the_reward_models_pairs(tiny_model_dir, tmp_path):
-    from rloo.recipes.dpo import load_pairs
+    from rloo.training.dpo import load_pairs
     rm_dir = tmp_path / "reward"
     (rm_dir / "model").mkdir(parents=True)
     pairs = [["post : job rent tl;dr :", "job rent", "exam"], ["post : exam car tl;dr :", "exam car", "job"]] * 4
@@ -162,7 +162,7 @@ def test_dpo_uses_the_reward_models_pairs(tiny_model_dir, tmp_path):
 
 def test_reward_stage_writes_the_pairs_dpo_reads(tiny_model_dir, tmp_path):
     from rloo.config import RewardConfig
-    from rloo.recipes.reward import train_reward
+    from rloo.training.reward import train_reward
     cfg = RewardConfig(sft_model=str(tiny_model_dir), output_dir=tmp_path / "rm", num_pairs=16, eval_pairs=4,
                        epochs=1, batch_size=8)
     train_reward(cfg)

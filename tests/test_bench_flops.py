@@ -11,9 +11,9 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from rloo.bench_flops import Arch
-from rloo.forward import completion_logprobs
-from rloo.forward_shared import completion_logprobs_shared
+from rloo.experiments.bench_flops import Arch
+from rloo.modeling.forward import completion_logprobs
+from rloo.modeling.forward_shared import completion_logprobs_shared
 
 B, K, P, T = 2, 3, 5, 4
 
@@ -56,7 +56,7 @@ def test_shared_forward_flops(model):
 
 def test_bucketed_shared_forward_flops(model):
     """Mixed completion lengths: the shared pass runs length buckets; the count follows them."""
-    from rloo.bench_flops import bucketed
+    from rloo.experiments.bench_flops import bucketed
     a, (p_ids, p_mask, c_ids, _) = Arch.of(model.config), _batch()
     lengths = [4, 1, 3, 4, 2, 4]
     c_mask = torch.arange(T)[None, :] < torch.tensor(lengths)[:, None]

@@ -3,9 +3,9 @@ process, the step's timing and phases, and the FLOP count of its bucketed passes
 
 from __future__ import annotations
 
-from rloo.bench import bench_shape
-from rloo.bench_assets import Shape
-from rloo.bench_flops import Arch, rloo_step_flops
+from rloo.experiments.bench import bench_shape
+from rloo.experiments.bench_assets import Shape
+from rloo.experiments.bench_flops import Arch, rloo_step_flops
 
 TINY = Shape(name="T", tokenizer="char", vocab_size=0, hidden=32, layers=2, heads=2, intermediate=64,
              prompt_tokens=(6, 12), max_new_tokens=8)

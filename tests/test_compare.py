@@ -9,8 +9,8 @@ import pytest
 
 from rloo.cli import main
 from rloo.config import CompareConfig, PipelineConfig
-from rloo.eval.compare_report import mean_ci
-from rloo.recipes.compare import METHODS, compare, method_config
+from rloo.experiments.compare_report import mean_ci
+from rloo.experiments.compare import METHODS, compare, method_config
 
 TINY = dict(
     sft={"num_examples": 64, "epochs": 1, "batch_size": 32,
@@ -72,7 +72,7 @@ def test_compare_quick_finishes_within_ten_minutes(tmp_path):
 
 
 def test_paired_differences_pair_by_seed():
-    from rloo.eval.compare_report import paired_differences
+    from rloo.experiments.compare_report import paired_differences
     cfg = CompareConfig(methods=["rloo", "ppo"], tasks=["summarize"], seeds=[0, 1, 2])
     # ppo beats rloo by exactly 0.1 on every seed, though the seeds' levels differ a lot; seed 2 of
     # ppo is listed first to check that pairing goes by seed, not by position

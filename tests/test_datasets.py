@@ -13,8 +13,8 @@ from datasets import Dataset, DatasetDict
 from rloo import EvalConfig, RLConfig, RlooError, SFTConfig, evaluate, sft, train
 from rloo.cli import main
 from rloo.data.datasets import load_records, split_dialogue, train_eval_records
-from rloo.models import load_policy, load_reward_model
-from rloo.settings import DatasetSettings
+from rloo.modeling.loading import load_policy, load_reward_model
+from rloo.config.dataset import DatasetSettings
 
 sys.path.insert(0, str(Path(__file__).parent / "helpers"))  # dist_worker:reward_short
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from rloo.distributed import Dist
+from rloo.runtime.distributed import Dist
 from rloo.rollout.sampler import _inverse_cdf, rollout
 
 HELPERS = Path(__file__).parent / "helpers"
@@ -61,7 +61,7 @@ def test_shard_keeps_groups_and_global_rows():
 
 def test_split_sampling_equals_whole_batch(tiny_model_dir):
     """rows=(offset,total): each half of a batch gets exactly the tokens the whole batch gets."""
-    from rloo.models import load_policy
+    from rloo.modeling.loading import load_policy
     model, tok = load_policy(str(tiny_model_dir))
     prompts, k, kw = dist_worker.PROMPTS[:4], 2, dict(max_prompt_len=16, max_new_tokens=5)
     whole = rollout(model, tok, prompts, k, generator=torch.Generator().manual_seed(0), rows=(0, 8), **kw)

@@ -12,9 +12,9 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM, LlamaForSequenceClassification
 
 from rloo.config import RLConfig
-from rloo.forward import chunked_head, completion_logprobs, reward_scores
-from rloo.forward_shared import completion_logprobs_shared, group_prompts, reward_scores_shared
-from rloo.recipes.rl import Models, rloo_step
+from rloo.modeling.forward import chunked_head, completion_logprobs, reward_scores
+from rloo.modeling.forward_shared import completion_logprobs_shared, group_prompts, reward_scores_shared
+from rloo.algorithms.rloo import Models, rloo_step
 from rloo.rewards import RewardModelScorer
 from rloo.rollout.sampler import sample
 
@@ -140,8 +140,8 @@ def test_rloo_step_shared_equals_plain():
 
 def test_reused_prefill_gives_same_logprobs_and_gradients():
     """The sampling prefill (kept with its graph) stands in for the policy's prompt pass."""
-    from rloo.forward_shared import group_prompts
-    from rloo.rollout.kvcache import prefill_prompts
+    from rloo.modeling.forward_shared import group_prompts
+    from rloo.modeling.kvcache import prefill_prompts
     p_ids, p_mask, c_ids, c_mask = _batch()
     grads = []
     for reuse in (False, True):
@@ -159,7 +159,7 @@ def test_reused_prefill_gives_same_logprobs_and_gradients():
 
 def test_no_prefill_reuse_with_dropout():
     from rloo.rollout import rollout
-    from rloo.rollout.kvcache import has_dropout
+    from rloo.modeling.kvcache import has_dropout
     model = _policy()
     assert not has_dropout(model)
     model.config.attention_dropout = 0.1

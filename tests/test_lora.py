@@ -8,11 +8,11 @@ import torch
 pytest.importorskip("peft")
 
 from rloo import RLConfig, train  # noqa: E402
-from rloo.forward import completion_logprobs  # noqa: E402
-from rloo.models import load_policy  # noqa: E402
-from rloo.recipes.online import load_models  # noqa: E402
+from rloo.modeling.forward import completion_logprobs  # noqa: E402
+from rloo.modeling.loading import load_policy  # noqa: E402
+from rloo.training.rl import load_models  # noqa: E402
 from rloo.rollout import rollout  # noqa: E402
-from rloo.settings import LoraSettings  # noqa: E402
+from rloo.config.dataset import LoraSettings  # noqa: E402
 
 PROMPTS = ["post : job rent tl;dr :", "post : exam car tl;dr :", "post : loan sister dog tl;dr :"]
 
@@ -32,8 +32,8 @@ def test_only_adapters_change_and_reference_is_adapters_off(tiny_model_dir, tmp_
     base = {k: v.clone() for k, v in models.policy.state_dict().items() if "lora_" not in k}
     trainable = {n for n, p in models.policy.named_parameters() if p.requires_grad}
     assert trainable and all("lora_" in n for n in trainable)
-    from rloo.recipes.common import adamw
-    from rloo.recipes.rl import rloo_step
+    from rloo.training.common import adamw
+    from rloo.algorithms.rloo import rloo_step
     opt = adamw(models.policy.parameters(), cfg.lr)
     for _ in range(2):
         rloo_step(models, opt, PROMPTS, cfg, torch.Generator().manual_seed(0))

@@ -6,7 +6,7 @@ import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForSequenceClassification, PreTrainedTokenizerFast
 
-from rloo.models import load_policy, load_reward_model, load_value_model, resolve_dtype
+from rloo.modeling.loading import load_policy, load_reward_model, load_value_model, resolve_dtype
 from rloo.rewards import FunctionReward, RewardModelScorer, WeightedReward
 from rloo.rewards.judges import make_judge
 from rloo.rollout import rollout

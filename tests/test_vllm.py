@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from rloo import RLConfig, RlooError
-from rloo.recipes.online import load_models
+from rloo.training.rl import load_models
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU error")
@@ -21,8 +21,8 @@ def test_vllm_rollout_on_gpu(tiny_model_dir, tmp_path):
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
     pytest.importorskip("vllm")
-    from rloo.forward import completion_logprobs
-    from rloo.models import load_policy
+    from rloo.modeling.forward import completion_logprobs
+    from rloo.modeling.loading import load_policy
     from rloo.rollout.vllm import VLLMSampler
     policy, tok = load_policy(str(tiny_model_dir), device="cuda")
     s = VLLMSampler(str(tiny_model_dir), tok, k=2, max_prompt_len=16, max_new_tokens=6, temperature=1.0, top_p=1.0,

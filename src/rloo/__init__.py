@@ -14,11 +14,11 @@ def __getattr__(name):
     # Recipes import torch and transformers; load them on first use so `import rloo` and the
     # CLI's --help stay fast.
     lazy = {
-        "sft": ("rloo.recipes.sft", "sft"),
-        "train_reward": ("rloo.recipes.reward", "train_reward"),
-        "train": ("rloo.recipes.online", "train"),
-        "evaluate": ("rloo.recipes.evaluate", "evaluate"),
-        "pipeline": ("rloo.recipes.pipeline", "pipeline"),
+        "sft": ("rloo.training.sft", "sft"),
+        "train_reward": ("rloo.training.reward", "train_reward"),
+        "train": ("rloo.training.rl", "train"),
+        "evaluate": ("rloo.training.evaluate", "evaluate"),
+        "pipeline": ("rloo.training.pipeline", "pipeline"),
         "get_task": ("rloo.tasks", "get_task"),
     }
     if name in lazy:

@@ -9,10 +9,10 @@ import signal
 
 import pytest
 
-import rloo.recipes.online as online  # noqa: F401
-import rloo.recipes.rl as rl
+import rloo.training.rl as online  # noqa: F401
+import rloo.algorithms.rloo as rl
 from rloo import RLConfig, train
-from rloo.checkpoint import latest_checkpoint, list_checkpoints, load_state, step_of
+from rloo.runtime.checkpoint import latest_checkpoint, list_checkpoints, load_state, step_of
 from rloo.errors import Interrupted, RlooError
 
 from .conftest import rl_config as _cfg

@@ -1,6 +1,6 @@
 """The online methods compared with RLOO. Each is a step function (plus, when it keeps something
-between batches, a small state object the checkpoint saves); the loop in rloo.recipes.online is
-shared. `make_algorithm(cfg, models)` picks one by `cfg.algorithm`. DPO is offline: rloo.recipes.dpo.
+between batches, a small state object the checkpoint saves); the loop in rloo.training.rl is
+shared. `make_algorithm(cfg, models)` picks one by `cfg.algorithm`. DPO is offline: rloo.training.dpo.
 
     algorithm    advantage                                   loss
     rloo         leave-one-out over K samples (eq. 4)        -A log pi(y|x) (eq. 5)
@@ -23,7 +23,7 @@ def make_algorithm(cfg: RLConfig, models):
     name = cfg.algorithm
     if name == "rloo":
         from rloo.algorithms.rloo_ablations import is_plain_rloo, rloo_ablation_step
-        from rloo.recipes.rl import rloo_step
+        from rloo.algorithms.rloo import rloo_step
         return Stateless(rloo_step if is_plain_rloo(cfg) else rloo_ablation_step)
     if name == "reinforce":
         from rloo.algorithms.reinforce import Reinforce
@@ -37,7 +37,7 @@ def make_algorithm(cfg: RLConfig, models):
     if name == "raft":
         from rloo.algorithms.raft import raft_step
         return Stateless(raft_step)
-    raise ValueError(f"{name!r} is not an online method (dpo runs through rloo.recipes.dpo)")
+    raise ValueError(f"{name!r} is not an online method (dpo runs through rloo.training.dpo)")
 
 
 __all__ = ["make_algorithm"]

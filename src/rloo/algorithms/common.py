@@ -1,8 +1,8 @@
 """Pieces every online method's step shares: sampling, scoring, the guarded optimizer step, stats.
 
-A step function has the signature of `rloo.recipes.rl.rloo_step`:
+A step function has the signature of `rloo.algorithms.rloo.rloo_step`:
     step(models, opt, prompts, cfg, gen) -> (stats dict, Rollout, rewards (N,))
-so the shared loop (`rloo.recipes.online`) does not know which method it runs.
+so the shared loop (`rloo.training.rl`) does not know which method it runs.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from torch import Tensor
 
 from rloo.config import RLConfig
 from rloo.core.kl import shaped_reward
-from rloo.recipes.rl import Models, score_rollout
+from rloo.algorithms.rloo import Models, score_rollout
 from rloo.rollout import Rollout, rollout
 
 
@@ -89,7 +89,7 @@ class Stateless:
     """An algorithm whose step keeps nothing between batches (RLOO, GRPO, RAFT)."""
 
     def __init__(self, step):
-        self.step = step   # a function: Stateless(f).step(...) calls f (rloo.distributed inspects its signature)
+        self.step = step   # a function: Stateless(f).step(...) calls f (rloo.runtime.distributed inspects its signature)
 
     def state_dict(self) -> dict:
         return {}

@@ -15,8 +15,8 @@ from rloo.algorithms.common import (Timer, guarded_step, mean_stats, minibatches
 from rloo.config import RLConfig
 from rloo.core.advantages import group_normalized
 from rloo.core.losses import grpo_loss
-from rloo.forward import completion_logprobs
-from rloo.recipes.rl import Models
+from rloo.modeling.forward import completion_logprobs
+from rloo.algorithms.rloo import Models
 
 
 def grpo_step(models: Models, opt, prompts: list[str], cfg: RLConfig, gen: torch.Generator):

@@ -24,9 +24,9 @@ from rloo.core.kl import token_level_rewards
 from rloo.core.losses import ppo_clip_loss, token_policy_gradient_loss, value_loss
 from rloo.core.logprobs import head_token_logprobs, token_logprobs
 from rloo.data.collate import position_ids
-from rloo.forward import MAX_LOGITS_MB, chunked_head
-from rloo.models import load_reward_model
-from rloo.recipes.rl import Models
+from rloo.modeling.forward import MAX_LOGITS_MB, chunked_head
+from rloo.modeling.loading import load_reward_model
+from rloo.algorithms.rloo import Models
 
 
 def _hidden(model, p_ids, p_mask, c_ids, c_mask, want_logits: bool):
@@ -63,7 +63,7 @@ class ValueFunction:
     def forward(self, policy, p_ids, p_mask, c_ids, c_mask, temperature: float,
                 max_logits_mb: float = MAX_LOGITS_MB) -> tuple[Tensor, Tensor]:
         """(token log-probs (N, T), values (N, T)) in one pass of the policy (+ the value model).
-        Large vocabularies: the LM head runs in chunks, as in `rloo.forward.lm_token_logprobs`."""
+        Large vocabularies: the LM head runs in chunks, as in `rloo.modeling.forward.lm_token_logprobs`."""
         chunked = chunked_head(policy, c_ids.numel(), max_logits_mb)
         if chunked is None:
             hidden, logits = _hidden(policy, p_ids, p_mask, c_ids, c_mask, want_logits=True)

@@ -18,8 +18,8 @@ from rloo.config import RLConfig
 from rloo.core.advantages import moving_average_advantages, moving_average_update
 from rloo.core.logprobs import sequence_logprobs
 from rloo.core.losses import policy_gradient_loss
-from rloo.forward import completion_logprobs
-from rloo.recipes.rl import Models
+from rloo.modeling.forward import completion_logprobs
+from rloo.algorithms.rloo import Models
 
 
 class Reinforce:

@@ -20,8 +20,8 @@ from rloo.core.advantages import leave_one_out, leave_one_out_token_kl
 from rloo.core.kl import kl_per_token
 from rloo.core.logprobs import sequence_logprobs
 from rloo.core.losses import policy_gradient_loss, ppo_clip_loss, sequence_sum_policy_gradient_loss
-from rloo.forward import completion_logprobs
-from rloo.recipes.rl import Models
+from rloo.modeling.forward import completion_logprobs
+from rloo.algorithms.rloo import Models
 
 
 def is_plain_rloo(cfg: RLConfig) -> bool:

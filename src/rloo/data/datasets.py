@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rloo.errors import RlooError
-from rloo.settings import DatasetSettings
+from rloo.config.dataset import DatasetSettings
 
 FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
 HUMAN, ASSISTANT = "\n\nHuman:", "\n\nAssistant:"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rloo.tracking import read_metrics
+from rloo.runtime.tracking import read_metrics
 
 
 def _series(records: list[dict], key: str) -> tuple[list[int], list[float]]:

@@ -12,8 +12,8 @@ import torch
 from torch import Tensor
 
 from rloo.data.collate import encode_prompts, position_ids
-from rloo.rollout.kvcache import Prefill, expanded, has_dropout, prefill_prompts, preallocate
-from rloo.rollout.kvcache import cache_kwarg as _cache_kwarg
+from rloo.modeling.kvcache import Prefill, expanded, has_dropout, prefill_prompts, preallocate
+from rloo.modeling.kvcache import cache_kwarg as _cache_kwarg
 
 
 @dataclass
@@ -78,7 +78,7 @@ def sample(model, prompt_ids: Tensor, prompt_mask: Tensor, *, max_new_tokens: in
     processes whose forward passes are collectives (FSDP) stop together).
 
     `rows=(offset, total)`: these N rows are rows offset..offset+N-1 of a global batch of `total`
-    rows sampled by several processes (rloo.distributed). Every process draws the same
+    rows sampled by several processes (rloo.runtime.distributed). Every process draws the same
     (max_new_tokens, total) uniforms and uses its own columns with `_inverse_cdf`, so the tokens
     do not depend on how the batch is split over processes.
     """

@@ -16,7 +16,7 @@ import torch
 
 from rloo.data.collate import encode_prompts
 from rloo.errors import RlooError
-from rloo.forward import completion_logprobs
+from rloo.modeling.forward import completion_logprobs
 from rloo.rollout.sampler import Rollout
 
 

@@ -10,7 +10,7 @@ import json
 import math
 from pathlib import Path
 
-from rloo.tracking import read_metrics
+from rloo.runtime.tracking import read_metrics
 
 # two-sided 95% Student-t quantiles t_{0.975, df}; the normal 1.96 beyond df = 30
 _T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
@@ -121,7 +121,7 @@ def ppo_lambda_table(cfg, data: dict) -> str:
 
 
 def write_report(cfg, out: Path) -> Path:
-    from rloo.eval.compare_plots import plot_all
+    from rloo.experiments.compare_plots import plot_all
 
     report = out / "report"
     report.mkdir(parents=True, exist_ok=True)

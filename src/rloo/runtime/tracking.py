@@ -14,7 +14,7 @@ class MetricsLogger:
     """Appends one JSON object per record to `metrics.jsonl` and mirrors scalars to TensorBoard.
 
     Lines are flushed as written, so a killed run keeps every record up to the kill; a resumed run
-    first cuts the file back to its checkpoint (rloo.checkpoint.truncate_metrics).
+    first cuts the file back to its checkpoint (rloo.runtime.checkpoint.truncate_metrics).
     """
 
     def __init__(self, out_dir: Path, tensorboard: bool = True, purge_step: int | None = None):

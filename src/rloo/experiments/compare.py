@@ -7,7 +7,7 @@ For every task and seed:
   3. each final policy is judged on the same held-out prompts with the same sampling noise:
      win rate against the references and head to head against the SFT model (gold judge)
   4. gradient variance of the estimators at the SFT model and at a deliberately weak model
-The report (table, plots) is written by rloo.eval.compare_report from the per-run result files,
+The report (table, plots) is written by rloo.experiments.compare_report from the per-run result files,
 so an interrupted comparison continues where it stopped (finished runs are skipped), and several
 processes started with the same command share the work (each takes the (task, seed) cells no live
 process has claimed); the last one to finish writes the complete report.
@@ -26,14 +26,14 @@ import torch
 from rloo.config import CompareConfig, PipelineConfig, RLConfig, save_config
 from rloo.core.kl import sequence_kl
 from rloo.eval.judge import win_rate
-from rloo.forward import completion_logprobs
-from rloo.models import frozen, load_policy, load_reward_model
-from rloo.recipes.reward import train_reward
-from rloo.recipes.sft import sft
+from rloo.modeling.forward import completion_logprobs
+from rloo.modeling.loading import frozen, load_policy, load_reward_model
+from rloo.training.reward import train_reward
+from rloo.training.sft import sft
 from rloo.rewards import RewardModelScorer
 from rloo.rollout import rollout
 from rloo.tasks import get_task
-from rloo.tracking import say
+from rloo.runtime.tracking import say
 
 # name -> (algorithm, overrides of the shared rl settings). rloo_k2 doubles the prompts per batch so
 # that its sample budget equals the others'.
@@ -118,7 +118,7 @@ def _stage_models(cfg: CompareConfig, pipe: PipelineConfig) -> None:
 
 def run_cell(cfg: CompareConfig, task_name: str, seed: int, runs: Path) -> None:
     """Steps 1-3 for one (task, seed): writes runs/<task>/seed-<s>/<method>/result.json."""
-    from rloo.recipes.online import train
+    from rloo.training.rl import train
 
     root = runs / task_name / f"seed-{seed}"
     pipe = PipelineConfig(task=task_name, seed=seed, device=cfg.device, output_dir=root, sft=cfg.sft,
@@ -160,8 +160,8 @@ def _samples(cfg: CompareConfig, method: str) -> int:
 
 def compare(cfg: CompareConfig, *, overwrite: bool = False) -> Path:
     """Run (or continue) the comparison and write the report; returns the report folder."""
-    from rloo.eval.compare_report import write_report
-    from rloo.eval.gradvar import variance_cell
+    from rloo.experiments.compare_report import write_report
+    from rloo.experiments.gradvar import variance_cell
 
     if cfg.quick:
         cfg = quick_config(cfg)

@@ -163,7 +163,7 @@ def unwrap(model):
 def say_once(msg: str, _seen: set = set()) -> None:  # noqa: B006 - the set is the memory
     if msg not in _seen:
         _seen.add(msg)
-        from rloo.tracking import say
+        from rloo.runtime.tracking import say
         say(msg)
 
 

@@ -10,16 +10,16 @@ import torch
 from rloo.config import SFTConfig
 from rloo.core.losses import sft_loss
 from rloo.data.collate import batches, encode_completions, encode_prompts, trim_left, trim_right
-from rloo.forward import completion_logprobs
+from rloo.modeling.forward import completion_logprobs
 from rloo.data.datasets import load_records
 from rloo.errors import RlooError
-from rloo.models import (build_llama, enable_gradient_checkpointing, load_policy, load_tokenizer, model_options,
+from rloo.modeling.loading import (build_llama, enable_gradient_checkpointing, load_policy, load_tokenizer, model_options,
                          save_pretrained_atomic)
-from rloo.recipes.common import (adamw, check_device, prepare_output_dir, seed_everything, supervised_step,
+from rloo.training.common import (adamw, check_device, prepare_output_dir, seed_everything, supervised_step,
                                  warmup_cosine)
 from rloo.tasks import Example, get_task
 from rloo.tasks.tokenizer import build_tokenizer
-from rloo.tracking import MetricsLogger, progress, say
+from rloo.runtime.tracking import MetricsLogger, progress, say
 
 
 @dataclass

@@ -82,7 +82,7 @@ def prefill_prompts(model, ids: Tensor, mask: Tensor) -> Prefill:
 def expanded(cache: DynamicCache, k: int) -> DynamicCache:
     """A new, detached cache holding each row of `cache` k times (rows i*k .. i*k+k-1 copy row i),
     for sampling. (The training passes index the prompt cache under autograd instead:
-    rloo.forward_shared._group_rows.)"""
+    rloo.modeling.forward_shared._group_rows.)"""
     pairs = [(layer.keys.detach(), layer.values.detach()) for layer in cache.layers]
     return DynamicCache(ddp_cache_data=[(kk.repeat_interleave(k, 0), vv.repeat_interleave(k, 0)) for kk, vv in pairs])
 

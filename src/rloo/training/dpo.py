@@ -21,14 +21,14 @@ from rloo.core.logprobs import sequence_logprobs
 from rloo.core.losses import dpo_loss
 from rloo.data.collate import batches, trim_left, trim_right
 from rloo.errors import RlooError
-from rloo.forward import completion_logprobs
-from rloo.models import frozen, load_policy, load_reward_model, save_pretrained_atomic
-from rloo.recipes.common import adamw, check_device, prepare_output_dir, seed_everything, warmup_constant
-from rloo.recipes.reward import _encode, preference_pairs
-from rloo.recipes.rl import Models
+from rloo.modeling.forward import completion_logprobs
+from rloo.modeling.loading import frozen, load_policy, load_reward_model, save_pretrained_atomic
+from rloo.training.common import adamw, check_device, prepare_output_dir, seed_everything, warmup_constant
+from rloo.training.reward import _encode, preference_pairs
+from rloo.algorithms.rloo import Models
 from rloo.rewards import RewardModelScorer
 from rloo.tasks import get_task
-from rloo.tracking import MetricsLogger, progress, say
+from rloo.runtime.tracking import MetricsLogger, progress, say
 
 
 def _pair_logprobs(model, prompts, comps, idx, device):
@@ -67,7 +67,7 @@ def _load(cfg: RLConfig) -> Models:
 
 def train_dpo(cfg: RLConfig, *, resume: bool = False, overwrite: bool = False):
     """Fine-tune cfg.policy with DPO; returns the online loop's RLResult (history, final eval)."""
-    from rloo.recipes.online import EvalSet, RLResult, _eval
+    from rloo.training.rl import EvalSet, RLResult, _eval
 
     if resume:
         raise RlooError("dpo runs are short and offline: resume is not supported; rerun with --overwrite")

@@ -15,7 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from rloo.errors import ConfigError
-from rloo.settings import DatasetSettings, LoraSettings
+from rloo.config.dataset import DatasetSettings, LoraSettings
 
 TASK_NAMES = ("summarize", "dialogue")
 
@@ -131,7 +131,7 @@ class RLSettings(_Strict):
     save_every: int | None = Field(100, ge=1, description="Steps between checkpoints (null: only at the end).")
     keep_checkpoints: int = Field(2, ge=1, description="Newest checkpoints kept on disk.")
     max_skipped_steps: int = Field(5, ge=1, description="Non-finite steps in a row before the run stops.")
-    # -- scaling out (rloo.distributed, rloo.models, rloo.rollout.vllm) --
+    # -- scaling out (rloo.runtime.distributed, rloo.modeling.loading, rloo.rollout.vllm) --
     lora: LoraSettings | None = Field(None, description="Train LoRA adapters instead of all weights (needs peft).")
     parallel: Literal["ddp", "fsdp"] = Field(
         "ddp", description="Under torchrun: ddp replicates the policy, fsdp shards it (FSDP2, fully_shard).")
@@ -237,7 +237,7 @@ class PipelineConfig(_Run):
 class BenchConfig(_Strict):
     """`rloo bench`: rloo's RL step against TRL's RLOOTrainer, side by side (needs the `bench` extra)."""
 
-    shapes: list[Literal["S", "M", "L"]] = Field(["S", "M", "L"], description="Benchmark shapes (see rloo.bench_assets).")
+    shapes: list[Literal["S", "M", "L"]] = Field(["S", "M", "L"], description="Benchmark shapes (see rloo.experiments.bench_assets).")
     warmup: int = Field(2, ge=0, description="Untimed steps per trainer before measuring.")
     steps: int | None = Field(None, ge=1, description="Timed steps per trainer (null: 10, or 5 for L).")
     k: int = Field(4, ge=2, description="Completions per prompt.")
@@ -253,7 +253,7 @@ class BenchConfig(_Strict):
 
 COMPARE_METHODS = ("rloo", "rloo_k2", "reinforce", "vanilla_pg", "ppo", "ppo_lambda1", "grpo", "raft", "dpo",
                    "rloo_token_kl", "rloo_k3_kl", "rloo_clip")
-"""Methods `rloo compare` knows: an algorithm plus overrides (rloo.recipes.compare.METHODS)."""
+"""Methods `rloo compare` knows: an algorithm plus overrides (rloo.experiments.compare.METHODS)."""
 
 
 class CompareConfig(_Strict):

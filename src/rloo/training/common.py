@@ -11,8 +11,8 @@ import numpy as np
 import torch
 import yaml
 
-from rloo.atomic import atomic_write_text
-from rloo.checkpoint import check_resume_config
+from rloo.runtime.atomic import atomic_write_text
+from rloo.runtime.checkpoint import check_resume_config
 from rloo.errors import RlooError
 
 

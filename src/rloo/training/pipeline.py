@@ -9,12 +9,12 @@ from dataclasses import asdict
 from rloo.config import PipelineConfig
 from rloo.eval.judge import paired_difference
 from rloo.eval.plots import plot_training
-from rloo.recipes.common import prepare_output_dir
-from rloo.recipes.evaluate import evaluate
-from rloo.recipes.online import train
-from rloo.recipes.reward import train_reward
-from rloo.recipes.sft import sft
-from rloo.tracking import say
+from rloo.training.common import prepare_output_dir
+from rloo.training.evaluate import evaluate
+from rloo.training.rl import train
+from rloo.training.reward import train_reward
+from rloo.training.sft import sft
+from rloo.runtime.tracking import say
 
 
 def pipeline(cfg: PipelineConfig, *, overwrite: bool = False) -> dict:

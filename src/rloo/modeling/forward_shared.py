@@ -1,7 +1,7 @@
 """Forward passes that compute each prompt ONCE per group of K completions.
 
 The rows of an RLOO batch come in groups of K that share one prompt (rows k*i .. k*i+K-1).
-The plain passes in `rloo.forward` run the transformer over all N = B*K (prompt, completion)
+The plain passes in `rloo.modeling.forward` run the transformer over all N = B*K (prompt, completion)
 sequences, so every prompt is computed K times, forward and backward. Here the B distinct
 prompts run once with a KV cache; the cache's key/value tensors are repeated for the K rows of
 each group (an indexing op under autograd: the K completions' gradients with respect to the
@@ -9,7 +9,7 @@ prompt's keys/values are summed back into the single copy), and the completions 
 run against it with position ids that continue from the prompt. Every completion token sees
 exactly the keys/values it would see in the joined sequence, so the results are the same
 computation up to float rounding (tests/test_fastpath.py checks log-probs, scores and
-parameter gradients against `rloo.forward`).
+parameter gradients against `rloo.modeling.forward`).
 
 Cost, per layer: prompt tokens B*P instead of N*P; the completion tokens still attend to P+T
 keys each, so only the attention over the prompt is not shared.
@@ -28,8 +28,8 @@ from transformers import DynamicCache
 from rloo.core.logprobs import token_logprobs
 from rloo.data.buckets import length_buckets
 from rloo.data.collate import position_ids, trim_left
-from rloo.forward import MAX_LOGITS_MB, lm_token_logprobs
-from rloo.rollout.kvcache import Prefill, cache_kwarg, prefill_prompts
+from rloo.modeling.forward import MAX_LOGITS_MB, lm_token_logprobs
+from rloo.modeling.kvcache import Prefill, cache_kwarg, prefill_prompts
 
 
 def group_prompts(prompt_ids: Tensor, prompt_mask: Tensor, k: int) -> tuple[Tensor, Tensor]:
@@ -70,7 +70,7 @@ def completion_logprobs_shared(model, prompt_ids: Tensor, prompt_mask: Tensor, c
                                prefill: Prefill | None = None,
                                bucket_overhead: int | None = None,
                                max_logits_mb: float = MAX_LOGITS_MB) -> Tensor:
-    """Same as `rloo.forward.completion_logprobs`, prompts computed once per group of k.
+    """Same as `rloo.modeling.forward.completion_logprobs`, prompts computed once per group of k.
     (N,P),(N,P),(N,T),(N,T) -> (N,T). Values at masked positions are meaningless.
 
     Completion token 0 is predicted by the prompt's last position (one logit row per prompt,
@@ -95,7 +95,7 @@ def completion_logprobs_shared(model, prompt_ids: Tensor, prompt_mask: Tensor, c
 
 def reward_scores_shared(reward_model, prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor,
                          completion_mask: Tensor, k: int, bucket_overhead: int | None = None) -> Tensor:
-    """Same as `rloo.forward.reward_scores`, prompts computed once per group of k. -> (N,).
+    """Same as `rloo.modeling.forward.reward_scores`, prompts computed once per group of k. -> (N,).
 
     Pooled at the last real token: completion position len-1, or the prompt's last token for an
     empty completion."""

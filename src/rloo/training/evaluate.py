@@ -10,12 +10,12 @@ import torch
 from rloo.config import EvalConfig
 from rloo.data.datasets import eval_records
 from rloo.eval.judge import PolicyEval, evaluate_policy, paired_difference
-from rloo.models import frozen, load_policy, load_reward_model, model_options
-from rloo.recipes.common import check_device, prepare_output_dir, seed_everything
+from rloo.modeling.loading import frozen, load_policy, load_reward_model, model_options
+from rloo.training.common import check_device, prepare_output_dir, seed_everything
 from rloo.rewards import RewardModelScorer
 from rloo.rewards.judges import make_judge
 from rloo.tasks import Example, get_task
-from rloo.tracking import say
+from rloo.runtime.tracking import say
 
 
 def evaluate(cfg: EvalConfig, *, overwrite: bool = False) -> dict[str, PolicyEval]:

@@ -12,15 +12,15 @@ import torch
 from rloo.config import RewardConfig
 from rloo.core.losses import bradley_terry_loss
 from rloo.data.collate import batches, encode_completions, encode_prompts, trim_left, trim_right
-from rloo.forward import reward_scores
+from rloo.modeling.forward import reward_scores
 from rloo.data.datasets import train_eval_records
-from rloo.models import (enable_gradient_checkpointing, load_policy, load_reward_model, model_options,
+from rloo.modeling.loading import (enable_gradient_checkpointing, load_policy, load_reward_model, model_options,
                          save_pretrained_atomic)
 from rloo.rollout import rollout
-from rloo.recipes.common import (adamw, check_device, prepare_output_dir, seed_everything, supervised_step,
+from rloo.training.common import (adamw, check_device, prepare_output_dir, seed_everything, supervised_step,
                                  warmup_cosine)
 from rloo.tasks import get_task
-from rloo.tracking import MetricsLogger, progress, say
+from rloo.runtime.tracking import MetricsLogger, progress, say
 
 
 @dataclass
@@ -125,7 +125,7 @@ def train_reward(cfg: RewardConfig, *, overwrite: bool = False) -> RewardResult:
         sampler = policy_sampler(cfg.sft_model, cfg, gen) if cfg.policy_pairs > 0 else None
         pairs = preference_pairs(task, cfg.num_pairs + cfg.eval_pairs, cfg.seed, sampler, cfg.policy_pairs)
         train_pairs, held_out = pairs[: cfg.num_pairs], pairs[cfg.num_pairs:]
-    # kept so that DPO can train on exactly these pairs (rloo.recipes.dpo)
+    # kept so that DPO can train on exactly these pairs (rloo.training.dpo)
     (out / "pairs.jsonl").write_text("".join(json.dumps(p) + "\n" for p in train_pairs))
     prompts, comps = _encode(tokenizer, train_pairs, cfg)
     # 2. Bradley-Terry training

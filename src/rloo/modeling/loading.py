@@ -17,7 +17,7 @@ from transformers import (
     LlamaForCausalLM,
 )
 
-from rloo.atomic import WriteError, describe_write_failure, fsync_dir, sync_and_hash
+from rloo.runtime.atomic import WriteError, describe_write_failure, fsync_dir, sync_and_hash
 from rloo.config import ArchConfig
 from rloo.errors import RlooError
 

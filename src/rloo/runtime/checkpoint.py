@@ -23,9 +23,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rloo.atomic import WriteError, check_manifest, describe_write_failure, fsync_dir, remove_tree, sync_and_hash
+from rloo.runtime.atomic import WriteError, check_manifest, describe_write_failure, fsync_dir, remove_tree, sync_and_hash
 from rloo.errors import RlooError
-from rloo.tracking import say
+from rloo.runtime.tracking import say
 
 MARKER = "COMPLETE"
 

@@ -5,7 +5,7 @@ same Hugging Face-format policy, reference and reward model, the same prompts, k
 beta, learning rate and AdamW settings. The parent makes them take turns, one step each (the
 first mover alternates), so load from elsewhere on the machine hits both alike. After `warmup`
 steps each, `steps` steps each are timed. FLOPs executed per step are counted from the step's padded shapes
-(rloo.bench_flops, checked against torch's FLOP counter in the tests); divided by the step time
+(rloo.experiments.bench_flops, checked against torch's FLOP counter in the tests); divided by the step time
 they give achieved FLOP/s, reported as a fraction of the fp32 matmul peak measured here at start.
 """
 
@@ -21,8 +21,8 @@ from pathlib import Path
 
 import torch
 
-from rloo.bench_assets import SHAPES, Shape, build_assets, load_words, make_prompts
-from rloo.bench_flops import Arch, rloo_step_flops, trl_step_flops
+from rloo.experiments.bench_assets import SHAPES, Shape, build_assets, load_words, make_prompts
+from rloo.experiments.bench_flops import Arch, rloo_step_flops, trl_step_flops
 from rloo.errors import RlooError
 
 
@@ -55,9 +55,9 @@ def matmul_peak_flops(threads: int, seconds: float = 2.0) -> float:
 def _rloo_worker(conn, job: dict) -> None:
     torch.set_num_threads(job["threads"])
     from rloo.config import RLConfig
-    from rloo.recipes.common import adamw, seed_everything
-    from rloo.recipes.online import load_models
-    from rloo.recipes.rl import rloo_step
+    from rloo.training.common import adamw, seed_everything
+    from rloo.training.rl import load_models
+    from rloo.algorithms.rloo import rloo_step
 
     cfg = RLConfig(policy=job["policy"], reward_model=job["reward"], k=job["k"], beta=job["beta"], lr=job["lr"],
                    batch_size=job["batch_size"], max_new_tokens=job["max_new_tokens"], warmup_steps=0,
@@ -69,7 +69,7 @@ def _rloo_worker(conn, job: dict) -> None:
     for i, _ in enumerate(iter(conn.recv, "stop")):
         t0 = time.perf_counter()
         batch = job["batches"][i]
-        # rows=: sample as `rloo train` does (one uniform per row, see rloo.distributed.step_kwargs)
+        # rows=: sample as `rloo train` does (one uniform per row, see rloo.runtime.distributed.step_kwargs)
         stats, roll, _ = rloo_step(models, opt, batch, cfg, gen, rows=(0, len(batch) * cfg.k))
         conn.send({"time": time.perf_counter() - t0, "tokens": int(roll.completion_mask.sum()),
                    "lengths": roll.completion_mask.sum(-1).tolist(),

@@ -20,9 +20,9 @@ from rloo.core.advantages import leave_one_out
 from rloo.core.kl import shaped_reward
 from rloo.core.logprobs import sequence_logprobs
 from rloo.core.losses import policy_gradient_loss
-from rloo.distributed import is_wrapped, unwrap
-from rloo.forward import completion_logprobs
-from rloo.forward_shared import completion_logprobs_shared
+from rloo.runtime.distributed import is_wrapped, unwrap
+from rloo.modeling.forward import completion_logprobs
+from rloo.modeling.forward_shared import completion_logprobs_shared
 from rloo.rollout import Rollout, rollout
 
 
@@ -61,7 +61,7 @@ def rloo_step(models: Models, opt, prompts: list[str], cfg: RLConfig, gen: torch
     """One RLOO update on `prompts`. Returns (stats dict, rollout, shaped rewards (N,)); the
     optimizer step is skipped (and counted) when the loss or the gradient is not finite.
     Under torchrun `prompts` is this process's share and `rows`/`all_done` come from
-    rloo.distributed (see `rollout`); DDP/FSDP average the gradient over processes."""
+    rloo.runtime.distributed (see `rollout`); DDP/FSDP average the gradient over processes."""
     t0 = time.perf_counter()
     # 1. sample K completions per prompt, with the log-probs of the sampled tokens
     # under DDP/FSDP the update must be one forward through the wrapper: no prompt-pass reuse

@@ -50,7 +50,7 @@ def decode(a: Arch, n: int, P: int, T: int) -> float:
 
 def bucketed(a: Arch, lengths: list[int], P: int, logits: bool) -> float:
     """Completion passes after a shared P-token prompt, run in length buckets as
-    rloo.forward_shared runs them: each bucket is padded to its own longest row."""
+    rloo.modeling.forward_shared runs them: each bucket is padded to its own longest row."""
     import torch
 
     from rloo.data.buckets import length_buckets

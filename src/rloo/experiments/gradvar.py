@@ -22,12 +22,12 @@ from rloo.config import CompareConfig, PipelineConfig, RLConfig
 from rloo.core.advantages import gae, leave_one_out
 from rloo.core.kl import token_level_rewards
 from rloo.core.losses import sequence_sum_policy_gradient_loss, value_loss
-from rloo.forward import completion_logprobs
-from rloo.models import frozen, load_policy, load_reward_model
+from rloo.modeling.forward import completion_logprobs
+from rloo.modeling.loading import frozen, load_policy, load_reward_model
 from rloo.rewards import RewardModelScorer
 from rloo.rollout import rollout
 from rloo.tasks import get_task
-from rloo.tracking import say
+from rloo.runtime.tracking import say
 
 ESTIMATORS = ("no baseline", "moving-average baseline", "leave-one-out k=2", "leave-one-out k=4",
               "PPO GAE (lambda 0.95)")
@@ -125,7 +125,7 @@ def measure(snap: _Snapshot, cfg: CompareConfig, rm_path: str) -> dict[str, dict
 
 def variance_cell(cfg: CompareConfig, task_name: str, seed: int, runs: Path) -> dict:
     """Measure at the SFT model and at a weak model (SFT on a small share of the data) of (task, seed)."""
-    from rloo.recipes.sft import sft
+    from rloo.training.sft import sft
 
     root = runs / task_name / f"seed-{seed}"
     out_file = root / "gradient_variance.json"

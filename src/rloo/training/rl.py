@@ -1,6 +1,6 @@
 """The online training loop shared by every on-policy method: data, eval, logging, checkpoints.
 
-The algorithm itself is one step function (see `rloo.recipes.rl.rloo_step`); this file only
+The algorithm itself is one step function (see `rloo.algorithms.rloo.rloo_step`); this file only
 feeds it prompts and records what it did.
 """
 
@@ -17,24 +17,24 @@ from typing import Callable
 
 import torch
 
-from rloo.checkpoint import Checkpointer, check_resume_config, latest_checkpoint, load_state, truncate_metrics
+from rloo.runtime.checkpoint import Checkpointer, check_resume_config, latest_checkpoint, load_state, truncate_metrics
 from rloo.config import RLConfig
 from rloo.errors import Interrupted, NonFiniteError, RlooError
 from rloo.eval.judge import evaluate_policy
-from rloo import distributed
+from rloo.runtime import distributed
 from rloo.data.datasets import train_eval_records
-from rloo.distributed import unwrap
-from rloo.lora import AdapterDisabled, add_lora, for_saving
-from rloo.models import (enable_gradient_checkpointing, frozen, load_policy, load_reward_model, model_options,
+from rloo.runtime.distributed import unwrap
+from rloo.modeling.lora import AdapterDisabled, add_lora, for_saving
+from rloo.modeling.loading import (enable_gradient_checkpointing, frozen, load_policy, load_reward_model, model_options,
                          save_pretrained_atomic)
-from rloo.recipes.common import adamw, check_device, prepare_output_dir, seed_everything, warmup_constant
+from rloo.training.common import adamw, check_device, prepare_output_dir, seed_everything, warmup_constant
 from rloo.algorithms import make_algorithm
-from rloo.recipes.rl import Models
+from rloo.algorithms.rloo import Models
 from rloo.rewards import build_reward
 from rloo.rewards.judges import make_judge
 from rloo.rollout import rollout
 from rloo.tasks import get_task
-from rloo.tracking import MetricsLogger, progress, say
+from rloo.runtime.tracking import MetricsLogger, progress, say
 
 
 @dataclass
@@ -209,9 +209,9 @@ def train(cfg: RLConfig, *, prompts: list[str] | None = None, reward_fn: Callabl
     prompts and a gold judge for periodic evaluation. `resume` continues from the newest whole
     checkpoint in `cfg.output_dir` (exactly: same parameters as a run that never stopped)."""
     if cfg.algorithm == "dpo":  # offline: trains on preference pairs, not on samples
-        from rloo.recipes.dpo import train_dpo
+        from rloo.training.dpo import train_dpo
         return train_dpo(cfg, resume=resume, overwrite=overwrite)
-    # under torchrun every process runs this same function (see rloo.distributed)
+    # under torchrun every process runs this same function (see rloo.runtime.distributed)
     dist = distributed.init(cfg.device, cfg.parallel, cfg.batch_size)
     try:
         if dist.enabled:
