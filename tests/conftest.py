@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -9,6 +11,17 @@ from rloo.config import ArchConfig
 from rloo.modeling.loading import build_llama
 from rloo.tasks import get_task
 from rloo.tasks.tokenizer import build_tokenizer
+
+# The test tiers are folders; each test gets its folder's marker (`pytest -m unit`, `-m "not integration"`).
+TIERS = ("unit", "equivalence", "integration", "reliability")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        tier = Path(str(item.fspath)).parent.name
+        if tier in TIERS:
+            item.add_marker(getattr(pytest.mark, tier))
+
 
 TINY = ArchConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64, max_position_embeddings=64)
 

@@ -4,6 +4,8 @@
     train(RLConfig(policy="my-sft-model", output_dir="runs/mine"), prompts=prompts, reward_fn=my_reward)
 """
 
+import importlib
+
 from rloo.config import (EvalConfig, PipelineConfig, RewardConfig, RLConfig, SFTConfig, load_config)
 from rloo.errors import ConfigError, RewardError, RlooError
 
@@ -22,7 +24,6 @@ def __getattr__(name):
         "get_task": ("rloo.tasks", "get_task"),
     }
     if name in lazy:
-        import importlib
         mod, attr = lazy[name]
         return getattr(importlib.import_module(mod), attr)
     raise AttributeError(f"module 'rloo' has no attribute {name!r}")

@@ -9,6 +9,7 @@ from pathlib import Path
 from rloo.config import (BenchConfig, CompareConfig, EvalConfig, PipelineConfig, RewardConfig, RLConfig,
                          SFTConfig, describe_fields, load_config)
 from rloo.errors import RlooError
+from rloo.runtime.atomic import describe_write_failure
 
 EXAMPLES = {
     "pipeline": "rloo pipeline                      # the whole pipeline on the default task\n"
@@ -22,6 +23,9 @@ EXAMPLES = {
                "  rloo compare tasks=[summarize] seeds=[0,1] output_dir=runs/cmp",
 }
 
+
+# Each subcommand imports its stage on first use (the one allowed kind of function-level import
+# besides optional dependencies): `rloo --help` and config errors stay fast, without torch.
 
 def _run_sft(cfg, args):
     from rloo.training.sft import sft
@@ -118,7 +122,6 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:  # a folder that cannot be created, a disk that fills up mid-run, ...
         if args.debug:
             raise
-        from rloo.runtime.atomic import describe_write_failure
         where = f" ({e.filename})" if e.filename else ""
         print(f"rloo {args.command}: error: {describe_write_failure(e, Path(e.filename).parent if e.filename else Path('.'))}{where}; rerun with --debug "
               f"for the traceback", file=sys.stderr)

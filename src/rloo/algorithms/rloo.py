@@ -11,49 +11,18 @@ No value model, no ratio to an old policy, no clipping: each update uses fresh s
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
 import torch
 
+from rloo.algorithms.base import Models, guarded_step, rollout_logprobs, score_rollout
 from rloo.config import RLConfig
 from rloo.core.advantages import leave_one_out
 from rloo.core.kl import shaped_reward
 from rloo.core.logprobs import sequence_logprobs
 from rloo.core.losses import policy_gradient_loss
-from rloo.runtime.distributed import is_wrapped, unwrap
 from rloo.modeling.forward import completion_logprobs
-from rloo.modeling.forward_shared import completion_logprobs_shared
-from rloo.rollout import Rollout, rollout
-
-
-@dataclass
-class Models:
-    policy: torch.nn.Module
-    ref: torch.nn.Module
-    tokenizer: object
-    scorer: object          # Rollout -> scores (N,)
-    sampler: object = None  # optional generation backend (vLLM): (policy, prompts) -> Rollout
-
-
-def rollout_logprobs(model, roll: Rollout, cfg: RLConfig, prefill=None) -> torch.Tensor:
-    """log pi(y_t|x, y_<t) of the rollout's tokens under `model` (N,T), each prompt computed once
-    per group of k when cfg.share_prompt (the same values as the plain pass). `prefill`: the
-    policy's prompt pass kept from sampling (same weights), reused instead of recomputed."""
-    args = (model, roll.prompt_ids, roll.prompt_mask, roll.completion_ids, roll.completion_mask)
-    if cfg.share_prompt and roll.group_size > 1:
-        return completion_logprobs_shared(*args, k=roll.group_size, temperature=cfg.temperature, prefill=prefill,
-                                          max_logits_mb=cfg.max_logits_mb)
-    return completion_logprobs(*args, temperature=cfg.temperature, max_logits_mb=cfg.max_logits_mb)
-
-
-def score_rollout(models: Models, roll: Rollout, cfg: RLConfig) -> tuple[torch.Tensor, torch.Tensor]:
-    """Reward-source scores (N,) with the truncation penalty applied, and reference log-probs (N,T)."""
-    scores = models.scorer(roll).to(roll.logprobs.device)
-    if cfg.truncation_penalty is not None:
-        scores = torch.where(roll.truncated, torch.full_like(scores, cfg.truncation_penalty), scores)
-    with torch.no_grad():
-        ref_lp = rollout_logprobs(models.ref, roll, cfg)
-    return scores, ref_lp
+from rloo.rollout import rollout
+from rloo.runtime.distributed import is_wrapped, unwrap
 
 
 def rloo_step(models: Models, opt, prompts: list[str], cfg: RLConfig, gen: torch.Generator,
@@ -89,18 +58,12 @@ def rloo_step(models: Models, opt, prompts: list[str], cfg: RLConfig, gen: torch
         logprobs = rollout_logprobs(models.policy, roll, cfg, prefill=roll.prefill)
     roll.prefill = None  # its graph is consumed by this backward pass; do not hold it past the step
     loss, stats = policy_gradient_loss(sequence_logprobs(logprobs, roll.completion_mask), advantages)
-    opt.zero_grad(set_to_none=True)
-    loss.backward()
-    grad_norm = torch.nn.utils.clip_grad_norm_(models.policy.parameters(), cfg.max_grad_norm)
-    finite = bool(torch.isfinite(loss)) and bool(torch.isfinite(grad_norm))
-    if finite:
-        opt.step()
-    opt.zero_grad(set_to_none=True)
+    grad_norm, finite = guarded_step(loss, models.policy.parameters(), opt, cfg.max_grad_norm)
     t3 = time.perf_counter()
     lengths = roll.completion_mask.sum(-1).float()
     stats = {k: float(v) for k, v in stats.items()} | {
         "reward/score": scores.mean().item(), "reward/kl": kl.mean().item(), "reward/total": rewards.mean().item(),
-        "kl/ref": kl.mean().item(), "grad/norm": grad_norm.item(), "gen/length": lengths.mean().item(),
+        "kl/ref": kl.mean().item(), "grad/norm": grad_norm, "gen/length": lengths.mean().item(),
         "gen/truncated": roll.truncated.float().mean().item(), "guard/skipped": float(not finite),
         "data/prompts_truncated": float(roll.prompts_truncated),
         "time/rollout": t1 - t0, "time/score": t2 - t1, "time/update": t3 - t2,

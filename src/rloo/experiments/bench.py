@@ -14,16 +14,23 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import platform
+import resource
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
 import torch
+from transformers import (AutoConfig, AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer,
+                          TrainerCallback)
 
+from rloo.algorithms.rloo import rloo_step
+from rloo.config import RLConfig
+from rloo.errors import RlooError
 from rloo.experiments.bench_assets import SHAPES, Shape, build_assets, load_words, make_prompts
 from rloo.experiments.bench_flops import Arch, rloo_step_flops, trl_step_flops
-from rloo.errors import RlooError
+from rloo.training.common import adamw, seed_everything
+from rloo.training.rl import load_models
 
 
 def peak_rss_gb() -> float:
@@ -31,7 +38,6 @@ def peak_rss_gb() -> float:
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1e6
-    import resource
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
 
 
@@ -54,11 +60,6 @@ def matmul_peak_flops(threads: int, seconds: float = 2.0) -> float:
 
 def _rloo_worker(conn, job: dict) -> None:
     torch.set_num_threads(job["threads"])
-    from rloo.config import RLConfig
-    from rloo.training.common import adamw, seed_everything
-    from rloo.training.rl import load_models
-    from rloo.algorithms.rloo import rloo_step
-
     cfg = RLConfig(policy=job["policy"], reward_model=job["reward"], k=job["k"], beta=job["beta"], lr=job["lr"],
                    batch_size=job["batch_size"], max_new_tokens=job["max_new_tokens"], warmup_steps=0,
                    max_prompt_tokens=job["max_prompt_tokens"], share_prompt=job["share_prompt"], seed=job["seed"])
@@ -81,8 +82,8 @@ def _rloo_worker(conn, job: dict) -> None:
 
 def _trl_worker(conn, job: dict) -> None:
     torch.set_num_threads(job["threads"])
+    # optional: TRL (the `bench` extra) and the datasets it trains from, only in this worker
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer, TrainerCallback
     from trl import RLOOConfig, RLOOTrainer
 
     class Pace(TrainerCallback):
@@ -146,7 +147,6 @@ def bench_shape(shape: Shape, *, root: Path, warmup: int, steps: int, k: int, ba
                 lr: float, seed: int, threads: int, peak: float, trainers: list[str], share_prompt: bool = True,
                 log=print) -> dict:
     """Alternate the trainers step by step on one shape; return per-trainer summaries."""
-    from transformers import AutoConfig, AutoTokenizer
     folder = build_assets(shape, root, seed)
     tok = AutoTokenizer.from_pretrained(folder / "policy")
     arch = Arch.of(AutoConfig.from_pretrained(folder / "policy"))
@@ -209,7 +209,7 @@ def run_bench(cfg, log=print) -> dict:
     trainers = ["rloo", "trl"] if cfg.trl else ["rloo"]
     if cfg.trl:
         try:
-            import trl  # noqa: F401
+            import trl  # noqa: F401  (optional: the `bench` extra; checked before any work)
         except ImportError:
             raise RlooError("TRL is not installed: pip install 'rloo[bench]' (or run with trl=false)") from None
     out = Path(cfg.output_dir)

@@ -13,6 +13,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+
+from rloo.data.buckets import length_buckets
+
 
 @dataclass(frozen=True)
 class Arch:
@@ -51,9 +55,6 @@ def decode(a: Arch, n: int, P: int, T: int) -> float:
 def bucketed(a: Arch, lengths: list[int], P: int, logits: bool) -> float:
     """Completion passes after a shared P-token prompt, run in length buckets as
     rloo.modeling.forward_shared runs them: each bucket is padded to its own longest row."""
-    import torch
-
-    from rloo.data.buckets import length_buckets
     t = torch.tensor(lengths)
     total = 0.0
     for rows in length_buckets(t):

@@ -17,23 +17,29 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from contextlib import contextmanager
 from pathlib import Path
 
 import torch
+import yaml
 
 from rloo.config import CompareConfig, PipelineConfig, RLConfig, save_config
 from rloo.core.kl import sequence_kl
+from rloo.errors import RlooError
 from rloo.eval.judge import win_rate
+from rloo.experiments.compare_report import write_report
+from rloo.experiments.gradvar import variance_cell
 from rloo.modeling.forward import completion_logprobs
 from rloo.modeling.loading import frozen, load_policy, load_reward_model
-from rloo.training.reward import train_reward
-from rloo.training.sft import sft
 from rloo.rewards import RewardModelScorer
 from rloo.rollout import rollout
-from rloo.tasks import get_task
 from rloo.runtime.tracking import say
+from rloo.tasks import get_task
+from rloo.training.reward import train_reward
+from rloo.training.rl import train
+from rloo.training.sft import sft
 
 # name -> (algorithm, overrides of the shared rl settings). rloo_k2 doubles the prompts per batch so
 # that its sample budget equals the others'.
@@ -43,13 +49,13 @@ METHODS: dict[str, tuple[str, dict]] = {
     "reinforce": ("reinforce", {}),
     "vanilla_pg": ("vanilla_pg", {}),
     "ppo": ("ppo", {}),
-    "ppo_lambda1": ("ppo", {"algo": {"gae_lambda": 1.0}}),
+    "ppo_lambda1": ("ppo", {"algorithm_settings": {"gae_lambda": 1.0}}),
     "grpo": ("grpo", {}),
     "raft": ("raft", {}),
     "dpo": ("dpo", {}),
-    "rloo_token_kl": ("rloo", {"algo": {"kl_level": "token"}}),
-    "rloo_k3_kl": ("rloo", {"algo": {"kl_estimator": "k3"}}),
-    "rloo_clip": ("rloo", {"algo": {"rloo_clip": True}}),
+    "rloo_token_kl": ("rloo", {"algorithm_settings": {"kl_level": "token"}}),
+    "rloo_k3_kl": ("rloo", {"algorithm_settings": {"kl_estimator": "k3"}}),
+    "rloo_clip": ("rloo", {"algorithm_settings": {"rloo_clip": True}}),
 }
 
 QUICK = {
@@ -76,7 +82,8 @@ def method_config(cfg: CompareConfig, pipe: PipelineConfig, method: str, out: Pa
     _, _, base, _ = pipe.stage_configs()
     algorithm, over = METHODS[method]
     data = base.model_dump() | {"algorithm": algorithm, "output_dir": out}
-    data["algo"] = data["algo"] | over.get("algo", {}) | {"dpo_pairs": cfg.reward.num_pairs}
+    key = "algorithm_settings"
+    data[key] = data[key] | over.get(key, {}) | {"dpo_pairs": cfg.reward.num_pairs}
     if "k" in over:
         data["k"], data["batch_size"] = over["k"], base.batch_size * base.k // over["k"]
     return RLConfig(**data)
@@ -118,8 +125,6 @@ def _stage_models(cfg: CompareConfig, pipe: PipelineConfig) -> None:
 
 def run_cell(cfg: CompareConfig, task_name: str, seed: int, runs: Path) -> None:
     """Steps 1-3 for one (task, seed): writes runs/<task>/seed-<s>/<method>/result.json."""
-    from rloo.training.rl import train
-
     root = runs / task_name / f"seed-{seed}"
     pipe = PipelineConfig(task=task_name, seed=seed, device=cfg.device, output_dir=root, sft=cfg.sft,
                           reward=cfg.reward, rl=cfg.rl, eval=cfg.eval, max_prompt_tokens=cfg.max_prompt_tokens,
@@ -160,19 +165,14 @@ def _samples(cfg: CompareConfig, method: str) -> int:
 
 def compare(cfg: CompareConfig, *, overwrite: bool = False) -> Path:
     """Run (or continue) the comparison and write the report; returns the report folder."""
-    from rloo.experiments.compare_report import write_report
-    from rloo.experiments.gradvar import variance_cell
-
     if cfg.quick:
         cfg = quick_config(cfg)
     out = Path(cfg.output_dir)
     if overwrite and out.exists():
-        import shutil
         shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
     saved = out / "config.yaml"
     if saved.exists() and saved.read_text() != _dump(cfg):
-        from rloo.errors import RlooError
         raise RlooError(f"{out} holds a comparison with other settings; pass --overwrite or choose another output_dir")
     save_config(cfg, saved)
     t0 = time.perf_counter()
@@ -213,5 +213,4 @@ def _claim(cell: Path):
 
 
 def _dump(cfg: CompareConfig) -> str:
-    import yaml
     return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)

@@ -7,6 +7,8 @@ from pathlib import Path
 
 
 def _plt():
+    # imported here, not at the top: the file backend must be chosen before pyplot loads, and
+    # only when plotting (importing this module must not change a notebook's backend)
     import matplotlib
 
     matplotlib.use("Agg")
@@ -73,7 +75,7 @@ def learning_curves(plt, cfg, data, path: Path) -> Path:
     per_step = cfg.rl.batch_size * cfg.rl.k
     for ax, task in zip(axes[0], cfg.tasks):
         for name, runs in _methods_run(cfg, data, task):
-            scale = cfg.rl.algo.dpo_batch_size if name == "dpo" else per_step
+            scale = cfg.rl.algorithm_settings.dpo_batch_size if name == "dpo" else per_step
             xs, ys = _mean_curve(runs, "eval/win_rate")
             ax.plot([x * scale for x in xs], ys, marker=".", label=name + (" (x: pairs)" if name == "dpo" else ""))
         ax.set(title=f"{task}: win rate vs references during training", xlabel="generated samples",

@@ -10,6 +10,7 @@ import json
 import math
 from pathlib import Path
 
+from rloo.experiments.compare_plots import plot_all
 from rloo.runtime.tracking import read_metrics
 
 # two-sided 95% Student-t quantiles t_{0.975, df}; the normal 1.96 beyond df = 30
@@ -121,7 +122,6 @@ def ppo_lambda_table(cfg, data: dict) -> str:
 
 
 def write_report(cfg, out: Path) -> Path:
-    from rloo.experiments.compare_plots import plot_all
 
     report = out / "report"
     report.mkdir(parents=True, exist_ok=True)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from rloo.algorithms.ppo import ValueFunction, _hidden
+from rloo.algorithms.ppo import ValueFunction, hidden_states
 from rloo.config import CompareConfig, PipelineConfig, RLConfig
 from rloo.core.advantages import gae, leave_one_out
 from rloo.core.kl import token_level_rewards
@@ -28,6 +28,7 @@ from rloo.rewards import RewardModelScorer
 from rloo.rollout import rollout
 from rloo.tasks import get_task
 from rloo.runtime.tracking import say
+from rloo.training.sft import sft
 
 ESTIMATORS = ("no baseline", "moving-average baseline", "leave-one-out k=2", "leave-one-out k=4",
               "PPO GAE (lambda 0.95)")
@@ -67,14 +68,15 @@ class _Snapshot:
 
 def _fit_value(snap: _Snapshot, cfg: CompareConfig, rm_path: str, steps: int) -> ValueFunction:
     """A separate value model (from the reward model, as PPO's) regressed on Monte-Carlo returns."""
-    vcfg = RLConfig(policy="unused", reward_model=rm_path, device=cfg.device, algo={"value_model": "separate"})
+    vcfg = RLConfig(policy="unused", reward_model=rm_path, device=cfg.device,
+                    algorithm_settings={"value_model": "separate"})
     value = ValueFunction(vcfg, models=None)
     for _ in range(steps):
         roll, scores = snap.batch(cfg.variance_samples, 1)
         with torch.no_grad():
             rewards = token_level_rewards(scores, roll.logprobs, roll.logprobs, roll.completion_mask, 0.0)
             _, returns = gae(rewards, torch.zeros_like(rewards), roll.completion_mask, 1.0, 1.0)
-        v_hidden, _ = _hidden(value.model, roll.prompt_ids, roll.prompt_mask, roll.completion_ids,
+        v_hidden, _ = hidden_states(value.model, roll.prompt_ids, roll.prompt_mask, roll.completion_ids,
                               roll.completion_mask, want_logits=False)
         loss, _ = value_loss(value.model.score(v_hidden).squeeze(-1).float(), returns, roll.completion_mask)
         value.opt.zero_grad(set_to_none=True)
@@ -95,7 +97,7 @@ def _advantages(name: str, snap: _Snapshot, cfg: CompareConfig, baseline: float,
         return roll, scores - baseline
     mask = roll.completion_mask
     with torch.no_grad():
-        v_hidden, _ = _hidden(value.model, roll.prompt_ids, roll.prompt_mask, roll.completion_ids, mask, False)
+        v_hidden, _ = hidden_states(value.model, roll.prompt_ids, roll.prompt_mask, roll.completion_ids, mask, False)
         values = value.model.score(v_hidden).squeeze(-1).float()
         rewards = token_level_rewards(scores, roll.logprobs, roll.logprobs, mask, 0.0)
         adv, _ = gae(rewards, values, mask, 1.0, 0.95)
@@ -125,7 +127,6 @@ def measure(snap: _Snapshot, cfg: CompareConfig, rm_path: str) -> dict[str, dict
 
 def variance_cell(cfg: CompareConfig, task_name: str, seed: int, runs: Path) -> dict:
     """Measure at the SFT model and at a weak model (SFT on a small share of the data) of (task, seed)."""
-    from rloo.training.sft import sft
 
     root = runs / task_name / f"seed-{seed}"
     out_file = root / "gradient_variance.json"

@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 from rloo.errors import RlooError
-from rloo.config.dataset import LoraSettings
+from rloo.config import LoraSettings
 
 
 def _peft():

@@ -25,7 +25,7 @@ import torch
 
 from rloo.runtime.atomic import WriteError, check_manifest, describe_write_failure, fsync_dir, remove_tree, sync_and_hash
 from rloo.errors import RlooError
-from rloo.runtime.tracking import say
+from rloo.runtime.tracking import say, say_once
 
 MARKER = "COMPLETE"
 
@@ -221,8 +221,12 @@ class Checkpointer:
     this is how a checkpoint "from before the problem" is written after the problem.
     """
 
-    def __init__(self, out: Path, cfg, policy, tokenizer, opt, sched, gen, stream, prompts: list[str], algo=None):
+    def __init__(self, out: Path, cfg, policy, tokenizer, opt, sched, gen, stream, prompts: list[str], algo=None,
+                 writes: bool = True, skip_note: str | None = None):
         self.out, self.cfg, self.policy, self.tokenizer = Path(out), cfg, policy, tokenizer
+        # who writes is decided by the caller (under torchrun: rank 0 only; none under FSDP, with
+        # `skip_note` said once); a process that does not write returns None from save()
+        self.writes, self.skip_note = writes, skip_note
         # the algorithm's own state (moving-average baseline, value model + optimizer); it is taken
         # at save time: it changes only inside a step, together with the policy's weights
         self.algo = algo
@@ -235,7 +239,11 @@ class Checkpointer:
         snap = snapshot(step, self.counters, self.gen, self.sched, self.stream, self.out / "metrics.jsonl")
         return snap | {"streak_start": self.streak_start}
 
-    def save(self, snap: dict) -> Path:
+    def save(self, snap: dict) -> Path | None:
+        if not self.writes:
+            if self.skip_note:
+                say_once(self.skip_note)
+            return None
         if snap["counters"]["updates"] != self.counters["updates"]:
             raise AssertionError("the weights changed since this snapshot; it cannot be saved with them")
         state = snap | {"optimizer": self.opt.state_dict(), "prompts_sha": self.prompts_sha,

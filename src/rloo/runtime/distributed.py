@@ -23,6 +23,9 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.distributed.fsdp import FSDPModule, fully_shard
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 from rloo.errors import RlooError
 
@@ -59,12 +62,10 @@ class Dist:
         if not self.enabled:
             return model
         if self.parallel == "fsdp":
-            from torch.distributed.fsdp import fully_shard
             for layer in _decoder_layers(model):
                 fully_shard(layer)
             fully_shard(model)
             return model
-        from torch.nn.parallel import DistributedDataParallel as DDP
         ids = [self.local_rank] if torch.cuda.is_available() and next(model.parameters()).is_cuda else None
         return DDP(model, device_ids=ids)
 
@@ -93,7 +94,6 @@ class Dist:
         model = unwrap(model)
         if not (self.enabled and self.parallel == "fsdp"):
             return model
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
         sd = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         if getattr(model.config, "tie_word_embeddings", False):
             # gathered shards no longer share storage, so save_pretrained would not see the tie and
@@ -102,26 +102,20 @@ class Dist:
                 sd.pop(key, None)
         return _WithStateDict(model, sd)
 
-    def step_kwargs(self, algo, rows: tuple[int, int]) -> dict:
-        """Extra arguments of the step: global-batch sampling rows (and a shared stop under FSDP,
-        whose per-token collective is kept off the single-process decode loop), for steps that
-        take them (rloo_step); rows are always passed, so one process samples exactly as P do."""
-        import inspect
-        params = inspect.signature(getattr(algo, "step", algo)).parameters
-        if not ("rows" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())):
-            return {}
+    def step_kwargs(self, rows: tuple[int, int]) -> dict:
+        """Extra arguments of a step that declares `distributed` (rloo.algorithms.base.Algorithm):
+        global-batch sampling rows (and a shared stop under FSDP, whose per-token collective is kept
+        off the single-process decode loop); rows are passed in one process too, so one process
+        samples exactly as P do."""
         return {"rows": rows} | ({"all_done": self.all_done} if self.enabled and self.parallel == "fsdp" else {})
 
-    def restrict_checkpoints(self, ck) -> None:
-        """Only rank 0 writes checkpoints (DDP replicas are identical). Under FSDP a checkpoint
-        would need the shards gathered; not implemented: the final model is saved, checkpoints
-        are skipped with a note."""
-        if not self.enabled:
-            return
-        if self.parallel == "fsdp":
-            ck.save = lambda snap: say_once("parallel=fsdp: checkpoints are not written (only the final model)")
-        elif not self.is_main:
-            ck.save = lambda snap: None
+    def checkpoint_role(self) -> tuple[bool, str | None]:
+        """(does this process write checkpoints, a note to print once when it never does). Only
+        rank 0 writes (DDP replicas are identical). Under FSDP a checkpoint would need the shards
+        gathered; not implemented: the final model is saved, checkpoints are skipped with a note."""
+        if self.enabled and self.parallel == "fsdp":
+            return False, "parallel=fsdp: checkpoints are not written (only the final model)"
+        return self.is_main, None
 
     def close(self) -> None:
         if self.owns_group and dist.is_initialized():
@@ -146,32 +140,17 @@ def _decoder_layers(model) -> list[torch.nn.Module]:
 
 def is_wrapped(model) -> bool:
     """Trained by several processes: its forward must go through DDP / FSDP in one pass."""
-    if isinstance(model, torch.nn.parallel.DistributedDataParallel):
-        return True
-    try:
-        from torch.distributed.fsdp import FSDPModule
-    except ImportError:
-        return False
-    return isinstance(model, FSDPModule)
+    return isinstance(model, (DDP, FSDPModule))
 
 
 def unwrap(model):
     """The model under a DDP wrapper (FSDP2 shards in place and needs no unwrapping)."""
-    return model.module if isinstance(model, torch.nn.parallel.DistributedDataParallel) else model
-
-
-def say_once(msg: str, _seen: set = set()) -> None:  # noqa: B006 - the set is the memory
-    if msg not in _seen:
-        _seen.add(msg)
-        from rloo.runtime.tracking import say
-        say(msg)
+    return model.module if isinstance(model, DDP) else model
 
 
 def check_supported(cfg, resume: bool) -> None:
-    """What data-parallel training does not do (yet), as one clear error."""
-    from rloo.algorithms.rloo_ablations import is_plain_rloo
-    if cfg.algorithm != "rloo" or not is_plain_rloo(cfg):
-        raise RlooError(f"torchrun training supports plain algorithm=rloo (no ablation settings); got {cfg.algorithm}")
+    """What data-parallel training does not do (yet), as one clear error. (Which algorithms may run
+    under torchrun is theirs to declare: rloo.algorithms.supports_distributed.)"""
     if cfg.parallel == "fsdp" and (resume or cfg.lora is not None):
         raise RlooError("parallel=fsdp does not support --resume or lora yet; use parallel=ddp")
 

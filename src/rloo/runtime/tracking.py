@@ -58,3 +58,10 @@ def progress(total: int, desc: str, initial: int = 0, disable: bool = False):
 
 def say(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
+
+
+def say_once(msg: str, _seen: set = set()) -> None:  # noqa: B006 - the set is the memory
+    """`say(msg)` the first time this process is told `msg`."""
+    if msg not in _seen:
+        _seen.add(msg)
+        say(msg)

@@ -2,8 +2,8 @@
 
 Offline: nothing is sampled during training.
   1. the reward model's training pairs (pairs.jsonl next to cfg.reward_model, written by
-     `rloo reward`), at most `algo.dpo_pairs` of them; without a reward model, fresh reference
-     pairs from `preference_pairs(task, algo.dpo_pairs, seed)`
+     `rloo reward`), at most `algorithm_settings.dpo_pairs` of them; without a reward model, fresh reference
+     pairs from `preference_pairs(task, algorithm_settings.dpo_pairs, seed)`
   2. the frozen reference is the SFT model (cfg.policy); its log-probs are computed once
   3. dpo_epochs passes of the DPO loss (eq. 7) over shuffled batches of pairs
 Periodic and final evaluations are the online loop's (same prompts, same judge, same sampling).
@@ -16,19 +16,21 @@ from pathlib import Path
 
 import torch
 
+from rloo.algorithms.base import Models, guarded_step
 from rloo.config import RLConfig
 from rloo.core.logprobs import sequence_logprobs
 from rloo.core.losses import dpo_loss
 from rloo.data.collate import batches, trim_left, trim_right
+from rloo.data.preferences import encode_pairs, preference_pairs
 from rloo.errors import RlooError
 from rloo.modeling.forward import completion_logprobs
 from rloo.modeling.loading import frozen, load_policy, load_reward_model, save_pretrained_atomic
-from rloo.training.common import adamw, check_device, prepare_output_dir, seed_everything, warmup_constant
-from rloo.training.reward import _encode, preference_pairs
-from rloo.algorithms.rloo import Models
 from rloo.rewards import RewardModelScorer
-from rloo.tasks import get_task
 from rloo.runtime.tracking import MetricsLogger, progress, say
+from rloo.tasks import get_task
+from rloo.training.common import adamw, check_device, prepare_output_dir, seed_everything, warmup_constant
+from rloo.training.evalset import EvalSet, eval_metrics
+from rloo.training.loop import RLResult
 
 
 def _pair_logprobs(model, prompts, comps, idx, device):
@@ -48,10 +50,10 @@ def load_pairs(cfg: RLConfig, task) -> list[tuple[str, str, str]]:
     path = Path(cfg.reward_model).parent / "pairs.jsonl" if cfg.reward_model else None
     if path is not None and path.exists():
         pairs = [tuple(json.loads(line)) for line in path.read_text().splitlines() if line.strip()]
-        return pairs[: cfg.algo.dpo_pairs]
+        return pairs[: cfg.algorithm_settings.dpo_pairs]
     say(f"dpo: no reward-model pairs found{f' at {path}' if path else ''}; labeling "
-        f"{cfg.algo.dpo_pairs} fresh reference pairs")
-    return preference_pairs(task, cfg.algo.dpo_pairs, cfg.seed)
+        f"{cfg.algorithm_settings.dpo_pairs} fresh reference pairs")
+    return preference_pairs(task, cfg.algorithm_settings.dpo_pairs, cfg.seed)
 
 
 def _load(cfg: RLConfig) -> Models:
@@ -65,10 +67,8 @@ def _load(cfg: RLConfig) -> Models:
     return Models(policy, ref, tok, scorer)
 
 
-def train_dpo(cfg: RLConfig, *, resume: bool = False, overwrite: bool = False):
+def train_dpo(cfg: RLConfig, *, resume: bool = False, overwrite: bool = False) -> RLResult:
     """Fine-tune cfg.policy with DPO; returns the online loop's RLResult (history, final eval)."""
-    from rloo.training.rl import EvalSet, RLResult, _eval
-
     if resume:
         raise RlooError("dpo runs are short and offline: resume is not supported; rerun with --overwrite")
     if cfg.reward_fn is not None:
@@ -80,15 +80,15 @@ def train_dpo(cfg: RLConfig, *, resume: bool = False, overwrite: bool = False):
     out = prepare_output_dir(cfg, overwrite=overwrite)
     # 1. the reward model's pairs (same seed, same first n), and the reference's log-probs once
     pairs = load_pairs(cfg, task)
-    prompts, comps = _encode(models.tokenizer, pairs, cfg)
+    prompts, comps = encode_pairs(models.tokenizer, pairs, cfg)
     with torch.no_grad():
         ref = [_pair_logprobs(models.ref, prompts, comps, idx, device)
                for idx in batches(len(pairs), 256, shuffle=False)]
     ref_c, ref_r = torch.cat([c for c, _ in ref]), torch.cat([r for _, r in ref])
     eval_set = EvalSet.of_task(task, task.examples("eval", cfg.eval_prompts, seed=cfg.seed))
     # 2. DPO epochs
-    total = cfg.algo.dpo_epochs * -(-len(pairs) // cfg.algo.dpo_batch_size)
-    opt = adamw(models.policy.parameters(), cfg.algo.dpo_lr)
+    total = cfg.algorithm_settings.dpo_epochs * -(-len(pairs) // cfg.algorithm_settings.dpo_batch_size)
+    opt = adamw(models.policy.parameters(), cfg.algorithm_settings.dpo_lr)
     sched = warmup_constant(opt, cfg.warmup_steps)
     log, history, bar, step = MetricsLogger(out), [], progress(total, "dpo"), 0
 
@@ -97,23 +97,19 @@ def train_dpo(cfg: RLConfig, *, resume: bool = False, overwrite: bool = False):
         history.append({"step": s, **metrics})
 
     try:
-        for _ in range(cfg.algo.dpo_epochs):
-            for idx in batches(len(pairs), cfg.algo.dpo_batch_size, gen):
+        for _ in range(cfg.algorithm_settings.dpo_epochs):
+            for idx in batches(len(pairs), cfg.algorithm_settings.dpo_batch_size, gen):
                 if cfg.eval_every and step % cfg.eval_every == 0:
-                    record(step, _eval(models, eval_set, cfg))
+                    record(step, eval_metrics(models, eval_set, cfg))
                 pc, pr = _pair_logprobs(models.policy, prompts, comps, idx, device)
-                loss, stats = dpo_loss(pc, pr, ref_c[idx], ref_r[idx], cfg.algo.dpo_beta)
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                grad_norm = torch.nn.utils.clip_grad_norm_(models.policy.parameters(), cfg.max_grad_norm)
-                if torch.isfinite(loss) and torch.isfinite(grad_norm):
-                    opt.step()
+                loss, stats = dpo_loss(pc, pr, ref_c[idx], ref_r[idx], cfg.algorithm_settings.dpo_beta)
+                grad_norm, _ = guarded_step(loss, models.policy.parameters(), opt, cfg.max_grad_norm)
                 sched.step()
                 step += 1
                 if step % cfg.log_every == 0:
-                    record(step, {k: float(v) for k, v in stats.items()} | {"grad/norm": float(grad_norm)})
+                    record(step, {k: float(v) for k, v in stats.items()} | {"grad/norm": grad_norm})
                 bar.update()
-        final = _eval(models, eval_set, cfg)
+        final = eval_metrics(models, eval_set, cfg)
         record(step, final)
         save_pretrained_atomic(models.policy, models.tokenizer, out / "model")
     finally:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import random
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,9 +10,10 @@ import torch
 
 from rloo.config import RewardConfig
 from rloo.core.losses import bradley_terry_loss
-from rloo.data.collate import batches, encode_completions, encode_prompts, trim_left, trim_right
-from rloo.modeling.forward import reward_scores
+from rloo.data.collate import batches, trim_left, trim_right
 from rloo.data.datasets import train_eval_records
+from rloo.data.preferences import encode_pairs, preference_pairs
+from rloo.modeling.forward import reward_scores
 from rloo.modeling.loading import (enable_gradient_checkpointing, load_policy, load_reward_model, model_options,
                          save_pretrained_atomic)
 from rloo.rollout import rollout
@@ -31,32 +31,6 @@ class RewardResult:
                                     # (None with a dataset: there is no gold judge)
 
 
-def preference_pairs(task, n: int, seed: int, sampler=None, policy_share: float = 0.0) -> list[tuple[str, str, str]]:
-    """(prompt, chosen, rejected) labeled by the task's Bradley-Terry labeler (noisy on purpose:
-    the reward model is a proxy, not the judge).
-
-    A `policy_share` of the pairs compares two samples of `sampler(prompts) -> completions` (the SFT
-    policy, as the paper's preference data came from model samples); the rest compare two fresh
-    mixed-quality references. Policy samples show the reward model the policy's own failure modes
-    (repeats, hallucinations), which RL would otherwise be free to exploit.
-    """
-    rng = random.Random(f"pairs-{seed}")
-    examples = task.examples("pref", n, seed=seed)
-    n_policy = int(round(policy_share * n)) if sampler is not None else 0
-    prompts = [ex.prompt for ex in examples[:n_policy]]
-    sampled = sampler(prompts + prompts) if n_policy else []
-    out = []
-    for i, ex in enumerate(examples):
-        if i < n_policy:
-            a, b = sampled[i], sampled[n_policy + i]
-        else:
-            a, b = task.sample_reference(ex.prompt, rng), task.sample_reference(ex.prompt, rng)
-        chosen, rejected = task.label(ex.prompt, a, b, rng)
-        out.append((ex.prompt, chosen, rejected))
-    rng.shuffle(out)
-    return out
-
-
 def policy_sampler(model_path: str, cfg, generator: torch.Generator):
     """prompts -> one sampled completion each, from the causal LM at `model_path` (temperature 1)."""
     policy, tok = load_policy(model_path, device=cfg.device)
@@ -69,12 +43,6 @@ def policy_sampler(model_path: str, cfg, generator: torch.Generator):
                            max_new_tokens=cfg.max_response_tokens, generator=generator).completions
         return out
     return sample
-
-
-def _encode(tokenizer, pairs, cfg):
-    prompts, _ = encode_prompts(tokenizer, [p for p, _, _ in pairs] * 2, cfg.max_prompt_tokens)
-    comps = encode_completions(tokenizer, [c for _, c, _ in pairs] + [r for _, _, r in pairs], cfg.max_response_tokens)
-    return prompts, comps
 
 
 def _score(model, prompts, comps, idx, device):
@@ -90,7 +58,7 @@ def _score(model, prompts, comps, idx, device):
 @torch.no_grad()
 def evaluate_reward_model(model, tokenizer, task, pairs, cfg, device) -> tuple[float, float]:
     model.eval()
-    prompts, comps = _encode(tokenizer, pairs, cfg)
+    prompts, comps = encode_pairs(tokenizer, pairs, cfg)
     agree_label, agree_gold, n_gold = 0, 0, 0
     for idx in batches(len(pairs), cfg.batch_size, shuffle=False):
         c, r = _score(model, prompts, comps, idx, device)
@@ -127,7 +95,7 @@ def train_reward(cfg: RewardConfig, *, overwrite: bool = False) -> RewardResult:
         train_pairs, held_out = pairs[: cfg.num_pairs], pairs[cfg.num_pairs:]
     # kept so that DPO can train on exactly these pairs (rloo.training.dpo)
     (out / "pairs.jsonl").write_text("".join(json.dumps(p) + "\n" for p in train_pairs))
-    prompts, comps = _encode(tokenizer, train_pairs, cfg)
+    prompts, comps = encode_pairs(tokenizer, train_pairs, cfg)
     # 2. Bradley-Terry training
     total = cfg.epochs * -(-len(train_pairs) // cfg.batch_size)
     opt = adamw(model.parameters(), cfg.lr)

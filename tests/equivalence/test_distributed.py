@@ -16,7 +16,7 @@ from safetensors.torch import load_file
 from rloo.runtime.distributed import Dist
 from rloo.rollout.sampler import _inverse_cdf, rollout
 
-HELPERS = Path(__file__).parent / "helpers"
+HELPERS = Path(__file__).parents[1] / "helpers"
 sys.path.insert(0, str(HELPERS))
 import dist_worker  # noqa: E402
 
@@ -32,7 +32,7 @@ def _free_port() -> int:
 
 
 def test_two_processes_match_one(tiny_model_dir, tmp_path):
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1] / "src"), str(HELPERS)]),
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2] / "src"), str(HELPERS)]),
            "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(_free_port()),
            str(HELPERS / "dist_worker.py"), str(tiny_model_dir), str(tmp_path / "two"), "ddp,fsdp"]

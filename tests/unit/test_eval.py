@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rloo.eval.judge import paired_difference, win_rate, wins
-from rloo.training.reward import preference_pairs
+from rloo.data.preferences import preference_pairs
 from rloo.tasks import get_task
 
 

@@ -14,9 +14,9 @@ from rloo import EvalConfig, RLConfig, RlooError, SFTConfig, evaluate, sft, trai
 from rloo.cli import main
 from rloo.data.datasets import load_records, split_dialogue, train_eval_records
 from rloo.modeling.loading import load_policy, load_reward_model
-from rloo.config.dataset import DatasetSettings
+from rloo.config import DatasetSettings
 
-sys.path.insert(0, str(Path(__file__).parent / "helpers"))  # dist_worker:reward_short
+sys.path.insert(0, str(Path(__file__).parents[1] / "helpers"))  # dist_worker:reward_short
 
 POSTS = ["so my landlord raised the rent", "i got fired from my job", "my sister took my car",
          "the dog ate my laptop", "exam tomorrow and no gym", "wedding debt and a loan"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def test_readme_python_example_runs(tiny_model_dir, tmp_path, monkeypatch):
@@ -23,4 +23,4 @@ def test_readme_python_example_runs(tiny_model_dir, tmp_path, monkeypatch):
 def test_readme_starts_with_the_two_setup_commands():
     head = README.read_text().split("```bash", 1)[1].split("```", 1)[0]
     assert "make demo" in head and "make test" in head
-    assert "make test" in (Path(__file__).resolve().parents[1] / ".ci" / "run").read_text()
+    assert "make test" in (Path(__file__).resolve().parents[2] / ".ci" / "run").read_text()

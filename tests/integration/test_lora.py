@@ -12,7 +12,7 @@ from rloo.modeling.forward import completion_logprobs  # noqa: E402
 from rloo.modeling.loading import load_policy  # noqa: E402
 from rloo.training.rl import load_models  # noqa: E402
 from rloo.rollout import rollout  # noqa: E402
-from rloo.config.dataset import LoraSettings  # noqa: E402
+from rloo.config import LoraSettings  # noqa: E402
 
 PROMPTS = ["post : job rent tl;dr :", "post : exam car tl;dr :", "post : loan sister dog tl;dr :"]
 

@@ -11,7 +11,7 @@ import pytest
 from rloo.cli import COMMANDS, build_parser
 from rloo.config import load_config
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RECIPES = sorted((ROOT / "recipes").glob("*.yaml"))
 STAGE = {"sft": "sft", "reward": "reward", "rloo": "train"}
 
