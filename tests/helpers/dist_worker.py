@@ -1,4 +1,4 @@
-"""Run by tests/test_distributed.py under `torchrun --nproc_per_node 2` (and in-process as the
+"""Run by tests/equivalence/test_distributed.py under `torchrun --nproc_per_node 2` (and in-process as the
 one-process reference): a few RLOO steps on a tiny model for each parallel mode given."""
 
 from __future__ import annotations

@@ -73,7 +73,7 @@ def test_reinforce_baseline_and_ppo_value_model_are_checkpointed(tiny_model_dir,
     assert state["algorithm"]["baseline"].dim() == 0
     # the first batch is centred on its own mean, so its logged baseline is that batch's mean reward
     assert hist[0]["reinforce/baseline"] == pytest.approx(hist[0]["reward/total"], abs=1e-6)
-    m = cfg.algo.baseline_momentum
+    m = cfg.algorithm_settings.baseline_momentum
     b1 = hist[0]["reward/total"]
     assert hist[1]["reinforce/baseline"] == pytest.approx(b1, abs=1e-6)  # m*b1 + (1-m)*b1
     expected = m * b1 + (1 - m) * hist[1]["reward/total"]
@@ -137,7 +137,7 @@ def test_cli_every_method_on_the_dialogue_task(algorithm, tiny_dialogue_dir, tmp
     rc = main(["train", f"algorithm={algorithm}", "task=dialogue", f"policy={tiny_dialogue_dir}",
                f"reward_model={tiny_dialogue_dir}", f"output_dir={tmp_path / 'r'}", "steps=2", "batch_size=2",
                "k=2", "max_new_tokens=4", "eval_every=null", "eval_prompts=4", "eval.batch_size=4",
-               "algo.dpo_pairs=8", "algo.dpo_batch_size=4", "save_every=null"])
+               "algorithm_settings.dpo_pairs=8", "algorithm_settings.dpo_batch_size=4", "save_every=null"])
     assert rc == 0, capsys.readouterr().err
     recs = [json.loads(x) for x in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
     assert "eval/win_rate" in recs[-1]

@@ -37,8 +37,8 @@ def test_every_method_gets_the_same_sample_budget(tmp_path):
         assert rc.algorithm == METHODS[m][0]
         budgets[m] = rc.steps * rc.batch_size * rc.k
     assert set(budgets.values()) == {2 * 2 * 4}
-    assert method_config(cfg, pipe, "ppo_lambda1", tmp_path).algo.gae_lambda == 1.0
-    assert method_config(cfg, pipe, "dpo", tmp_path).algo.dpo_pairs == cfg.reward.num_pairs
+    assert method_config(cfg, pipe, "ppo_lambda1", tmp_path).algorithm_settings.gae_lambda == 1.0
+    assert method_config(cfg, pipe, "dpo", tmp_path).algorithm_settings.dpo_pairs == cfg.reward.num_pairs
 
 
 def test_compare_end_to_end_tiny(tmp_path):

@@ -164,6 +164,11 @@ class RLSettings(Strict):
             )
         return self
 
+    @property
+    def algo(self) -> AlgorithmSettings:
+        """The section's old name, read-only, so code written against `cfg.algo` keeps running."""
+        return self.algorithm_settings
+
     sample_every: int = Field(default=50, ge=1, description="Steps between printed sample completions.")
     eval_every: int | None = Field(default=20, ge=1, description="Steps between gold-judge evals (null: off).")
     eval_prompts: int = Field(default=128, ge=1, description="Held-out prompts used by the periodic eval.")

@@ -1,6 +1,6 @@
 """FLOPs one RL step executes, counted from the shapes (matmuls and attention, as torch's
 FlopCounterMode counts them: a (m,k)@(k,n) matmul is 2mkn; attention is 4*q*kv*d per head,
-the full rectangle, since the masked kernels compute it). tests/test_bench_flops.py checks these
+the full rectangle, since the masked kernels compute it). tests/unit/test_bench_flops.py checks these
 formulas against FlopCounterMode on real forward passes. Backward = 2x forward.
 
 Running FlopCounterMode inside the benchmark itself slows a step 5-10x (Python per op), so the

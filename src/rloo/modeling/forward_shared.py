@@ -8,7 +8,7 @@ each group (an indexing op under autograd: the K completions' gradients with res
 prompt's keys/values are summed back into the single copy), and the completions then
 run against it with position ids that continue from the prompt. Every completion token sees
 exactly the keys/values it would see in the joined sequence, so the results are the same
-computation up to float rounding (tests/test_fastpath.py checks log-probs, scores and
+computation up to float rounding (tests/equivalence/test_fastpath.py checks log-probs, scores and
 parameter gradients against `rloo.modeling.forward`).
 
 Cost, per layer: prompt tokens B*P instead of N*P; the completion tokens still attend to P+T

@@ -8,7 +8,7 @@ Launched by `torchrun --nproc_per_node P rloo train ...` every process runs the 
 - sampling noise is drawn for the global batch and sliced (`sample(rows=...)`), so the tokens do
   not depend on P; the loss is a mean over each process's N/P rows and DDP / FSDP average the
   gradients, which is the gradient of the mean over all N rows: one process with the same global
-  batch takes the same step (tests/test_distributed.py checks the parameters);
+  batch takes the same step (tests/equivalence/test_distributed.py checks the parameters);
 - metrics are means over processes (`mean_metrics`), files are written by rank 0 only.
 
 `parallel=ddp` replicates the policy (DistributedDataParallel); `parallel=fsdp` shards it with
