@@ -8,9 +8,12 @@ import ast
 from pathlib import Path
 
 import pytest
+import yaml
 
 from rloo.algorithms import REGISTRY, make_algorithm, supports_distributed
 from rloo.config import ALGORITHMS, OFFLINE_ALGORITHMS, ONLINE_ALGORITHMS, CompareConfig, RLConfig, load_config
+from rloo.errors import RlooError
+from rloo.training.common import prepare_output_dir
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "rloo"
 ROOT = SRC.parents[1]
@@ -102,3 +105,15 @@ def test_the_saved_comparison_config_with_algo_sections_still_loads():
     saved = ROOT / "docs" / "compare" / "config.yaml"
     assert "  algo:" in saved.read_text()
     assert load_config(CompareConfig, saved).rl.algorithm_settings.dpo_pairs > 0
+
+
+def test_a_run_folder_saved_with_the_old_section_name_is_still_recognised(tmp_path):
+    cfg = RLConfig(policy="p", output_dir=tmp_path / "run")
+    old = cfg.model_dump(mode="json")
+    old["algo"] = old.pop("algorithm_settings")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "config.yaml").write_text(yaml.safe_dump(old, sort_keys=False))
+    with pytest.raises(RlooError, match="already holds this run"):
+        prepare_output_dir(cfg)
+    assert prepare_output_dir(cfg, overwrite=True) == tmp_path / "run"
+    assert "algorithm_settings:" in (tmp_path / "run" / "config.yaml").read_text()

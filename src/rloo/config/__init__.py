@@ -12,7 +12,14 @@ use it. `from rloo.config import RLConfig` is the stable import path; the module
 
 from rloo.config.base import Strict
 from rloo.config.dataset import FIELDS, DatasetSettings
-from rloo.config.loading import describe_fields, describe_validation_error, load_config, parse_overrides, save_config
+from rloo.config.loading import (
+    describe_fields,
+    describe_validation_error,
+    load_config,
+    parse_overrides,
+    save_config,
+    upgrade_saved_config,
+)
 from rloo.config.sections import (
     ALGORITHMS,
     GROUP_ALGORITHMS,
@@ -61,4 +68,5 @@ __all__ = [
     "load_config",
     "parse_overrides",
     "save_config",
+    "upgrade_saved_config",
 ]

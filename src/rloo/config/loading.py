@@ -95,3 +95,18 @@ def describe_fields(cls: type[BaseModel], prefix: str = "") -> list[str]:
 
 def save_config(cfg: BaseModel, path: Path) -> None:
     path.write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+
+
+# Sections renamed since 0.1: old name -> new name (also accepted on input, see AliasChoices).
+RENAMED = {"algo": "algorithm_settings"}
+
+
+def upgrade_saved_config(saved: dict) -> dict:
+    """A config saved by an earlier version (a run folder's config.yaml, a checkpoint) with its
+    renamed sections under their present names, at the top and one level down (`rl.algo`), so it
+    compares equal to the same settings written today."""
+    out = {}
+    for k, v in saved.items():
+        v = upgrade_saved_config(v) if isinstance(v, dict) and k not in RENAMED.values() else v
+        out[RENAMED.get(k, k)] = v
+    return out

@@ -11,6 +11,7 @@ import numpy as np
 import torch
 import yaml
 
+from rloo.config import upgrade_saved_config
 from rloo.runtime.atomic import atomic_write_text
 from rloo.runtime.checkpoint import check_resume_config
 from rloo.errors import RlooError
@@ -62,6 +63,8 @@ def _held_run(out: Path, current: dict):
         held = yaml.safe_load(saved.read_text()) if out.is_dir() and saved.is_file() else None
     except (OSError, yaml.YAMLError):
         held = None
+    if isinstance(held, dict):
+        held = upgrade_saved_config(held)  # a run written before a section was renamed is still ours
     return held if isinstance(held, dict) and set(held) == set(current) else "foreign"
 
 

@@ -13,7 +13,7 @@ import torch
 
 from rloo.algorithms import make_algorithm, supports_distributed
 from rloo.algorithms.base import Models
-from rloo.config import OFFLINE_ALGORITHMS, RLConfig
+from rloo.config import OFFLINE_ALGORITHMS, RLConfig, upgrade_saved_config
 from rloo.data.prompts import PromptStream
 from rloo.errors import RlooError
 from rloo.modeling.loading import enable_gradient_checkpointing, frozen, load_policy, load_reward_model, model_options
@@ -89,7 +89,8 @@ def _resume_point(cfg: RLConfig):
         say(f"--resume: no whole checkpoint in {Path(cfg.output_dir) / 'checkpoints'}; starting from step 0")
         return None, None
     state = load_state(ckpt)
-    changed = check_resume_config(json.loads(state["config"]), cfg.model_dump(mode="json"))
+    saved = upgrade_saved_config(json.loads(state["config"]))  # a checkpoint from before a rename
+    changed = check_resume_config(saved, cfg.model_dump(mode="json"))
     if changed:
         say("resuming with changed settings (not an exact continuation): " + "; ".join(changed))
     return ckpt, state
