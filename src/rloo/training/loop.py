@@ -77,11 +77,7 @@ def loop(cfg, dist, models, ck: Checkpointer, eval_set, start: int) -> RLResult:
                 try:
                     stats, roll, rewards = ck.algo.step(models, opt, prompts, cfg, ck.gen, **step_kwargs(rows))
                 except RlooError as e:  # raised before the update, so `pre` still matches the weights
-                    path = ck.save(pre)
-                    raise type(e)(
-                        f"{e} (at step {step + 1}; checkpoint from before it: {path}; "
-                        f"fix the cause and rerun with --resume)"
-                    ) from e
+                    raise _failed_step(ck, pre, step + 1, e) from e
                 stats = dist.mean_metrics(stats | getattr(models.scorer, "part_metrics", dict)())
                 if models.sampler is not None:  # keep vLLM's copy of the weights on-policy
                     models.sampler.sync(unwrap(models.policy))
@@ -92,13 +88,7 @@ def loop(cfg, dist, models, ck: Checkpointer, eval_set, start: int) -> RLResult:
                     record(step + 1, stats | {"lr": sched.get_last_lr()[0]})
                 _show(bar, cfg, step, stats, roll, rewards)
                 if stop.signum is not None:
-                    path = ck.save(ck.snapshot(step + 1))
-                    name = signal.Signals(stop.signum).name
-                    raise Interrupted(
-                        f"{name} received; stopped at step {step + 1}/{cfg.steps} and saved {path}; "
-                        f"continue with the same command plus --resume",
-                        stop.signum,
-                    )
+                    raise _interrupted(ck, stop.signum, step + 1, cfg.steps)
                 if cfg.save_every and (step + 1) % cfg.save_every == 0:
                     _periodic_checkpoint(ck, guard, step + 1)
             # past the last step a signal no longer interrupts: finishing is quicker than resuming
@@ -114,6 +104,22 @@ def loop(cfg, dist, models, ck: Checkpointer, eval_set, start: int) -> RLResult:
         win = f" (win rate {final['eval/win_rate']:.3f})" if "eval/win_rate" in final else ""
         say(f"{cfg.algorithm}: saved {out / 'model'}{win}")
     return RLResult(out / "model", history, final)
+
+
+def _failed_step(ck: Checkpointer, pre: dict, step: int, e: RlooError) -> RlooError:
+    """Save the state from before step `step` (1-based), which failed, and say how to continue."""
+    path = ck.save(pre)
+    return type(e)(f"{e} (at step {step}; checkpoint from before it: {path}; fix the cause and rerun with --resume)")
+
+
+def _interrupted(ck: Checkpointer, signum: int, step: int, steps: int) -> Interrupted:
+    """Save the state after step `step` (1-based) and say how to continue."""
+    path = ck.save(ck.snapshot(step))
+    return Interrupted(
+        f"{signal.Signals(signum).name} received; stopped at step {step}/{steps} and saved {path}; "
+        f"continue with the same command plus --resume",
+        signum,
+    )
 
 
 def _save_final(cfg, dist, models, path: Path) -> None:
