@@ -55,6 +55,8 @@ class RewardSettings(_Strict):
     epochs: int = Field(2, ge=1)
     batch_size: int = Field(64, ge=1)
     lr: float = Field(1e-3, gt=0)
+    disable_dropout: bool = Field(True, description="Dropout off in the reward model while it trains (chosen and "
+                                  "rejected are scored by one function); false keeps the model's dropout.")
 
 
 ALGORITHMS = ("rloo", "reinforce", "vanilla_pg", "ppo", "grpo", "raft", "dpo")
@@ -114,6 +116,10 @@ class RLSettings(_Strict):
     share_prompt: bool = Field(
         True, description="Compute each prompt once per group of k (generation, reference, reward model, "
                           "policy forward and backward); the same math as k copies, less compute.")
+    disable_dropout: bool = Field(
+        True, description="Dropout off in the policy, reference, reward and value models (and DPO's policy): "
+                          "sampling and the update see the same function, so ratios start at 1 and DDP "
+                          "processes agree. false keeps each model's configured dropout in the update.")
     max_logits_mb: float = Field(
         256, gt=0, description="Largest float32 (positions x vocabulary) logits tensor a log-prob pass may hold; "
                                "above it the LM head runs in chunks of this size and recomputes its logits in "

@@ -25,6 +25,7 @@ from rloo.core.losses import ppo_clip_loss, token_policy_gradient_loss, value_lo
 from rloo.core.logprobs import head_token_logprobs, token_logprobs
 from rloo.data.collate import position_ids
 from rloo.forward import MAX_LOGITS_MB, chunked_head
+from rloo.dropout import maybe_disable_dropout
 from rloo.models import load_reward_model
 from rloo.recipes.rl import Models
 
@@ -51,6 +52,7 @@ class ValueFunction:
         self.kind = cfg.algo.value_model
         if self.kind == "separate":
             self.model, _ = load_reward_model(cfg.reward_model or cfg.policy, device=cfg.device)
+            maybe_disable_dropout(self.model, cfg.disable_dropout)
             self.model.train()
             params = list(self.model.parameters())
         else:

@@ -14,6 +14,7 @@ from rloo.core.losses import bradley_terry_loss
 from rloo.data.collate import batches, encode_completions, encode_prompts, trim_left, trim_right
 from rloo.forward import reward_scores
 from rloo.data.datasets import train_eval_records
+from rloo.dropout import maybe_disable_dropout
 from rloo.models import (enable_gradient_checkpointing, load_policy, load_reward_model, model_options,
                          save_pretrained_atomic)
 from rloo.rollout import rollout
@@ -111,6 +112,7 @@ def train_reward(cfg: RewardConfig, *, overwrite: bool = False) -> RewardResult:
     gen = seed_everything(cfg.seed)
     model, tokenizer = load_reward_model(cfg.sft_model, **model_options(cfg))
     model.config.pad_token_id = tokenizer.pad_token_id
+    maybe_disable_dropout(model, cfg.disable_dropout)
     if cfg.gradient_checkpointing:
         enable_gradient_checkpointing(model)
     # 1. preference pairs, the last eval_pairs held out (a dataset: its eval split or its tail,
