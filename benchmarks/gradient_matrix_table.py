@@ -2,6 +2,7 @@
 
     RLOO_MATRIX_JSON=docs/gradient_matrix.json python -m pytest tests/test_gradient_matrix.py -m slow
     python benchmarks/gradient_matrix_table.py docs/gradient_matrix.*.json > table.md
+The default suite's pairwise rows (RLOO_MATRIX_JSON set) go to docs/gradient_matrix.pairwise.jsonl.
 """
 
 import json
@@ -16,7 +17,10 @@ def yes(v) -> str:
 
 
 def main(paths: list[str]) -> None:
-    parts = [json.loads(open(p).read()) for p in paths]
+    parts = [json.loads(open(p).read()) for p in paths if p.endswith(".json")]
+    for p in (p for p in paths if p.endswith(".jsonl")):   # the default suite's pairwise rows
+        rows = [json.loads(line) for line in open(p) if line.strip()]
+        parts.append({"grad_rel_tol": rows[0]["grad_rel_tol"], "rows": rows, "failures": []})
     data = {"grad_rel_tol": parts[0]["grad_rel_tol"], "rows": [r for d in parts for r in d["rows"]],
             "failures": [f for d in parts for f in d["failures"]]}
     rows = sorted(data["rows"], key=lambda r: tuple(str(r["combo"][f]) for f in FACTORS))

@@ -250,7 +250,10 @@ def check_combo(c: Combo, dirs, tmp: Path, monkeypatch, methods=RATIO_METHODS) -
 def test_pairwise_combination_matches_reference(i, combo, model_dirs, tmp_path, monkeypatch):
     # ratio methods never take the shared pass, so share/buckets do not change their path; the
     # default suite runs one of them per row, in turn (each on 4 rows), the slow test all three
-    check_combo(combo, model_dirs, tmp_path, monkeypatch, (RATIO_METHODS[i % 3],))
+    row = check_combo(combo, model_dirs, tmp_path, monkeypatch, (RATIO_METHODS[i % 3],))
+    if os.environ.get("RLOO_MATRIX_JSON"):   # the measured errors, one line per row
+        with Path(os.environ["RLOO_MATRIX_JSON"]).with_suffix(".pairwise.jsonl").open("a") as f:
+            f.write(json.dumps(row | {"grad_rel_tol": GRAD_REL}) + "\n")
 
 
 def test_pairwise_design_covers_every_pair():

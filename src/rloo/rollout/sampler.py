@@ -14,7 +14,6 @@ from torch import Tensor
 from rloo.data.collate import encode_prompts, position_ids
 from rloo.layer_checkpoint import cache_keeping_checkpointing
 from rloo.rollout.kvcache import Prefill, expanded, has_dropout, prefill_prompts, preallocate
-from rloo.layer_checkpoint import cache_keeping_checkpointing
 from rloo.rollout.kvcache import cache_kwarg as _cache_kwarg
 
 
