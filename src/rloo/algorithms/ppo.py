@@ -28,6 +28,7 @@ from rloo.core.kl import token_level_rewards
 from rloo.core.losses import ppo_clip_loss, token_policy_gradient_loss, value_loss
 from rloo.core.logprobs import head_token_logprobs, token_logprobs
 from rloo.data.collate import position_ids
+from rloo.modeling.dropout import maybe_disable_dropout
 from rloo.modeling.forward import MAX_LOGITS_MB, chunked_head
 from rloo.modeling.loading import load_reward_model
 
@@ -54,6 +55,7 @@ class ValueFunction:
         self.kind = cfg.algorithm_settings.value_model
         if self.kind == "separate":
             self.model, _ = load_reward_model(cfg.reward_model or cfg.policy, device=cfg.device)
+            maybe_disable_dropout(self.model, cfg.disable_dropout)
             self.model.train()
             params = list(self.model.parameters())
         else:

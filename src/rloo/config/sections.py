@@ -49,6 +49,11 @@ class RewardSettings(Strict):
     epochs: int = Field(default=2, ge=1)
     batch_size: int = Field(default=64, ge=1)
     lr: float = Field(default=1e-3, gt=0)
+    disable_dropout: bool = Field(
+        default=True,
+        description="Dropout off in the reward model while it trains (chosen and rejected are scored "
+        "by one function); false keeps the model's dropout.",
+    )
 
 
 Algorithm = Literal["rloo", "reinforce", "vanilla_pg", "ppo", "grpo", "raft", "dpo"]
@@ -142,6 +147,12 @@ class RLSettings(Strict):
         default=None, description="If set, the score of a completion that hits max_new_tokens without EOS."
     )
     log_every: int = Field(default=1, ge=1, description="Steps between metric records.")
+    disable_dropout: bool = Field(
+        default=True,
+        description="Dropout off in the policy, reference, reward and value models (and DPO's policy): "
+        "sampling and the update see the same function, so ratios start at 1 and DDP "
+        "processes agree. false keeps each model's configured dropout in the update.",
+    )
     share_prompt: bool = Field(
         default=True,
         description="Compute each prompt once per group of k (generation, reference, reward model, "

@@ -62,7 +62,8 @@ def _rloo_worker(conn, job: dict) -> None:
     torch.set_num_threads(job["threads"])
     cfg = RLConfig(policy=job["policy"], reward_model=job["reward"], k=job["k"], beta=job["beta"], lr=job["lr"],
                    batch_size=job["batch_size"], max_new_tokens=job["max_new_tokens"], warmup_steps=0,
-                   max_prompt_tokens=job["max_prompt_tokens"], share_prompt=job["share_prompt"], seed=job["seed"])
+                   max_prompt_tokens=job["max_prompt_tokens"], share_prompt=job["share_prompt"], seed=job["seed"],
+                   gradient_checkpointing=job.get("gradient_checkpointing", False), dtype="float32")
     gen = seed_everything(cfg.seed)
     models = load_models(cfg)
     opt = adamw(models.policy.parameters(), cfg.lr)

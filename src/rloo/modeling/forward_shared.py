@@ -14,6 +14,11 @@ parameter gradients against `rloo.modeling.forward`).
 Cost, per layer: prompt tokens B*P instead of N*P; the completion tokens still attend to P+T
 keys each, so only the attention over the prompt is not shared.
 
+Gradient checkpointing: transformers drops the cache inside checkpointed layers, which would run
+the completions without their prompt; these passes checkpoint each decoder layer themselves with
+the prompt's keys/values kept (`rloo.modeling.layer_checkpoint`), an exact computation. A model that cannot
+be checkpointed that way falls back to the plain pass (one logged line).
+
 Little compute on completion padding: the completions run in buckets of similar length
 (`rloo.data.buckets.length_buckets`), each padded only to its own longest row; a bucket's rows
 take their prompts' keys/values from the B-row cache by that same indexing.
@@ -28,8 +33,10 @@ from transformers import DynamicCache
 from rloo.core.logprobs import token_logprobs
 from rloo.data.buckets import length_buckets
 from rloo.data.collate import position_ids, trim_left
-from rloo.modeling.forward import MAX_LOGITS_MB, lm_token_logprobs
+from rloo.modeling.forward import MAX_LOGITS_MB, completion_logprobs, lm_token_logprobs
 from rloo.modeling.kvcache import Prefill, cache_kwarg, prefill_prompts
+from rloo.modeling.layer_checkpoint import cache_keeping_checkpointing, prefix_cache, supports_shared_checkpointing
+from rloo.runtime.tracking import say_once
 
 
 def group_prompts(prompt_ids: Tensor, prompt_mask: Tensor, k: int) -> tuple[Tensor, Tensor]:
@@ -48,8 +55,9 @@ def group_prompts(prompt_ids: Tensor, prompt_mask: Tensor, k: int) -> tuple[Tens
 
 def _group_rows(cache: DynamicCache, groups: Tensor) -> DynamicCache:
     """A new cache whose row r is row groups[r] of `cache` (B prompts -> n rows). Indexing is an
-    autograd op: the gradients of a prompt's copies are summed back into its single copy."""
-    return DynamicCache(ddp_cache_data=[(l.keys[groups], l.values[groups]) for l in cache.layers])
+    autograd op: the gradients of a prompt's copies are summed back into its single copy. Its layers
+    are PrefixLayers, so a checkpointed layer's replay in backward sees the same keys/values."""
+    return prefix_cache([(l.keys[groups], l.values[groups]) for l in cache.layers])
 
 
 def _reuse(prefill: Prefill, p_ids: Tensor, p_mask: Tensor) -> Prefill:
@@ -78,7 +86,21 @@ def completion_logprobs_shared(model, prompt_ids: Tensor, prompt_mask: Tensor, c
     is never fed in. `prefill`: this model's pass over these prompts, already made (with autograd
     on, when gradients are wanted) and unchanged since; it is reused instead of recomputed."""
     p_ids, p_mask = group_prompts(prompt_ids, prompt_mask, k)
-    pre = _reuse(prefill, p_ids, p_mask) if prefill is not None else prefill_prompts(model, p_ids, p_mask)
+    if not supports_shared_checkpointing(model):
+        say_once(f"gradient checkpointing of {type(model).__name__} cannot keep the prompt's KV cache: "
+                 "its policy pass runs every (prompt, completion) in full (share_prompt has no effect there)")
+        return completion_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask,
+                                   temperature=temperature, max_logits_mb=max_logits_mb)
+    with cache_keeping_checkpointing(model):
+        return _shared_logprobs(model, p_ids, p_mask, completion_ids, completion_mask, k, temperature,
+                                _reuse(prefill, p_ids, p_mask) if prefill is not None else None,
+                                bucket_overhead, max_logits_mb)
+
+
+def _shared_logprobs(model, p_ids, p_mask, completion_ids, completion_mask, k, temperature, prefill,
+                     bucket_overhead, max_logits_mb) -> Tensor:
+    """completion_logprobs_shared on the B distinct prompts (B,P) -> (N,T)."""
+    pre = prefill if prefill is not None else prefill_prompts(model, p_ids, p_mask)
     first = token_logprobs(pre.last_logits[:, None].float().repeat_interleave(k, dim=0), completion_ids[:, :1],
                            temperature=temperature)
     N, T = completion_ids.shape
@@ -101,7 +123,7 @@ def reward_scores_shared(reward_model, prompt_ids: Tensor, prompt_mask: Tensor, 
     empty completion."""
     backbone = getattr(reward_model, reward_model.base_model_prefix)
     p_ids, p_mask = group_prompts(prompt_ids, prompt_mask, k)
-    cache = DynamicCache()
+    cache = prefix_cache()
     out = backbone(input_ids=p_ids, attention_mask=p_mask.long(), position_ids=position_ids(p_mask),
                    use_cache=True, **{cache_kwarg(backbone): cache})
     pooled = out.last_hidden_state[:, -1].repeat_interleave(k, dim=0)                  # (N,H)

@@ -18,6 +18,8 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 from rloo.data.collate import position_ids
+from rloo.modeling.dropout import has_dropout  # noqa: F401 - re-exported (the sampler's import)
+from rloo.modeling.layer_checkpoint import prefix_cache
 
 
 class PreallocatedLayer(DynamicLayer):
@@ -73,7 +75,9 @@ class Prefill:
 
 
 def prefill_prompts(model, ids: Tensor, mask: Tensor) -> Prefill:
-    cache = DynamicCache()
+    """The model's pass over the prompts (B,P). Its cache layers are PrefixLayers (replay-safe under
+    rloo.modeling.layer_checkpoint); sampling decodes into a fresh copy (`expanded`), never into this one."""
+    cache = prefix_cache()
     out = model(input_ids=ids, attention_mask=mask.long(), position_ids=position_ids(mask), use_cache=True,
                 logits_to_keep=1, **{cache_kwarg(model): cache})
     return Prefill(ids, mask, cache, out.logits[:, -1])
@@ -85,11 +89,3 @@ def expanded(cache: DynamicCache, k: int) -> DynamicCache:
     rloo.modeling.forward_shared._group_rows.)"""
     pairs = [(layer.keys.detach(), layer.values.detach()) for layer in cache.layers]
     return DynamicCache(ddp_cache_data=[(kk.repeat_interleave(k, 0), vv.repeat_interleave(k, 0)) for kk, vv in pairs])
-
-
-def has_dropout(model) -> bool:
-    """True when a forward pass in train mode differs from eval mode (a prefill made in one mode
-    must not stand in for the other)."""
-    if any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in model.modules()):
-        return True
-    return any(isinstance(v, (int, float)) and v > 0 for key, v in model.config.to_dict().items() if "dropout" in key)

@@ -121,8 +121,9 @@ def load_value_model(path: str, device: str = "cpu", dtype: torch.dtype | str = 
 
 
 def enable_gradient_checkpointing(model) -> None:
-    """Trade compute for memory: activations are recomputed in backward. The KV cache is off
-    while training anyway (the sampler asks for it explicitly)."""
+    """Trade compute for memory: activations are recomputed in backward. transformers drops the KV
+    cache inside checkpointed layers; the passes that need one (the shared-prompt passes of
+    rloo.modeling.forward_shared) checkpoint the layers themselves with the cache kept (rloo.modeling.layer_checkpoint)."""
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if hasattr(model, "enable_input_require_grads"):
         model.enable_input_require_grads()  # frozen embeddings (LoRA) would otherwise cut the graph

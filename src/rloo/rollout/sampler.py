@@ -14,6 +14,7 @@ from torch import Tensor
 from rloo.data.collate import encode_prompts, position_ids
 from rloo.modeling.kvcache import Prefill, expanded, has_dropout, prefill_prompts, preallocate
 from rloo.modeling.kvcache import cache_kwarg as _cache_kwarg
+from rloo.modeling.layer_checkpoint import cache_keeping_checkpointing
 
 
 @dataclass
@@ -135,7 +136,7 @@ def rollout(model, tokenizer, prompts: list[str], k: int, *, max_prompt_len: int
     src_ids, src_mask, g = (enc.ids.to(device), enc.mask.to(device), k) if share_prompt else (p_ids, p_mask, 1)
     pre = None
     if share_prompt and keep_prefill and not has_dropout(model):
-        with torch.enable_grad():
+        with torch.enable_grad(), cache_keeping_checkpointing(model):  # checkpointed when the model asks
             pre = prefill_prompts(model, src_ids, src_mask)
     c_ids, c_mask, lps = sample(model, src_ids, src_mask, max_new_tokens=max_new_tokens,
                                 eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,

@@ -22,6 +22,7 @@ from rloo.core.logprobs import sequence_logprobs
 from rloo.core.losses import dpo_loss
 from rloo.data.collate import batches, trim_left, trim_right
 from rloo.data.preferences import encode_pairs, preference_pairs
+from rloo.modeling.dropout import maybe_disable_dropout
 from rloo.errors import RlooError
 from rloo.modeling.forward import completion_logprobs
 from rloo.modeling.loading import frozen, load_policy, load_reward_model, save_pretrained_atomic
@@ -63,6 +64,8 @@ def _load(cfg: RLConfig) -> Models:
     if cfg.reward_model is not None:   # only for the RM score in evaluations; DPO never reads it
         rm, rm_tok = load_reward_model(cfg.reward_model, device=cfg.device)
         scorer = RewardModelScorer(frozen(rm), rm_tok, policy_tokenizer=tok)
+    # DPO's loss compares the policy's and the reference's log-probs of the same pairs as one function
+    maybe_disable_dropout(policy, cfg.disable_dropout)
     policy.train()
     return Models(policy, ref, tok, scorer)
 

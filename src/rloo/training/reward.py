@@ -13,6 +13,7 @@ from rloo.core.losses import bradley_terry_loss
 from rloo.data.collate import batches, trim_left, trim_right
 from rloo.data.datasets import train_eval_records
 from rloo.data.preferences import encode_pairs, preference_pairs
+from rloo.modeling.dropout import maybe_disable_dropout
 from rloo.modeling.forward import reward_scores
 from rloo.modeling.loading import (enable_gradient_checkpointing, load_policy, load_reward_model, model_options,
                          save_pretrained_atomic)
@@ -79,6 +80,7 @@ def train_reward(cfg: RewardConfig, *, overwrite: bool = False) -> RewardResult:
     gen = seed_everything(cfg.seed)
     model, tokenizer = load_reward_model(cfg.sft_model, **model_options(cfg))
     model.config.pad_token_id = tokenizer.pad_token_id
+    maybe_disable_dropout(model, cfg.disable_dropout)
     if cfg.gradient_checkpointing:
         enable_gradient_checkpointing(model)
     # 1. preference pairs, the last eval_pairs held out (a dataset: its eval split or its tail,

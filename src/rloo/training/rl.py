@@ -17,6 +17,7 @@ from rloo.config import OFFLINE_ALGORITHMS, RLConfig, upgrade_saved_config
 from rloo.data.prompts import PromptStream
 from rloo.errors import RlooError
 from rloo.modeling.loading import enable_gradient_checkpointing, frozen, load_policy, load_reward_model, model_options
+from rloo.modeling.dropout import maybe_disable_dropout
 from rloo.modeling.lora import AdapterDisabled, add_lora
 from rloo.rewards import build_reward
 from rloo.rollout import rollout
@@ -110,14 +111,16 @@ def load_models(cfg: RLConfig, reward_fn=None, policy_path: str | None = None) -
         ref = frozen(load_policy(cfg.policy, **opts)[0])
     if cfg.gradient_checkpointing:
         enable_gradient_checkpointing(policy)
-    scorer = build_reward(cfg, tokenizer, reward_fn, load_rm=lambda p: _frozen_rm(p, opts))
+    scorer = build_reward(cfg, tokenizer, reward_fn, load_rm=lambda p: _frozen_rm(p, opts, cfg.disable_dropout))
+    maybe_disable_dropout(policy, cfg.disable_dropout)
+    maybe_disable_dropout(ref, cfg.disable_dropout)
     policy.train()
     return Models(policy, ref, tokenizer, scorer, sampler=_vllm_sampler(cfg, tokenizer, policy_path))
 
 
-def _frozen_rm(path: str, opts: dict):
+def _frozen_rm(path: str, opts: dict, no_dropout: bool = True):
     rm, tok = load_reward_model(path, **opts)
-    return frozen(rm), tok
+    return maybe_disable_dropout(frozen(rm), no_dropout), tok
 
 
 def _vllm_sampler(cfg: RLConfig, tokenizer, policy_path: str | None):
