@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from rloo.errors import RlooError
+from rloo.errors import RlooError, option
 
 
 @dataclass
@@ -173,7 +173,7 @@ def check_supported(cfg, resume: bool) -> None:
     if cfg.algorithm != "rloo" or not is_plain_rloo(cfg):
         raise RlooError(f"torchrun training supports plain algorithm=rloo (no ablation settings); got {cfg.algorithm}")
     if cfg.parallel == "fsdp" and (resume or cfg.lora is not None):
-        raise RlooError("parallel=fsdp does not support --resume or lora yet; use parallel=ddp")
+        raise RlooError(f"parallel=fsdp does not support {option('resume')} or lora yet; use parallel=ddp")
 
 
 def init(device: str, parallel: str, batch_size: int) -> Dist:

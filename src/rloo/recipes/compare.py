@@ -172,8 +172,9 @@ def compare(cfg: CompareConfig, *, overwrite: bool = False) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     saved = out / "config.yaml"
     if saved.exists() and saved.read_text() != _dump(cfg):
-        from rloo.errors import RlooError
-        raise RlooError(f"{out} holds a comparison with other settings; pass --overwrite or choose another output_dir")
+        from rloo.errors import RlooError, option
+        raise RlooError(f"{out} holds a comparison with other settings; pass {option('overwrite')} or choose another "
+                        f"output_dir")
     save_config(cfg, saved)
     t0 = time.perf_counter()
     for task_name in cfg.tasks:

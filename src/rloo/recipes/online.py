@@ -19,7 +19,7 @@ import torch
 
 from rloo.checkpoint import Checkpointer, check_resume_config, latest_checkpoint, load_state, truncate_metrics
 from rloo.config import RLConfig
-from rloo.errors import Interrupted, NonFiniteError, RlooError
+from rloo.errors import Interrupted, NonFiniteError, RlooError, option
 from rloo.eval.judge import evaluate_policy
 from rloo import distributed
 from rloo.data.datasets import train_eval_records
@@ -33,6 +33,7 @@ from rloo.recipes.rl import Models
 from rloo.rewards import build_reward
 from rloo.rewards.judges import make_judge
 from rloo.rollout import rollout
+from rloo.rollout.sampler import top_p_bias_note
 from rloo.tasks import get_task
 from rloo.tracking import MetricsLogger, progress, say
 
@@ -209,7 +210,8 @@ def train(cfg: RLConfig, *, prompts: list[str] | None = None, reward_fn: Callabl
     prompts and a gold judge for periodic evaluation. `resume` continues from the newest whole
     checkpoint in `cfg.output_dir` (exactly: same parameters as a run that never stopped)."""
     if cfg.algorithm == "dpo":  # offline: trains on preference pairs, not on samples
-        from rloo.recipes.dpo import train_dpo
+        from rloo.recipes.dpo import check_dpo_arguments, train_dpo
+        check_dpo_arguments(prompts, reward_fn)
         return train_dpo(cfg, resume=resume, overwrite=overwrite)
     # under torchrun every process runs this same function (see rloo.distributed)
     dist = distributed.init(cfg.device, cfg.parallel, cfg.batch_size)
@@ -224,6 +226,8 @@ def train(cfg: RLConfig, *, prompts: list[str] | None = None, reward_fn: Callabl
 
 def _train(cfg, dist, prompts, reward_fn, resume, overwrite) -> RLResult:
     check_device(cfg.device)
+    if dist.is_main and (note := top_p_bias_note(cfg.top_p)):
+        say(note)
     gen = seed_everything(cfg.seed)
     task = get_task(cfg.task)
     ckpt, state = _resume_point(cfg) if resume else (None, None)
@@ -251,7 +255,7 @@ def _train(cfg, dist, prompts, reward_fn, resume, overwrite) -> RLResult:
 def _resume_point(cfg: RLConfig):
     ckpt = latest_checkpoint(cfg.output_dir)
     if ckpt is None:
-        say(f"--resume: no whole checkpoint in {Path(cfg.output_dir) / 'checkpoints'}; starting from step 0")
+        say(f"{option('resume')}: no whole checkpoint in {Path(cfg.output_dir) / 'checkpoints'}; starting from step 0")
         return None, None
     state = load_state(ckpt)
     changed = check_resume_config(json.loads(state["config"]), cfg.model_dump(mode="json"))
@@ -278,26 +282,27 @@ def _loop(cfg, dist, models, ck: Checkpointer, eval_set, start: int) -> RLResult
                     record(step, _eval(models, eval_set, cfg))
                 # this process's prompts of the global batch, and its rows of the B*K completions
                 prompts, rows = dist.shard(stream.next(), cfg.k)
+                lr = opt.param_groups[0]["lr"]  # the rate this step's update uses (sched.step() sets the next)
                 try:
                     stats, roll, rewards = ck.algo.step(models, opt, prompts, cfg, ck.gen,
                                                         **dist.step_kwargs(ck.algo, rows))
                 except RlooError as e:  # raised before the update, so `pre` still matches the weights
                     path = ck.save(pre)
                     raise type(e)(f"{e} (at step {step + 1}; checkpoint from before it: {path}; "
-                                  f"fix the cause and rerun with --resume)") from e
+                                  f"fix the cause and rerun with {option('resume')})") from e
                 stats = dist.mean_metrics(stats | getattr(models.scorer, "part_metrics", dict)())
                 if models.sampler is not None:  # keep vLLM's copy of the weights on-policy
                     models.sampler.sync(unwrap(models.policy))
                 sched.step()
                 stats |= _count(ck, stats, pre, step, cfg)
                 if (step + 1) % cfg.log_every == 0:
-                    record(step + 1, stats | {"lr": sched.get_last_lr()[0]})
+                    record(step + 1, stats | {"lr": lr})
                 _show(bar, cfg, step, stats, roll, rewards)
                 if stop.signum is not None:
                     path = ck.save(ck.snapshot(step + 1))
                     name = signal.Signals(stop.signum).name
                     raise Interrupted(f"{name} received; stopped at step {step + 1}/{cfg.steps} and saved {path}; "
-                                      f"continue with the same command plus --resume", stop.signum)
+                                      f"continue with the same command plus {option('resume')}", stop.signum)
                 if cfg.save_every and (step + 1) % cfg.save_every == 0:
                     _periodic_checkpoint(ck, step + 1)
             # past the last step a signal no longer interrupts: finishing is quicker than resuming
@@ -349,7 +354,7 @@ def _count(ck: Checkpointer, stats: dict, pre: dict, step: int, cfg: RLConfig) -
         path = ck.save(first)
         raise NonFiniteError(f"{c['skipped_in_row']} steps in a row (steps {first['step'] + 1}-{step + 1}) had a "
                              f"non-finite loss or gradient; stopped. Checkpoint from before the problem: {path}. "
-                             f"Lower lr or max_grad_norm, or check the reward, then rerun with --resume")
+                             f"Lower lr or max_grad_norm, or check the reward, then rerun with {option('resume')}")
     return {"guard/skipped_total": float(c["skipped_total"])}
 
 
