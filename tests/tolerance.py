@@ -19,6 +19,15 @@ What may not be compared with a tolerance at all: parameters after an AdamW step
 update is lr * g / (|g| + 1e-8) (bias-corrected m = g, v = g**2), whose slope in g is lr / 1e-8
 = 1e6 at lr = 1e-2 for gradients near 0, so a float32 difference of 1e-11 in a tiny gradient
 entry becomes 1e-5 in the parameter. Compare the gradients the optimizer receives instead.
+
+Audit (issue 11): every comparison of two computations through torch kernels uses this module
+(test_fastpath, test_head_logprobs, unit/test_logprobs, test_lora, test_reward_sources,
+test_vllm, test_distributed, test_algorithms). Left with the defaults, on purpose: unit tests
+that compare a few float64 operations with exact literals (torch's float64 defaults, rtol 1e-7,
+are 10**8 times float64 rounding there), float32 unit tests of a few elementwise operations on
+O(1) values (torch's float32 defaults, rtol 1.3e-6 ~ 11 eps, are the ELEMENTWISE bound), and
+pytest.approx on pure-Python float arithmetic, which no ATen kernel touches. Statistical tests
+(unit/test_bandit) bound by Z standard errors, not by rounding.
 """
 
 from __future__ import annotations
