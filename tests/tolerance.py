@@ -46,7 +46,8 @@ TINY_MODEL_FORWARD = 2**10
 TINY_MODEL_BACKWARD = 2**12
 
 
-def tolerance(expected: torch.Tensor | float | None, factor: float, *, dtype=torch.float32, scale: float | None = None) -> float:
+def tolerance(expected: torch.Tensor | float | None, factor: float, *, dtype=torch.float32,
+              scale: float | None = None) -> float:
     """The absolute tolerance eps(dtype) * scale * factor (scale: max |expected| unless given)."""
     if scale is None:
         scale = float(torch.as_tensor(expected).detach().double().abs().max())
