@@ -8,7 +8,7 @@ from pathlib import Path
 
 from rloo.config import (BenchConfig, CompareConfig, EvalConfig, PipelineConfig, RewardConfig, RLConfig,
                          SFTConfig, describe_fields, load_config)
-from rloo.errors import RlooError
+from rloo.errors import RlooError, cli_options
 from rloo.runtime.atomic import describe_write_failure
 
 EXAMPLES = {
@@ -113,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         cfg = load_config(cls, args.config, args.overrides)
-        run(cfg, args)
+        with cli_options():  # error messages name --resume/--overwrite, not resume=/overwrite=
+            run(cfg, args)
     except RlooError as e:
         if args.debug:
             raise

@@ -16,6 +16,7 @@ from rloo.config import ArchConfig
 from rloo.modeling.loading import build_llama
 from rloo.tasks import get_task
 from rloo.tasks.tokenizer import build_tokenizer
+from tolerance import ELEMENTWISE, TINY_MODEL_FORWARD, tolerance
 
 ONLINE = ["rloo", "reinforce", "vanilla_pg", "ppo", "grpo", "raft"]
 PROMPTS = ["post : job rent tl;dr :", "post : exam car tl;dr :", "post : loan sister tl;dr :"]
@@ -72,12 +73,15 @@ def test_reinforce_baseline_and_ppo_value_model_are_checkpointed(tiny_model_dir,
     # baseline after 2 batches: m * R1-mean-start + ... ; it must be the one the loop would use next
     assert state["algorithm"]["baseline"].dim() == 0
     # the first batch is centred on its own mean, so its logged baseline is that batch's mean reward
-    assert hist[0]["reinforce/baseline"] == pytest.approx(hist[0]["reward/total"], abs=1e-6)
+    # float32 means of 4 rewards and a 2-term moving average: a few roundings of the rewards' scale
+    # (|R| < 1 here: -words/10 for <= 5 words, plus a KL term of the first 2 steps)
+    tol = tolerance(None, ELEMENTWISE, scale=1.0)
+    assert hist[0]["reinforce/baseline"] == pytest.approx(hist[0]["reward/total"], abs=tol)
     m = cfg.algorithm_settings.baseline_momentum
     b1 = hist[0]["reward/total"]
-    assert hist[1]["reinforce/baseline"] == pytest.approx(b1, abs=1e-6)  # m*b1 + (1-m)*b1
+    assert hist[1]["reinforce/baseline"] == pytest.approx(b1, abs=tol)  # m*b1 + (1-m)*b1
     expected = m * b1 + (1 - m) * hist[1]["reward/total"]
-    assert float(state["algorithm"]["baseline"]) == pytest.approx(expected, abs=1e-5)
+    assert float(state["algorithm"]["baseline"]) == pytest.approx(expected, abs=tol)
     cfg = _cfg(tiny_model_dir, tmp_path / "p", algorithm="ppo", save_every=1, algo={"value_model": "head"})
     train(cfg, prompts=PROMPTS, reward_fn=_reward_short)
     st = load_state(latest_checkpoint(tmp_path / "p"))["algorithm"]
@@ -156,7 +160,12 @@ def test_dpo_uses_the_reward_models_pairs(tiny_model_dir, tmp_path):
     # no reward model here (the folder has none), so train without it: fresh reference pairs
     result = train(cfg.model_copy(update={"reward_model": None}))
     losses = [h["loss/dpo"] for h in result.history if "loss/dpo" in h]
-    assert len(losses) == 2 and losses[0] == pytest.approx(math.log(2), abs=1e-4)  # policy == ref at start
+    # policy == ref at start, so the loss is -log sigmoid(0) = log 2 up to float32 rounding: the
+    # reference pass runs in other batches (other padding), its summed log-probs (< 256 in size:
+    # two completions of < 16 tokens, |log p| < 8) differ by the forward bound; the loss moves by
+    # beta/2 per unit of margin
+    tol = tolerance(None, TINY_MODEL_FORWARD, scale=cfg.algo.dpo_beta / 2 * 256)
+    assert len(losses) == 2 and losses[0] == pytest.approx(math.log(2), abs=tol)
     assert _changed(tiny_model_dir, result.model_path)
 
 

@@ -13,6 +13,7 @@ from rloo.modeling.loading import load_policy  # noqa: E402
 from rloo.training.rl import load_models  # noqa: E402
 from rloo.rollout import rollout  # noqa: E402
 from rloo.config import LoraSettings  # noqa: E402
+from tolerance import TINY_MODEL_FORWARD, assert_close  # noqa: E402
 
 PROMPTS = ["post : job rent tl;dr :", "post : exam car tl;dr :", "post : loan sister dog tl;dr :"]
 
@@ -50,7 +51,7 @@ def test_only_adapters_change_and_reference_is_adapters_off(tiny_model_dir, tmp_
     with torch.no_grad():
         fresh_lp = completion_logprobs(fresh, *args)[m]
         pol_lp = completion_logprobs(models.policy, *args)[m]
-    torch.testing.assert_close(ref_lp, fresh_lp, atol=1e-5, rtol=1e-5)
+    assert_close(ref_lp, fresh_lp, TINY_MODEL_FORWARD)  # adapters off vs no adapters: other arithmetic
     assert (pol_lp - fresh_lp).abs().max() > 1e-3
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForSequenceClassification, PreTrainedTokenizerFast
@@ -11,6 +12,7 @@ from rloo.rewards import FunctionReward, RewardModelScorer, WeightedReward
 from rloo.rewards.judges import make_judge
 from rloo.rollout import rollout
 from rloo.tasks import get_task
+from tolerance import TINY_MODEL_FORWARD, assert_close
 
 PROMPTS = ["post : job rent tl;dr :", "post : exam car dog tl;dr :"]
 
@@ -33,6 +35,7 @@ def other_tokenizer_rm(path, seed=0):
     return path
 
 
+@pytest.mark.equivalence
 def test_reward_model_with_other_tokenizer_scores_like_direct(tiny_model_dir, tmp_path):
     policy, ptok = load_policy(str(tiny_model_dir))
     rm, rtok = load_reward_model(str(other_tokenizer_rm(tmp_path / "rm")))
@@ -49,7 +52,7 @@ def test_reward_model_with_other_tokenizer_scores_like_direct(tiny_model_dir, tm
         for p, c in zip(roll.prompts, roll.completions):
             ids = rtok(p, add_special_tokens=False)["input_ids"] + rtok(c, add_special_tokens=False)["input_ids"]
             want.append(rm(input_ids=torch.tensor([ids + [rtok.eos_token_id]])).logits[0, 0].item())
-    torch.testing.assert_close(got, torch.tensor(want), atol=1e-5, rtol=1e-5)
+    assert_close(got, torch.tensor(want), TINY_MODEL_FORWARD)  # batched and padded vs one at a time
     assert got.std() > 0
 
 

@@ -169,10 +169,13 @@ class RLSettings(Strict):
     @model_validator(mode="after")
     def _k_at_least_two(self):
         if self.k < 2 and self.algorithm in GROUP_ALGORITHMS:
-            raise ValueError(
-                f"leave-one-out needs k >= 2 samples per prompt (the baseline of one sample "
-                f"is the mean of the other k-1), got k={self.k}"
-            )
+            why = {
+                "rloo": "leave-one-out needs k >= 2 samples per prompt (the baseline of one sample is the "
+                "mean of the other k-1)",
+                "grpo": "grpo needs k >= 2 samples per prompt (each advantage is normalised by the mean and "
+                "std of its prompt's group)",
+            }[self.algorithm]
+            raise ValueError(f"{why}, got k={self.k}")
         return self
 
     @property

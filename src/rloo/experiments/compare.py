@@ -27,7 +27,7 @@ import yaml
 
 from rloo.config import CompareConfig, PipelineConfig, RLConfig, save_config
 from rloo.core.kl import sequence_kl
-from rloo.errors import RlooError
+from rloo.errors import RlooError, option
 from rloo.eval.judge import win_rate
 from rloo.experiments.compare_report import write_report
 from rloo.experiments.gradvar import variance_cell
@@ -173,7 +173,8 @@ def compare(cfg: CompareConfig, *, overwrite: bool = False) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     saved = out / "config.yaml"
     if saved.exists() and saved.read_text() != _dump(cfg):
-        raise RlooError(f"{out} holds a comparison with other settings; pass --overwrite or choose another output_dir")
+        raise RlooError(f"{out} holds a comparison with other settings; pass {option('overwrite')} or choose another "
+                        f"output_dir")
     save_config(cfg, saved)
     t0 = time.perf_counter()
     for task_name in cfg.tasks:

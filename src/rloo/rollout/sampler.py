@@ -44,6 +44,22 @@ def _top_p_filter(logits: Tensor, top_p: float) -> Tensor:
     return torch.empty_like(logits).scatter_(-1, idx, sorted_logits)
 
 
+def top_p_bias_note(top_p: float) -> str | None:
+    """The one-line warning a run with top_p < 1 prints once (None at top_p = 1).
+
+    Tokens are drawn from the nucleus-renormalised distribution, but the stored log-probs, the
+    KL term and the policy gradient are those of the full temperature-scaled distribution. Using
+    the renormalised log-probs instead is not done: the nucleus is a step function of the
+    parameters, so a sampled token can leave it after an update (log-prob -inf: an infinite PPO
+    ratio), and the reference's own nucleus need not hold the sampled token (infinite KL).
+    """
+    if top_p >= 1.0:
+        return None
+    return (f"note: top_p={top_p} samples from the nucleus-renormalised distribution, but the log-probs, the KL "
+            f"term and the gradient are the full distribution's (a bias, larger for smaller top_p); top_p=1 "
+            f"trains on exactly what it samples (README, 'Sampling and top_p')")
+
+
 def _draw(probs: Tensor, generator: torch.Generator | None) -> Tensor:
     """One token per row with P(i) = probs[i]: the exponential race argmax_i probs_i / E_i, E_i ~ Exp(1)
     (the Gumbel-max trick without logs). The same distribution as torch.multinomial, which on a
@@ -74,7 +90,8 @@ def sample(model, prompt_ids: Tensor, prompt_mask: Tensor, *, max_new_tokens: in
     k*i+k-1 continue prompt i): the same distribution as k copies of the prompt, at 1/k the
     prefill cost.
     log-probs are of the temperature-scaled distribution before top-p filtering: the same
-    quantity the training forward pass computes, so the policy gradient and KL agree with it.
+    quantity the training forward pass computes, so the policy gradient and KL agree with each
+    other, but with top_p < 1 not with the distribution sampled from (see `top_p_bias_note`).
     Stops as soon as every row has produced EOS (`all_done(done)` decides when given, so that
     processes whose forward passes are collectives (FSDP) stop together).
 

@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from rloo.errors import RlooError, option
 from rloo.runtime.atomic import WriteError, check_manifest, describe_write_failure, fsync_dir, remove_tree, sync_and_hash
-from rloo.errors import RlooError
 from rloo.runtime.tracking import say, say_once
 
 MARKER = "COMPLETE"
@@ -183,7 +183,7 @@ def check_resume_config(saved: dict, current: dict) -> list[str]:
     if fixed:
         diff = ", ".join(f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in fixed)
         raise RlooError(f"cannot resume with different {', '.join(fixed)} ({diff}); use the run's original "
-                        f"settings, or pass --overwrite to start a new run")
+                        f"settings, or pass {option('overwrite')} to start a new run")
     return [f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in sorted(set(a) | set(b))
             if a.get(k) != b.get(k) and k != "output_dir"]
 
@@ -261,7 +261,7 @@ class Checkpointer:
         """Load `state` into the live objects; returns the step to continue from."""
         if state.get("prompts_sha") != self.prompts_sha:
             raise RlooError("cannot resume: the training prompts differ from the ones this run was started "
-                            "with; pass the same prompts, or --overwrite to start a new run")
+                            f"with; pass the same prompts, or {option('overwrite')} to start a new run")
         self.opt.load_state_dict(state["optimizer"])
         self.sched.load_state_dict(state["scheduler"])
         # lr may have been changed on resume (e.g. lowered after the non-finite guard): the

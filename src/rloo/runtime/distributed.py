@@ -27,7 +27,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 from torch.distributed.fsdp import FSDPModule, fully_shard
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from rloo.errors import RlooError
+from rloo.errors import RlooError, option
 
 
 @dataclass
@@ -152,7 +152,7 @@ def check_supported(cfg, resume: bool) -> None:
     """What data-parallel training does not do (yet), as one clear error. (Which algorithms may run
     under torchrun is theirs to declare: rloo.algorithms.supports_distributed.)"""
     if cfg.parallel == "fsdp" and (resume or cfg.lora is not None):
-        raise RlooError("parallel=fsdp does not support --resume or lora yet; use parallel=ddp")
+        raise RlooError(f"parallel=fsdp does not support {option('resume')} or lora yet; use parallel=ddp")
 
 
 def init(device: str, parallel: str, batch_size: int) -> Dist:

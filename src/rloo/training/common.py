@@ -12,9 +12,9 @@ import torch
 import yaml
 
 from rloo.config import upgrade_saved_config
+from rloo.errors import RlooError, option
 from rloo.runtime.atomic import atomic_write_text
 from rloo.runtime.checkpoint import check_resume_config
-from rloo.errors import RlooError
 
 
 def seed_everything(seed: int) -> torch.Generator:
@@ -46,8 +46,9 @@ def prepare_output_dir(cfg, resume: bool = False, overwrite: bool = False, can_r
     elif held is not None:
         same = {k: v for k, v in held.items() if k != "output_dir"} == {k: v for k, v in current.items() if k != "output_dir"}
         what = "this run" if same else "a different run"
-        how = "pass --resume to continue it or --overwrite to replace it" if can_resume else \
-            "pass --overwrite to replace it"
+        # named as the caller spells them: --resume on the command line, resume=True in Python
+        how = (f"pass {option('resume')} to continue it or {option('overwrite')} to replace it" if can_resume
+               else f"pass {option('overwrite')} to replace it")
         raise RlooError(f"{out} already holds {what}; {how}, or choose another output_dir")
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "config.yaml", yaml.safe_dump(current, sort_keys=False))
@@ -73,13 +74,16 @@ def adamw(params, lr: float, weight_decay: float = 0.0) -> torch.optim.AdamW:
                              betas=(0.9, 0.95))
 
 
-def supervised_step(model, opt, sched, loss, max_grad_norm: float = 1.0) -> None:
-    """One update of a supervised stage (SFT, reward model): backward, clip, step, schedule."""
+def supervised_step(model, opt, sched, loss, max_grad_norm: float = 1.0) -> float:
+    """One update of a supervised stage (SFT, reward model): backward, clip, step, schedule.
+    Returns the learning rate this update used (after it, `sched` holds the next step's)."""
+    lr = opt.param_groups[0]["lr"]
     opt.zero_grad(set_to_none=True)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
     opt.step()
     sched.step()
+    return lr
 
 
 def warmup_cosine(opt, total: int, warmup: int, floor: float = 0.1):

@@ -22,8 +22,8 @@ from rloo.core.logprobs import sequence_logprobs
 from rloo.core.losses import dpo_loss
 from rloo.data.collate import batches, trim_left, trim_right
 from rloo.data.preferences import encode_pairs, preference_pairs
+from rloo.errors import ConfigError, RlooError, option
 from rloo.modeling.dropout import maybe_disable_dropout
-from rloo.errors import RlooError
 from rloo.modeling.forward import completion_logprobs
 from rloo.modeling.loading import frozen, load_policy, load_reward_model, save_pretrained_atomic
 from rloo.rewards import RewardModelScorer
@@ -70,10 +70,25 @@ def _load(cfg: RLConfig) -> Models:
     return Models(policy, ref, tok, scorer)
 
 
+def check_dpo_arguments(prompts, reward_fn) -> None:
+    """`train(prompts=..., reward_fn=...)` with algorithm=dpo is refused rather than ignored.
+
+    Using them would be a different method: DPO on pairs sampled from the policy and ranked by
+    reward_fn is online DPO, whose pairs come from another distribution than the offline
+    baseline's (the pairs the reward model was trained on), so it is not offered under this name.
+    """
+    given = [name for name, v in (("prompts", prompts), ("reward_fn", reward_fn)) if v is not None]
+    if given:
+        raise ConfigError(f"algorithm='dpo' trains offline on preference pairs (the reward model's pairs.jsonl, "
+                          f"or the task's) and samples nothing, so train({', '.join(g + '=...' for g in given)}) "
+                          f"would be ignored; call train(cfg) without {' and '.join(given)}, or pick an online "
+                          f"method (algorithm='rloo', 'ppo', 'grpo', ...) to train on them")
+
+
 def train_dpo(cfg: RLConfig, *, resume: bool = False, overwrite: bool = False) -> RLResult:
     """Fine-tune cfg.policy with DPO; returns the online loop's RLResult (history, final eval)."""
     if resume:
-        raise RlooError("dpo runs are short and offline: resume is not supported; rerun with --overwrite")
+        raise RlooError(f"dpo runs are short and offline: resume is not supported; rerun with {option('overwrite')}")
     if cfg.reward_fn is not None:
         raise RlooError("dpo trains on the task's preference pairs; reward_fn does not apply")
     device = check_device(cfg.device)

@@ -4,7 +4,7 @@ streak of `max_skipped_steps` stops the run with a checkpoint from before the st
 
 from __future__ import annotations
 
-from rloo.errors import NonFiniteError
+from rloo.errors import NonFiniteError, option
 from rloo.runtime.checkpoint import Checkpointer
 from rloo.runtime.tracking import say
 
@@ -45,6 +45,6 @@ class NonFiniteGuard:
             raise NonFiniteError(
                 f"{c['skipped_in_row']} steps in a row (steps {first['step'] + 1}-{step + 1}) had "
                 f"a non-finite loss or gradient; stopped. Checkpoint from before the problem: "
-                f"{path}. Lower lr or max_grad_norm, or check the reward, then rerun with --resume"
+                f"{path}. Lower lr or max_grad_norm, or check the reward, then rerun with {option('resume')}"
             )
         return {"guard/skipped_total": float(c["skipped_total"])}

@@ -11,7 +11,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rloo.errors import Interrupted, RlooError
+from rloo.errors import Interrupted, RlooError, option
 from rloo.modeling.loading import save_pretrained_atomic
 from rloo.modeling.lora import for_saving
 from rloo.runtime.checkpoint import Checkpointer
@@ -74,6 +74,7 @@ def loop(cfg, dist, models, ck: Checkpointer, eval_set, start: int) -> RLResult:
                     record(step, eval_metrics(models, eval_set, cfg))
                 # this process's prompts of the global batch, and its rows of the B*K completions
                 prompts, rows = dist.shard(stream.next(), cfg.k)
+                lr = opt.param_groups[0]["lr"]  # the rate this step's update uses (sched.step() sets the next)
                 try:
                     stats, roll, rewards = ck.algo.step(models, opt, prompts, cfg, ck.gen, **step_kwargs(rows))
                 except RlooError as e:  # raised before the update, so `pre` still matches the weights
@@ -85,7 +86,7 @@ def loop(cfg, dist, models, ck: Checkpointer, eval_set, start: int) -> RLResult:
                 _count_truncated_prompts(ck.counters, stats, cfg)
                 stats |= guard.after_step(bool(stats["guard/skipped"]), pre, step)
                 if (step + 1) % cfg.log_every == 0:
-                    record(step + 1, stats | {"lr": sched.get_last_lr()[0]})
+                    record(step + 1, stats | {"lr": lr})
                 _show(bar, cfg, step, stats, roll, rewards)
                 if stop.signum is not None:
                     raise _interrupted(ck, stop.signum, step + 1, cfg.steps)
@@ -109,7 +110,7 @@ def loop(cfg, dist, models, ck: Checkpointer, eval_set, start: int) -> RLResult:
 def _failed_step(ck: Checkpointer, pre: dict, step: int, e: RlooError) -> RlooError:
     """Save the state from before step `step` (1-based), which failed, and say how to continue."""
     path = ck.save(pre)
-    return type(e)(f"{e} (at step {step}; checkpoint from before it: {path}; fix the cause and rerun with --resume)")
+    return type(e)(f"{e} (at step {step}; checkpoint from before it: {path}; fix the cause and rerun with {option('resume')})")
 
 
 def _interrupted(ck: Checkpointer, signum: int, step: int, steps: int) -> Interrupted:
@@ -117,7 +118,7 @@ def _interrupted(ck: Checkpointer, signum: int, step: int, steps: int) -> Interr
     path = ck.save(ck.snapshot(step))
     return Interrupted(
         f"{signal.Signals(signum).name} received; stopped at step {step}/{steps} and saved {path}; "
-        f"continue with the same command plus --resume",
+        f"continue with the same command plus {option('resume')}",
         signum,
     )
 

@@ -15,19 +15,20 @@ from rloo.algorithms import make_algorithm, supports_distributed
 from rloo.algorithms.base import Models
 from rloo.config import OFFLINE_ALGORITHMS, RLConfig, upgrade_saved_config
 from rloo.data.prompts import PromptStream
-from rloo.errors import RlooError
+from rloo.errors import RlooError, option
 from rloo.modeling.loading import enable_gradient_checkpointing, frozen, load_policy, load_reward_model, model_options
 from rloo.modeling.dropout import maybe_disable_dropout
 from rloo.modeling.lora import AdapterDisabled, add_lora
 from rloo.rewards import build_reward
 from rloo.rollout import rollout
+from rloo.rollout.sampler import top_p_bias_note
 from rloo.runtime import distributed
 from rloo.runtime.checkpoint import Checkpointer, check_resume_config, latest_checkpoint, load_state, truncate_metrics
 from rloo.runtime.distributed import unwrap
 from rloo.runtime.tracking import say
 from rloo.tasks import get_task
 from rloo.training.common import adamw, check_device, prepare_output_dir, seed_everything, warmup_constant
-from rloo.training.dpo import train_dpo
+from rloo.training.dpo import check_dpo_arguments, train_dpo
 from rloo.training.evalset import train_and_eval_prompts
 from rloo.training.loop import RLResult, loop
 
@@ -39,6 +40,7 @@ def train(cfg: RLConfig, *, prompts: list[str] | None = None, reward_fn: Callabl
     prompts and a gold judge for periodic evaluation. `resume` continues from the newest whole
     checkpoint in `cfg.output_dir` (exactly: same parameters as a run that never stopped)."""
     if cfg.algorithm in OFFLINE_ALGORITHMS:  # dpo: trains on preference pairs, not on samples
+        check_dpo_arguments(prompts, reward_fn)
         return train_dpo(cfg, resume=resume, overwrite=overwrite)
     # under torchrun every process runs this same function (see rloo.runtime.distributed)
     dist = distributed.init(cfg.device, cfg.parallel, cfg.batch_size)
@@ -56,6 +58,8 @@ def train(cfg: RLConfig, *, prompts: list[str] | None = None, reward_fn: Callabl
 
 def _train(cfg, dist, prompts, reward_fn, resume, overwrite) -> RLResult:
     check_device(cfg.device)
+    if dist.is_main and (note := top_p_bias_note(cfg.top_p)):
+        say(note)
     gen = seed_everything(cfg.seed)
     task = get_task(cfg.task)
     ckpt, state = _resume_point(cfg) if resume else (None, None)
@@ -87,7 +91,7 @@ def _train(cfg, dist, prompts, reward_fn, resume, overwrite) -> RLResult:
 def _resume_point(cfg: RLConfig):
     ckpt = latest_checkpoint(cfg.output_dir)
     if ckpt is None:
-        say(f"--resume: no whole checkpoint in {Path(cfg.output_dir) / 'checkpoints'}; starting from step 0")
+        say(f"{option('resume')}: no whole checkpoint in {Path(cfg.output_dir) / 'checkpoints'}; starting from step 0")
         return None, None
     state = load_state(ckpt)
     saved = upgrade_saved_config(json.loads(state["config"]))  # a checkpoint from before a rename

@@ -68,10 +68,10 @@ def sft(cfg: SFTConfig, *, overwrite: bool = False) -> SFTResult:
             c_ids, c_mask = trim_right(targets.ids[idx], targets.mask[idx])
             lp = completion_logprobs(model, p_ids.to(device), p_mask.to(device), c_ids.to(device), c_mask.to(device))
             loss, stats = sft_loss(lp, c_mask.to(device))
-            supervised_step(model, opt, sched, loss)
+            lr = supervised_step(model, opt, sched, loss)
             step += 1
             loss_ema = loss.item() if loss_ema is None else 0.95 * loss_ema + 0.05 * loss.item()
-            log.log(step, {**{k: float(v) for k, v in stats.items()}, "lr": sched.get_last_lr()[0]})
+            log.log(step, {**{k: float(v) for k, v in stats.items()}, "lr": lr})
             bar.set_postfix(loss=f"{loss_ema:.3f}")
             bar.update()
     bar.close()
