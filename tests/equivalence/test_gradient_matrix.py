@@ -184,10 +184,11 @@ def reference_gradient(models, roll, cfg: RLConfig) -> dict[str, torch.Tensor]:
 
 def _bucket_patch(monkeypatch, c: Combo):
     if c.buckets == "one":
-        import rloo.algorithms.rloo as rl
         from functools import partial
-        monkeypatch.setattr(rl, "completion_logprobs_shared", partial(rl.completion_logprobs_shared,
-                                                                      bucket_overhead=10**9))
+
+        import rloo.algorithms.base as base   # where rollout_logprobs looks the shared pass up
+        monkeypatch.setattr(base, "completion_logprobs_shared", partial(base.completion_logprobs_shared,
+                                                                        bucket_overhead=10**9))
 
 
 def run_rloo(c: Combo, path: Path, out: Path) -> dict:

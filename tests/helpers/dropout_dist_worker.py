@@ -1,5 +1,5 @@
 """Like dist_worker, but ONE step, float32 weights and optional gradient checkpointing: run by
-tests/test_dropout.py under torchrun (2 processes) and in-process (the one-process reference).
+tests/equivalence/test_dropout.py under torchrun (2 processes) and in-process (the one-process reference).
 Modes: ddp, fsdp, ddp-gc, fsdp-gc (gc: gradient_checkpointing=true)."""
 
 from __future__ import annotations
