@@ -28,7 +28,7 @@ def _sgd_instead_of_adamw() -> None:
     into parameter differences of up to lr (tests/tolerance.py)."""
     import torch
 
-    import rloo.recipes.online as online
+    import rloo.training.rl as online  # train() builds its optimizer with the adamw it imported
     online.adamw = lambda params, lr: torch.optim.SGD([p for p in params if p.requires_grad], lr=lr)
 
 
