@@ -2,7 +2,7 @@
 
 transformers' checkpointing drops the cache inside checkpointed decoder layers (it must: a
 DynamicLayer appends on every call, so the replay in backward would append the tokens twice), and
-GPT-2 drops it for the whole model. The shared pass (`rloo.forward_shared`) runs completions
+GPT-2 drops it for the whole model. The shared pass (`rloo.modeling.forward_shared`) runs completions
 against their prompt's cache, so under transformers' checkpointing they would run without their
 prompt: wrong log-probs and gradients, or a shape error with padded prompts.
 
@@ -16,7 +16,7 @@ Here, for the duration of a shared pass:
 The result is the same computation as without checkpointing; the prompt is still computed once
 per group. A model whose checkpointing does not go through transformers' GradientCheckpointingLayer
 (old or remote-code models) cannot be checkpointed this way: `supports_shared_checkpointing` says
-so and the caller falls back to the plain pass (rloo.forward_shared).
+so and the caller falls back to the plain pass (rloo.modeling.forward_shared).
 """
 
 from __future__ import annotations
