@@ -32,7 +32,7 @@ def _context():
     global _CTX
     if _CTX is None:
         _CTX = mp.get_context("forkserver")
-        _CTX.set_forkserver_preload(["rloo.cli", "rloo.recipes.online", "torch.utils.tensorboard",
+        _CTX.set_forkserver_preload(["rloo.cli", "rloo.training.rl", "torch.utils.tensorboard",
                                      "reliability._helpers", "reliability._runner"])
     return _CTX
 
@@ -72,14 +72,14 @@ def _child(argv, log, fault):
 
 
 def _install(kind: str, at: str, log: str = "") -> None:
-    import rloo.checkpoint as ck
-    import rloo.recipes.online as online
+    import rloo.runtime.checkpoint as ck
+    import rloo.training.loop as online   # the loop logs through MetricsLogger (rloo.runtime.tracking)
     at = int(at)
     me = os.getpid()
     if kind == "slow-config":
         import time
 
-        import rloo.recipes.common as common
+        import rloo.training.common as common
         real_write = common.atomic_write_text
 
         def slow_write(path, text):

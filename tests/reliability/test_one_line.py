@@ -14,8 +14,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-import rloo.recipes.online as online
-from rloo.checkpoint import MARKER, list_checkpoints, step_of, verify_checkpoint
+import rloo.training.loop as online
+from rloo.runtime.checkpoint import MARKER, list_checkpoints, step_of, verify_checkpoint
 from rloo.cli import main
 
 from ._helpers import leftovers
@@ -128,7 +128,7 @@ def test_missing_complete_marker_is_reported(reference, tiny_model_dir, tmp_path
     out = tmp_path / "run"
     shutil.copytree(reference, out)
     (out / "checkpoints" / "step-000006" / MARKER).unlink()
-    from rloo.checkpoint import latest_checkpoint
+    from rloo.runtime.checkpoint import latest_checkpoint
     assert step_of(latest_checkpoint(out)) == 4
     assert (f"skipping broken checkpoint {out}/checkpoints/step-000006: it has no {MARKER} marker"
             in capsys.readouterr().err)

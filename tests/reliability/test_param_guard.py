@@ -1,4 +1,4 @@
-"""The weights after every update (rloo.paramguard) and the settings that produce bad ones:
+"""The weights after every update (rloo.runtime.paramguard) and the settings that produce bad ones:
 `lr=inf`, `lr=1e308`, `beta=inf`, `lr: .inf` are refused before anything is written; an update
 that leaves non-finite or exploding weights or optimizer state is undone (exactly like a skipped
 step); a run that diverges ends with finite checkpoints; a run that never updated saves no model."""
@@ -10,9 +10,9 @@ import json
 import pytest
 import torch
 
-import rloo.recipes.rl as rl
+import rloo.algorithms.rloo as rl
 from rloo import train
-from rloo.checkpoint import list_checkpoints, load_state, step_of
+from rloo.runtime.checkpoint import list_checkpoints, load_state, step_of
 from rloo.cli import main
 from rloo.errors import NonFiniteError
 

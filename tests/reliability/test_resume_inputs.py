@@ -13,7 +13,7 @@ import yaml
 from safetensors.torch import load_file, save_file
 
 from rloo import train
-from rloo.checkpoint import list_checkpoints, step_of, verify_checkpoint
+from rloo.runtime.checkpoint import list_checkpoints, step_of, verify_checkpoint
 from rloo.cli import main
 from rloo.errors import RlooError
 

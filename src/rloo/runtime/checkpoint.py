@@ -1,0 +1,273 @@
+"""Checkpoints that hold everything a run needs to continue exactly where it stopped.
+
+Layout: `<run>/checkpoints/step-000120/` with
+  model/      weights (safetensors), model config and tokenizer
+  state.pt    optimizer, scheduler, RNG states (Python, NumPy, torch, the sampler's generator),
+              data-stream position, running counters, metrics-file offset, step and config;
+              loaded with torch.load(weights_only=True), so no arbitrary pickle is ever executed
+  COMPLETE    written last: JSON {"step", "files": {path: [size, sha256]}}
+A checkpoint is written into `.tmp-step-*` and renamed into place, so a crash or `kill -9` while
+writing leaves the previous checkpoints untouched. On resume a folder without COMPLETE, or whose
+files do not match its manifest (truncated, corrupted), is reported and skipped.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+from pathlib import Path
+
+import torch
+
+from rloo.errors import RlooError, option
+from rloo.runtime.atomic import (WriteError, check_manifest, describe_write_failure, fsync_dir, remove_tree,
+                                 remove_tree_reporting, sync_and_hash)
+from rloo.runtime.resumecheck import check_resume_config, prompts_digest  # noqa: F401 - re-exported
+from rloo.runtime.rng import rng_state, set_rng_state  # noqa: F401 - re-exported
+from rloo.runtime.tracking import say, say_once
+
+MARKER = "COMPLETE"
+
+# ---- writing ---------------------------------------------------------------------------------
+
+def step_of(ckpt: Path) -> int:
+    return int(Path(ckpt).name.split("-")[-1])
+
+
+def save_checkpoint(run_dir: Path, step: int, model, tokenizer, state: dict, keep: int = 2) -> Path:
+    """Write checkpoint `step` atomically and keep only the newest `keep` (never the one just written)."""
+    root = Path(run_dir) / "checkpoints"
+    root.mkdir(parents=True, exist_ok=True)
+    for stale in root.glob(".tmp-step-*"):  # left by a run killed while writing
+        remove_tree(stale)
+    final, tmp = root / f"step-{step:06d}", root / f".tmp-step-{step:06d}"
+    try:
+        tmp.mkdir()
+        write_model(model, tokenizer, tmp / "model")
+        write_state({**state, "step": step}, tmp / "state.pt")
+        manifest = sync_and_hash(tmp)
+        with open(tmp / MARKER, "w") as fh:
+            fh.write(json.dumps({"step": step, "files": manifest}))
+            fh.flush()
+            os.fsync(fh.fileno())
+    except Exception as e:  # noqa: BLE001 - whatever failed, the half-written folder must go
+        why = describe_write_failure(e, root)
+        remove_tree(tmp)
+        prev = list_checkpoints(run_dir)
+        raise WriteError(f"could not write checkpoint {final}: {why}. Nothing was overwritten: "
+                         f"{'the previous checkpoint ' + str(prev[-1]) + ' is intact' if prev else 'there is no earlier checkpoint'}"
+                         ) from e
+    _replace_dir(tmp, final)
+    fsync_dir(root)
+    mark_verified(final)
+    prune_checkpoints(run_dir, keep, final)
+    return final
+
+
+def write_model(model, tokenizer, path: Path) -> None:
+    model.save_pretrained(path, safe_serialization=True)
+    tokenizer.save_pretrained(path)
+
+
+def write_state(state: dict, path: Path) -> None:
+    torch.save(state, path)
+
+
+def _replace_dir(src: Path, dst: Path) -> None:
+    # os.replace cannot swap a folder over a non-empty one; move the old one aside first, so at
+    # every moment either the old or the new complete folder is in place.
+    trash = dst.with_name(f".old-{dst.name}")
+    if dst.exists():
+        remove_tree(trash)
+        os.replace(dst, trash)
+    os.replace(src, dst)
+    remove_tree(trash)
+
+
+# ---- reading ---------------------------------------------------------------------------------
+
+def list_checkpoints(run_dir: Path) -> list[Path]:
+    """Checkpoint folders that were finished (COMPLETE written), oldest first; not yet verified."""
+    root = Path(run_dir) / "checkpoints"
+    if not root.exists():
+        return []
+    return sorted(p for p in root.glob("step-*") if (p / MARKER).exists())
+
+
+def verify_checkpoint(ckpt: Path) -> str | None:
+    """None when `ckpt` is whole, else why it is not."""
+    try:
+        marker = json.loads((Path(ckpt) / MARKER).read_text())
+        files = marker["files"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        return f"its {MARKER} marker is unreadable ({type(e).__name__})"
+    if "state.pt" not in files or not any(f.endswith(".safetensors") for f in files):
+        return "its manifest lists no state.pt or no safetensors weights"
+    return check_manifest(ckpt, files)
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    """The newest checkpoint that is whole and whose state loads; broken ones are reported and skipped."""
+    root = Path(run_dir) / "checkpoints"
+    if root.exists():
+        for partial in sorted(p for p in root.iterdir() if p.name.startswith(".tmp-step-")):
+            say(f"skipping unfinished checkpoint {partial} (the run stopped while writing it)")
+        for unmarked in sorted(p for p in root.glob("step-*") if not (p / MARKER).exists()):
+            say(f"skipping broken checkpoint {unmarked}: it has no {MARKER} marker (not finished, or the marker "
+                f"was deleted)")
+    for ckpt in reversed(list_checkpoints(run_dir)):
+        problem = verify_checkpoint(ckpt)
+        if problem is None:
+            try:
+                load_state(ckpt)
+                mark_verified(ckpt)
+                return ckpt
+            except Exception as e:  # noqa: BLE001 - a state file that does not load means: skip it
+                problem = f"state.pt does not load ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
+        say(f"skipping broken checkpoint {ckpt}: {problem}")
+    return None
+
+
+# Checkpoints this process wrote or verified, by the identity of their marker file: pruning keeps
+# the newest `keep` of these, so it never keeps a broken checkpoint in place of a good one.
+_VERIFIED: set[tuple] = set()
+
+
+def _marker_id(ckpt: Path) -> tuple | None:
+    try:
+        st = (Path(ckpt) / MARKER).stat()
+    except OSError:
+        return None
+    return str(ckpt), st.st_ino, st.st_mtime_ns, st.st_size
+
+
+def mark_verified(ckpt: Path) -> None:
+    _VERIFIED.add(_marker_id(ckpt))
+
+
+def is_verified(ckpt: Path) -> bool:
+    """Whole, by the cache or by checking its manifest now (and loading its state)."""
+    if _marker_id(ckpt) in _VERIFIED:
+        return True
+    if verify_checkpoint(ckpt) is not None:
+        return False
+    try:
+        load_state(ckpt)
+    except Exception:  # noqa: BLE001 - a state that does not load makes the checkpoint useless
+        return False
+    mark_verified(ckpt)
+    return True
+
+
+def prune_checkpoints(run_dir: Path, keep: int, newest: Path) -> None:
+    """Keep the newest `keep` verified checkpoints (`newest`, just written, among them); delete the
+    rest, broken ones included. A folder that cannot be deleted is reported, not ignored."""
+    kept = [newest]
+    root = Path(run_dir) / "checkpoints"
+    for ckpt in sorted(root.glob("step-*"), reverse=True):
+        if ckpt == newest:
+            continue
+        if len(kept) < keep and step_of(ckpt) < step_of(newest) and is_verified(ckpt):
+            kept.append(ckpt)
+            continue
+        if step_of(ckpt) > step_of(newest):
+            continue   # newer than this run's position (its own logic drops those: drop_newer_than)
+        problem = remove_tree_reporting(ckpt)
+        if problem:
+            say(f"warning: could not delete old checkpoint {ckpt} ({problem}); delete it by hand to free space")
+
+
+def load_state(ckpt: Path) -> dict:
+    # weights_only: tensors, numbers, strings and containers only; a pickled object is refused.
+    return torch.load(Path(ckpt) / "state.pt", weights_only=True)
+
+
+def truncate_metrics(run_dir: Path, nbytes: int) -> None:
+    """Drop metric records written after the checkpoint, so a resumed run does not log a step twice."""
+    path = Path(run_dir) / "metrics.jsonl"
+    if path.exists() and path.stat().st_size > nbytes:
+        os.truncate(path, nbytes)
+
+
+def snapshot(step: int, counters: dict, gen: torch.Generator, sched, stream, metrics_path: Path) -> dict:
+    """The loop's small state at a step boundary (everything except weights and optimizer)."""
+    return {"step": step, "counters": dict(counters), "rng": copy.deepcopy(rng_state(gen)),
+            "scheduler": copy.deepcopy(sched.state_dict()), "stream": list(stream.position()),
+            "metrics_bytes": metrics_path.stat().st_size if metrics_path.exists() else 0}
+
+
+# ---- the online loop's state -----------------------------------------------------------------
+
+class Checkpointer:
+    """Saves and restores the online loop's whole state: weights, optimizer, scheduler, RNG,
+    data position, counters, metrics offset.
+
+    `snapshot(step)` captures the small parts at a step boundary; `save(snap)` writes them with
+    the current weights and optimizer state. Weights and optimizer only change in a step that
+    updates, so a snapshot taken before a failed or skipped step still describes them exactly:
+    this is how a checkpoint "from before the problem" is written after the problem.
+    """
+
+    def __init__(self, out: Path, cfg, policy, tokenizer, opt, sched, gen, stream, prompts: list[str], algo=None,
+                 writes: bool = True, skip_note: str | None = None):
+        self.out, self.cfg, self.policy, self.tokenizer = Path(out), cfg, policy, tokenizer
+        # who writes is decided by the caller (under torchrun: rank 0 only; none under FSDP, with
+        # `skip_note` said once); a process that does not write returns None from save()
+        self.writes, self.skip_note = writes, skip_note
+        # the algorithm's own state (moving-average baseline, value model + optimizer); it is taken
+        # at save time: it changes only inside a step, together with the policy's weights
+        self.algo = algo
+        self.opt, self.sched, self.gen, self.stream = opt, sched, gen, stream
+        self.prompts_sha = prompts_digest(prompts)
+        self.counters = {"updates": 0, "skipped_in_row": 0, "skipped_total": 0, "prompts_truncated": 0}
+        self.streak_start: dict | None = None   # snapshot before the first step of a non-finite streak
+        self.inputs: dict = {}      # content fingerprints of the run's inputs (rloo.runtime.fingerprint)
+        self.prompt_steps: int | None = None   # `steps` the built-in task's prompt list was made for
+        self.guard = None           # rloo.runtime.paramguard.ParamGuard, set by the loop
+
+    def snapshot(self, step: int) -> dict:
+        snap = snapshot(step, self.counters, self.gen, self.sched, self.stream, self.out / "metrics.jsonl")
+        return snap | {"streak_start": self.streak_start}
+
+    def save(self, snap: dict) -> Path | None:
+        if not self.writes:
+            if self.skip_note:
+                say_once(self.skip_note)
+            return None
+        if snap["counters"]["updates"] != self.counters["updates"]:
+            raise AssertionError("the weights changed since this snapshot; it cannot be saved with them")
+        state = snap | {"optimizer": self.opt.state_dict(), "prompts_sha": self.prompts_sha,
+                        "inputs": self.inputs, "prompt_steps": self.prompt_steps,
+                        "guard": self.guard.state_dict() if self.guard is not None else {},
+                        "algorithm": self.algo.state_dict() if self.algo is not None else {},
+                        "config": json.dumps(self.cfg.model_dump(mode="json"))}
+        return save_checkpoint(self.out, snap["step"], self.policy, self.tokenizer, state,
+                               keep=self.cfg.keep_checkpoints)
+
+    def drop_newer_than(self, step: int) -> None:
+        for ckpt in list_checkpoints(self.out):
+            if step_of(ckpt) > step:
+                remove_tree(ckpt)
+
+    def restore(self, state: dict) -> int:
+        """Load `state` into the live objects; returns the step to continue from."""
+        if state.get("prompts_sha") != self.prompts_sha:
+            raise RlooError("cannot resume: the training prompts differ from the ones this run was started "
+                            f"with; pass the same prompts, or {option('overwrite')} to start a new run")
+        self.opt.load_state_dict(state["optimizer"])
+        self.sched.load_state_dict(state["scheduler"])
+        # lr may have been changed on resume (e.g. lowered after the non-finite guard): the
+        # scheduler's base comes from the config, its progress from the checkpoint.
+        self.sched.base_lrs = [self.cfg.lr for _ in self.sched.base_lrs]
+        for group, base, f in zip(self.opt.param_groups, self.sched.base_lrs, self.sched.lr_lambdas):
+            group["lr"] = base * f(self.sched.last_epoch)
+        self.sched._last_lr = [g["lr"] for g in self.opt.param_groups]
+        set_rng_state(state["rng"], self.gen)
+        if self.algo is not None:
+            self.algo.load_state_dict(state.get("algorithm", {}))
+        self.stream.seek(*state["stream"])
+        self.counters = dict(state["counters"])
+        self.streak_start = state.get("streak_start")
+        truncate_metrics(self.out, state["metrics_bytes"])
+        return state["step"]

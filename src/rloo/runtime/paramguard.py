@@ -1,0 +1,97 @@
+"""The weights after every update: an update that leaves a non-finite or exploding parameter, or a
+non-finite optimizer moment, is undone from a copy taken before the step.
+
+The loss/gradient guard (rloo.algorithms.rloo) cannot see this: `lr=inf` or a huge lr turns a finite
+gradient into non-finite or enormous weights. "Exploding" is a stated bound relative to the
+start: the L2 norm of all trainable parameters above `growth x max(norm at the start, 1)` (fine-
+tuning moves it by a few percent; default growth 10).
+
+Cost: the copy is one buffer per trainable tensor and per optimizer-state tensor, i.e. 3x the
+trainable parameters' bytes for AdamW (weights, exp_avg, exp_avg_sq), allocated once and
+refilled every step (one memcpy of that size, small next to a forward+backward). Under LoRA
+only the adapters are trainable, so it is tiny.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    """This process's shard of an FSDP2 DTensor, else the tensor itself."""
+    return t.to_local() if hasattr(t, "to_local") else t
+
+
+def total_norm(tensors: list[torch.Tensor]) -> float:
+    """L2 norm of all `tensors` together (inf/nan when any entry is, or when it overflows)."""
+    if not tensors:
+        return 0.0
+    norms = torch._foreach_norm([_local(t).detach().float() for t in tensors])
+    return float(torch.linalg.vector_norm(torch.stack([n.cpu() for n in norms])))
+
+
+class ParamGuard:
+    def __init__(self, params, opt: torch.optim.Optimizer, growth: float, norm0: float | None = None):
+        self.params = [p for p in params if p.requires_grad]
+        self.opt = opt
+        self.norm0 = total_norm(self.params) if norm0 is None else norm0
+        self.limit = growth * max(self.norm0, 1.0)
+        self._weights: list[torch.Tensor] | None = None
+        self._state: dict = {}
+        self.reason: str | None = None
+
+    def state_dict(self) -> dict:
+        return {"norm0": self.norm0}
+
+    def before_step(self) -> None:
+        """Copy the weights and optimizer state into buffers (allocated on first use)."""
+        with torch.no_grad():
+            if self._weights is None:
+                self._weights = [torch.empty_like(_local(p)) for p in self.params]
+            torch._foreach_copy_(self._weights, [_local(p).detach() for p in self.params])
+            for i, p in enumerate(self.params):
+                st = self.opt.state.get(p)
+                if not st:
+                    self._state[i] = None
+                    continue
+                saved = self._state.get(i) or {}
+                for k, v in st.items():
+                    if torch.is_tensor(v):
+                        buf = saved.get(k)
+                        if buf is None or buf.shape != _local(v).shape:
+                            buf = torch.empty_like(_local(v))
+                        buf.copy_(_local(v))
+                        saved[k] = buf
+                    else:
+                        saved[k] = v
+                self._state[i] = saved
+
+    def problem(self) -> str | None:
+        """Why the weights or optimizer state after the update are unacceptable, or None."""
+        norm = total_norm(self.params)
+        if norm != norm or norm == float("inf"):
+            return "non-finite parameters after the update"
+        if norm > self.limit:
+            return (f"parameter norm {norm:.4g} after the update exceeds {self.limit:.4g} "
+                    f"(max_param_growth x the starting norm {self.norm0:.4g})")
+        moments = [v for st in self.opt.state.values() for v in st.values() if torch.is_tensor(v)]
+        m = total_norm(moments)
+        if m != m or m == float("inf"):
+            return "non-finite optimizer state after the update"
+        return None
+
+    def undo(self) -> None:
+        """Put back the weights and optimizer state copied by `before_step`."""
+        with torch.no_grad():
+            torch._foreach_copy_([_local(p) for p in self.params], self._weights)
+            for i, p in enumerate(self.params):
+                saved = self._state.get(i)
+                if saved is None:
+                    self.opt.state.pop(p, None)
+                    continue
+                st = self.opt.state[p]
+                for k, v in saved.items():
+                    if torch.is_tensor(v):
+                        _local(st[k]).copy_(v)
+                    else:
+                        st[k] = v

@@ -1,0 +1,36 @@
+"""Every random stream the loop draws from, saved in and restored from checkpoints."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import torch
+
+
+def rng_state(generator: torch.Generator) -> dict:
+    """Every random stream the loop draws from, as tensors and plain numbers (weights_only-safe)."""
+    np_state = np.random.get_state()
+    return {
+        "python": list(_tuple_to_list(random.getstate())),
+        "numpy": {"key": torch.from_numpy(np_state[1].astype(np.int64)), "pos": int(np_state[2]),
+                  "has_gauss": int(np_state[3]), "cached": float(np_state[4])},
+        "torch": torch.get_rng_state(),
+        "sampler": generator.get_state(),
+    }
+
+
+def _tuple_to_list(x):
+    return [_tuple_to_list(v) for v in x] if isinstance(x, (tuple, list)) else x
+
+
+def _list_to_tuple(x):
+    return tuple(_list_to_tuple(v) for v in x) if isinstance(x, list) else x
+
+
+def set_rng_state(state: dict, generator: torch.Generator) -> None:
+    random.setstate(_list_to_tuple(state["python"]))
+    n = state["numpy"]
+    np.random.set_state(("MT19937", n["key"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached"]))
+    torch.set_rng_state(state["torch"])
+    generator.set_state(state["sampler"])
