@@ -9,7 +9,7 @@ import signal
 
 import pytest
 
-import rloo.training.rl as online  # noqa: F401
+import rloo.training.loop as online  # the loop logs through MetricsLogger
 import rloo.algorithms.rloo as rl
 from rloo import RLConfig, train
 from rloo.runtime.checkpoint import latest_checkpoint, list_checkpoints, load_state, step_of
