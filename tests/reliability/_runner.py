@@ -32,8 +32,9 @@ def _context():
     global _CTX
     if _CTX is None:
         _CTX = mp.get_context("forkserver")
-        _CTX.set_forkserver_preload(["rloo.cli", "rloo.training.rl", "torch.utils.tensorboard",
-                                     "reliability._helpers", "reliability._runner"])
+        _CTX.set_forkserver_preload(
+            ["rloo.cli", "rloo.training.rl", "torch.utils.tensorboard", "reliability._helpers", "reliability._runner"]
+        )
     return _CTX
 
 
@@ -61,10 +62,12 @@ def _child(argv, log, fault):
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     import torch
+
     torch.set_num_threads(1)
     if fault:
         _install(*fault.split("@"), log=log)
     from rloo.cli import main
+
     code = main(argv)
     sys.stdout.flush()
     sys.stderr.flush()
@@ -73,22 +76,26 @@ def _child(argv, log, fault):
 
 def _install(kind: str, at: str, log: str = "") -> None:
     import rloo.runtime.checkpoint as ck
-    import rloo.training.loop as online   # the loop logs through MetricsLogger (rloo.runtime.tracking)
+    import rloo.training.loop as online  # the loop logs through MetricsLogger (rloo.runtime.tracking)
+
     at = int(at)
     me = os.getpid()
     if kind == "slow-config":
         import time
 
         import rloo.training.common as common
+
         real_write = common.atomic_write_text
 
         def slow_write(path, text):
             Path(path).with_name(f".{Path(path).name}.tmp").write_text(text)
             time.sleep(1.5)
             real_write(path, text)
+
         common.atomic_write_text = slow_write
     elif kind == "pause":
         import time
+
         real_log = online.MetricsLogger.log
 
         def log_then_pause(self, step, metrics):
@@ -96,6 +103,7 @@ def _install(kind: str, at: str, log: str = "") -> None:
             if step == at and "loss/policy" in metrics:
                 Path(log + ".paused").write_text(str(me))
                 time.sleep(4)
+
         online.MetricsLogger.log = log_then_pause
     elif kind in ("term", "int", "kill"):
         sig = {"term": signal.SIGTERM, "int": signal.SIGINT, "kill": signal.SIGKILL}[kind]
@@ -105,6 +113,7 @@ def _install(kind: str, at: str, log: str = "") -> None:
             real_log(self, step, metrics)
             if step == at and "loss/policy" in metrics:
                 os.kill(me, sig)
+
         online.MetricsLogger.log = log
     elif kind == "kill-ckpt":
         real_state = ck.write_state
@@ -116,6 +125,7 @@ def _install(kind: str, at: str, log: str = "") -> None:
                 Path(path).write_bytes(data[: len(data) // 2])
                 os.kill(me, signal.SIGKILL)
             real_state(state, path)
+
         ck.write_state = write_state
     elif kind == "kill-rename":
         real_replace = ck._replace_dir
@@ -124,6 +134,7 @@ def _install(kind: str, at: str, log: str = "") -> None:
             if dst.name == f"step-{at:06d}":
                 os.kill(me, signal.SIGKILL)
             real_replace(src, dst)
+
         ck._replace_dir = replace
     else:
         raise ValueError(f"unknown fault {kind!r}")

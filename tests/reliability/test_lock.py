@@ -10,15 +10,26 @@ from pathlib import Path
 
 import pytest
 
-from rloo.runtime.checkpoint import list_checkpoints, verify_checkpoint
 from rloo.cli import main
 from rloo.experiments.compare import _claim
+from rloo.runtime.checkpoint import list_checkpoints, verify_checkpoint
 
 from ._helpers import hold_lock, metric_steps
 from ._runner import _context, start_cli
 
-RUN = ["reward_fn=reliability._helpers:reward_short", "steps=6", "batch_size=2", "k=2", "max_new_tokens=5",
-       "lr=3e-3", "warmup_steps=2", "save_every=2", "keep_checkpoints=2", "eval_every=null", "log_every=1"]
+RUN = [
+    "reward_fn=reliability._helpers:reward_short",
+    "steps=6",
+    "batch_size=2",
+    "k=2",
+    "max_new_tokens=5",
+    "lr=3e-3",
+    "warmup_steps=2",
+    "save_every=2",
+    "keep_checkpoints=2",
+    "eval_every=null",
+    "log_every=1",
+]
 
 
 def _wait_for(path: Path, proc, timeout: float = 120) -> None:
@@ -36,7 +47,7 @@ def _error_lines(text: str) -> list[str]:
 def test_second_process_on_a_running_folder_is_refused(tiny_model_dir, tmp_path):
     out, argv = tmp_path / "run", ["train", f"policy={tiny_model_dir}", f"output_dir={tmp_path / 'run'}", *RUN]
     first = start_cli(argv, tmp_path / "first.log", fault="pause@3")
-    _wait_for(tmp_path / "first.log.paused", first)          # the first run is inside step 3
+    _wait_for(tmp_path / "first.log.paused", first)  # the first run is inside step 3
     config_before = (out / "config.yaml").read_bytes()
     t0 = time.monotonic()
     second = start_cli([*argv, "--resume"], tmp_path / "second.log")
@@ -44,7 +55,7 @@ def test_second_process_on_a_running_folder_is_refused(tiny_model_dir, tmp_path)
     took = time.monotonic() - t0
     text = (tmp_path / "second.log").read_text()
     assert second.exitcode == 2, text
-    assert _error_lines(text) == text.strip().splitlines(), text   # nothing but the one error line
+    assert _error_lines(text) == text.strip().splitlines(), text  # nothing but the one error line
     assert len(_error_lines(text)) == 1 and f"is in use by process {first.pid} on " in text, text
     assert took < 2.0, f"the refusal took {took:.2f}s"
     first.join(300)
@@ -66,7 +77,7 @@ def test_eight_simultaneous_fresh_starts_give_one_run_and_clear_refusals(tiny_mo
     winners = [i for i, p in enumerate(procs) if p.exitcode == 0]
     assert len(winners) == 1, [p.exitcode for p in procs]
     pid = procs[winners[0]].pid
-    for i, (p, text) in enumerate(zip(procs, logs)):
+    for i, (p, text) in enumerate(zip(procs, logs, strict=False)):
         if i in winners:
             continue
         assert p.exitcode == 2, text
@@ -87,13 +98,16 @@ def _holder(folder: Path, tmp_path: Path, seconds: float = 60, die: bool = False
     return proc
 
 
-@pytest.mark.parametrize("command, args", [
-    ("sft", ["epochs=1", "num_examples=8"]),
-    ("reward", ["sft_model={model}", "num_pairs=8", "eval_pairs=2"]),
-    ("eval", ["policy={model}", "num_prompts=2"]),
-    ("pipeline", []),
-    ("train", ["policy={model}", "reward_fn=reliability._helpers:reward_short"]),
-])
+@pytest.mark.parametrize(
+    "command, args",
+    [
+        ("sft", ["epochs=1", "num_examples=8"]),
+        ("reward", ["sft_model={model}", "num_pairs=8", "eval_pairs=2"]),
+        ("eval", ["policy={model}", "num_prompts=2"]),
+        ("pipeline", []),
+        ("train", ["policy={model}", "reward_fn=reliability._helpers:reward_short"]),
+    ],
+)
 def test_every_stage_refuses_a_folder_in_use(command, args, tiny_model_dir, tmp_path, capsys):
     out = tmp_path / "busy"
     holder = _holder(out, tmp_path)
@@ -120,7 +134,7 @@ def test_compare_leaves_a_cell_in_use_to_its_holder(tmp_path, capsys):
     finally:
         holder.kill()
         holder.join()
-    with _claim(cell) as mine:   # its holder is gone: the cell is free
+    with _claim(cell) as mine:  # its holder is gone: the cell is free
         assert mine
 
 

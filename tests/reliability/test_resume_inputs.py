@@ -13,9 +13,9 @@ import yaml
 from safetensors.torch import load_file, save_file
 
 from rloo import train
-from rloo.runtime.checkpoint import list_checkpoints, step_of, verify_checkpoint
 from rloo.cli import main
 from rloo.errors import RlooError
+from rloo.runtime.checkpoint import list_checkpoints, step_of, verify_checkpoint
 
 from ._helpers import PROMPTS, metric_steps, reward_short
 from .conftest import rl_config as _cfg
@@ -43,8 +43,14 @@ def inputs(tiny_model_dir, tmp_path):
 
 
 def _interrupted(inputs, out, monkeypatch, capsys):
-    args = ["train", *(f"{k}={v}" for k, v in inputs.items()), "reward_fn=reliability._helpers:reward_short",
-            "eval_prompts=2", f"output_dir={out}", *CLI]
+    args = [
+        "train",
+        *(f"{k}={v}" for k, v in inputs.items()),
+        "reward_fn=reliability._helpers:reward_short",
+        "eval_prompts=2",
+        f"output_dir={out}",
+        *CLI,
+    ]
     _signal_after(monkeypatch, 3)
     assert main(args) == 128 + 15
     monkeypatch.undo()
@@ -62,8 +68,13 @@ def test_resume_refuses_an_input_changed_since_the_interrupt(changed, inputs, tm
         _perturb(inputs[changed])
     before = _files(out)
     rc = main([*args, "--resume"])
-    _one_line(rc, capsys.readouterr().err.strip(), f"cannot resume: {changed}={inputs[changed]} is not the same ",
-              "the run started with", "restore the original, or pass --overwrite")
+    _one_line(
+        rc,
+        capsys.readouterr().err.strip(),
+        f"cannot resume: {changed}={inputs[changed]} is not the same ",
+        "the run started with",
+        "restore the original, or pass --overwrite",
+    )
     assert _files(out) == before, "a refused resume changes nothing (config.yaml included)"
 
 
@@ -77,8 +88,14 @@ def test_resume_with_the_same_inputs_is_accepted(inputs, tmp_path, monkeypatch, 
 def test_steps_may_grow_on_resume(tiny_model_dir, tmp_path, monkeypatch, capsys):
     """The built-in task's prompt list depends on steps; a resume keeps the run's own list."""
     out = tmp_path / "run"
-    args = ["train", f"policy={tiny_model_dir}", "reward_fn=reliability._helpers:reward_short", "eval_prompts=2",
-            f"output_dir={out}", *CLI]
+    args = [
+        "train",
+        f"policy={tiny_model_dir}",
+        "reward_fn=reliability._helpers:reward_short",
+        "eval_prompts=2",
+        f"output_dir={out}",
+        *CLI,
+    ]
     _signal_after(monkeypatch, 3)
     assert main(args) == 128 + 15
     monkeypatch.undo()
@@ -89,7 +106,7 @@ def test_steps_may_grow_on_resume(tiny_model_dir, tmp_path, monkeypatch, capsys)
     assert "resuming with changed settings (still an exact continuation): steps: 4 -> 6" in err
     assert metric_steps(out) == [1, 2, 3, 4, 5, 6]
     assert yaml.safe_load((out / "config.yaml").read_text())["steps"] == 6
-    assert main([*args, "steps=8", "--resume"]) == 0, capsys.readouterr().err   # and once more
+    assert main([*args, "steps=8", "--resume"]) == 0, capsys.readouterr().err  # and once more
     assert metric_steps(out) == list(range(1, 9))
 
 
@@ -107,10 +124,17 @@ def test_refused_resume_does_not_rewrite_config(reference, tiny_model_dir, tmp_p
 @pytest.mark.parametrize("inside", ["policy", "dataset.path"])
 def test_overwrite_never_deletes_an_input_inside_the_folder(inside, inputs, tmp_path, capsys):
     out = tmp_path / "run"
-    args = ["train", f"policy={inputs['policy']}", "reward_fn=reliability._helpers:reward_short", "eval_prompts=2",
-            f"output_dir={out}", *CLI, "steps=2"]
+    args = [
+        "train",
+        f"policy={inputs['policy']}",
+        "reward_fn=reliability._helpers:reward_short",
+        "eval_prompts=2",
+        f"output_dir={out}",
+        *CLI,
+        "steps=2",
+    ]
     assert main(args) == 0
-    if inside == "policy":   # continue training from the run's own model, into the same folder
+    if inside == "policy":  # continue training from the run's own model, into the same folder
         moved = {"policy": out / "model"}
     else:
         moved = {"dataset.path": out / "prompts.jsonl"}
@@ -118,8 +142,12 @@ def test_overwrite_never_deletes_an_input_inside_the_folder(inside, inputs, tmp_
     capsys.readouterr()
     before = _files(out)
     rc = main([*args, *(f"{k}={v}" for k, v in moved.items()), "--overwrite"])
-    _one_line(rc, capsys.readouterr().err.strip(), f"--overwrite would delete {inside}={moved[inside]}: it lies "
-                                                   f"inside {out}", "(nothing was deleted)")
+    _one_line(
+        rc,
+        capsys.readouterr().err.strip(),
+        f"--overwrite would delete {inside}={moved[inside]}: it lies inside {out}",
+        "(nothing was deleted)",
+    )
     assert _files(out) == before
 
 
@@ -153,6 +181,7 @@ def test_a_failed_prune_is_reported(tiny_model_dir, tmp_path, monkeypatch, capsy
                 return onerror(torch.__class__, str(path), (PermissionError, err, None))
             raise err
         return real(path, ignore_errors=ignore_errors, onerror=onerror, **kw)
+
     monkeypatch.setattr(shutil, "rmtree", rmtree)
     out = tmp_path / "run"
     train(_cfg(tiny_model_dir, out, keep_checkpoints=1), prompts=PROMPTS, reward_fn=reward_short)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from rloo.eval.judge import paired_difference, win_rate, wins
 from rloo.data.preferences import preference_pairs
+from rloo.eval.judge import paired_difference, win_rate, wins
 from rloo.tasks import get_task
 
 

@@ -4,14 +4,14 @@
 from __future__ import annotations
 
 import time
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 import torch
 from torch import Tensor
 
+from rloo.algorithms.base import Models, score_rollout
 from rloo.config import RLConfig
 from rloo.core.kl import shaped_reward
-from rloo.algorithms.base import Models, score_rollout
 from rloo.rollout import Rollout, rollout
 
 
@@ -29,8 +29,17 @@ class Timer:
 
 def sample_and_score(models: Models, prompts: list[str], cfg: RLConfig, gen: torch.Generator, timer: Timer):
     """1-2 of every method: K completions per prompt, their scores (N,) and reference log-probs (N,T)."""
-    roll = rollout(models.policy, models.tokenizer, prompts, cfg.k, max_prompt_len=cfg.max_prompt_tokens,
-                   max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p, generator=gen)
+    roll = rollout(
+        models.policy,
+        models.tokenizer,
+        prompts,
+        cfg.k,
+        max_prompt_len=cfg.max_prompt_tokens,
+        max_new_tokens=cfg.max_new_tokens,
+        temperature=cfg.temperature,
+        top_p=cfg.top_p,
+        generator=gen,
+    )
     timer.lap("rollout")
     scores, ref_lp = score_rollout(models, roll, cfg)
     timer.lap("score")
@@ -59,12 +68,18 @@ def mean_stats(records: Iterable[dict]) -> dict[str, float]:
     return {k: sum(v) / len(v) for k, v in acc.items()}
 
 
-def rollout_stats(roll: Rollout, scores: Tensor, kl: Tensor, rewards: Tensor, grad_norm: float,
-                  skipped: bool, timer: Timer) -> dict[str, float]:
+def rollout_stats(
+    roll: Rollout, scores: Tensor, kl: Tensor, rewards: Tensor, grad_norm: float, skipped: bool, timer: Timer
+) -> dict[str, float]:
     """The metrics every method logs (names as in rloo_step, so curves line up across methods)."""
     lengths = roll.completion_mask.sum(-1).float()
     return {
-        "reward/score": scores.mean().item(), "reward/kl": kl.mean().item(), "reward/total": rewards.mean().item(),
-        "kl/ref": kl.mean().item(), "grad/norm": grad_norm, "gen/length": lengths.mean().item(),
-        "gen/truncated": roll.truncated.float().mean().item(), "guard/skipped": float(skipped),
+        "reward/score": scores.mean().item(),
+        "reward/kl": kl.mean().item(),
+        "reward/total": rewards.mean().item(),
+        "kl/ref": kl.mean().item(),
+        "grad/norm": grad_norm,
+        "gen/length": lengths.mean().item(),
+        "gen/truncated": roll.truncated.float().mean().item(),
+        "guard/skipped": float(skipped),
     } | timer.laps

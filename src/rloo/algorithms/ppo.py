@@ -20,13 +20,12 @@ from torch import Tensor, nn
 from transformers import PretrainedConfig
 
 from rloo.algorithms.base import Models, guarded_step
-from rloo.algorithms.common import (Timer, mean_stats, minibatches, rollout_stats, sample_and_score,
-                                    sequence_rewards)
+from rloo.algorithms.common import Timer, mean_stats, minibatches, rollout_stats, sample_and_score, sequence_rewards
 from rloo.config import RLConfig
 from rloo.core.advantages import gae, whiten
 from rloo.core.kl import token_level_rewards
-from rloo.core.losses import ppo_clip_loss, token_policy_gradient_loss, value_loss
 from rloo.core.logprobs import head_token_logprobs, token_logprobs
+from rloo.core.losses import ppo_clip_loss, token_policy_gradient_loss, value_loss
 from rloo.data.collate import position_ids
 from rloo.modeling.dropout import maybe_disable_dropout
 from rloo.modeling.forward import MAX_LOGITS_MB, chunked_head
@@ -41,9 +40,9 @@ def hidden_states(model, p_ids, p_mask, c_ids, c_mask, want_logits: bool):
     kw = dict(input_ids=ids, attention_mask=mask.long(), position_ids=position_ids(mask), use_cache=False)
     if want_logits:
         out = model(**kw, output_hidden_states=True, logits_to_keep=T + 1)
-        return out.hidden_states[-1][:, P - 1: P - 1 + T], out.logits[:, :-1]
+        return out.hidden_states[-1][:, P - 1 : P - 1 + T], out.logits[:, :-1]
     backbone = getattr(model, model.base_model_prefix)
-    return backbone(**kw).last_hidden_state[:, P - 1: P - 1 + T], None
+    return backbone(**kw).last_hidden_state[:, P - 1 : P - 1 + T], None
 
 
 class ValueFunction:
@@ -67,8 +66,9 @@ class ValueFunction:
         self.params = params
         self.opt = torch.optim.AdamW(params, lr=cfg.algorithm_settings.value_lr, betas=(0.9, 0.95))
 
-    def forward(self, policy, p_ids, p_mask, c_ids, c_mask, temperature: float,
-                max_logits_mb: float = MAX_LOGITS_MB) -> tuple[Tensor, Tensor]:
+    def forward(
+        self, policy, p_ids, p_mask, c_ids, c_mask, temperature: float, max_logits_mb: float = MAX_LOGITS_MB
+    ) -> tuple[Tensor, Tensor]:
         """(token log-probs (N, T), values (N, T)) in one pass of the policy (+ the value model).
         Large vocabularies: the LM head runs in chunks, as in `rloo.modeling.forward.lm_token_logprobs`."""
         chunked = chunked_head(policy, c_ids.numel(), max_logits_mb)
@@ -82,7 +82,7 @@ class ValueFunction:
         if self.kind == "head":
             return logprobs, self.model(hidden).squeeze(-1).float()
         v_hidden, _ = hidden_states(self.model, p_ids, p_mask, c_ids, c_mask, want_logits=False)
-        score = cast(nn.Module, self.model.score)   # the reward model's one-output head
+        score = cast(nn.Module, self.model.score)  # the reward model's one-output head
         return logprobs, score(v_hidden).squeeze(-1).float()
 
     def state_dict(self) -> dict:
@@ -96,7 +96,7 @@ class ValueFunction:
 class PPO:
     """`vanilla=True` is the paper's vanilla policy gradient: lambda = 1, one pass, no ratio, no clip."""
 
-    distributed = False   # the value model is neither wrapped nor sharded
+    distributed = False  # the value model is neither wrapped nor sharded
 
     def __init__(self, cfg: RLConfig, models: Models, vanilla: bool = False):
         self.vanilla = vanilla
@@ -116,8 +116,15 @@ class PPO:
         """Per-token rewards, old values, GAE advantages (whitened if configured) and returns."""
         mask = roll.completion_mask
         with torch.no_grad():
-            _, old_values = self.value.forward(models.policy, roll.prompt_ids, roll.prompt_mask,
-                                               roll.completion_ids, mask, cfg.temperature, cfg.max_logits_mb)
+            _, old_values = self.value.forward(
+                models.policy,
+                roll.prompt_ids,
+                roll.prompt_mask,
+                roll.completion_ids,
+                mask,
+                cfg.temperature,
+                cfg.max_logits_mb,
+            )
         estimator = cfg.algorithm_settings.kl_estimator
         rewards = token_level_rewards(scores, roll.logprobs, ref_lp, mask, cfg.beta, estimator)
         adv, returns = gae(rewards, old_values, mask, cfg.algorithm_settings.gamma, self.lam)
@@ -143,11 +150,17 @@ class PPO:
         records, norms, skipped = [], [], False
         policy_params = list(models.policy.parameters())
         for rows in minibatches(len(roll.prompts), self.parts, self.epochs, gen):
-            lp, values = self.value.forward(models.policy, roll.prompt_ids[rows], roll.prompt_mask[rows],
-                                            roll.completion_ids[rows], roll.completion_mask[rows], cfg.temperature,
-                                            cfg.max_logits_mb)
+            lp, values = self.value.forward(
+                models.policy,
+                roll.prompt_ids[rows],
+                roll.prompt_mask[rows],
+                roll.completion_ids[rows],
+                roll.completion_mask[rows],
+                cfg.temperature,
+                cfg.max_logits_mb,
+            )
             pl, vl, stats = self._losses(lp, values, rows, roll, adv, returns, old_values, cfg)
-            if self.value.kind == "head":   # one backward: the value loss also shapes the shared body
+            if self.value.kind == "head":  # one backward: the value loss also shapes the shared body
                 self.value.opt.zero_grad(set_to_none=True)
                 norm, ok = guarded_step(pl + cfg.algorithm_settings.vf_coef * vl, policy_params, opt, cfg.max_grad_norm)
                 if ok:

@@ -14,8 +14,7 @@ from __future__ import annotations
 import torch
 
 from rloo.algorithms.base import Models, guarded_step
-from rloo.algorithms.common import (Timer, mean_stats, minibatches, rollout_stats, sample_and_score,
-                                    sequence_rewards)
+from rloo.algorithms.common import Timer, mean_stats, minibatches, rollout_stats, sample_and_score, sequence_rewards
 from rloo.config import RLConfig
 from rloo.core.advantages import leave_one_out, leave_one_out_token_kl
 from rloo.core.kl import kl_per_token
@@ -33,9 +32,9 @@ def _advantages(scores, roll, ref_lp, cfg: RLConfig):
     rewards, kl = sequence_rewards(scores, roll, ref_lp, cfg)
     if cfg.algorithm_settings.kl_level == "token":
         kl_tokens = kl_per_token(roll.logprobs, ref_lp, cfg.algorithm_settings.kl_estimator)
-        adv = leave_one_out_token_kl(scores, kl_tokens, roll.completion_mask, cfg.beta, cfg.k)   # (N, T)
+        adv = leave_one_out_token_kl(scores, kl_tokens, roll.completion_mask, cfg.beta, cfg.k)  # (N, T)
     else:
-        adv = leave_one_out(rewards.view(-1, cfg.k)).view(-1)                                    # (N,)
+        adv = leave_one_out(rewards.view(-1, cfg.k)).view(-1)  # (N,)
     return adv, rewards, kl
 
 
@@ -44,8 +43,9 @@ def _loss(lp, old_lp, adv, mask, cfg: RLConfig):
     if cfg.algorithm_settings.rloo_clip:
         if token:
             return ppo_clip_loss(lp, old_lp, adv, mask, cfg.algorithm_settings.clip_eps)
-        return ppo_clip_loss(sequence_logprobs(lp, mask), sequence_logprobs(old_lp, mask), adv,
-                             clip_eps=cfg.algorithm_settings.clip_eps)
+        return ppo_clip_loss(
+            sequence_logprobs(lp, mask), sequence_logprobs(old_lp, mask), adv, clip_eps=cfg.algorithm_settings.clip_eps
+        )
     if token:
         return sequence_sum_policy_gradient_loss(lp, adv, mask)
     return policy_gradient_loss(sequence_logprobs(lp, mask), adv)
@@ -61,9 +61,15 @@ def rloo_ablation_step(models: Models, opt, prompts: list[str], cfg: RLConfig, g
     params = list(models.policy.parameters())
     for rows in minibatches(len(roll.prompts), parts, epochs, gen):
         mask = roll.completion_mask[rows]
-        lp = completion_logprobs(models.policy, roll.prompt_ids[rows], roll.prompt_mask[rows],
-                                 roll.completion_ids[rows], mask, temperature=cfg.temperature,
-                                 max_logits_mb=cfg.max_logits_mb)
+        lp = completion_logprobs(
+            models.policy,
+            roll.prompt_ids[rows],
+            roll.prompt_mask[rows],
+            roll.completion_ids[rows],
+            mask,
+            temperature=cfg.temperature,
+            max_logits_mb=cfg.max_logits_mb,
+        )
         loss, stats = _loss(lp, roll.logprobs[rows], adv[rows], mask, cfg)
         norm, stepped = guarded_step(loss, params, opt, cfg.max_grad_norm)
         records.append(stats)

@@ -21,8 +21,11 @@ def _mapping(loader, node, deep=False):
         key = loader.construct_object(key_node, deep=deep)
         if key in seen:
             raise yaml.constructor.ConstructorError(
-                None, None, f"key {key!r} appears twice (lines {seen[key] + 1} and {key_node.start_mark.line + 1})",
-                key_node.start_mark)
+                None,
+                None,
+                f"key {key!r} appears twice (lines {seen[key] + 1} and {key_node.start_mark.line + 1})",
+                key_node.start_mark,
+            )
         seen[key] = key_node.start_mark.line
     return loader.construct_mapping(node, deep)
 

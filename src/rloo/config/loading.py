@@ -61,7 +61,7 @@ def describe_validation_error(e: ValidationError, cls: type) -> str:
         key = ".".join(str(p) for p in err["loc"]) or "(config)"
         if err["type"] == "extra_forbidden":
             msgs.append(f"unknown key {key!r} for {cls.__name__}")
-        elif err["type"] == "value_error" and isinstance(err.get("input"), dict):   # a model-level check
+        elif err["type"] == "value_error" and isinstance(err.get("input"), dict):  # a model-level check
             where = ".".join(str(p) for p in err["loc"])
             msgs.append((where + "." if where else "") + err["msg"].removeprefix("Value error, "))
         elif err["type"] == "missing":

@@ -94,7 +94,9 @@ class AlgorithmSettings(Strict):
         default="separate",
         description="ppo/vanilla_pg: a separate value model (from the reward model) or a head on the policy.",
     )
-    value_lr: float = Field(default=1e-4, gt=0, le=MAX_LR, description="ppo/vanilla_pg: learning rate of the value model/head.")
+    value_lr: float = Field(
+        default=1e-4, gt=0, le=MAX_LR, description="ppo/vanilla_pg: learning rate of the value model/head."
+    )
     vf_coef: float = Field(
         default=0.5, ge=0, description="ppo/vanilla_pg with value_model=head: weight of the value loss."
     )
@@ -190,9 +192,12 @@ class RLSettings(Strict):
     keep_checkpoints: int = Field(default=2, ge=1, description="Newest checkpoints kept on disk.")
     max_skipped_steps: int = Field(default=5, ge=1, description="Non-finite steps in a row before the run stops.")
     max_param_growth: float = Field(
-        default=10.0, gt=1, description="Guard: an update that leaves the trainable parameters' norm above this many "
-                                        "times its value at the start (or any weight or optimizer value non-finite) is "
-                                        "undone and counted as a skipped step.")
+        default=10.0,
+        gt=1,
+        description="Guard: an update that leaves the trainable parameters' norm above this many "
+        "times its value at the start (or any weight or optimizer value non-finite) is "
+        "undone and counted as a skipped step.",
+    )
     # -- scaling out (rloo.runtime.distributed, rloo.modeling.loading, rloo.rollout.vllm) --
     lora: LoraSettings | None = Field(
         default=None, description="Train LoRA adapters instead of all weights (needs peft)."

@@ -79,9 +79,7 @@ def group_normalized(rewards: Tensor, eps: float = 1e-6) -> Tensor:
     return torch.where(constant, torch.zeros_like(normalized), normalized)
 
 
-def gae(
-    rewards: Tensor, values: Tensor, mask: Tensor, gamma: float, lam: float
-) -> tuple[Tensor, Tensor]:
+def gae(rewards: Tensor, values: Tensor, mask: Tensor, gamma: float, lam: float) -> tuple[Tensor, Tensor]:
     """Generalized Advantage Estimation (Schulman et al. 2016, eq. 16).
 
     rewards, values: (N, T) per token; mask: (N, T) bool, True = real completion
@@ -147,8 +145,8 @@ def leave_one_out_token_kl(scores: Tensor, kl: Tensor, mask: Tensor, beta: float
         raise ValueError(f"scores must be (N,) = ({kl.shape[0]},), got {tuple(scores.shape)}")
     zero = torch.zeros((), dtype=kl.dtype, device=kl.device)
     kl = torch.where(mask, kl.detach(), zero)
-    to_go = kl.flip(-1).cumsum(-1).flip(-1)                       # sum_{s >= t} kl_s
-    totals = scores.detach() - beta * to_go[:, 0]                   # R_i of eq. (1)
+    to_go = kl.flip(-1).cumsum(-1).flip(-1)  # sum_{s >= t} kl_s
+    totals = scores.detach() - beta * to_go[:, 0]  # R_i of eq. (1)
     baseline = totals - leave_one_out(totals.view(-1, k)).view(-1)  # b_i = R_i - A_i
     advantages = scores.detach()[:, None] - beta * to_go - baseline[:, None]
     return torch.where(mask, advantages, zero)

@@ -7,7 +7,7 @@ callable `module:function` with the batched reward signature (prompts, completio
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from rloo.errors import RlooError
 from rloo.rewards.sources import FunctionReward, load_function

@@ -5,13 +5,13 @@ from __future__ import annotations
 import importlib
 import math
 import numbers
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor
 
 from rloo.data.collate import encode_completions, encode_prompts
-from rloo.errors import StopNow, RewardError, RlooError
+from rloo.errors import RewardError, RlooError, StopNow
 from rloo.modeling.forward import reward_scores
 from rloo.modeling.forward_shared import reward_scores_shared
 
@@ -36,7 +36,7 @@ class FunctionReward:
     def score_texts(self, prompts: list[str], completions: list[str]) -> Tensor:
         try:
             out = self.fn(list(prompts), list(completions))
-        except StopNow:   # the user's second Ctrl-C arrived while the reward ran: not the function's fault
+        except StopNow:  # the user's second Ctrl-C arrived while the reward ran: not the function's fault
             raise
         except (Exception, SystemExit, KeyboardInterrupt) as e:  # noqa: BLE001 - any failure of user code
             # becomes one clear error; sys.exit() or a raised KeyboardInterrupt inside it too, so the
@@ -45,9 +45,13 @@ class FunctionReward:
         try:
             values = list(out)
         except TypeError:
-            raise RewardError(f"reward function {self.name} returned {type(out).__name__}, expected a list of floats") from None
+            raise RewardError(
+                f"reward function {self.name} returned {type(out).__name__}, expected a list of floats"
+            ) from None
         if len(values) != len(completions):
-            raise RewardError(f"reward function {self.name} returned {len(values)} scores for {len(completions)} completions")
+            raise RewardError(
+                f"reward function {self.name} returned {len(values)} scores for {len(completions)} completions"
+            )
         for v in values:
             if isinstance(v, torch.Tensor) and v.numel() == 1:
                 v = v.item()
@@ -63,8 +67,15 @@ class RewardModelScorer:
     rollout's token ids directly; with a different tokenizer it decodes and re-tokenizes.
     share_prompt: score a rollout's groups of k with each prompt computed once (same scores)."""
 
-    def __init__(self, model, tokenizer, policy_tokenizer=None, max_len: int = 1024, batch_size: int = 256,
-                 share_prompt: bool = True):
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        policy_tokenizer=None,
+        max_len: int = 1024,
+        batch_size: int = 256,
+        share_prompt: bool = True,
+    ):
         self.model, self.tokenizer, self.max_len, self.batch_size = model, tokenizer, max_len, batch_size
         self.share_prompt = share_prompt
         self.same_tokenizer = policy_tokenizer is not None and tokenizer.get_vocab() == policy_tokenizer.get_vocab()
@@ -85,10 +96,15 @@ class RewardModelScorer:
 
     def _chunked(self, p_ids, p_mask, c_ids, c_mask, k: int = 1) -> Tensor:
         size = max(k, self.batch_size // k * k)  # chunks hold whole groups of k
-        score = (lambda *a: reward_scores_shared(self.model, *a, k=k)) if k > 1 else (
-            lambda *a: reward_scores(self.model, *a))
-        out = [score(p_ids[i:i + size], p_mask[i:i + size], c_ids[i:i + size], c_mask[i:i + size])
-               for i in range(0, p_ids.shape[0], size)]
+        score = (
+            (lambda *a: reward_scores_shared(self.model, *a, k=k))
+            if k > 1
+            else (lambda *a: reward_scores(self.model, *a))
+        )
+        out = [
+            score(p_ids[i : i + size], p_mask[i : i + size], c_ids[i : i + size], c_mask[i : i + size])
+            for i in range(0, p_ids.shape[0], size)
+        ]
         return torch.cat(out).cpu()
 
 

@@ -21,8 +21,15 @@ from pathlib import Path
 import torch
 
 from rloo.errors import RlooError, option
-from rloo.runtime.atomic import (WriteError, check_manifest, describe_write_failure, fsync_dir, remove_tree,
-                                 remove_tree_reporting, sync_and_hash)
+from rloo.runtime.atomic import (
+    WriteError,
+    check_manifest,
+    describe_write_failure,
+    fsync_dir,
+    remove_tree,
+    remove_tree_reporting,
+    sync_and_hash,
+)
 from rloo.runtime.resumecheck import check_resume_config, prompts_digest  # noqa: F401 - re-exported
 from rloo.runtime.rng import rng_state, set_rng_state  # noqa: F401 - re-exported
 from rloo.runtime.tracking import say, say_once
@@ -30,6 +37,7 @@ from rloo.runtime.tracking import say, say_once
 MARKER = "COMPLETE"
 
 # ---- writing ---------------------------------------------------------------------------------
+
 
 def step_of(ckpt: Path) -> int:
     return int(Path(ckpt).name.split("-")[-1])
@@ -55,9 +63,10 @@ def save_checkpoint(run_dir: Path, step: int, model, tokenizer, state: dict, kee
         why = describe_write_failure(e, root)
         remove_tree(tmp)
         prev = list_checkpoints(run_dir)
-        raise WriteError(f"could not write checkpoint {final}: {why}. Nothing was overwritten: "
-                         f"{'the previous checkpoint ' + str(prev[-1]) + ' is intact' if prev else 'there is no earlier checkpoint'}"
-                         ) from e
+        raise WriteError(
+            f"could not write checkpoint {final}: {why}. Nothing was overwritten: "
+            f"{'the previous checkpoint ' + str(prev[-1]) + ' is intact' if prev else 'there is no earlier checkpoint'}"
+        ) from e
     _replace_dir(tmp, final)
     fsync_dir(root)
     mark_verified(final)
@@ -87,6 +96,7 @@ def _replace_dir(src: Path, dst: Path) -> None:
 
 # ---- reading ---------------------------------------------------------------------------------
 
+
 def list_checkpoints(run_dir: Path) -> list[Path]:
     """Checkpoint folders that were finished (COMPLETE written), oldest first; not yet verified."""
     root = Path(run_dir) / "checkpoints"
@@ -114,8 +124,10 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
         for partial in sorted(p for p in root.iterdir() if p.name.startswith(".tmp-step-")):
             say(f"skipping unfinished checkpoint {partial} (the run stopped while writing it)")
         for unmarked in sorted(p for p in root.glob("step-*") if not (p / MARKER).exists()):
-            say(f"skipping broken checkpoint {unmarked}: it has no {MARKER} marker (not finished, or the marker "
-                f"was deleted)")
+            say(
+                f"skipping broken checkpoint {unmarked}: it has no {MARKER} marker (not finished, or the marker "
+                f"was deleted)"
+            )
     for ckpt in reversed(list_checkpoints(run_dir)):
         problem = verify_checkpoint(ckpt)
         if problem is None:
@@ -172,7 +184,7 @@ def prune_checkpoints(run_dir: Path, keep: int, newest: Path) -> None:
             kept.append(ckpt)
             continue
         if step_of(ckpt) > step_of(newest):
-            continue   # newer than this run's position (its own logic drops those: drop_newer_than)
+            continue  # newer than this run's position (its own logic drops those: drop_newer_than)
         problem = remove_tree_reporting(ckpt)
         if problem:
             say(f"warning: could not delete old checkpoint {ckpt} ({problem}); delete it by hand to free space")
@@ -192,12 +204,18 @@ def truncate_metrics(run_dir: Path, nbytes: int) -> None:
 
 def snapshot(step: int, counters: dict, gen: torch.Generator, sched, stream, metrics_path: Path) -> dict:
     """The loop's small state at a step boundary (everything except weights and optimizer)."""
-    return {"step": step, "counters": dict(counters), "rng": copy.deepcopy(rng_state(gen)),
-            "scheduler": copy.deepcopy(sched.state_dict()), "stream": list(stream.position()),
-            "metrics_bytes": metrics_path.stat().st_size if metrics_path.exists() else 0}
+    return {
+        "step": step,
+        "counters": dict(counters),
+        "rng": copy.deepcopy(rng_state(gen)),
+        "scheduler": copy.deepcopy(sched.state_dict()),
+        "stream": list(stream.position()),
+        "metrics_bytes": metrics_path.stat().st_size if metrics_path.exists() else 0,
+    }
 
 
 # ---- the online loop's state -----------------------------------------------------------------
+
 
 class Checkpointer:
     """Saves and restores the online loop's whole state: weights, optimizer, scheduler, RNG,
@@ -209,8 +227,21 @@ class Checkpointer:
     this is how a checkpoint "from before the problem" is written after the problem.
     """
 
-    def __init__(self, out: Path, cfg, policy, tokenizer, opt, sched, gen, stream, prompts: list[str], algo=None,
-                 writes: bool = True, skip_note: str | None = None):
+    def __init__(
+        self,
+        out: Path,
+        cfg,
+        policy,
+        tokenizer,
+        opt,
+        sched,
+        gen,
+        stream,
+        prompts: list[str],
+        algo=None,
+        writes: bool = True,
+        skip_note: str | None = None,
+    ):
         self.out, self.cfg, self.policy, self.tokenizer = Path(out), cfg, policy, tokenizer
         # who writes is decided by the caller (under torchrun: rank 0 only; none under FSDP, with
         # `skip_note` said once); a process that does not write returns None from save()
@@ -221,10 +252,10 @@ class Checkpointer:
         self.opt, self.sched, self.gen, self.stream = opt, sched, gen, stream
         self.prompts_sha = prompts_digest(prompts)
         self.counters = {"updates": 0, "skipped_in_row": 0, "skipped_total": 0, "prompts_truncated": 0}
-        self.streak_start: dict | None = None   # snapshot before the first step of a non-finite streak
-        self.inputs: dict = {}      # content fingerprints of the run's inputs (rloo.runtime.fingerprint)
-        self.prompt_steps: int | None = None   # `steps` the built-in task's prompt list was made for
-        self.guard = None           # rloo.runtime.paramguard.ParamGuard, set by the loop
+        self.streak_start: dict | None = None  # snapshot before the first step of a non-finite streak
+        self.inputs: dict = {}  # content fingerprints of the run's inputs (rloo.runtime.fingerprint)
+        self.prompt_steps: int | None = None  # `steps` the built-in task's prompt list was made for
+        self.guard = None  # rloo.runtime.paramguard.ParamGuard, set by the loop
 
     def snapshot(self, step: int) -> dict:
         snap = snapshot(step, self.counters, self.gen, self.sched, self.stream, self.out / "metrics.jsonl")
@@ -237,13 +268,18 @@ class Checkpointer:
             return None
         if snap["counters"]["updates"] != self.counters["updates"]:
             raise AssertionError("the weights changed since this snapshot; it cannot be saved with them")
-        state = snap | {"optimizer": self.opt.state_dict(), "prompts_sha": self.prompts_sha,
-                        "inputs": self.inputs, "prompt_steps": self.prompt_steps,
-                        "guard": self.guard.state_dict() if self.guard is not None else {},
-                        "algorithm": self.algo.state_dict() if self.algo is not None else {},
-                        "config": json.dumps(self.cfg.model_dump(mode="json"))}
-        return save_checkpoint(self.out, snap["step"], self.policy, self.tokenizer, state,
-                               keep=self.cfg.keep_checkpoints)
+        state = snap | {
+            "optimizer": self.opt.state_dict(),
+            "prompts_sha": self.prompts_sha,
+            "inputs": self.inputs,
+            "prompt_steps": self.prompt_steps,
+            "guard": self.guard.state_dict() if self.guard is not None else {},
+            "algorithm": self.algo.state_dict() if self.algo is not None else {},
+            "config": json.dumps(self.cfg.model_dump(mode="json")),
+        }
+        return save_checkpoint(
+            self.out, snap["step"], self.policy, self.tokenizer, state, keep=self.cfg.keep_checkpoints
+        )
 
     def drop_newer_than(self, step: int) -> None:
         for ckpt in list_checkpoints(self.out):
@@ -253,14 +289,16 @@ class Checkpointer:
     def restore(self, state: dict) -> int:
         """Load `state` into the live objects; returns the step to continue from."""
         if state.get("prompts_sha") != self.prompts_sha:
-            raise RlooError("cannot resume: the training prompts differ from the ones this run was started "
-                            f"with; pass the same prompts, or {option('overwrite')} to start a new run")
+            raise RlooError(
+                "cannot resume: the training prompts differ from the ones this run was started "
+                f"with; pass the same prompts, or {option('overwrite')} to start a new run"
+            )
         self.opt.load_state_dict(state["optimizer"])
         self.sched.load_state_dict(state["scheduler"])
         # lr may have been changed on resume (e.g. lowered after the non-finite guard): the
         # scheduler's base comes from the config, its progress from the checkpoint.
         self.sched.base_lrs = [self.cfg.lr for _ in self.sched.base_lrs]
-        for group, base, f in zip(self.opt.param_groups, self.sched.base_lrs, self.sched.lr_lambdas):
+        for group, base, f in zip(self.opt.param_groups, self.sched.base_lrs, self.sched.lr_lambdas, strict=False):
             group["lr"] = base * f(self.sched.last_epoch)
         self.sched._last_lr = [g["lr"] for g in self.opt.param_groups]
         set_rng_state(state["rng"], self.gen)

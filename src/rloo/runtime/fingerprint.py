@@ -56,22 +56,28 @@ def fingerprints(cfg) -> dict[str, list]:
 
 def check_inputs_unchanged(saved: dict | None, current: dict) -> None:
     """Refuse a resume whose inputs differ in content from the run's start (one line naming them)."""
-    if not saved:   # a checkpoint from before fingerprints were recorded
+    if not saved:  # a checkpoint from before fingerprints were recorded
         return
     changed = [k for k in saved if k in current and saved[k][1] != current[k][1]]
     if changed:
-        what = "; ".join(f"{k}={current[k][0]} is not the same {'file' if Path(current[k][0]).is_file() else 'folder'} "
-                         f"the run started with (sha256 {str(saved[k][1])[:12]} then, {str(current[k][1])[:12]} now)"
-                         for k in changed)
-        raise RlooError(f"cannot resume: {what}; restore the original, or pass {option('overwrite')} to start a "
-                        f"new run")
+        what = "; ".join(
+            f"{k}={current[k][0]} is not the same {'file' if Path(current[k][0]).is_file() else 'folder'} "
+            f"the run started with (sha256 {str(saved[k][1])[:12]} then, {str(current[k][1])[:12]} now)"
+            for k in changed
+        )
+        raise RlooError(
+            f"cannot resume: {what}; restore the original, or pass {option('overwrite')} to start a new run"
+        )
 
 
 def refuse_inputs_inside(cfg, out: Path) -> None:
     """--overwrite deletes `out`: refuse when an input of the run lies inside it."""
     root = Path(out).resolve()
-    inside = [f"{k}={p}" for k, p in input_paths(cfg).items()
-              if Path(p).exists() and Path(p).resolve().is_relative_to(root)]
+    inside = [
+        f"{k}={p}" for k, p in input_paths(cfg).items() if Path(p).exists() and Path(p).resolve().is_relative_to(root)
+    ]
     if inside:
-        raise RlooError(f"{option('overwrite')} would delete {', '.join(inside)}: it lies inside {out}; move it "
-                        f"out or choose another output_dir (nothing was deleted)")
+        raise RlooError(
+            f"{option('overwrite')} would delete {', '.join(inside)}: it lies inside {out}; move it "
+            f"out or choose another output_dir (nothing was deleted)"
+        )

@@ -72,8 +72,10 @@ class ParamGuard:
         if norm != norm or norm == float("inf"):
             return "non-finite parameters after the update"
         if norm > self.limit:
-            return (f"parameter norm {norm:.4g} after the update exceeds {self.limit:.4g} "
-                    f"(max_param_growth x the starting norm {self.norm0:.4g})")
+            return (
+                f"parameter norm {norm:.4g} after the update exceeds {self.limit:.4g} "
+                f"(max_param_growth x the starting norm {self.norm0:.4g})"
+            )
         moments = [v for st in self.opt.state.values() for v in st.values() if torch.is_tensor(v)]
         m = total_norm(moments)
         if m != m or m == float("inf"):

@@ -12,24 +12,37 @@ RESUME_FIXED = ("policy", "task", "seed", "algorithm", "k", "batch_size", "rewar
 
 # Changing these on resume leaves the continuation exact: they decide how long the run goes and
 # what it writes on the side, not what a step computes.
-EXACT_KEYS = ("steps", "save_every", "keep_checkpoints", "log_every", "sample_every", "eval_every",
-              "eval_prompts", "max_skipped_steps", "max_param_growth", "device")
+EXACT_KEYS = (
+    "steps",
+    "save_every",
+    "keep_checkpoints",
+    "log_every",
+    "sample_every",
+    "eval_every",
+    "eval_prompts",
+    "max_skipped_steps",
+    "max_param_growth",
+    "device",
+)
 
 
 def check_prompts_unchanged(state: dict, prompts: list[str], from_api: bool) -> None:
     if state.get("prompts_sha") in (None, prompts_digest(prompts)):
         return
     how = "pass the same prompts" if from_api else "use the same dataset settings"
-    raise RlooError(f"cannot resume: the training prompts differ from the ones this run was started with "
-                    f"({len(prompts)} prompts now); {how}, or {option('overwrite')} to start a new run")
+    raise RlooError(
+        f"cannot resume: the training prompts differ from the ones this run was started with "
+        f"({len(prompts)} prompts now); {how}, or {option('overwrite')} to start a new run"
+    )
 
 
 def describe_changes(changed: list[str], at_step: int, steps: int) -> list[str]:
     """Lines telling the user what a resume with changed settings does; refuses `steps` below the
     checkpoint's step. `changed`: 'key: old -> new' from check_resume_config."""
     if steps < at_step:
-        raise RlooError(f"cannot resume: the newest checkpoint is at step {at_step}, past steps={steps}; "
-                        f"pass steps >= {at_step}")
+        raise RlooError(
+            f"cannot resume: the newest checkpoint is at step {at_step}, past steps={steps}; pass steps >= {at_step}"
+        )
     exact = [c for c in changed if c.split(":")[0] in EXACT_KEYS]
     other = [c for c in changed if c not in exact]
     lines = []
@@ -54,10 +67,15 @@ def check_resume_config(saved: dict, current: dict) -> list[str]:
     fixed = [k for k in RESUME_FIXED if k in a and a.get(k) != b.get(k)]
     if fixed:
         diff = ", ".join(f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in fixed)
-        raise RlooError(f"cannot resume with different {', '.join(fixed)} ({diff}); use the run's original "
-                        f"settings, or pass {option('overwrite')} to start a new run")
-    return [f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in sorted(set(a) | set(b))
-            if a.get(k) != b.get(k) and k != "output_dir"]
+        raise RlooError(
+            f"cannot resume with different {', '.join(fixed)} ({diff}); use the run's original "
+            f"settings, or pass {option('overwrite')} to start a new run"
+        )
+    return [
+        f"{k}: {a.get(k)!r} -> {b.get(k)!r}"
+        for k in sorted(set(a) | set(b))
+        if a.get(k) != b.get(k) and k != "output_dir"
+    ]
 
 
 def prompts_digest(prompts: list[str]) -> str:

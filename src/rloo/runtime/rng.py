@@ -13,8 +13,12 @@ def rng_state(generator: torch.Generator) -> dict:
     np_state = np.random.get_state()
     return {
         "python": list(_tuple_to_list(random.getstate())),
-        "numpy": {"key": torch.from_numpy(np_state[1].astype(np.int64)), "pos": int(np_state[2]),
-                  "has_gauss": int(np_state[3]), "cached": float(np_state[4])},
+        "numpy": {
+            "key": torch.from_numpy(np_state[1].astype(np.int64)),
+            "pos": int(np_state[2]),
+            "has_gauss": int(np_state[3]),
+            "cached": float(np_state[4]),
+        },
         "torch": torch.get_rng_state(),
         "sampler": generator.get_state(),
     }

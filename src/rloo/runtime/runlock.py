@@ -58,8 +58,14 @@ class _Lock:
         stale = _read_holder(self.path, wait=0)
         if stale and stale.get("pid") != os.getpid():
             print(f"note: took over the lock of {_describe(stale)}, which is no longer running", file=sys.stderr)
-        record = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": time.time(),
-                             "command": " ".join(sys.argv[:2])[:200]})
+        record = json.dumps(
+            {
+                "pid": os.getpid(),
+                "host": socket.gethostname(),
+                "started": time.time(),
+                "command": " ".join(sys.argv[:2])[:200],
+            }
+        )
         os.ftruncate(self.fd, 0)
         os.pwrite(self.fd, record.encode(), 0)
 
@@ -89,8 +95,9 @@ def _flock(fd: int, mode: int, tries: int = 10) -> bool:
 
 
 def _busy(folder: Path, path: Path) -> RunFolderBusy:
-    return RunFolderBusy(f"{folder} is in use by {_describe(_read_holder(path))}; wait for it to finish or "
-                         f"choose another output_dir")
+    return RunFolderBusy(
+        f"{folder} is in use by {_describe(_read_holder(path))}; wait for it to finish or choose another output_dir"
+    )
 
 
 def _read_holder(path: Path, wait: float = 1.0) -> dict | None:
@@ -115,7 +122,7 @@ def _describe(holder: dict | None) -> str:
     return f"process {holder.get('pid')} on {holder.get('host')} ({holder.get('command', 'rloo')}, started {started})"
 
 
-_ACTIVE: dict[str, list] = {}    # resolved folder -> [lock, nesting depth]
+_ACTIVE: dict[str, list] = {}  # resolved folder -> [lock, nesting depth]
 
 
 def _key(folder) -> str:
@@ -131,7 +138,7 @@ def run_folder(folder, enabled: bool = True):
         return
     key = _key(folder)
     entry = _ACTIVE.get(key)
-    if entry is not None:   # this process already holds it (a pipeline stage, a compare cell)
+    if entry is not None:  # this process already holds it (a pipeline stage, a compare cell)
         entry[1] += 1
     else:
         entry = _ACTIVE[key] = [_Lock(Path(folder)), 1]
@@ -148,10 +155,12 @@ def run_folder(folder, enabled: bool = True):
 
 def holds_run_folder(stage):
     """Decorator: `stage(cfg, ...)` runs holding `cfg.output_dir` (rank 0 only under torchrun)."""
+
     @functools.wraps(stage)
     def wrapper(cfg, *args, **kwargs):
         with run_folder(cfg.output_dir, enabled=os.environ.get("RANK", "0") == "0"):
             return stage(cfg, *args, **kwargs)
+
     return wrapper
 
 
@@ -172,7 +181,7 @@ def refuse_if_busy(folder) -> None:
     except OSError:
         return
     try:
-        if not _flock(fd, fcntl.LOCK_SH):   # shared: probes never block each other
+        if not _flock(fd, fcntl.LOCK_SH):  # shared: probes never block each other
             raise _busy(Path(folder), path)
         fcntl.flock(fd, fcntl.LOCK_UN)
     finally:

@@ -39,7 +39,7 @@ class MetricsLogger:
         try:
             self._file.write(json.dumps({"step": step, **clean}) + "\n")
             self._file.flush()
-        except OSError as e:   # a full disk: one clear line, not a traceback of TensorBoard's thread
+        except OSError as e:  # a full disk: one clear line, not a traceback of TensorBoard's thread
             self._fail(e, self.path)
         if self._tb is not None:
             tb_dir = self.path.parent / "tensorboard"
@@ -49,7 +49,7 @@ class MetricsLogger:
                 for k, v in clean.items():
                     if v is not None:
                         self._tb.add_scalar(k, v, step)
-            except OSError as e:   # its writer thread failed; add_scalar re-raises that error
+            except OSError as e:  # its writer thread failed; add_scalar re-raises that error
                 self._fail(e, tb_dir)
 
     def _fail(self, e: OSError, where: Path):
@@ -65,10 +65,12 @@ class MetricsLogger:
         if self._tb is not None:
             try:
                 self._tb.close()
-            except OSError as e:   # its events are a mirror of metrics.jsonl: warn, do not fail the run
+            except OSError as e:  # its events are a mirror of metrics.jsonl: warn, do not fail the run
                 if not self.failed:
-                    say(f"warning: TensorBoard events in {self.path.parent / 'tensorboard'} are incomplete "
-                        f"({type(e).__name__}: {e})")
+                    say(
+                        f"warning: TensorBoard events in {self.path.parent / 'tensorboard'} are incomplete "
+                        f"({type(e).__name__}: {e})"
+                    )
 
 
 # TensorBoard writes events from a background thread; a full disk there would print that thread's
@@ -88,6 +90,7 @@ def _quiet_tensorboard_errors() -> None:
             _TB_FAILED.append(args.exc_value)
             return
         previous(args)
+
     hook._rloo_quiet_tb = True
     threading.excepthook = hook
 
@@ -101,8 +104,14 @@ def read_metrics(path: Path) -> list[dict]:
 def progress(total: int, desc: str, initial: int = 0, disable: bool = False):
     """A progress bar on stderr that stays quiet when stderr is not a terminal (CI, tests) or
     when `disable` (processes other than rank 0)."""
-    return tqdm(total=total, desc=desc, initial=initial, dynamic_ncols=True, leave=True,
-                disable=True if disable or not sys.stderr.isatty() else None)
+    return tqdm(
+        total=total,
+        desc=desc,
+        initial=initial,
+        dynamic_ncols=True,
+        leave=True,
+        disable=True if disable or not sys.stderr.isatty() else None,
+    )
 
 
 def say(msg: str) -> None:

@@ -51,11 +51,16 @@ def prepare_output_dir(cfg, resume: bool = False, overwrite: bool = False, can_r
         refuse_inputs_inside(cfg, out)
         clear_folder(out)
     elif held is not None:
-        same = {k: v for k, v in held.items() if k != "output_dir"} == {k: v for k, v in current.items() if k != "output_dir"}
+        same = {k: v for k, v in held.items() if k != "output_dir"} == {
+            k: v for k, v in current.items() if k != "output_dir"
+        }
         what = "this run" if same else "a different run"
         # named as the caller spells them: --resume on the command line, resume=True in Python
-        how = (f"pass {option('resume')} to continue it or {option('overwrite')} to replace it" if can_resume
-               else f"pass {option('overwrite')} to replace it")
+        how = (
+            f"pass {option('resume')} to continue it or {option('overwrite')} to replace it"
+            if can_resume
+            else f"pass {option('overwrite')} to replace it"
+        )
         raise RlooError(f"{out} already holds {what}; {how}, or choose another output_dir")
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "config.yaml", yaml.safe_dump(current, sort_keys=False))
@@ -64,8 +69,10 @@ def prepare_output_dir(cfg, resume: bool = False, overwrite: bool = False, can_r
 
 def _refuse_foreign(out: Path, held, cfg) -> None:
     if held == "foreign":
-        raise RlooError(f"{out} is not empty and does not hold an rloo {type(cfg).__name__} run; choose another "
-                        f"output_dir (nothing was deleted)")
+        raise RlooError(
+            f"{out} is not empty and does not hold an rloo {type(cfg).__name__} run; choose another "
+            f"output_dir (nothing was deleted)"
+        )
 
 
 def _held_run(out: Path, current: dict):
@@ -91,8 +98,9 @@ def clear_folder(out: Path) -> None:
 
 
 def adamw(params, lr: float, weight_decay: float = 0.0) -> torch.optim.AdamW:
-    return torch.optim.AdamW([p for p in params if p.requires_grad], lr=lr, weight_decay=weight_decay,
-                             betas=(0.9, 0.95))
+    return torch.optim.AdamW(
+        [p for p in params if p.requires_grad], lr=lr, weight_decay=weight_decay, betas=(0.9, 0.95)
+    )
 
 
 def supervised_step(model, opt, sched, loss, max_grad_norm: float = 1.0) -> float:
@@ -109,11 +117,13 @@ def supervised_step(model, opt, sched, loss, max_grad_norm: float = 1.0) -> floa
 
 def warmup_cosine(opt, total: int, warmup: int, floor: float = 0.1):
     """Linear warm-up then cosine decay to `floor` x the peak learning rate."""
+
     def f(step: int) -> float:
         if step < warmup:
             return (step + 1) / warmup
         t = (step - warmup) / max(1, total - warmup)
         return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, t)))
+
     return torch.optim.lr_scheduler.LambdaLR(opt, f)
 
 

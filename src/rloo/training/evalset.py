@@ -50,8 +50,9 @@ def eval_metrics(models: Models, ev: EvalSet, cfg: RLConfig) -> dict[str, float]
     return res.as_metrics()
 
 
-def train_and_eval_prompts(cfg: RLConfig, task, prompts, models: Models,
-                           steps: int | None = None) -> tuple[list[str], EvalSet | None]:
+def train_and_eval_prompts(
+    cfg: RLConfig, task, prompts, models: Models, steps: int | None = None
+) -> tuple[list[str], EvalSet | None]:
     """Training prompts and the held-out eval set: the API's prompts (no eval), the config's
     dataset (judged by eval.judge, by default the reward model), or the built-in task (steps x
     batch_size prompts, `steps` of the run's start: a resume that extends `steps` keeps the list)."""

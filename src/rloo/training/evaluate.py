@@ -11,12 +11,12 @@ from rloo.config import EvalConfig
 from rloo.data.datasets import eval_records
 from rloo.eval.judge import PolicyEval, evaluate_policy, paired_difference
 from rloo.modeling.loading import frozen, load_policy, load_reward_model, model_options
-from rloo.training.common import check_device, prepare_output_dir, seed_everything
 from rloo.rewards import RewardModelScorer
 from rloo.rewards.judges import make_judge
-from rloo.tasks import Example, get_task
 from rloo.runtime.runlock import holds_run_folder
 from rloo.runtime.tracking import say
+from rloo.tasks import Example, get_task
+from rloo.training.common import check_device, prepare_output_dir, seed_everything
 
 
 @holds_run_folder
@@ -48,17 +48,29 @@ def evaluate(cfg: EvalConfig, *, overwrite: bool = False) -> dict[str, PolicyEva
         model.eval()
         # the same sampling noise for every policy: a paired comparison
         results[name] = evaluate_policy(
-            model, tok, [e.prompt for e in examples], references=[e.reference for e in examples],
-            judge=judge, reward_scorer=scorer, ref_model=ref, temperature=cfg.temperature,
-            max_prompt_len=cfg.max_prompt_tokens, max_new_tokens=cfg.max_new_tokens,
-            batch_size=cfg.batch_size, generator=torch.Generator().manual_seed(cfg.seed + 7), keep_samples=5)
+            model,
+            tok,
+            [e.prompt for e in examples],
+            references=[e.reference for e in examples],
+            judge=judge,
+            reward_scorer=scorer,
+            ref_model=ref,
+            temperature=cfg.temperature,
+            max_prompt_len=cfg.max_prompt_tokens,
+            max_new_tokens=cfg.max_new_tokens,
+            batch_size=cfg.batch_size,
+            generator=torch.Generator().manual_seed(cfg.seed + 7),
+            keep_samples=5,
+        )
     summary = {k: {kk: vv for kk, vv in asdict(v).items() if kk != "wins"} for k, v in results.items()}
     table = format_table(results)
     if "baseline" in results and results["policy"].wins:
         diff, half = paired_difference(results["policy"].wins, results["baseline"].wins)
         summary["difference"] = {"win_rate": diff, "ci95": half}
-        table += (f"\n\npolicy - baseline win rate: {100 * diff:+.1f} points "
-                  f"(95% CI {100 * (diff - half):+.1f} to {100 * (diff + half):+.1f}, paired over {len(examples)} prompts)")
+        table += (
+            f"\n\npolicy - baseline win rate: {100 * diff:+.1f} points "
+            f"(95% CI {100 * (diff - half):+.1f} to {100 * (diff + half):+.1f}, paired over {len(examples)} prompts)"
+        )
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     data = cfg.dataset.path if cfg.dataset is not None else cfg.task
     (out / "report.md").write_text(f"# Evaluation on {len(examples)} held-out {data} prompts\n\n{table}\n")
@@ -69,9 +81,13 @@ def evaluate(cfg: EvalConfig, *, overwrite: bool = False) -> dict[str, PolicyEva
 def format_table(results: dict[str, PolicyEval]) -> str:
     """Markdown table: one row per policy."""
     fmt = lambda v, p=3: "-" if v is None else f"{v:.{p}f}"  # noqa: E731
-    rows = ["| policy | win rate vs refs | gold score | RM score | KL to ref | length | truncated |",
-            "|---|---|---|---|---|---|---|"]
+    rows = [
+        "| policy | win rate vs refs | gold score | RM score | KL to ref | length | truncated |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for name, r in results.items():
-        rows.append(f"| {name} | {fmt(r.win_rate)} | {fmt(r.gold)} | {fmt(r.reward)} | {fmt(r.kl)} | "
-                    f"{fmt(r.length, 1)} | {fmt(r.truncated, 2)} |")
+        rows.append(
+            f"| {name} | {fmt(r.win_rate)} | {fmt(r.gold)} | {fmt(r.reward)} | {fmt(r.kl)} | "
+            f"{fmt(r.length, 1)} | {fmt(r.truncated, 2)} |"
+        )
     return "\n".join(rows)

@@ -45,8 +45,11 @@ class NonFiniteGuard:
             assert first is not None
             ck.drop_newer_than(first["step"])  # written mid-streak; resuming there would repeat the problem
             path = ck.save(first)
-            what = "a non-finite loss or gradient" if why == "non-finite loss or gradient" else \
-                f"a non-finite loss or gradient or bad parameters (last: {why})"
+            what = (
+                "a non-finite loss or gradient"
+                if why == "non-finite loss or gradient"
+                else f"a non-finite loss or gradient or bad parameters (last: {why})"
+            )
             raise NonFiniteError(
                 f"{c['skipped_in_row']} steps in a row (steps {first['step'] + 1}-{step + 1}) had "
                 f"{what}; stopped. Checkpoint from before the problem: "
@@ -57,10 +60,10 @@ class NonFiniteGuard:
 
 def check_update(guard: ParamGuard, dist, stats: dict) -> dict:
     """Undo an update that left bad weights (rloo.runtime.paramguard); it then counts as a skipped step."""
-    skipped = bool(stats["guard/skipped"])   # no update was made: nothing to check
+    skipped = bool(stats["guard/skipped"])  # no update was made: nothing to check
     problem = None if skipped else guard.problem()
     bad = problem is not None
-    if dist.enabled:   # every process takes part, and all undo together (FSDP checks its own shard)
+    if dist.enabled:  # every process takes part, and all undo together (FSDP checks its own shard)
         bad = dist.mean_metrics({"bad": float(bad)})["bad"] > 0
     guard.reason = "non-finite loss or gradient" if skipped else None
     if not bad or skipped:

@@ -96,9 +96,11 @@ def loop(cfg, dist, models, ck: Checkpointer, eval_set, start: int) -> RLResult:
                 if cfg.save_every and (step + 1) % cfg.save_every == 0:
                     _periodic_checkpoint(ck, guard, step + 1)
             if ck.counters["updates"] == 0:
-                raise NonFiniteError(f"every step was skipped ({ck.counters['skipped_total']} of {cfg.steps}: "
-                                     f"non-finite loss, gradient or parameters); no model was saved. Lower lr or "
-                                     f"max_grad_norm, or check the reward")
+                raise NonFiniteError(
+                    f"every step was skipped ({ck.counters['skipped_total']} of {cfg.steps}: "
+                    f"non-finite loss, gradient or parameters); no model was saved. Lower lr or "
+                    f"max_grad_norm, or check the reward"
+                )
             # past the last step a signal no longer interrupts: finishing is quicker than resuming
             final = eval_metrics(models, eval_set, cfg) if eval_set is not None else {}
             if final:
@@ -117,7 +119,9 @@ def loop(cfg, dist, models, ck: Checkpointer, eval_set, start: int) -> RLResult:
 def _failed_step(ck: Checkpointer, pre: dict, step: int, e: RlooError) -> RlooError:
     """Save the state from before step `step` (1-based), which failed, and say how to continue."""
     path = ck.save(pre)
-    return type(e)(f"{e} (at step {step}; checkpoint from before it: {path}; fix the cause and rerun with {option('resume')})")
+    return type(e)(
+        f"{e} (at step {step}; checkpoint from before it: {path}; fix the cause and rerun with {option('resume')})"
+    )
 
 
 def _interrupted(ck: Checkpointer, signum: int, step: int, steps: int) -> Interrupted:

@@ -9,13 +9,13 @@ from dataclasses import asdict
 from rloo.config import PipelineConfig
 from rloo.eval.judge import paired_difference
 from rloo.eval.plots import plot_training
-from rloo.training.common import prepare_output_dir
-from rloo.training.evaluate import evaluate
-from rloo.training.rl import train
-from rloo.training.reward import train_reward
-from rloo.training.sft import sft
 from rloo.runtime.runlock import holds_run_folder
 from rloo.runtime.tracking import say
+from rloo.training.common import prepare_output_dir
+from rloo.training.evaluate import evaluate
+from rloo.training.reward import train_reward
+from rloo.training.rl import train
+from rloo.training.sft import sft
 
 
 @holds_run_folder
@@ -39,11 +39,16 @@ def pipeline(cfg: PipelineConfig, *, overwrite: bool = False) -> dict:
     times["eval"] = time.perf_counter() - t
     plots = plot_training(rl_cfg.output_dir / "metrics.jsonl", out / "plots", title=f"{cfg.rl.algorithm} on {cfg.task}")
     summary = {
-        "task": cfg.task, "seed": cfg.seed, "algorithm": cfg.rl.algorithm,
+        "task": cfg.task,
+        "seed": cfg.seed,
+        "algorithm": cfg.rl.algorithm,
         "reward_model": {"accuracy_vs_labeler": rm.accuracy_vs_labeler, "accuracy_vs_gold": rm.accuracy_vs_gold},
-        "eval": {k: {kk: vv for kk, vv in asdict(v).items() if kk not in ("samples", "wins")} for k, v in results.items()},
+        "eval": {
+            k: {kk: vv for kk, vv in asdict(v).items() if kk not in ("samples", "wins")} for k, v in results.items()
+        },
         "difference": _difference(results),
-        "seconds": times, "plots": [str(p) for p in plots],
+        "seconds": times,
+        "plots": [str(p) for p in plots],
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     _print_summary(summary)
@@ -60,9 +65,13 @@ def _difference(results) -> dict | None:
 def _print_summary(s: dict) -> None:
     pol, base = s["eval"]["policy"], s["eval"].get("baseline")
     gold = s["reward_model"]["accuracy_vs_gold"]
-    say(f"\nreward model accuracy (held-out pairs): {s['reward_model']['accuracy_vs_labeler']:.3f} vs labels"
-        + (f", {gold:.3f} vs gold judge" if gold is not None else ""))
+    say(
+        f"\nreward model accuracy (held-out pairs): {s['reward_model']['accuracy_vs_labeler']:.3f} vs labels"
+        + (f", {gold:.3f} vs gold judge" if gold is not None else "")
+    )
     if base is not None and base["win_rate"] is not None and pol["win_rate"] is not None:
-        say(f"win rate vs references: SFT {base['win_rate']:.3f} -> {s['algorithm'].upper()} {pol['win_rate']:.3f} "
-            f"({100 * s['difference']['win_rate']:+.1f} points, 95% CI +/- {100 * s['difference']['ci95']:.1f}; seed {s['seed']})")
+        say(
+            f"win rate vs references: SFT {base['win_rate']:.3f} -> {s['algorithm'].upper()} {pol['win_rate']:.3f} "
+            f"({100 * s['difference']['win_rate']:+.1f} points, 95% CI +/- {100 * s['difference']['ci95']:.1f}; seed {s['seed']})"
+        )
     say("time: " + ", ".join(f"{k} {v:.0f}s" for k, v in s["seconds"].items()) + f"; plots in {', '.join(s['plots'])}")

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import torch
 
@@ -16,8 +16,8 @@ from rloo.algorithms.base import Models
 from rloo.config import OFFLINE_ALGORITHMS, RLConfig, upgrade_saved_config
 from rloo.data.prompts import PromptStream
 from rloo.errors import RlooError, option
-from rloo.modeling.loading import enable_gradient_checkpointing, frozen, load_policy, load_reward_model, model_options
 from rloo.modeling.dropout import maybe_disable_dropout
+from rloo.modeling.loading import enable_gradient_checkpointing, frozen, load_policy, load_reward_model, model_options
 from rloo.modeling.lora import AdapterDisabled, add_lora
 from rloo.rewards import build_reward
 from rloo.rollout import rollout
@@ -37,9 +37,15 @@ from rloo.training.evalset import train_and_eval_prompts
 from rloo.training.loop import RLResult, loop
 
 
-@holds_run_folder   # one process per run folder, for the whole run (rloo.runtime.runlock)
-def train(cfg: RLConfig, *, prompts: list[str] | None = None, reward_fn: Callable | None = None,
-          resume: bool = False, overwrite: bool = False) -> RLResult:
+@holds_run_folder  # one process per run folder, for the whole run (rloo.runtime.runlock)
+def train(
+    cfg: RLConfig,
+    *,
+    prompts: list[str] | None = None,
+    reward_fn: Callable | None = None,
+    resume: bool = False,
+    overwrite: bool = False,
+) -> RLResult:
     """RL fine-tuning of `cfg.policy`. `prompts` and `reward_fn(prompts, completions) -> floats`
     replace the built-in task's prompts and the reward model; without them the task provides both
     prompts and a gold judge for periodic evaluation. `resume` continues from the newest whole
@@ -52,8 +58,9 @@ def train(cfg: RLConfig, *, prompts: list[str] | None = None, reward_fn: Callabl
     try:
         if dist.enabled:
             if not supports_distributed(cfg):
-                raise RlooError(f"torchrun training supports plain algorithm=rloo (no ablation settings); "
-                                f"got {cfg.algorithm}")
+                raise RlooError(
+                    f"torchrun training supports plain algorithm=rloo (no ablation settings); got {cfg.algorithm}"
+                )
             distributed.check_supported(cfg, resume)
             cfg = cfg.model_copy(update={"device": dist.device(cfg.device)})
         return _train(cfg, dist, prompts, reward_fn, resume, overwrite)
@@ -68,16 +75,15 @@ def _train(cfg, dist, prompts, reward_fn, resume, overwrite) -> RLResult:
     gen = seed_everything(cfg.seed)
     task = get_task(cfg.task)
     ckpt, state = _resume_point(cfg) if resume else (None, None)
-    inputs = fingerprints(cfg)   # content of policy, reward model, dataset: a resume must see the same
+    inputs = fingerprints(cfg)  # content of policy, reward model, dataset: a resume must see the same
     if state is not None:
         check_inputs_unchanged(state.get("inputs"), inputs)
     models = load_models(cfg, reward_fn, policy_path=str(ckpt / "model") if ckpt else None)
     # the steps the prompt list was made for: those of the run's start, kept across extensions
-    started_steps = cfg.steps if state is None else (state.get("prompt_steps")
-                                                     or json.loads(state["config"])["steps"])
+    started_steps = cfg.steps if state is None else (state.get("prompt_steps") or json.loads(state["config"])["steps"])
     train_prompts, eval_set = train_and_eval_prompts(cfg, task, prompts, models, started_steps)
     stream = PromptStream(train_prompts, cfg.batch_size, cfg.seed)
-    if state is not None:   # every refusal comes before the run folder (config.yaml) is touched
+    if state is not None:  # every refusal comes before the run folder (config.yaml) is touched
         check_prompts_unchanged(state, stream.prompts, from_api=prompts is not None)
     _preflight(models, stream.prompts[0], cfg)
     if dist.is_main:
@@ -88,10 +94,22 @@ def _train(cfg, dist, prompts, reward_fn, resume, overwrite) -> RLResult:
     models.policy = dist.wrap(models.policy)
     opt = adamw(models.policy.parameters(), cfg.lr)
     sched = warmup_constant(opt, cfg.warmup_steps)
-    algo = make_algorithm(cfg, models)   # the method's step, and its state (value model, baseline)
+    algo = make_algorithm(cfg, models)  # the method's step, and its state (value model, baseline)
     writes, skip_note = dist.checkpoint_role()
-    ck = Checkpointer(out, cfg, unwrap(models.policy), models.tokenizer, opt, sched, gen, stream, stream.prompts,
-                      algo=algo, writes=writes, skip_note=skip_note)
+    ck = Checkpointer(
+        out,
+        cfg,
+        unwrap(models.policy),
+        models.tokenizer,
+        opt,
+        sched,
+        gen,
+        stream,
+        stream.prompts,
+        algo=algo,
+        writes=writes,
+        skip_note=skip_note,
+    )
     ck.inputs, ck.prompt_steps = inputs, started_steps
     start = 0
     if state is not None:
@@ -99,8 +117,9 @@ def _train(cfg, dist, prompts, reward_fn, resume, overwrite) -> RLResult:
         say(f"resuming from {ckpt} at step {start}")
     elif resume:
         truncate_metrics(out, 0)  # records of a run killed before its first checkpoint
-    ck.guard = ParamGuard(models.policy.parameters(), opt, cfg.max_param_growth,
-                          norm0=(state or {}).get("guard", {}).get("norm0"))
+    ck.guard = ParamGuard(
+        models.policy.parameters(), opt, cfg.max_param_growth, norm0=(state or {}).get("guard", {}).get("norm0")
+    )
     return loop(cfg, dist, models, ck, eval_set, start)
 
 
@@ -149,15 +168,31 @@ def _vllm_sampler(cfg: RLConfig, tokenizer, policy_path: str | None):
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 or cfg.lora is not None:
         raise RlooError("generation=vllm runs in a single process without lora; use generation=sampler")
     from rloo.rollout.vllm import VLLMSampler  # optional: imports vllm (GPU only, the `vllm` extra)
-    return VLLMSampler(policy_path or cfg.policy, tokenizer, k=cfg.k, max_prompt_len=cfg.max_prompt_tokens,
-                       max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
-                       seed=cfg.seed, gpu_memory_utilization=cfg.vllm_gpu_memory_utilization)
+
+    return VLLMSampler(
+        policy_path or cfg.policy,
+        tokenizer,
+        k=cfg.k,
+        max_prompt_len=cfg.max_prompt_tokens,
+        max_new_tokens=cfg.max_new_tokens,
+        temperature=cfg.temperature,
+        top_p=cfg.top_p,
+        seed=cfg.seed,
+        gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
+    )
 
 
 def _preflight(models: Models, prompt: str, cfg: RLConfig) -> None:
     """Score one prompt's k samples before anything is written, so a reward source that is
     broken from the start fails with its error and leaves no half-made run folder behind."""
-    roll = rollout(models.policy, models.tokenizer, [prompt], cfg.k, max_prompt_len=cfg.max_prompt_tokens,
-                   max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
-                   generator=torch.Generator().manual_seed(cfg.seed))
+    roll = rollout(
+        models.policy,
+        models.tokenizer,
+        [prompt],
+        cfg.k,
+        max_prompt_len=cfg.max_prompt_tokens,
+        max_new_tokens=cfg.max_new_tokens,
+        temperature=cfg.temperature,
+        generator=torch.Generator().manual_seed(cfg.seed),
+    )
     models.scorer(roll)
