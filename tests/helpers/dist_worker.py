@@ -28,8 +28,8 @@ def _sgd_instead_of_adamw() -> None:
     into parameter differences of up to lr (tests/tolerance.py)."""
     import torch
 
-    import rloo.recipes.online as online
-    online.adamw = lambda params, lr: torch.optim.SGD([p for p in params if p.requires_grad], lr=lr)
+    import rloo.training.rl as rl  # the RL loop's module (rloo.recipes.online before the new layout)
+    rl.adamw = lambda params, lr: torch.optim.SGD([p for p in params if p.requires_grad], lr=lr)
 
 
 def run(model_dir: str, out_root: str, modes: list[str]) -> None:
