@@ -62,18 +62,18 @@ def _child(argv, log, fault):
 
 def _install(kind: str, at: str) -> None:
     import rloo.runtime.checkpoint as ck
-    import rloo.training.rl as online
+    import rloo.runtime.tracking as tracking
     at = int(at)
     me = os.getpid()
     if kind in ("term", "int", "kill"):
         sig = {"term": signal.SIGTERM, "int": signal.SIGINT, "kill": signal.SIGKILL}[kind]
-        real_log = online.MetricsLogger.log
+        real_log = tracking.MetricsLogger.log
 
         def log(self, step, metrics):
             real_log(self, step, metrics)
             if step == at and "loss/policy" in metrics:
                 os.kill(me, sig)
-        online.MetricsLogger.log = log
+        tracking.MetricsLogger.log = log
     elif kind == "kill-ckpt":
         real_state = ck.write_state
 
