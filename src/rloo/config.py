@@ -161,7 +161,8 @@ class _Run(_Strict):
     max_prompt_tokens: int = Field(64, ge=1, description="Longer prompts keep their last tokens (counted).")
     max_response_tokens: int = Field(32, ge=1, description="Reference/preference responses are cut here.")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
-        "auto", description="Model weights: auto is bfloat16 on GPU, float32 on CPU.")
+        "auto", description="Compute precision (rloo.precision): auto is bfloat16 on GPU; on CPU bf16 autocast "
+                            "with fp32 master weights when a probe finds bf16 matmul >= 1.5x fp32, else float32.")
     gradient_checkpointing: bool = Field(False, description="Recompute activations in backward to save memory.")
     trust_remote_code: bool = Field(False, description="Run model code shipped with a Hub checkpoint (off unless asked).")
     dataset: DatasetSettings | None = Field(None, description="Your own data instead of the built-in task's.")
@@ -265,6 +266,8 @@ class CompareConfig(_Strict):
     quick: bool = Field(False, description="Tiny settings (smoke run, minutes): overrides the sections below.")
     output_dir: Path = Field(Path("runs/compare"), description="Runs in runs/, the report in report/.")
     device: str = Field("cpu", description="torch device.")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="As in every stage: auto is bf16 on GPU; on CPU bf16 autocast where bf16 matmul is fast.")
     max_prompt_tokens: int = Field(64, ge=1)
     max_response_tokens: int = Field(32, ge=1)
     sft: SFTSettings = Field(default_factory=SFTSettings)

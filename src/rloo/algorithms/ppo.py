@@ -27,6 +27,7 @@ from rloo.data.collate import position_ids
 from rloo.forward import MAX_LOGITS_MB, chunked_head
 from rloo.models import load_reward_model
 from rloo.recipes.rl import Models
+from rloo.precision import refresh_casts_after_step
 
 
 def _hidden(model, p_ids, p_mask, c_ids, c_mask, want_logits: bool):
@@ -58,7 +59,7 @@ class ValueFunction:
             nn.init.zeros_(self.model.weight), nn.init.zeros_(self.model.bias)
             params = list(self.model.parameters())
         self.params = params
-        self.opt = torch.optim.AdamW(params, lr=cfg.algo.value_lr, betas=(0.9, 0.95))
+        self.opt = refresh_casts_after_step(torch.optim.AdamW(params, lr=cfg.algo.value_lr, betas=(0.9, 0.95)))
 
     def forward(self, policy, p_ids, p_mask, c_ids, c_mask, temperature: float,
                 max_logits_mb: float = MAX_LOGITS_MB) -> tuple[Tensor, Tensor]:

@@ -29,6 +29,7 @@ from rloo.recipes.rl import Models
 from rloo.rewards import RewardModelScorer
 from rloo.tasks import get_task
 from rloo.tracking import MetricsLogger, progress, say
+from rloo.precision import stage_precision
 
 
 def _pair_logprobs(model, prompts, comps, idx, device):
@@ -65,6 +66,7 @@ def _load(cfg: RLConfig) -> Models:
     return Models(policy, ref, tok, scorer)
 
 
+@stage_precision
 def train_dpo(cfg: RLConfig, *, resume: bool = False, overwrite: bool = False):
     """Fine-tune cfg.policy with DPO; returns the online loop's RLResult (history, final eval)."""
     from rloo.recipes.online import EvalSet, RLResult, _eval

@@ -16,8 +16,10 @@ from rloo.rewards import RewardModelScorer
 from rloo.rewards.judges import make_judge
 from rloo.tasks import Example, get_task
 from rloo.tracking import say
+from rloo.precision import stage_precision
 
 
+@stage_precision
 def evaluate(cfg: EvalConfig, *, overwrite: bool = False) -> dict[str, PolicyEval]:
     """Win rate against the task's references by its gold judge, gold and reward-model scores,
     KL to the reference model and length, for `policy` (and `baseline` when given)."""

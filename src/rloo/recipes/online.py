@@ -35,6 +35,7 @@ from rloo.rewards.judges import make_judge
 from rloo.rollout import rollout
 from rloo.tasks import get_task
 from rloo.tracking import MetricsLogger, progress, say
+from rloo.precision import stage_precision
 
 
 @dataclass
@@ -202,6 +203,7 @@ def _print_samples(step: int, roll, rewards, n: int = 2) -> None:
         say(f"  [step {step}] {roll.prompts[i]!r} -> {roll.completions[i]!r} (R={rewards[i].item():.3f})")
 
 
+@stage_precision
 def train(cfg: RLConfig, *, prompts: list[str] | None = None, reward_fn: Callable | None = None,
           resume: bool = False, overwrite: bool = False) -> RLResult:
     """RL fine-tuning of `cfg.policy`. `prompts` and `reward_fn(prompts, completions) -> floats`

@@ -21,6 +21,7 @@ from rloo.recipes.common import (adamw, check_device, prepare_output_dir, seed_e
                                  warmup_cosine)
 from rloo.tasks import get_task
 from rloo.tracking import MetricsLogger, progress, say
+from rloo.precision import stage_precision
 
 
 @dataclass
@@ -104,6 +105,7 @@ def evaluate_reward_model(model, tokenizer, task, pairs, cfg, device) -> tuple[f
     return agree_label / len(pairs), (agree_gold / max(1, n_gold) if task is not None else None)
 
 
+@stage_precision
 def train_reward(cfg: RewardConfig, *, overwrite: bool = False) -> RewardResult:
     """Train r_psi(x, y) from the SFT model: loss = -log sigmoid(r(x, y_c) - r(x, y_r))."""
     device = check_device(cfg.device)

@@ -20,6 +20,7 @@ from rloo.recipes.common import (adamw, check_device, prepare_output_dir, seed_e
 from rloo.tasks import Example, get_task
 from rloo.tasks.tokenizer import build_tokenizer
 from rloo.tracking import MetricsLogger, progress, say
+from rloo.precision import stage_precision
 
 
 @dataclass
@@ -28,6 +29,7 @@ class SFTResult:
     final_loss: float
 
 
+@stage_precision
 def sft(cfg: SFTConfig, *, overwrite: bool = False) -> SFTResult:
     """Fine-tune a causal LM on (prompt, reference) pairs; loss on response tokens only."""
     device = check_device(cfg.device)
