@@ -238,7 +238,12 @@ class PipelineConfig(_Run):
 class BenchConfig(_Strict):
     """`rloo bench`: rloo's RL step against TRL's RLOOTrainer, side by side (needs the `bench` extra)."""
 
-    shapes: list[Literal["S", "M", "L"]] = Field(["S", "M", "L"], description="Benchmark shapes (see rloo.bench_assets).")
+    shapes: list[Literal["S", "M", "L", "1B"]] = Field(["S", "M", "L"], description="Benchmark shapes (see "
+                                                                                   "rloo.bench_assets; 1B: Pythia-1B-sized).")
+    device: str = Field("cpu", description="cpu or cuda: both trainers run there.")
+    dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        "float32", description="Both trainers: float32, or bf16 mixed precision (TRL's bf16=True); auto as in "
+                               "the stages (rloo.precision).")
     warmup: int = Field(2, ge=0, description="Untimed steps per trainer before measuring.")
     steps: int | None = Field(None, ge=1, description="Timed steps per trainer (null: 10, or 5 for L).")
     k: int = Field(4, ge=2, description="Completions per prompt.")
