@@ -1,13 +1,13 @@
 """One short run on one CUDA GPU: the first GPU numbers of rloo, in one JSON file.
 
     python benchmarks/gpu_check.py --out gpu_check.json              # on the GPU machine (<= ~8 min)
-    python benchmarks/gpu_check.py --dry-run --out /tmp/dry.json     # CPU, tiny shape (tests/test_gpu_check.py)
+    python benchmarks/gpu_check.py --dry-run --out /tmp/dry.json     # CPU, tiny shape (tests/integration/test_gpu_check.py)
 
 What it does, each part with its own time limit so one slow part cannot eat the others:
   1. `pytest -m cuda`: the suite's CUDA tests (bf16 vs fp32 log-probs and one RLOO step's gradient on
-     the GPU against the tolerances derived in tests/test_precision.py), outcomes per test;
+     the GPU against the tolerances derived in tests/equivalence/test_precision.py), outcomes per test;
   2. `rloo bench` on CUDA in bf16 for the shapes M, L and 1B (Pythia-1B-sized Llama, random weights,
-     M's tokenizer; rloo.bench_assets), with TRL's RLOOTrainer side by side when TRL is importable:
+     M's tokenizer; rloo.experiments.bench_assets), with TRL's RLOOTrainer side by side when TRL is importable:
      s/step, completion tokens/s, peak GPU memory, and MFU (achieved FLOP/s over the bf16 matmul peak
      measured on the GPU at start);
   3. everything, with the versions and the GPU's name, into --out.
@@ -78,11 +78,11 @@ def cuda_tests(timeout: float) -> dict:
 
 
 def bench(shapes: list, device: str, dtype: str, trl: bool, steps: int, root: Path, log) -> dict:
-    """`rloo bench` in-process for each shape (rloo.bench.bench_shape), bf16, alternating the trainers."""
+    """`rloo bench` in-process for each shape (rloo.experiments.bench.bench_shape), bf16, alternating the
+    trainers."""
     import torch
 
-    from rloo.bench import bench_dtype, machine, matmul_peak_flops
-    from rloo.bench import bench_shape
+    from rloo.experiments.bench import bench_dtype, bench_shape, machine, matmul_peak_flops
     dtype = bench_dtype(dtype, device)
     peak = matmul_peak_flops(threads=min(16, os.cpu_count() or 1), dtype=getattr(torch, dtype), device=device)
     report = {"machine": machine(), "device": device, "dtype": dtype, "matmul_peak_gflops": peak / 1e9,
@@ -110,7 +110,7 @@ def main(argv=None) -> int:
     ap.add_argument("--test-timeout", type=float, default=150)
     args = ap.parse_args(argv)
     sys.path.insert(0, str(ROOT / "src"))
-    from rloo.bench_assets import SHAPES, Shape
+    from rloo.experiments.bench_assets import SHAPES, Shape
 
     t0 = time.perf_counter()
     if args.dry_run:

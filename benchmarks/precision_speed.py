@@ -15,8 +15,8 @@ import time
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from rloo.precision import resolve_precision
 from rloo.rollout.sampler import sample
+from rloo.runtime.precision import resolve_precision
 
 SHAPES = {"demo (128 wide, 3 layers)": (128, 3, 4, 384, 2000), "bench M (512 wide, 6 layers)": (512, 6, 8, 1376, 8192)}
 
