@@ -83,5 +83,9 @@ def test_model_options(tiny_model_dir):
     assert resolve_dtype("auto", "cpu") == torch.float32 and resolve_dtype("auto", "cuda:0") == torch.bfloat16
     value, _ = load_value_model(str(tiny_model_dir))
     assert value.config.num_labels == 1
+    # dtype=bfloat16 on CPU is mixed precision: fp32 master weights (rloo.runtime.precision);
+    # a torch dtype is taken as is
     m, _ = load_policy(str(tiny_model_dir), dtype="bfloat16")
+    assert next(m.parameters()).dtype == torch.float32
+    m, _ = load_policy(str(tiny_model_dir), dtype=torch.bfloat16)
     assert next(m.parameters()).dtype == torch.bfloat16

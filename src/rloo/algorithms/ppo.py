@@ -31,6 +31,7 @@ from rloo.data.collate import position_ids
 from rloo.modeling.dropout import maybe_disable_dropout
 from rloo.modeling.forward import MAX_LOGITS_MB, chunked_head
 from rloo.modeling.loading import load_reward_model
+from rloo.runtime.precision import refresh_casts_after_step
 
 
 def hidden_states(model, p_ids, p_mask, c_ids, c_mask, want_logits: bool):
@@ -65,7 +66,8 @@ class ValueFunction:
             nn.init.zeros_(self.model.bias)
             params = list(self.model.parameters())
         self.params = params
-        self.opt = torch.optim.AdamW(params, lr=cfg.algorithm_settings.value_lr, betas=(0.9, 0.95))
+        self.opt = refresh_casts_after_step(torch.optim.AdamW(params, lr=cfg.algorithm_settings.value_lr,
+                                                              betas=(0.9, 0.95)))
 
     def forward(self, policy, p_ids, p_mask, c_ids, c_mask, temperature: float,
                 max_logits_mb: float = MAX_LOGITS_MB) -> tuple[Tensor, Tensor]:

@@ -20,7 +20,9 @@ class _Run(Strict):
     max_prompt_tokens: int = Field(default=64, ge=1, description="Longer prompts keep their last tokens (counted).")
     max_response_tokens: int = Field(default=32, ge=1, description="Reference/preference responses are cut here.")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
-        default="auto", description="Model weights: auto is bfloat16 on GPU, float32 on CPU."
+        default="auto",
+        description="Compute precision (rloo.runtime.precision): auto is bfloat16 on GPU; on CPU bf16 autocast "
+        "with fp32 master weights when a probe finds bf16 matmul >= 1.5x fp32, else float32.",
     )
     gradient_checkpointing: bool = Field(default=False, description="Recompute activations in backward to save memory.")
     trust_remote_code: bool = Field(

@@ -14,8 +14,15 @@ from rloo.config.sections import EvalSettings, RewardSettings, RLSettings, SFTSe
 class BenchConfig(Strict):
     """`rloo bench`: rloo's RL step against TRL's RLOOTrainer, side by side (needs the `bench` extra)."""
 
-    shapes: list[Literal["S", "M", "L"]] = Field(
-        default=["S", "M", "L"], description="Benchmark shapes (see rloo.experiments.bench_assets)."
+    shapes: list[Literal["S", "M", "L", "1B"]] = Field(
+        default=["S", "M", "L"],
+        description="Benchmark shapes (see rloo.experiments.bench_assets; 1B: Pythia-1B-sized).",
+    )
+    device: str = Field(default="cpu", description="cpu or cuda: both trainers run there.")
+    dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        default="float32",
+        description="Both trainers: float32, or bf16 mixed precision (TRL's bf16=True); auto as in "
+        "the stages (rloo.runtime.precision).",
     )
     warmup: int = Field(default=2, ge=0, description="Untimed steps per trainer before measuring.")
     steps: int | None = Field(default=None, ge=1, description="Timed steps per trainer (null: 10, or 5 for L).")
@@ -62,6 +69,10 @@ class CompareConfig(Strict):
     quick: bool = Field(default=False, description="Tiny settings (smoke run, minutes): overrides the sections below.")
     output_dir: Path = Field(default=Path("runs/compare"), description="Runs in runs/, the report in report/.")
     device: str = Field(default="cpu", description="torch device.")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        default="auto",
+        description="As in every stage: auto is bf16 on GPU; on CPU bf16 autocast where bf16 matmul is fast.",
+    )
     max_prompt_tokens: int = Field(default=64, ge=1)
     max_response_tokens: int = Field(default=32, ge=1)
     sft: SFTSettings = Field(default_factory=SFTSettings)

@@ -35,6 +35,7 @@ from rloo.modeling.forward import completion_logprobs
 from rloo.modeling.loading import frozen, load_policy, load_reward_model
 from rloo.rewards import RewardModelScorer
 from rloo.rollout import rollout
+from rloo.runtime.precision import stage_precision
 from rloo.runtime.tracking import say
 from rloo.tasks import get_task
 from rloo.training.reward import train_reward
@@ -126,16 +127,16 @@ def _stage_models(cfg: CompareConfig, pipe: PipelineConfig) -> None:
 def run_cell(cfg: CompareConfig, task_name: str, seed: int, runs: Path) -> None:
     """Steps 1-3 for one (task, seed): writes runs/<task>/seed-<s>/<method>/result.json."""
     root = runs / task_name / f"seed-{seed}"
-    pipe = PipelineConfig(task=task_name, seed=seed, device=cfg.device, output_dir=root, sft=cfg.sft,
-                          reward=cfg.reward, rl=cfg.rl, eval=cfg.eval, max_prompt_tokens=cfg.max_prompt_tokens,
-                          max_response_tokens=cfg.max_response_tokens)
+    pipe = PipelineConfig(task=task_name, seed=seed, device=cfg.device, dtype=cfg.dtype, output_dir=root,
+                          sft=cfg.sft, reward=cfg.reward, rl=cfg.rl, eval=cfg.eval,
+                          max_prompt_tokens=cfg.max_prompt_tokens, max_response_tokens=cfg.max_response_tokens)
     _stage_models(cfg, pipe)
     task = get_task(task_name)
     examples = task.examples("eval", cfg.eval.num_prompts, seed=seed)
     sft_path, rm_path = str(root / "sft" / "model"), str(root / "reward" / "model")
-    ref, tok = load_policy(sft_path, device=cfg.device)
+    ref, tok = load_policy(sft_path, device=cfg.device, dtype=cfg.dtype)
     ref = frozen(ref)
-    rm, rm_tok = load_reward_model(rm_path, device=cfg.device)
+    rm, rm_tok = load_reward_model(rm_path, device=cfg.device, dtype=cfg.dtype)
     scorer = RewardModelScorer(frozen(rm), rm_tok, policy_tokenizer=tok)
     sft_file = root / "sft" / "result.json"
     if not sft_file.exists():
@@ -149,7 +150,7 @@ def run_cell(cfg: CompareConfig, task_name: str, seed: int, runs: Path) -> None:
         t0 = time.perf_counter()
         result = train(method_config(cfg, pipe, method, out), overwrite=True)
         seconds = time.perf_counter() - t0
-        policy, _ = load_policy(str(result.model_path), device=cfg.device)
+        policy, _ = load_policy(str(result.model_path), device=cfg.device, dtype=cfg.dtype)
         res = judge(policy, tok, task, examples, cfg, scorer, ref, seed)
         res |= {"win_rate_vs_sft": win_rate(res["gold_per_prompt"], sft_gold), "seconds": seconds,
                 "samples": _samples(cfg, method)}
@@ -163,6 +164,7 @@ def _samples(cfg: CompareConfig, method: str) -> int:
     return 0 if method == "dpo" else cfg.rl.steps * cfg.rl.batch_size * cfg.rl.k
 
 
+@stage_precision
 def compare(cfg: CompareConfig, *, overwrite: bool = False) -> Path:
     """Run (or continue) the comparison and write the report; returns the report folder."""
     if cfg.quick:

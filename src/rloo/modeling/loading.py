@@ -20,6 +20,7 @@ from transformers import (
 from rloo.runtime.atomic import WriteError, describe_write_failure, fsync_dir, sync_and_hash
 from rloo.config import ArchConfig
 from rloo.errors import RlooError
+from rloo.runtime.precision import resolve_precision
 
 # Our own progress bars cover the long work; per-file load/save bars of tiny models are noise.
 hf_logging.disable_progress_bar()
@@ -59,13 +60,10 @@ def _check_dir(path: str, what: str) -> None:
 
 
 def resolve_dtype(name: str | torch.dtype, device: str) -> torch.dtype:
-    """`auto` is bfloat16 on GPU (the memory and speed of half precision without float16's range
-    problems) and float32 on CPU (where bf16 matmuls are slow and imprecise)."""
-    if isinstance(name, torch.dtype):
-        return name
-    if name == "auto":
-        return torch.bfloat16 if str(device).startswith("cuda") else torch.float32
-    return getattr(torch, name)
+    """The dtype weights are stored in under `dtype=name` (rloo.runtime.precision): bfloat16 on GPU for
+    auto/bfloat16 (the memory and speed of half precision without float16's range problems);
+    float32 on CPU, where bf16 is mixed precision (fp32 master weights, bf16 autocast)."""
+    return resolve_precision(name, device).weights
 
 
 def model_options(cfg) -> dict:

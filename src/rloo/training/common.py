@@ -15,6 +15,7 @@ from rloo.config import upgrade_saved_config
 from rloo.errors import RlooError, option
 from rloo.runtime.atomic import atomic_write_text
 from rloo.runtime.checkpoint import check_resume_config
+from rloo.runtime.precision import refresh_casts_after_step
 
 
 def seed_everything(seed: int) -> torch.Generator:
@@ -70,8 +71,10 @@ def _held_run(out: Path, current: dict):
 
 
 def adamw(params, lr: float, weight_decay: float = 0.0) -> torch.optim.AdamW:
-    return torch.optim.AdamW([p for p in params if p.requires_grad], lr=lr, weight_decay=weight_decay,
-                             betas=(0.9, 0.95))
+    """AdamW over the trainable parameters; its state has their (fp32 master) dtype. Each step
+    drops autocast's bf16 copies of the weights, which the step makes stale."""
+    return refresh_casts_after_step(torch.optim.AdamW([p for p in params if p.requires_grad], lr=lr,
+                                                      weight_decay=weight_decay, betas=(0.9, 0.95)))
 
 
 def supervised_step(model, opt, sched, loss, max_grad_norm: float = 1.0) -> float:

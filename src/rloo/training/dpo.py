@@ -27,6 +27,7 @@ from rloo.modeling.dropout import maybe_disable_dropout
 from rloo.modeling.forward import completion_logprobs
 from rloo.modeling.loading import frozen, load_policy, load_reward_model, save_pretrained_atomic
 from rloo.rewards import RewardModelScorer
+from rloo.runtime.precision import stage_precision
 from rloo.runtime.tracking import MetricsLogger, progress, say
 from rloo.tasks import get_task
 from rloo.training.common import adamw, check_device, prepare_output_dir, seed_everything, warmup_constant
@@ -85,6 +86,7 @@ def check_dpo_arguments(prompts, reward_fn) -> None:
                           f"method (algorithm='rloo', 'ppo', 'grpo', ...) to train on them")
 
 
+@stage_precision
 def train_dpo(cfg: RLConfig, *, resume: bool = False, overwrite: bool = False) -> RLResult:
     """Fine-tune cfg.policy with DPO; returns the online loop's RLResult (history, final eval)."""
     if resume:

@@ -15,9 +15,11 @@ from rloo.training.common import check_device, prepare_output_dir, seed_everythi
 from rloo.rewards import RewardModelScorer
 from rloo.rewards.judges import make_judge
 from rloo.tasks import Example, get_task
+from rloo.runtime.precision import stage_precision
 from rloo.runtime.tracking import say
 
 
+@stage_precision
 def evaluate(cfg: EvalConfig, *, overwrite: bool = False) -> dict[str, PolicyEval]:
     """Win rate against the task's references by its gold judge, gold and reward-model scores,
     KL to the reference model and length, for `policy` (and `baseline` when given)."""

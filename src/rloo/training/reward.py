@@ -21,6 +21,7 @@ from rloo.rollout import rollout
 from rloo.training.common import (adamw, check_device, prepare_output_dir, seed_everything, supervised_step,
                                  warmup_cosine)
 from rloo.tasks import get_task
+from rloo.runtime.precision import stage_precision
 from rloo.runtime.tracking import MetricsLogger, progress, say
 
 
@@ -73,6 +74,7 @@ def evaluate_reward_model(model, tokenizer, task, pairs, cfg, device) -> tuple[f
     return agree_label / len(pairs), (agree_gold / max(1, n_gold) if task is not None else None)
 
 
+@stage_precision
 def train_reward(cfg: RewardConfig, *, overwrite: bool = False) -> RewardResult:
     """Train r_psi(x, y) from the SFT model: loss = -log sigmoid(r(x, y_c) - r(x, y_r))."""
     device = check_device(cfg.device)

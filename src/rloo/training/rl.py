@@ -25,6 +25,7 @@ from rloo.rollout.sampler import top_p_bias_note
 from rloo.runtime import distributed
 from rloo.runtime.checkpoint import Checkpointer, check_resume_config, latest_checkpoint, load_state, truncate_metrics
 from rloo.runtime.distributed import unwrap
+from rloo.runtime.precision import stage_precision
 from rloo.runtime.tracking import say
 from rloo.tasks import get_task
 from rloo.training.common import adamw, check_device, prepare_output_dir, seed_everything, warmup_constant
@@ -33,6 +34,7 @@ from rloo.training.evalset import train_and_eval_prompts
 from rloo.training.loop import RLResult, loop
 
 
+@stage_precision
 def train(cfg: RLConfig, *, prompts: list[str] | None = None, reward_fn: Callable | None = None,
           resume: bool = False, overwrite: bool = False) -> RLResult:
     """RL fine-tuning of `cfg.policy`. `prompts` and `reward_fn(prompts, completions) -> floats`

@@ -19,6 +19,7 @@ from rloo.training.common import (adamw, check_device, prepare_output_dir, seed_
                                  warmup_cosine)
 from rloo.tasks import Example, get_task
 from rloo.tasks.tokenizer import build_tokenizer
+from rloo.runtime.precision import stage_precision
 from rloo.runtime.tracking import MetricsLogger, progress, say
 
 
@@ -28,6 +29,7 @@ class SFTResult:
     final_loss: float
 
 
+@stage_precision
 def sft(cfg: SFTConfig, *, overwrite: bool = False) -> SFTResult:
     """Fine-tune a causal LM on (prompt, reference) pairs; loss on response tokens only."""
     device = check_device(cfg.device)
