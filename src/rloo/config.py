@@ -12,16 +12,16 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar, get_args
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from rloo.errors import ConfigError
 from rloo.settings import DatasetSettings, LoraSettings
+from rloo.strict import StrictModel, describe_validation_error
 
 TASK_NAMES = ("summarize", "dialogue")
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, protected_namespaces=())
+_Strict = StrictModel  # unknown keys and invalid values raise ConfigError (rloo.strict)
 
 
 class ArchConfig(_Strict):
@@ -334,20 +334,6 @@ def load_config(cls: type[C], path: str | Path | None = None, overrides: list[st
         return cls(**data)
     except ValidationError as e:
         raise ConfigError(describe_validation_error(e, cls)) from e
-
-
-def describe_validation_error(e: ValidationError, cls: type) -> str:
-    """One line per problem, naming the key and what is wrong."""
-    msgs = []
-    for err in e.errors():
-        key = ".".join(str(p) for p in err["loc"]) or "(config)"
-        if err["type"] == "extra_forbidden":
-            msgs.append(f"unknown key {key!r} for {cls.__name__}")
-        elif err["type"] == "missing":
-            msgs.append(f"missing required key {key!r}")
-        else:
-            msgs.append(f"{key}: {err['msg']} (got {err.get('input')!r})")
-    return "invalid config: " + "; ".join(msgs)
 
 
 def describe_fields(cls: type[BaseModel], prefix: str = "") -> list[str]:

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from rloo.strict import StrictModel
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, protected_namespaces=())
+_Strict = StrictModel  # unknown keys and invalid values raise ConfigError (rloo.strict)
 
 
 FIELDS = ("prompt", "completion", "chosen", "rejected")

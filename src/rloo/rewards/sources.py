@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import math
 import numbers
 from typing import Callable, Sequence
@@ -14,6 +13,7 @@ from rloo.data.collate import encode_completions, encode_prompts
 from rloo.errors import RewardError, RlooError
 from rloo.forward import reward_scores
 from rloo.forward_shared import reward_scores_shared
+from rloo.user_code import load_callable
 
 RewardFn = Callable[[list[str], list[str]], Sequence[float]]
 
@@ -89,15 +89,5 @@ class RewardModelScorer:
 
 
 def load_function(spec: str) -> RewardFn:
-    """`package.module:function` -> the function, with a clear error when it is not there."""
-    if ":" not in spec:
-        raise RlooError(f"reward function {spec!r} must be given as module:function")
-    mod_name, fn_name = spec.split(":", 1)
-    try:
-        mod = importlib.import_module(mod_name)
-    except ImportError as e:
-        raise RlooError(f"cannot import module {mod_name!r} for reward function {spec!r}: {e}") from e
-    fn = getattr(mod, fn_name, None)
-    if not callable(fn):
-        raise RlooError(f"module {mod_name!r} has no callable {fn_name!r}")
-    return fn
+    """`package.module:function` or `path/to/file.py:function` -> the function (rloo.user_code)."""
+    return load_callable(spec, "reward function")
