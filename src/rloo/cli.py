@@ -71,6 +71,9 @@ COMMANDS = {
 }
 
 
+PREFLIGHT = ("pipeline", "sft", "reward", "train", "eval")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="rloo", description="RLHF with REINFORCE Leave-One-Out (Ahmadian et al. 2024).")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
@@ -109,6 +112,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         cfg = load_config(cls, args.config, args.overrides)
+        if args.command in PREFLIGHT:
+            from rloo.preflight import check_config
+            check_config(cfg)  # before the heavy imports below: a typo costs a second, not a model load
         run(cfg, args)
     except RlooError as e:
         if args.debug:

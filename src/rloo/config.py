@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 from rloo.errors import ConfigError
 from rloo.settings import DatasetSettings, LoraSettings
 from rloo.strict import StrictModel, describe_validation_error
+from rloo.trackers import normalize_report_to
 
 TASK_NAMES = ("summarize", "dialogue")
 
@@ -55,6 +56,8 @@ class RewardSettings(_Strict):
     epochs: int = Field(2, ge=1)
     batch_size: int = Field(64, ge=1)
     lr: float = Field(1e-3, gt=0)
+    model: str | None = Field(None, description="Model the reward model starts from (any architecture and "
+                                                "tokenizer; a one-output head is added); null: the SFT model.")
 
 
 ALGORITHMS = ("rloo", "reinforce", "vanilla_pg", "ppo", "grpo", "raft", "dpo")
@@ -165,6 +168,15 @@ class _Run(_Strict):
     gradient_checkpointing: bool = Field(False, description="Recompute activations in backward to save memory.")
     trust_remote_code: bool = Field(False, description="Run model code shipped with a Hub checkpoint (off unless asked).")
     dataset: DatasetSettings | None = Field(None, description="Your own data instead of the built-in task's.")
+    report_to: str | list[str] = Field("tensorboard", description="Trackers of the metrics and sample tables: "
+                                       "tensorboard, wandb (optional extra; WANDB_MODE=offline works without "
+                                       "network), none, or a list of them.")
+
+    @field_validator("report_to")
+    @classmethod
+    def _trackers(cls, v):
+        normalize_report_to(v)
+        return v
 
 
 class SFTConfig(_Run, SFTSettings):
@@ -201,12 +213,23 @@ class EvalConfig(_Run, EvalSettings):
     max_new_tokens: int = Field(16, ge=1, description="Response length limit (the pipeline uses rl.max_new_tokens).")
 
 
+class PipelineRewardSettings(RewardSettings):
+    """The reward stage of the pipeline: its hyperparameters, its base model and its data."""
+
+    dataset: DatasetSettings | None = Field(
+        None, description="Preference data (prompt, chosen, rejected) for the reward stage; null: the "
+                          "pipeline's dataset.")
+
+
 class PipelineConfig(_Run):
     """`rloo pipeline`: SFT -> reward model -> RL -> evaluation into one output folder."""
 
     output_dir: Path = Field(Path("runs/pipeline"), description="Holds sft/, reward/, rl/, eval/.")
+    model: str | None = Field(None, description="Causal LM the SFT stage starts from (path or Hub name); null "
+                                                "builds a small Llama from sft.arch (built-in tasks only).")
+    tokenizer: str | None = Field(None, description="Tokenizer path; null: the model's (or the task's word tokenizer).")
     sft: SFTSettings = Field(default_factory=SFTSettings)
-    reward: RewardSettings = Field(default_factory=RewardSettings)
+    reward: PipelineRewardSettings = Field(default_factory=PipelineRewardSettings)
     rl: RLSettings = Field(default_factory=RLSettings)
     eval: EvalSettings = Field(default_factory=EvalSettings)
 
@@ -221,11 +244,13 @@ class PipelineConfig(_Run):
         """The four stage configs this pipeline runs, with their paths derived from output_dir."""
         out = self.output_dir
         run = dict(task=self.task, seed=self.seed, device=self.device, dtype=self.dtype, dataset=self.dataset,
+                   report_to=self.report_to,
                    gradient_checkpointing=self.gradient_checkpointing, trust_remote_code=self.trust_remote_code,
                    max_prompt_tokens=self.max_prompt_tokens, max_response_tokens=self.max_response_tokens)
-        sft = SFTConfig(**self.sft.model_dump(), **run, output_dir=out / "sft")
-        rm = RewardConfig(**self.reward.model_dump(), **run, output_dir=out / "reward",
-                          sft_model=str(out / "sft" / "model"))
+        sft = SFTConfig(**self.sft.model_dump(), **run, output_dir=out / "sft", model=self.model,
+                        tokenizer=self.tokenizer)
+        rm = RewardConfig(**self.reward.model_dump(exclude={"dataset"}), **(run | {"dataset": self.reward.dataset or self.dataset}),
+                          output_dir=out / "reward", sft_model=str(out / "sft" / "model"))
         rl = RLConfig(**self.rl.model_dump(), **run, output_dir=out / "rl", eval=self.eval,
                       policy=str(out / "sft" / "model"), reward_model=str(out / "reward" / "model"))
         ev = EvalConfig(**self.eval.model_dump(), **run, output_dir=out / "eval",

@@ -43,7 +43,9 @@ def sample_and_score(models: Models, prompts: list[str], cfg: RLConfig, gen: tor
 
 def sequence_rewards(scores: Tensor, roll: Rollout, ref_lp: Tensor, cfg: RLConfig) -> tuple[Tensor, Tensor]:
     """Eq. (1) with the configured KL estimator: (rewards (N,), kl (N,))."""
-    return shaped_reward(scores, roll.logprobs, ref_lp, roll.completion_mask, cfg.beta, cfg.algo.kl_estimator)
+    rewards, kl = shaped_reward(scores, roll.logprobs, ref_lp, roll.completion_mask, cfg.beta, cfg.algo.kl_estimator)
+    roll.record(score=scores, kl=kl)
+    return rewards, kl
 
 
 def guarded_step(loss: Tensor, params: list[torch.nn.Parameter], opt, max_grad_norm: float) -> tuple[float, bool]:

@@ -11,6 +11,7 @@ import os
 import random
 import signal
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -19,8 +20,10 @@ import torch
 
 from rloo.checkpoint import Checkpointer, check_resume_config, latest_checkpoint, load_state, truncate_metrics
 from rloo.config import RLConfig
+from rloo.preflight import check_config
 from rloo.errors import Interrupted, NonFiniteError, RlooError
 from rloo.eval.judge import evaluate_policy
+from rloo.eval.plots import plot_training
 from rloo import distributed
 from rloo.data.datasets import train_eval_records
 from rloo.distributed import unwrap
@@ -31,9 +34,11 @@ from rloo.recipes.common import adamw, check_device, prepare_output_dir, seed_ev
 from rloo.algorithms import make_algorithm
 from rloo.recipes.rl import Models
 from rloo.rewards import build_reward
-from rloo.rewards.judges import make_judge
+from rloo.rewards.judges import make_judge, task_judge
 from rloo.rollout import rollout
 from rloo.tasks import get_task
+from rloo.progress_text import progress_suffix
+from rloo.trackers import sample_rows
 from rloo.tracking import MetricsLogger, progress, say
 
 
@@ -42,6 +47,7 @@ class RLResult:
     model_path: Path
     history: list[dict] = field(default_factory=list)   # the logged metrics, one dict per record
     final_eval: dict = field(default_factory=dict)
+    plots: list[Path] = field(default_factory=list)     # reward.png, kl.png, win_rate.png under output_dir/plots
 
 
 class PromptStream:
@@ -164,11 +170,11 @@ class EvalSet:
     @classmethod
     def of_task(cls, task, examples) -> "EvalSet":
         """A built-in task's held-out examples, judged by its gold judge."""
-        return cls([e.prompt for e in examples], [e.reference for e in examples], task.gold_score)
+        return cls([e.prompt for e in examples], [e.reference for e in examples], task_judge(task))
 
 
-def _eval(models: Models, ev: EvalSet, cfg: RLConfig) -> dict[str, float]:
-    """Periodic evaluation of the policy on `ev`."""
+def _eval(models: Models, ev: EvalSet, cfg: RLConfig, step: int) -> dict[str, float]:
+    """Periodic evaluation of the policy on `ev`; one printed line per eval (rank 0)."""
     # A fixed generator per eval: every eval sees the same sampling noise, so curves are smoother.
     policy = unwrap(models.policy)
     res = evaluate_policy(policy, models.tokenizer, ev.prompts, references=ev.references, judge=ev.judge,
@@ -176,7 +182,20 @@ def _eval(models: Models, ev: EvalSet, cfg: RLConfig) -> dict[str, float]:
                           max_prompt_len=cfg.max_prompt_tokens, max_new_tokens=cfg.max_new_tokens,
                           batch_size=cfg.eval.batch_size, generator=torch.Generator().manual_seed(cfg.seed + 1))
     policy.train()
+    say(eval_line(step, cfg.steps, res, len(ev.prompts)))
     return res.as_metrics()
+
+
+def eval_line(step: int, steps: int, res, n: int) -> str:
+    """`eval at step 20/100 (64 prompts): win rate 0.160 vs references, score -1.234 (judge: ...), KL 0.5`."""
+    parts = []
+    if res.win_rate is not None:
+        parts.append(f"win rate {res.win_rate:.3f} vs references")
+    if res.gold is not None:
+        parts.append(f"score {res.gold:.3f}")
+    judged = f" (judge: {res.judge})" if res.judge else " (no judge)"
+    kl = f", KL {res.kl:.3f}" if res.kl is not None else ""
+    return f"eval at step {step}/{steps} ({n} prompts): {', '.join(parts) or 'no judge scores'}{judged}{kl}"
 
 
 def _data(cfg: RLConfig, task, prompts, models: Models) -> tuple[list[str], EvalSet | None]:
@@ -189,10 +208,11 @@ def _data(cfg: RLConfig, task, prompts, models: Models) -> tuple[list[str], Eval
         train_recs, eval_recs = train_eval_records(cfg.dataset, ("prompt",), cfg.eval_prompts, models.tokenizer,
                                                    optional=("completion",))
         refs = [r.completion for r in eval_recs] if eval_recs[0].completion is not None else None
-        judge = make_judge(cfg.eval.judge, task=task, reward_scorer=rm, use_task=False)
+        judge = make_judge(cfg.eval.judge, task=task, reward_scorer=rm, use_task=False,
+                           reward_name=f"reward model ({cfg.reward_model})")
         return [r.prompt for r in train_recs], EvalSet([r.prompt for r in eval_recs], refs, judge)
     examples = task.examples("eval", cfg.eval_prompts, seed=cfg.seed)
-    judge = make_judge(cfg.eval.judge, task=task, reward_scorer=rm)
+    judge = make_judge(cfg.eval.judge, task=task, reward_scorer=rm, reward_name=f"reward model ({cfg.reward_model})")
     train_prompts = [e.prompt for e in task.examples("train", cfg.steps * cfg.batch_size, seed=cfg.seed)]
     return train_prompts, EvalSet([e.prompt for e in examples], [e.reference for e in examples], judge)
 
@@ -208,6 +228,7 @@ def train(cfg: RLConfig, *, prompts: list[str] | None = None, reward_fn: Callabl
     replace the built-in task's prompts and the reward model; without them the task provides both
     prompts and a gold judge for periodic evaluation. `resume` continues from the newest whole
     checkpoint in `cfg.output_dir` (exactly: same parameters as a run that never stopped)."""
+    check_config(cfg, reward_fn=reward_fn)  # before any model loads
     if cfg.algorithm == "dpo":  # offline: trains on preference pairs, not on samples
         from rloo.recipes.dpo import train_dpo
         return train_dpo(cfg, resume=resume, overwrite=overwrite)
@@ -262,7 +283,8 @@ def _resume_point(cfg: RLConfig):
 
 def _loop(cfg, dist, models, ck: Checkpointer, eval_set, start: int) -> RLResult:
     out, opt, sched, stream = ck.out, ck.opt, ck.sched, ck.stream
-    log = MetricsLogger(out, purge_step=start + 1 if start else None) if dist.is_main else None
+    log = MetricsLogger(out, purge_step=start + 1 if start else None, report_to=cfg.report_to,
+                        config=cfg.model_dump(mode="json")) if dist.is_main else None
     bar, history = progress(cfg.steps, f"{cfg.algorithm}", initial=start, disable=not dist.is_main), []
 
     def record(step, metrics):
@@ -270,12 +292,13 @@ def _loop(cfg, dist, models, ck: Checkpointer, eval_set, start: int) -> RLResult
             log.log(step, metrics)
         history.append({"step": step, **metrics})
 
+    clock = (time.perf_counter(), start)  # for the ETA of plain-text progress lines
     try:
         with _StopFlag() as stop:
             for step in range(start, cfg.steps):
                 pre = ck.snapshot(step)  # the state before this step, for a checkpoint if it fails
                 if eval_set is not None and cfg.eval_every and step % cfg.eval_every == 0:
-                    record(step, _eval(models, eval_set, cfg))
+                    record(step, _eval(models, eval_set, cfg, step))
                 # this process's prompts of the global batch, and its rows of the B*K completions
                 prompts, rows = dist.shard(stream.next(), cfg.k)
                 try:
@@ -292,7 +315,9 @@ def _loop(cfg, dist, models, ck: Checkpointer, eval_set, start: int) -> RLResult
                 stats |= _count(ck, stats, pre, step, cfg)
                 if (step + 1) % cfg.log_every == 0:
                     record(step + 1, stats | {"lr": sched.get_last_lr()[0]})
-                _show(bar, cfg, step, stats, roll, rewards)
+                _show(bar, cfg, step, stats, roll, rewards, clock)
+                if log is not None and (step + 1) % cfg.sample_every == 0:
+                    log.log_samples(step + 1, sample_rows(roll))
                 if stop.signum is not None:
                     path = ck.save(ck.snapshot(step + 1))
                     name = signal.Signals(stop.signum).name
@@ -301,7 +326,7 @@ def _loop(cfg, dist, models, ck: Checkpointer, eval_set, start: int) -> RLResult
                 if cfg.save_every and (step + 1) % cfg.save_every == 0:
                     _periodic_checkpoint(ck, step + 1)
             # past the last step a signal no longer interrupts: finishing is quicker than resuming
-            final = _eval(models, eval_set, cfg) if eval_set is not None else {}
+            final = _eval(models, eval_set, cfg, cfg.steps) if eval_set is not None else {}
             if final:
                 record(cfg.steps, final)
             _save_final(cfg, dist, models, out / "model")
@@ -309,10 +334,14 @@ def _loop(cfg, dist, models, ck: Checkpointer, eval_set, start: int) -> RLResult
         bar.close()
         if log is not None:
             log.close()
+    plots = []
     if dist.is_main:
+        judge = getattr(eval_set.judge, "name", "judge") if eval_set is not None and eval_set.judge else "judge"
+        plots = plot_training(out / "metrics.jsonl", out / "plots", title=f"{cfg.algorithm} on {cfg.dataset.path if cfg.dataset else cfg.task}",
+                              judge=judge)
         win = f" (win rate {final['eval/win_rate']:.3f})" if "eval/win_rate" in final else ""
-        say(f"{cfg.algorithm}: saved {out / 'model'}{win}")
-    return RLResult(out / "model", history, final)
+        say(f"{cfg.algorithm}: saved {out / 'model'}{win}; plots in {out / 'plots'}")
+    return RLResult(out / "model", history, final, plots)
 
 
 def _save_final(cfg, dist, models, path: Path) -> None:
@@ -360,10 +389,13 @@ def _periodic_checkpoint(ck: Checkpointer, step: int) -> None:
     ck.save(ck.snapshot(step))
 
 
-def _show(bar, cfg, step, stats, roll, rewards) -> None:
+def _show(bar, cfg, step, stats, roll, rewards, clock) -> None:
     bar.set_postfix(score=f"{stats['reward/score']:.3f}", kl=f"{stats['reward/kl']:.3f}")
     bar.update()
-    if bar.disable and (step + 1) % max(1, cfg.steps // 10) == 0:
-        say(f"{cfg.algorithm} step {step + 1}/{cfg.steps}: score {stats['reward/score']:.3f} kl {stats['reward/kl']:.3f}")
+    if bar.disable and (step + 1) % max(1, cfg.steps // 10) == 0:  # no terminal: a line with an ETA
+        t0, start = clock
+        eta = progress_suffix(step + 1 - start, cfg.steps - start, time.perf_counter() - t0)
+        say(f"{cfg.algorithm} step {step + 1}/{cfg.steps}: score {stats['reward/score']:.3f} "
+            f"kl {stats['reward/kl']:.3f} ({eta})")
     if (step + 1) % cfg.sample_every == 0:
         _print_samples(step + 1, roll, rewards)

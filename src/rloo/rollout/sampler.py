@@ -6,7 +6,7 @@ the KL term (they are log pi_theta of the policy that sampled, eq. 1).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -31,6 +31,12 @@ class Rollout:
     prompts_truncated: int = 0  # prompts cut to fit the prompt-length limit
     group_size: int = 1         # K: rows come in runs of K sharing one prompt
     prefill: Prefill | None = None  # the policy's graph-carrying prompt pass, when kept for the update
+    # (N,) values a training step recorded per completion (score, kl, advantage), for sample tables
+    per_sample: dict[str, Tensor] = field(default_factory=dict)
+
+    def record(self, **values: Tensor) -> None:
+        """Keep detached (N,) copies of per-completion values (rloo.trackers.sample_rows shows them)."""
+        self.per_sample.update({k: v.detach().float().cpu() for k, v in values.items()})
 
 
 def _top_p_filter(logits: Tensor, top_p: float) -> Tensor:
