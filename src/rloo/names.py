@@ -74,6 +74,12 @@ def missing_path_error(value: str, what: str) -> RlooError:
     return RlooError(f"{what} {value!r} does not exist; {hint}")
 
 
+def check_local(value: str, what: str) -> None:
+    """The network-free half of `check_name`: a missing path-shaped value fails; a Hub name passes."""
+    if not Path(value).expanduser().exists() and (path_shaped(value) or not _HUB_NAME.match(value)):
+        raise missing_path_error(value, what)
+
+
 def check_name(value: str, what: str, repo_type: str = "model") -> None:
     """Raise one RlooError line unless `value` is an existing path or a Hub repository that can
     be reached (or is cached under HF_HUB_OFFLINE). `what` names the key, e.g. "policy"."""

@@ -9,7 +9,7 @@ costs a second, not a model load. The stages call it too (the Python API gets th
 from __future__ import annotations
 
 from rloo.errors import ConfigError, RlooError
-from rloo.names import check_name
+from rloo.names import check_local, check_name
 from rloo.trackers import check_wandb_installed, normalize_report_to
 from rloo.user_code import load_callable
 
@@ -22,12 +22,15 @@ def check_config(cfg, *, reward_fn=None) -> None:
     from rloo.config import EvalConfig, PipelineConfig, RLConfig, SFTConfig
 
     check_wandb_installed(normalize_report_to(cfg.report_to))
-    for key, value in _model_names(cfg):
-        check_name(value, key)
+    names = [(key, value, "model") for key, value in _model_names(cfg)]
     for key, ds in _datasets(cfg):
-        check_name(ds.path, f"{key}.path", repo_type="dataset")
+        names.append((f"{key}.path", ds.path, "dataset"))
         if ds.eval_split is not None and _looks_like_file(ds.eval_split):
-            check_name(ds.eval_split, f"{key}.eval_split", repo_type="dataset")
+            names.append((f"{key}.eval_split", ds.eval_split, "dataset"))
+    for key, value, _ in names:  # every local typo first: they need no network
+        check_local(value, key)
+    for key, value, repo_type in names:
+        check_name(value, key, repo_type)
     if isinstance(cfg, SFTConfig) and cfg.dataset is not None and cfg.model is None and cfg.tokenizer is None:
         raise ConfigError("sft on a dataset needs model=PATH (or tokenizer=PATH): the built-in word tokenizer "
                           "only knows the built-in task's words")
