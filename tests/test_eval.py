@@ -37,3 +37,34 @@ def test_preference_pairs_mix_policy_samples_and_references():
     assert len(pairs) == 40
     # without a sampler every pair compares two references
     assert not any("zzz-policy" in (c, r) for _, c, r in preference_pairs(task, 40, seed=0))
+
+
+def test_reward_model_judge_scores_samples_as_training_does(tiny_model_dir):
+    """With a reward model on the policy's tokenizer, the eval's judge score of the sampled responses
+    equals the reward-model score (the one training optimises: the sampled token ids), not a score of
+    the decoded, stripped and re-tokenized text, which gave other numbers for the same samples."""
+    import torch
+
+    from rloo.eval.judge import evaluate_policy
+    from rloo.models import frozen, load_policy, load_reward_model
+    from rloo.rewards import RewardModelScorer
+    from rloo.rewards.judges import make_judge
+    from rloo.rollout import rollout
+    from rloo.tasks import get_task
+
+    policy, tok = load_policy(str(tiny_model_dir))
+    rm, rm_tok = load_reward_model(str(tiny_model_dir))
+    scorer = RewardModelScorer(frozen(rm), rm_tok, policy_tokenizer=tok)
+    assert scorer.same_tokenizer
+    judge = make_judge("reward_model", reward_scorer=scorer, reward_name="reward model (tiny)")
+    ex = get_task("summarize").examples("eval", 12, seed=0)
+    prompts, refs = [e.prompt for e in ex], [e.reference for e in ex]
+    # max_new_tokens=3: most samples are cut without EOS, where the text path appends one
+    roll = rollout(policy, tok, prompts, 1, max_prompt_len=64, max_new_tokens=3, generator=torch.Generator().manual_seed(0))
+    assert judge.score(roll) == scorer(roll).tolist()
+    text_path = scorer.score_texts(roll.prompts, roll.completions).tolist()
+    assert text_path != scorer(roll).tolist(), "the old path (re-tokenized text) scores these samples differently"
+    res = evaluate_policy(policy, tok, prompts, references=refs, judge=judge, reward_scorer=scorer, max_new_tokens=3,
+                          generator=torch.Generator().manual_seed(0))
+    assert res.judge == "reward model (tiny)"
+    assert res.gold == res.reward   # the same scores, averaged in the same order
