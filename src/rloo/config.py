@@ -230,6 +230,12 @@ class PipelineConfig(_Run):
     tokenizer: str | None = Field(None, description="Tokenizer path; null: the model's (or the task's word tokenizer).")
     sft: SFTSettings = Field(default_factory=SFTSettings)
     reward: PipelineRewardSettings = Field(default_factory=PipelineRewardSettings)
+
+    @field_validator("reward", mode="before")
+    @classmethod
+    def _plain_reward_settings(cls, v):
+        # a RewardSettings (as `rloo compare` holds) is a pipeline reward section without its own data
+        return v.model_dump() if isinstance(v, RewardSettings) and not isinstance(v, PipelineRewardSettings) else v
     rl: RLSettings = Field(default_factory=RLSettings)
     eval: EvalSettings = Field(default_factory=EvalSettings)
 
