@@ -128,8 +128,8 @@ class RLSettings(_Strict):
             raise ValueError(f"leave-one-out needs k >= 2 samples per prompt (the baseline of one sample "
                              f"is the mean of the other k-1), got k={self.k}")
         return self
-    sample_every: int = Field(50, ge=1, description="Steps between printed sample completions.")
-    eval_every: int | None = Field(20, ge=1, description="Steps between gold-judge evals (null: off).")
+    sample_every: int = Field(50, ge=1, description="Steps between sample tables (prompt, completion, score, KL, advantage) in the trackers and printed samples.")
+    eval_every: int | None = Field(20, ge=1, description="Steps between evals by eval.judge, one printed line each (null: off).")
     eval_prompts: int = Field(128, ge=1, description="Held-out prompts used by the periodic eval.")
     save_every: int | None = Field(100, ge=1, description="Steps between checkpoints (null: only at the end).")
     keep_checkpoints: int = Field(2, ge=1, description="Newest checkpoints kept on disk.")
@@ -153,7 +153,8 @@ class EvalSettings(_Strict):
     batch_size: int = Field(128, ge=1)
     judge: str | None = Field(
         None, description="Who judges responses against references: null (the task's gold judge; the reward "
-                          "model when a dataset replaces the task), 'reward_model', or a module:function.")
+                          "model when a dataset replaces the task), 'gold', 'reward_model', module:function or "
+                          "path/to/file.py:function (batched: (prompts, completions) -> floats).")
 
 
 class _Run(_Strict):
@@ -198,7 +199,8 @@ class RLConfig(_Run, RLSettings):
     policy: str = Field(..., description="Path of the starting (SFT) policy; also the frozen reference.")
     reward_model: str | None = Field(None, description="Path of the reward model.")
     reward_fn: str | list[str] | None = Field(
-        None, description="Python reward(s) `module:function`; with reward_model too, the sources are summed "
+        None, description="Python reward(s) `module:function` (found from the current folder) or "
+                          "`path/to/file.py:function`; with reward_model too, the sources are summed "
                           "with reward_weights.")
     eval: EvalSettings = Field(default_factory=EvalSettings)
 
@@ -376,7 +378,7 @@ def describe_fields(cls: type[BaseModel], prefix: str = "") -> list[str]:
         ann = next((a for a in get_args(ann) if isinstance(a, type) and issubclass(a, BaseModel)), ann)
         if isinstance(ann, type) and issubclass(ann, BaseModel):
             if not f.is_required() and f.get_default(call_default_factory=True) is None:
-                lines.append(f"{prefix}{name} = None: {f.description or ''} Set any {name}.* key to enable it.")
+                lines.append(f"{prefix}{name} = None: {f.description or ''} Set any {prefix}{name}.* key to enable it.")
             lines += describe_fields(ann, prefix + name + ".")
             continue
         default = "required" if f.is_required() else repr(f.get_default(call_default_factory=True))
