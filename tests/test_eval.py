@@ -68,3 +68,4 @@ def test_reward_model_judge_scores_samples_as_training_does(tiny_model_dir):
                           generator=torch.Generator().manual_seed(0))
     assert res.judge == "reward model (tiny)"
     assert res.gold == res.reward   # the same scores, averaged in the same order
+

@@ -120,3 +120,33 @@ def test_pipeline_on_own_models_and_data_yaml(own, monkeypatch, capsys):
     err = capsys.readouterr().err
     assert rc == 0, err
     _check_report(own / "runs" / "yaml", "judge.py:overlap", err)
+
+
+def test_reward_model_on_another_tokenizer_reads_the_unstripped_text(monkeypatch):
+    """A reward model on another tokenizer re-tokenizes each sample as decoded (a BPE's leading space
+    kept: the layout of its training pairs, " text"), not the stripped text reward functions get."""
+    import torch
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+    from rloo.rewards import RewardModelScorer
+    from rloo.rollout import rollout
+
+    rows = _posts(40)
+    tok = _bpe_tokenizer([p + c for p, c in rows])
+    rm_tok = _bpe_tokenizer([p for p, _ in rows])   # another vocabulary
+    torch.manual_seed(0)
+    policy = GPTNeoXForCausalLM(GPTNeoXConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=1,
+                                              num_attention_heads=2, intermediate_size=64,
+                                              eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id))
+    roll = rollout(policy, tok, [p for p, _ in rows[:16]], 1, max_prompt_len=48, max_new_tokens=5,
+                   generator=torch.Generator().manual_seed(0))
+    decoded = tok.batch_decode(roll.completion_ids.masked_fill(~roll.completion_mask, tok.pad_token_id).tolist(),
+                               skip_special_tokens=True)
+    assert roll.raw_completions == decoded and [t.strip() for t in decoded] == roll.completions
+    assert any(t != t.strip() for t in decoded), "some samples start with a space-prefixed BPE token"
+    scorer = RewardModelScorer(None, rm_tok, policy_tokenizer=tok)
+    assert not scorer.same_tokenizer
+    seen = []
+    monkeypatch.setattr(scorer, "score_texts", lambda p, c: seen.append(list(c)) or torch.zeros(len(c)))
+    scorer(roll)
+    assert seen == [decoded]

@@ -56,7 +56,8 @@ class FunctionReward:
 
 class RewardModelScorer:
     """A sequence-classification reward model. With the policy's own tokenizer it scores the
-    rollout's token ids directly; with a different tokenizer it decodes and re-tokenizes.
+    rollout's token ids directly; with a different tokenizer it re-tokenizes the decoded text
+    (unstripped: `Rollout.raw_completions`).
     share_prompt: score a rollout's groups of k with each prompt computed once (same scores)."""
 
     def __init__(self, model, tokenizer, policy_tokenizer=None, max_len: int = 1024, batch_size: int = 256,
@@ -70,7 +71,9 @@ class RewardModelScorer:
         if self.same_tokenizer:
             k = getattr(batch, "group_size", 1) if self.share_prompt else 1
             return self._chunked(batch.prompt_ids, batch.prompt_mask, batch.completion_ids, batch.completion_mask, k)
-        return self.score_texts(batch.prompts, batch.completions)
+        # the decoded text as sampled (leading space kept): a reward model reads responses in the
+        # layout of its training pairs (" text"), in training and in evaluation alike
+        return self.score_texts(batch.prompts, getattr(batch, "raw_completions", None) or batch.completions)
 
     @torch.no_grad()
     def score_texts(self, prompts: list[str], completions: list[str]) -> Tensor:

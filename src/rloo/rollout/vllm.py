@@ -82,4 +82,5 @@ class VLLMSampler:
         texts = self.tokenizer.batch_decode(c_ids.masked_fill(~c_mask, pad).tolist(), skip_special_tokens=True)
         return Rollout(prompts=[p for p in prompts for _ in range(self.k)], completions=[t.strip() for t in texts],
                        prompt_ids=p_ids, prompt_mask=p_mask, completion_ids=c_ids, completion_mask=c_mask,
-                       logprobs=lps, truncated=~((c_ids == eos) & c_mask).any(-1), prompts_truncated=n_trunc)
+                       logprobs=lps, truncated=~((c_ids == eos) & c_mask).any(-1), prompts_truncated=n_trunc,
+                       raw_completions=texts)
