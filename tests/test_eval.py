@@ -69,3 +69,24 @@ def test_reward_model_judge_scores_samples_as_training_does(tiny_model_dir):
     assert res.judge == "reward model (tiny)"
     assert res.gold == res.reward   # the same scores, averaged in the same order
 
+
+
+def test_paired_report_says_when_the_win_rate_cannot_separate():
+    """Same outcome on every prompt: the win-rate interval has no width, and the report says so and
+    gives the paired score difference. Hand-derived: score differences [1, 0, 1, 0] have mean 0.5,
+    sample variance 1/3, standard error sqrt(1/3 / 4) = 0.2887, half-width 1.96 x 0.2887 = 0.566."""
+    from rloo.eval.judge import PolicyEval
+    from rloo.eval.paired import compare_paired, describe
+
+    def ev(wins, scores):
+        return PolicyEval(win_rate=sum(wins) / len(wins), gold=sum(scores) / len(scores), reward=None, kl=None,
+                          length=1.0, truncated=0.0, wins=wins, scores=scores, judge="j")
+
+    d = compare_paired(ev([0.0, 0.0, 1.0, 0.0], [1.0, 0.0, 3.0, 0.0]), ev([0.0, 0.0, 1.0, 0.0], [0.0, 0.0, 2.0, 0.0]))
+    assert d["win_rate"] == 0.0 and d["ci95"] == 0.0 and d["same_outcomes"] == 4
+    assert abs(d["score"] - 0.5) < 1e-12 and abs(d["score_ci95"] - 1.96 * (1 / 12) ** 0.5) < 1e-12
+    text = describe(d, "j")
+    assert "+0.0 points (95% CI +0.0 to +0.0" in text and "same win/tie/loss" in text and "below 75.0%" in text
+    assert "mean score (j): +0.500 (95% CI -0.066 to +1.066, paired)" in text
+    d = compare_paired(ev([1.0, 0.0, 1.0, 0.5], [1.0] * 4), ev([0.0, 0.0, 1.0, 0.5], [0.0] * 4))
+    assert d["same_outcomes"] == 3 and "same win/tie/loss" not in describe(d, "j")

@@ -21,6 +21,7 @@ class PolicyEval:
     truncated: float                # fraction that hit the length limit
     samples: list[tuple[str, str]] = field(default_factory=list)  # (prompt, completion), first few
     wins: list[float] = field(default_factory=list, repr=False)   # per prompt: 1 win, 1/2 tie, 0 loss
+    scores: list[float] = field(default_factory=list, repr=False)  # per prompt: the judge's score of the response
     judge: str | None = None        # who produced win_rate and gold: "gold judge (summarize)", "reward model", ...
 
     def as_metrics(self, prefix: str = "eval/") -> dict[str, float]:
@@ -78,7 +79,7 @@ def evaluate_policy(policy, tokenizer, prompts: list[str], *, references: list[s
     return PolicyEval(
         win_rate=win_rate(gold, refs_gold) if refs_gold else None, gold=mean(gold), reward=mean(rm),
         kl=mean(kls), length=mean(lengths), truncated=mean(truncs), samples=samples,
-        wins=wins(gold, refs_gold) if refs_gold else [],
+        wins=wins(gold, refs_gold) if refs_gold else [], scores=list(gold),
         judge=None if judge is None else getattr(judge, "name", getattr(judge, "__name__", "judge")),
     )
 

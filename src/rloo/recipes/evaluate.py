@@ -9,7 +9,8 @@ import torch
 
 from rloo.config import EvalConfig
 from rloo.data.datasets import eval_records
-from rloo.eval.judge import PolicyEval, evaluate_policy, paired_difference
+from rloo.eval.judge import PolicyEval, evaluate_policy
+from rloo.eval.paired import compare_paired, describe
 from rloo.models import frozen, load_policy, load_reward_model, model_options
 from rloo.recipes.common import check_device, prepare_output_dir, seed_everything
 from rloo.rewards import RewardModelScorer
@@ -56,15 +57,13 @@ def evaluate(cfg: EvalConfig, *, overwrite: bool = False) -> dict[str, PolicyEva
             judge=judge, reward_scorer=scorer, ref_model=ref, temperature=cfg.temperature,
             max_prompt_len=cfg.max_prompt_tokens, max_new_tokens=cfg.max_new_tokens,
             batch_size=cfg.batch_size, generator=torch.Generator().manual_seed(cfg.seed + 7), keep_samples=5)
-    summary = {"judge": judge.name} | {k: {kk: vv for kk, vv in asdict(v).items() if kk != "wins"}
+    summary = {"judge": judge.name} | {k: {kk: vv for kk, vv in asdict(v).items() if kk not in ("wins", "scores")}
                                        for k, v in results.items()}
     table = format_table(results, judge.name)
-    if "baseline" in results and results["policy"].wins:
-        diff, half = paired_difference(results["policy"].wins, results["baseline"].wins)
-        summary["difference"] = {"win_rate": diff, "ci95": half}
-        table += (f"\n\npolicy - baseline win rate: {100 * diff:+.1f} points "
-                  f"(95% CI {100 * (diff - half):+.1f} to {100 * (diff + half):+.1f}, paired over {len(examples)} prompts, "
-                  f"judged by {judge.name})")
+    diff = compare_paired(results["policy"], results["baseline"]) if "baseline" in results else None
+    if diff is not None:
+        summary["difference"] = diff
+        table += "\n\n" + describe(diff, judge.name)
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     data = cfg.dataset.path if cfg.dataset is not None else cfg.task
     (out / "report.md").write_text(f"# Evaluation on {len(examples)} held-out {data} prompts\n\n{table}\n")

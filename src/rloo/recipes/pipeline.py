@@ -7,7 +7,7 @@ import time
 from dataclasses import asdict
 
 from rloo.config import PipelineConfig
-from rloo.eval.judge import paired_difference
+from rloo.eval.paired import compare_paired, describe
 from rloo.preflight import check_config
 from rloo.recipes.common import prepare_output_dir
 from rloo.recipes.evaluate import evaluate
@@ -46,20 +46,14 @@ def pipeline(cfg: PipelineConfig, *, overwrite: bool = False) -> dict:
         "task": cfg.task, "dataset": cfg.dataset.path if cfg.dataset else None, "seed": cfg.seed,
         "algorithm": cfg.rl.algorithm, "judge": judge,
         "reward_model": {"accuracy_vs_labeler": rm.accuracy_vs_labeler, "accuracy_vs_gold": rm.accuracy_vs_gold},
-        "eval": {k: {kk: vv for kk, vv in asdict(v).items() if kk not in ("samples", "wins")} for k, v in results.items()},
-        "difference": _difference(results),
+        "eval": {k: {kk: vv for kk, vv in asdict(v).items() if kk not in ("samples", "wins", "scores")}
+                 for k, v in results.items()},
+        "difference": compare_paired(results["policy"], results["baseline"]) if "baseline" in results else None,
         "seconds": times, "plots": [str(p) for p in plots],
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     _print_summary(summary)
     return summary
-
-
-def _difference(results) -> dict | None:
-    if "baseline" not in results or not results["policy"].wins:
-        return None
-    diff, half = paired_difference(results["policy"].wins, results["baseline"].wins)
-    return {"win_rate": diff, "ci95": half}
 
 
 def _print_summary(s: dict) -> None:
@@ -68,6 +62,6 @@ def _print_summary(s: dict) -> None:
     say(f"\nreward model accuracy (held-out pairs): {s['reward_model']['accuracy_vs_labeler']:.3f} vs labels"
         + (f", {gold:.3f} vs gold judge" if gold is not None else ""))
     if base is not None and base["win_rate"] is not None and pol["win_rate"] is not None:
-        say(f"win rate vs references (judge: {s['judge']}): SFT {base['win_rate']:.3f} -> {s['algorithm'].upper()} {pol['win_rate']:.3f} "
-            f"({100 * s['difference']['win_rate']:+.1f} points, 95% CI +/- {100 * s['difference']['ci95']:.1f}; seed {s['seed']})")
+        say(f"win rate vs references (judge: {s['judge']}): SFT {base['win_rate']:.3f} -> {s['algorithm'].upper()} "
+            f"{pol['win_rate']:.3f} (seed {s['seed']})\n" + describe(s["difference"], s["judge"]))
     say("time: " + ", ".join(f"{k} {v:.0f}s" for k, v in s["seconds"].items()) + f"; plots in {', '.join(s['plots'])}")
