@@ -8,6 +8,8 @@ costs a second, not a model load. The stages call it too (the Python API gets th
 
 from __future__ import annotations
 
+from rloo.config import EvalConfig, PipelineConfig, RLConfig, SFTConfig
+from rloo.data.datasets import load_records
 from rloo.errors import ConfigError, RlooError
 from rloo.names import check_local, check_name
 from rloo.trackers import check_wandb_installed, normalize_report_to
@@ -19,8 +21,6 @@ MODEL_KEYS = ("model", "tokenizer", "policy", "baseline", "reference_model", "re
 def check_config(cfg, *, reward_fn=None) -> None:
     """Raise one RlooError line for the first problem of `cfg` (any stage's config, or the
     pipeline's). `reward_fn`: a callable given to the API in place of cfg.reward_fn."""
-    from rloo.config import EvalConfig, PipelineConfig, RLConfig, SFTConfig
-
     check_wandb_installed(normalize_report_to(cfg.report_to))
     names = [(key, value, "model") for key, value in _model_names(cfg)]
     for key, ds in _datasets(cfg):
@@ -83,8 +83,6 @@ def judge_spec(cfg) -> str | None:
 
 def check_judge(cfg) -> None:
     """The judge exists and can be built from what the config provides."""
-    from rloo.config import EvalConfig, PipelineConfig
-
     spec = judge_spec(cfg)
     has_rm = isinstance(cfg, PipelineConfig) or getattr(cfg, "reward_model", None) is not None
     if spec == "gold":
@@ -111,8 +109,6 @@ def _check_pipeline(cfg) -> None:
     if cfg.model is None and cfg.tokenizer is None:
         raise ConfigError("a pipeline on your own dataset needs model=PATH (the causal LM SFT starts from) "
                           "or tokenizer=PATH: the built-in word tokenizer only knows the built-in tasks' words")
-    from rloo.data.datasets import load_records
-
     load_records(cfg.dataset, ("prompt", "completion"))
     try:
         load_records(cfg.reward.dataset or cfg.dataset, ("prompt", "chosen", "rejected"))
