@@ -131,3 +131,14 @@ def test_eta():
     # 10 of 100 steps in 20 s: 90 left at 2 s each
     assert eta_seconds(10, 100, 20.0) == 180.0 and eta_seconds(0, 100, 5.0) is None
     assert [format_duration(s) for s in (5, 65, 3725)] == ["5s", "1m05s", "1h02m"]
+
+
+def test_sft_plain_progress_lines_with_eta(tmp_path, capsys):
+    rc = main(["sft", f"output_dir={tmp_path / 'sft'}", "num_examples=16", "epochs=1", "batch_size=4",
+               "arch.hidden_size=16", "arch.num_layers=1", "arch.num_heads=2", "arch.intermediate_size=32",
+               "report_to=none"])
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    lines = [x for x in err.splitlines() if x.startswith("sft ")]
+    assert [x.split(":")[0] for x in lines] == ["sft 1/4", "sft 2/4", "sft 3/4", "sft 4/4"], err
+    assert all("loss=" in x and "elapsed" in x and "ETA" in x for x in lines)

@@ -10,6 +10,8 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from rloo.progress_text import PlainProgress
+
 
 class MetricsLogger:
     """Appends one JSON object per record to `metrics.jsonl` and mirrors scalars to the trackers of
@@ -53,11 +55,15 @@ def read_metrics(path: Path) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
 
 
-def progress(total: int, desc: str, initial: int = 0, disable: bool = False):
-    """A progress bar on stderr that stays quiet when stderr is not a terminal (CI, tests) or
-    when `disable` (processes other than rank 0)."""
-    return tqdm(total=total, desc=desc, initial=initial, dynamic_ncols=True, leave=True,
-                disable=True if disable or not sys.stderr.isatty() else None)
+def progress(total: int, desc: str, initial: int = 0, disable: bool = False, plain_lines: bool = True):
+    """A progress bar on stderr when it is a terminal; otherwise (CI, a log file) plain lines with an
+    ETA every tenth of the run (rloo.progress_text), or nothing when not `plain_lines` (a loop that
+    prints its own). `disable`: quiet (processes other than rank 0)."""
+    if disable or not sys.stderr.isatty():
+        if plain_lines and not disable:
+            return PlainProgress(total, desc, say, initial)
+        return tqdm(total=total, desc=desc, initial=initial, disable=True)
+    return tqdm(total=total, desc=desc, initial=initial, dynamic_ncols=True, leave=True)
 
 
 def say(msg: str) -> None:

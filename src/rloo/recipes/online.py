@@ -285,7 +285,9 @@ def _loop(cfg, dist, models, ck: Checkpointer, eval_set, start: int) -> RLResult
     out, opt, sched, stream = ck.out, ck.opt, ck.sched, ck.stream
     log = MetricsLogger(out, purge_step=start + 1 if start else None, report_to=cfg.report_to,
                         config=cfg.model_dump(mode="json")) if dist.is_main else None
-    bar, history = progress(cfg.steps, f"{cfg.algorithm}", initial=start, disable=not dist.is_main), []
+    # no plain lines from the bar: _show prints its own, with the scores
+    bar = progress(cfg.steps, f"{cfg.algorithm}", initial=start, disable=not dist.is_main, plain_lines=False)
+    history = []
 
     def record(step, metrics):
         if log is not None:
