@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import torch
 
-from rloo.algorithms.common import (Timer, guarded_step, mean_stats, minibatches, rollout_stats,
-                                    sample_and_score, sequence_rewards)
+from rloo.algorithms.base import Models, guarded_step
+from rloo.algorithms.common import (Timer, mean_stats, minibatches, rollout_stats, sample_and_score,
+                                    sequence_rewards)
 from rloo.config import RLConfig
 from rloo.core.advantages import group_normalized
 from rloo.core.losses import grpo_loss
-from rloo.forward import completion_logprobs
-from rloo.recipes.rl import Models
+from rloo.modeling.forward import completion_logprobs
 
 
 def grpo_step(models: Models, opt, prompts: list[str], cfg: RLConfig, gen: torch.Generator):
@@ -27,14 +27,16 @@ def grpo_step(models: Models, opt, prompts: list[str], cfg: RLConfig, gen: torch
     roll.record(advantage=advantages)
     old_lp, records, norms, skipped = roll.logprobs, [], [], False
     params = list(models.policy.parameters())
-    for rows in minibatches(len(roll.prompts), cfg.algo.num_minibatches, cfg.algo.ppo_epochs, gen):
+    s = cfg.algorithm_settings
+    for rows in minibatches(len(roll.prompts), s.num_minibatches, s.ppo_epochs, gen):
         mask = roll.completion_mask[rows]
         lp = completion_logprobs(models.policy, roll.prompt_ids[rows], roll.prompt_mask[rows],
                                  roll.completion_ids[rows], mask, temperature=cfg.temperature,
                                  max_logits_mb=cfg.max_logits_mb)
-        loss, stats = grpo_loss(lp, old_lp[rows], ref_lp[rows], advantages[rows], mask, cfg.algo.clip_eps, cfg.beta)
+        loss, stats = grpo_loss(lp, old_lp[rows], ref_lp[rows], advantages[rows], mask, s.clip_eps, cfg.beta)
         norm, stepped = guarded_step(loss, params, opt, cfg.max_grad_norm)
-        records.append(stats), norms.append(norm)
+        records.append(stats)
+        norms.append(norm)
         skipped |= not stepped
     timer.lap("update")
     stats = mean_stats(records) | {"adv/std": advantages.std().item()}

@@ -11,9 +11,9 @@ from torch import Tensor
 
 from rloo.data.collate import encode_completions, encode_prompts
 from rloo.errors import RewardError, RlooError
-from rloo.forward import reward_scores
-from rloo.forward_shared import reward_scores_shared
-from rloo.user_code import load_callable
+from rloo.modeling.forward import reward_scores
+from rloo.modeling.forward_shared import reward_scores_shared
+from rloo.runtime.user_code import load_callable
 
 RewardFn = Callable[[list[str], list[str]], Sequence[float]]
 
@@ -92,5 +92,5 @@ class RewardModelScorer:
 
 
 def load_function(spec: str) -> RewardFn:
-    """`package.module:function` or `path/to/file.py:function` -> the function (rloo.user_code)."""
+    """`package.module:function` or `path/to/file.py:function` -> the function (rloo.runtime.user_code)."""
     return load_callable(spec, "reward function")

@@ -1,0 +1,161 @@
+"""The stage configs (`rloo sft|reward|train|eval|pipeline`): run-wide keys plus a stage's section."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+
+from rloo.config.base import Strict, normalize_report_to
+from rloo.config.dataset import DatasetSettings
+from rloo.config.sections import EvalSettings, RewardSettings, RLSettings, SFTSettings
+
+
+class _Run(Strict):
+    task: Literal["summarize", "dialogue"] = Field(default="summarize", description="Built-in task.")
+    seed: int = Field(default=0, description="Seeds data, initialization and sampling.")
+    output_dir: Path = Field(default=Path("runs/default"), description="Where everything of this run is written.")
+    device: str = Field(default="cpu", description="torch device: cpu, cuda, cuda:1, ...")
+    max_prompt_tokens: int = Field(default=64, ge=1, description="Longer prompts keep their last tokens (counted).")
+    max_response_tokens: int = Field(default=32, ge=1, description="Reference/preference responses are cut here.")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        default="auto", description="Model weights: auto is bfloat16 on GPU, float32 on CPU."
+    )
+    gradient_checkpointing: bool = Field(default=False, description="Recompute activations in backward to save memory.")
+    trust_remote_code: bool = Field(
+        default=False, description="Run model code shipped with a Hub checkpoint (off unless asked)."
+    )
+    dataset: DatasetSettings | None = Field(default=None, description="Your own data instead of the built-in task's.")
+    report_to: str | list[str] = Field(
+        default="tensorboard",
+        description="Trackers of the metrics and sample tables: tensorboard, wandb (optional extra; "
+        "WANDB_MODE=offline works without network), none, or a list of them.",
+    )
+
+    @field_validator("report_to")
+    @classmethod
+    def _trackers(cls, v):
+        normalize_report_to(v)
+        return v
+
+
+class SFTConfig(_Run, SFTSettings):
+    """`rloo sft`: fine-tune a causal LM on the task's reference responses."""
+
+    model: str | None = Field(default=None, description="Causal LM path; null builds a small Llama from `arch`.")
+    tokenizer: str | None = Field(default=None, description="Tokenizer path; null builds the task's word tokenizer.")
+
+
+class RewardConfig(_Run, RewardSettings):
+    """`rloo reward`: train a reward model (one-output classification head) from the SFT model."""
+
+    sft_model: str = Field(default=..., description="Path of the SFT model the reward model starts from.")
+
+
+class RLConfig(_Run, RLSettings):
+    """`rloo train`: RL fine-tuning of the SFT policy against a reward."""
+
+    policy: str = Field(default=..., description="Path of the starting (SFT) policy; also the frozen reference.")
+    reward_model: str | None = Field(default=None, description="Path of the reward model.")
+    reward_fn: str | list[str] | None = Field(
+        default=None,
+        description="Python reward(s) `module:function` (found from the current folder) or "
+        "`path/to/file.py:function`; with reward_model too, the sources are summed with reward_weights.",
+    )
+    eval: EvalSettings = Field(default_factory=EvalSettings)
+
+
+class EvalConfig(_Run, EvalSettings):
+    """`rloo eval`: win rate against the references, judged by the task's gold judge."""
+
+    policy: str = Field(default=..., description="Path of the policy to evaluate.")
+    baseline: str | None = Field(default=None, description="Second policy shown side by side (the SFT model).")
+    reference_model: str | None = Field(default=None, description="Model KL is measured against (default: baseline).")
+    reward_model: str | None = Field(default=None, description="Reward model whose mean score is reported.")
+    max_new_tokens: int = Field(
+        default=16, ge=1, description="Response length limit (the pipeline uses rl.max_new_tokens)."
+    )
+
+
+class PipelineRewardSettings(RewardSettings):
+    """The reward stage of the pipeline: its hyperparameters, its base model and its data."""
+
+    dataset: DatasetSettings | None = Field(
+        default=None,
+        description="Preference data (prompt, chosen, rejected) for the reward stage; null: the pipeline's dataset.",
+    )
+
+
+class PipelineConfig(_Run):
+    """`rloo pipeline`: SFT -> reward model -> RL -> evaluation into one output folder."""
+
+    output_dir: Path = Field(default=Path("runs/pipeline"), description="Holds sft/, reward/, rl/, eval/.")
+    model: str | None = Field(
+        default=None,
+        description="Causal LM the SFT stage starts from (path or Hub name); null builds a small Llama "
+        "from sft.arch (built-in tasks only).",
+    )
+    tokenizer: str | None = Field(
+        default=None, description="Tokenizer path; null: the model's (or the task's word tokenizer)."
+    )
+    sft: SFTSettings = Field(default_factory=SFTSettings)
+    reward: PipelineRewardSettings = Field(default_factory=PipelineRewardSettings)
+    rl: RLSettings = Field(default_factory=RLSettings)
+    eval: EvalSettings = Field(default_factory=EvalSettings)
+
+    @field_validator("reward", mode="before")
+    @classmethod
+    def _plain_reward_settings(cls, v):
+        # a RewardSettings (as `rloo compare` holds) is a pipeline reward section without its own data
+        return v.model_dump() if isinstance(v, RewardSettings) and not isinstance(v, PipelineRewardSettings) else v
+
+    @field_validator("output_dir")
+    @classmethod
+    def _not_root(cls, v: Path) -> Path:
+        if str(v).strip() in ("", "/"):
+            raise ValueError("output_dir must be a folder, not the file-system root")
+        return v
+
+    def stage_configs(self) -> tuple[SFTConfig, RewardConfig, RLConfig, EvalConfig]:
+        """The four stage configs this pipeline runs, with their paths derived from output_dir."""
+        out = self.output_dir
+        run: dict[str, Any] = dict(
+            task=self.task,
+            seed=self.seed,
+            device=self.device,
+            dtype=self.dtype,
+            dataset=self.dataset,
+            report_to=self.report_to,
+            gradient_checkpointing=self.gradient_checkpointing,
+            trust_remote_code=self.trust_remote_code,
+            max_prompt_tokens=self.max_prompt_tokens,
+            max_response_tokens=self.max_response_tokens,
+        )
+        sft = SFTConfig(
+            **self.sft.model_dump(), **run, output_dir=out / "sft", model=self.model, tokenizer=self.tokenizer
+        )
+        rm = RewardConfig(
+            **self.reward.model_dump(exclude={"dataset"}),
+            **(run | {"dataset": self.reward.dataset or self.dataset}),
+            output_dir=out / "reward",
+            sft_model=str(out / "sft" / "model"),
+        )
+        rl = RLConfig(
+            **self.rl.model_dump(),
+            **run,
+            output_dir=out / "rl",
+            eval=self.eval,
+            policy=str(out / "sft" / "model"),
+            reward_model=str(out / "reward" / "model"),
+        )
+        ev = EvalConfig(
+            **self.eval.model_dump(),
+            **run,
+            output_dir=out / "eval",
+            policy=str(out / "rl" / "model"),
+            baseline=str(out / "sft" / "model"),
+            reward_model=str(out / "reward" / "model"),
+            max_new_tokens=self.rl.max_new_tokens,
+        )
+        return sft, rm, rl, ev
