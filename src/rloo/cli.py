@@ -75,6 +75,9 @@ COMMANDS = {
 }
 
 
+PREFLIGHT = ("pipeline", "sft", "reward", "train", "eval")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="rloo", description="RLHF with REINFORCE Leave-One-Out (Ahmadian et al. 2024).")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
@@ -113,6 +116,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         cfg = load_config(cls, args.config, args.overrides)
+        if args.command in PREFLIGHT:
+            from rloo.data.preflight import check_config  # lazy like the subcommands: fast --help
+            check_config(cfg)  # before the heavy imports below: a typo costs a second, not a model load
         with cli_options():  # error messages name --resume/--overwrite, not resume=/overwrite=
             run(cfg, args)
     except RlooError as e:

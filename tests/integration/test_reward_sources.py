@@ -69,13 +69,18 @@ def test_weighted_sum_of_sources():
 
 def test_judges(tmp_path, monkeypatch):
     task = get_task("summarize")
-    assert make_judge(None, task=task) == task.gold_score
+    gold = make_judge(None, task=task)
+    assert gold.name == "gold judge (summarize)"
+    ex = task.examples("eval", 3, seed=0)
+    assert [gold(e.prompt, e.reference) for e in ex] == [task.gold_score(e.prompt, e.reference) for e in ex]
     (tmp_path / "myjudge.py").write_text("def words(prompts, completions):\n    return [len(c.split()) for c in completions]\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     assert make_judge("myjudge:words")("p", "a b c") == 3.0
+    assert make_judge("myjudge:words").name == "myjudge:words"
     fn = FunctionReward(lambda p, c: [7.0] * len(c))
     assert make_judge(None, task=task, reward_scorer=fn, use_task=False)("p", "x") == 7.0
     assert make_judge("reward_model", reward_scorer=fn)("p", "x") == 7.0
+    assert make_judge("reward_model", reward_scorer=fn, reward_name="reward model (rm/)").name == "reward model (rm/)"
     assert make_judge(None, use_task=False) is None
 
 

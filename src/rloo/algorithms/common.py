@@ -40,7 +40,9 @@ def sample_and_score(models: Models, prompts: list[str], cfg: RLConfig, gen: tor
 def sequence_rewards(scores: Tensor, roll: Rollout, ref_lp: Tensor, cfg: RLConfig) -> tuple[Tensor, Tensor]:
     """Eq. (1) with the configured KL estimator: (rewards (N,), kl (N,))."""
     estimator = cfg.algorithm_settings.kl_estimator
-    return shaped_reward(scores, roll.logprobs, ref_lp, roll.completion_mask, cfg.beta, estimator)
+    rewards, kl = shaped_reward(scores, roll.logprobs, ref_lp, roll.completion_mask, cfg.beta, estimator)
+    roll.record(score=scores, kl=kl)
+    return rewards, kl
 
 
 def minibatches(n: int, num_minibatches: int, epochs: int, gen: torch.Generator) -> Iterator[Tensor]:

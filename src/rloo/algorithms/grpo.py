@@ -24,6 +24,7 @@ def grpo_step(models: Models, opt, prompts: list[str], cfg: RLConfig, gen: torch
     roll, scores, ref_lp = sample_and_score(models, prompts, cfg, gen, timer)
     rewards, kl = sequence_rewards(scores, roll, ref_lp, cfg)   # logged only: GRPO's KL is in the loss
     advantages = group_normalized(scores.view(-1, cfg.k)).view(-1)
+    roll.record(advantage=advantages)
     old_lp, records, norms, skipped = roll.logprobs, [], [], False
     params = list(models.policy.parameters())
     s = cfg.algorithm_settings

@@ -43,6 +43,7 @@ class Reinforce:
         # afterwards the baseline only holds earlier batches, so it is independent of the samples.
         baseline = rewards.mean() if self.baseline is None else self.baseline
         advantages = moving_average_advantages(rewards, baseline)
+        roll.record(advantage=advantages)
         logprobs = completion_logprobs(models.policy, roll.prompt_ids, roll.prompt_mask, roll.completion_ids,
                                        roll.completion_mask, temperature=cfg.temperature,
                                        max_logits_mb=cfg.max_logits_mb)

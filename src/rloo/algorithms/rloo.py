@@ -49,6 +49,7 @@ def rloo_step(models: Models, opt, prompts: list[str], cfg: RLConfig, gen: torch
     # 3. shaped reward (eq. 1) and leave-one-out advantages (eq. 4)
     rewards, kl = shaped_reward(scores, roll.logprobs, ref_lp, roll.completion_mask, cfg.beta)
     advantages = leave_one_out(rewards.view(-1, cfg.k)).view(-1)
+    roll.record(score=scores, kl=kl, advantage=advantages)
     # 4. REINFORCE on the whole response (eq. 5)
     if wrapped:
         logprobs = completion_logprobs(models.policy, roll.prompt_ids, roll.prompt_mask, roll.completion_ids,

@@ -2,7 +2,8 @@
 
 The lowest layer of rloo: it imports nothing of rloo but `rloo.errors`, so every other package may
 use it. `from rloo.config import RLConfig` is the stable import path; the modules are
-    base.py      Strict, the base of every section (unknown keys are errors)
+    base.py      Strict, the base of every section (unknown keys and bad values: one-line ConfigError),
+                 the tracker names of report_to
     sections.py  the stage sections: model shape, SFT, reward model, RL (+ methods, LoRA), evaluation
     dataset.py   the `dataset:` section (your own data)
     stages.py    the stage configs: run-wide keys + a section (`rloo sft|reward|train|eval|pipeline`)
@@ -10,7 +11,7 @@ use it. `from rloo.config import RLConfig` is the stable import path; the module
     loading.py   YAML + key=value overrides -> a config; one-line errors; --help-config
 """
 
-from rloo.config.base import Strict
+from rloo.config.base import TRACKERS, Strict, normalize_report_to
 from rloo.config.dataset import FIELDS, DatasetSettings
 from rloo.config.loading import (
     describe_fields,
@@ -35,11 +36,14 @@ from rloo.config.sections import (
     RLSettings,
     SFTSettings,
 )
-from rloo.config.stages import EvalConfig, PipelineConfig, RewardConfig, RLConfig, SFTConfig
+from rloo.config.stages import EvalConfig, PipelineConfig, PipelineRewardSettings, RewardConfig, RLConfig, SFTConfig
 from rloo.config.tools import COMPARE_METHODS, BenchConfig, CompareConfig
 
 __all__ = [
     "Strict",
+    "TRACKERS",
+    "normalize_report_to",
+    "PipelineRewardSettings",
     "FIELDS",
     "DatasetSettings",
     "LoraSettings",

@@ -49,6 +49,11 @@ class RewardSettings(Strict):
     epochs: int = Field(default=2, ge=1)
     batch_size: int = Field(default=64, ge=1)
     lr: float = Field(default=1e-3, gt=0)
+    model: str | None = Field(
+        default=None,
+        description="Model the reward model starts from (any architecture and tokenizer; a one-output "
+        "head is added); null: the SFT model.",
+    )
     disable_dropout: bool = Field(
         default=True,
         description="Dropout off in the reward model while it trains (chosen and rejected are scored "
@@ -183,8 +188,15 @@ class RLSettings(Strict):
         """The section's old name, read-only, so code written against `cfg.algo` keeps running."""
         return self.algorithm_settings
 
-    sample_every: int = Field(default=50, ge=1, description="Steps between printed sample completions.")
-    eval_every: int | None = Field(default=20, ge=1, description="Steps between gold-judge evals (null: off).")
+    sample_every: int = Field(
+        default=50,
+        ge=1,
+        description="Steps between sample tables (prompt, completion, score, KL, advantage) in the trackers "
+        "and printed samples.",
+    )
+    eval_every: int | None = Field(
+        default=20, ge=1, description="Steps between evals by eval.judge, one printed line each (null: off)."
+    )
     eval_prompts: int = Field(default=128, ge=1, description="Held-out prompts used by the periodic eval.")
     save_every: int | None = Field(default=100, ge=1, description="Steps between checkpoints (null: only at the end).")
     keep_checkpoints: int = Field(default=2, ge=1, description="Newest checkpoints kept on disk.")
@@ -216,5 +228,6 @@ class EvalSettings(Strict):
     judge: str | None = Field(
         default=None,
         description="Who judges responses against references: null (the task's gold judge; the reward "
-        "model when a dataset replaces the task), 'reward_model', or a module:function.",
+        "model when a dataset replaces the task), 'gold', 'reward_model', module:function or "
+        "path/to/file.py:function (batched: (prompts, completions) -> floats).",
     )

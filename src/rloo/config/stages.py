@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from rloo.config.base import Strict
+from rloo.config.base import Strict, normalize_report_to
 from rloo.config.dataset import DatasetSettings
 from rloo.config.sections import EvalSettings, RewardSettings, RLSettings, SFTSettings
 
@@ -29,6 +29,17 @@ class _Run(Strict):
         default=False, description="Run model code shipped with a Hub checkpoint (off unless asked)."
     )
     dataset: DatasetSettings | None = Field(default=None, description="Your own data instead of the built-in task's.")
+    report_to: str | list[str] = Field(
+        default="tensorboard",
+        description="Trackers of the metrics and sample tables: tensorboard, wandb (optional extra; "
+        "WANDB_MODE=offline works without network), none, or a list of them.",
+    )
+
+    @field_validator("report_to")
+    @classmethod
+    def _trackers(cls, v):
+        normalize_report_to(v)
+        return v
 
 
 class SFTConfig(_Run, SFTSettings):
@@ -51,8 +62,8 @@ class RLConfig(_Run, RLSettings):
     reward_model: str | None = Field(default=None, description="Path of the reward model.")
     reward_fn: str | list[str] | None = Field(
         default=None,
-        description="Python reward(s) `module:function`; with reward_model too, the sources are summed "
-        "with reward_weights.",
+        description="Python reward(s) `module:function` (found from the current folder) or "
+        "`path/to/file.py:function`; with reward_model too, the sources are summed with reward_weights.",
     )
     eval: EvalSettings = Field(default_factory=EvalSettings)
 
@@ -69,14 +80,37 @@ class EvalConfig(_Run, EvalSettings):
     )
 
 
+class PipelineRewardSettings(RewardSettings):
+    """The reward stage of the pipeline: its hyperparameters, its base model and its data."""
+
+    dataset: DatasetSettings | None = Field(
+        default=None,
+        description="Preference data (prompt, chosen, rejected) for the reward stage; null: the pipeline's dataset.",
+    )
+
+
 class PipelineConfig(_Run):
     """`rloo pipeline`: SFT -> reward model -> RL -> evaluation into one output folder."""
 
     output_dir: Path = Field(default=Path("runs/pipeline"), description="Holds sft/, reward/, rl/, eval/.")
+    model: str | None = Field(
+        default=None,
+        description="Causal LM the SFT stage starts from (path or Hub name); null builds a small Llama "
+        "from sft.arch (built-in tasks only).",
+    )
+    tokenizer: str | None = Field(
+        default=None, description="Tokenizer path; null: the model's (or the task's word tokenizer)."
+    )
     sft: SFTSettings = Field(default_factory=SFTSettings)
-    reward: RewardSettings = Field(default_factory=RewardSettings)
+    reward: PipelineRewardSettings = Field(default_factory=PipelineRewardSettings)
     rl: RLSettings = Field(default_factory=RLSettings)
     eval: EvalSettings = Field(default_factory=EvalSettings)
+
+    @field_validator("reward", mode="before")
+    @classmethod
+    def _plain_reward_settings(cls, v):
+        # a RewardSettings (as `rloo compare` holds) is a pipeline reward section without its own data
+        return v.model_dump() if isinstance(v, RewardSettings) and not isinstance(v, PipelineRewardSettings) else v
 
     @field_validator("output_dir")
     @classmethod
@@ -94,14 +128,20 @@ class PipelineConfig(_Run):
             device=self.device,
             dtype=self.dtype,
             dataset=self.dataset,
+            report_to=self.report_to,
             gradient_checkpointing=self.gradient_checkpointing,
             trust_remote_code=self.trust_remote_code,
             max_prompt_tokens=self.max_prompt_tokens,
             max_response_tokens=self.max_response_tokens,
         )
-        sft = SFTConfig(**self.sft.model_dump(), **run, output_dir=out / "sft")
+        sft = SFTConfig(
+            **self.sft.model_dump(), **run, output_dir=out / "sft", model=self.model, tokenizer=self.tokenizer
+        )
         rm = RewardConfig(
-            **self.reward.model_dump(), **run, output_dir=out / "reward", sft_model=str(out / "sft" / "model")
+            **self.reward.model_dump(exclude={"dataset"}),
+            **(run | {"dataset": self.reward.dataset or self.dataset}),
+            output_dir=out / "reward",
+            sft_model=str(out / "sft" / "model"),
         )
         rl = RLConfig(
             **self.rl.model_dump(),

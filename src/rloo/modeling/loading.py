@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 import shutil
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from rloo.runtime.atomic import WriteError, describe_write_failure, fsync_dir, s
 from rloo.config import ArchConfig
 from rloo.errors import RlooError
 from rloo.runtime.precision import resolve_precision
+from rloo.runtime.names import check_name
 
 # Our own progress bars cover the long work; per-file load/save bars of tiny models are noise.
 hf_logging.disable_progress_bar()
@@ -48,15 +48,9 @@ def build_llama(arch: ArchConfig, tokenizer, seed: int) -> LlamaForCausalLM:
     return LlamaForCausalLM(cfg)
 
 
-_HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
-
-
 def _check_dir(path: str, what: str) -> None:
-    """A local path must exist; anything shaped like a Hub name (`org/name`) is left to the Hub."""
-    p = Path(path)
-    if p.exists() or (_HUB_NAME.match(str(path)) and not str(path).startswith((".", "~"))):
-        return
-    raise RlooError(f"{what} path {path!r} does not exist (expected a Hugging Face model folder or Hub name)")
+    """A missing local path fails at once; a Hub name is looked up once, without retries (rloo.runtime.names)."""
+    check_name(str(path), what)
 
 
 def resolve_dtype(name: str | torch.dtype, device: str) -> torch.dtype:

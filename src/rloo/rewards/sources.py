@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import math
 import numbers
 from typing import Callable, Sequence
@@ -14,6 +13,7 @@ from rloo.data.collate import encode_completions, encode_prompts
 from rloo.errors import RewardError, RlooError
 from rloo.modeling.forward import reward_scores
 from rloo.modeling.forward_shared import reward_scores_shared
+from rloo.runtime.user_code import load_callable
 
 RewardFn = Callable[[list[str], list[str]], Sequence[float]]
 
@@ -56,7 +56,8 @@ class FunctionReward:
 
 class RewardModelScorer:
     """A sequence-classification reward model. With the policy's own tokenizer it scores the
-    rollout's token ids directly; with a different tokenizer it decodes and re-tokenizes.
+    rollout's token ids directly; with a different tokenizer it re-tokenizes the decoded text
+    (unstripped: `Rollout.raw_completions`).
     share_prompt: score a rollout's groups of k with each prompt computed once (same scores)."""
 
     def __init__(self, model, tokenizer, policy_tokenizer=None, max_len: int = 1024, batch_size: int = 256,
@@ -70,7 +71,9 @@ class RewardModelScorer:
         if self.same_tokenizer:
             k = getattr(batch, "group_size", 1) if self.share_prompt else 1
             return self._chunked(batch.prompt_ids, batch.prompt_mask, batch.completion_ids, batch.completion_mask, k)
-        return self.score_texts(batch.prompts, batch.completions)
+        # the decoded text as sampled (leading space kept): a reward model reads responses in the
+        # layout of its training pairs (" text"), in training and in evaluation alike
+        return self.score_texts(batch.prompts, getattr(batch, "raw_completions", None) or batch.completions)
 
     @torch.no_grad()
     def score_texts(self, prompts: list[str], completions: list[str]) -> Tensor:
@@ -89,15 +92,5 @@ class RewardModelScorer:
 
 
 def load_function(spec: str) -> RewardFn:
-    """`package.module:function` -> the function, with a clear error when it is not there."""
-    if ":" not in spec:
-        raise RlooError(f"reward function {spec!r} must be given as module:function")
-    mod_name, fn_name = spec.split(":", 1)
-    try:
-        mod = importlib.import_module(mod_name)
-    except ImportError as e:
-        raise RlooError(f"cannot import module {mod_name!r} for reward function {spec!r}: {e}") from e
-    fn = getattr(mod, fn_name, None)
-    if not callable(fn):
-        raise RlooError(f"module {mod_name!r} has no callable {fn_name!r}")
-    return fn
+    """`package.module:function` or `path/to/file.py:function` -> the function (rloo.runtime.user_code)."""
+    return load_callable(spec, "reward function")

@@ -74,7 +74,8 @@ class VLLMSampler:
         texts = self.tokenizer.batch_decode(c_ids.masked_fill(~c_mask, pad).tolist(), skip_special_tokens=True)
         return Rollout(prompts=[p for p in prompts for _ in range(self.k)], completions=[t.strip() for t in texts],
                        prompt_ids=p_ids, prompt_mask=p_mask, completion_ids=c_ids, completion_mask=c_mask,
-                       logprobs=lps, truncated=~ended.to(device), prompts_truncated=n_trunc)
+                       logprobs=lps, truncated=~ended.to(device), prompts_truncated=n_trunc,
+                       raw_completions=texts)
 
 
 def completion_tensors(outputs, pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

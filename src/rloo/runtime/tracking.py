@@ -4,43 +4,49 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from rloo.config import normalize_report_to
+from rloo.runtime.progress_text import PlainProgress
+from rloo.runtime.trackers import start_trackers
+
 
 class MetricsLogger:
-    """Appends one JSON object per record to `metrics.jsonl` and mirrors scalars to TensorBoard.
+    """Appends one JSON object per record to `metrics.jsonl` and mirrors scalars to the trackers of
+    `report_to` (rloo.runtime.trackers: TensorBoard by default, wandb, none).
 
     Lines are flushed as written, so a killed run keeps every record up to the kill; a resumed run
     first cuts the file back to its checkpoint (rloo.runtime.checkpoint.truncate_metrics).
     """
 
-    def __init__(self, out_dir: Path, tensorboard: bool = True, purge_step: int | None = None):
+    def __init__(self, out_dir: Path, tensorboard: bool = True, purge_step: int | None = None,
+                 report_to: str | list[str] = "tensorboard", config: dict | None = None):
         out_dir.mkdir(parents=True, exist_ok=True)
         self.path = out_dir / "metrics.jsonl"
         self._file = self.path.open("a")
-        self._tb = None
-        if tensorboard:
-            from torch.utils.tensorboard import SummaryWriter  # import is slow; only when used
-
-            # purge_step hides events a resumed run is about to log again
-            self._tb = SummaryWriter(log_dir=str(out_dir / "tensorboard"), purge_step=purge_step)
+        names = normalize_report_to(report_to) if tensorboard else []
+        self._trackers = start_trackers(names, out_dir, purge_step, config)
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         clean = {k: (float(v) if math.isfinite(float(v)) else None) for k, v in metrics.items()}
         self._file.write(json.dumps({"step": step, **clean}) + "\n")
         self._file.flush()
-        if self._tb is not None:
-            for k, v in clean.items():
-                if v is not None:
-                    self._tb.add_scalar(k, v, step)
+        for t in self._trackers:
+            t.scalars(step, clean)
+
+    def log_samples(self, step: int, rows: list[dict]) -> None:
+        """A table of sample completions (prompt, completion, score, kl, advantage) at `step`."""
+        for t in self._trackers:
+            t.samples(step, rows)
 
     def close(self) -> None:
         self._file.close()
-        if self._tb is not None:
-            self._tb.close()
+        for t in self._trackers:
+            t.close()
 
 
 def read_metrics(path: Path) -> list[dict]:
@@ -49,15 +55,25 @@ def read_metrics(path: Path) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
 
 
-def progress(total: int, desc: str, initial: int = 0, disable: bool = False):
-    """A progress bar on stderr that stays quiet when stderr is not a terminal (CI, tests) or
-    when `disable` (processes other than rank 0)."""
-    return tqdm(total=total, desc=desc, initial=initial, dynamic_ncols=True, leave=True,
-                disable=True if disable or not sys.stderr.isatty() else None)
+def progress(total: int, desc: str, initial: int = 0, disable: bool = False, plain_lines: bool = True):
+    """A progress bar on stderr when it is a terminal; otherwise (CI, a log file) plain lines with an
+    ETA every tenth of the run (rloo.runtime.progress_text), or nothing when not `plain_lines` (a loop that
+    prints its own). `disable`: quiet (processes other than rank 0)."""
+    if disable or not sys.stderr.isatty():
+        if plain_lines and not disable:
+            return PlainProgress(total, desc, say, initial)
+        return tqdm(total=total, desc=desc, initial=initial, disable=True)
+    return tqdm(total=total, desc=desc, initial=initial, dynamic_ncols=True, leave=True)
 
 
 def say(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
+    """A progress/info line on stderr; under torchrun only rank 0 speaks (errors are printed apart)."""
+    if is_main_process():
+        print(msg, file=sys.stderr, flush=True)
+
+
+def is_main_process() -> bool:
+    return int(os.environ.get("RANK", "0")) == 0
 
 
 def say_once(msg: str, _seen: set = set()) -> None:  # noqa: B006 - the set is the memory

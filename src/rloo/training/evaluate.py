@@ -9,7 +9,10 @@ import torch
 
 from rloo.config import EvalConfig
 from rloo.data.datasets import eval_records
-from rloo.eval.judge import PolicyEval, evaluate_policy, paired_difference
+from rloo.data.preflight import check_config
+from rloo.errors import RlooError
+from rloo.eval.judge import PolicyEval, evaluate_policy
+from rloo.eval.paired import compare_paired, describe
 from rloo.modeling.loading import frozen, load_policy, load_reward_model, model_options
 from rloo.training.common import check_device, prepare_output_dir, seed_everything
 from rloo.rewards import RewardModelScorer
@@ -23,6 +26,7 @@ from rloo.runtime.tracking import say
 def evaluate(cfg: EvalConfig, *, overwrite: bool = False) -> dict[str, PolicyEval]:
     """Win rate against the task's references by its gold judge, gold and reward-model scores,
     KL to the reference model and length, for `policy` (and `baseline` when given)."""
+    check_config(cfg)
     check_device(cfg.device)
     seed_everything(cfg.seed)
     task = get_task(cfg.task)
@@ -41,7 +45,10 @@ def evaluate(cfg: EvalConfig, *, overwrite: bool = False) -> dict[str, PolicyEva
         examples = [Example(r.prompt, r.completion) for r in recs]
     else:
         examples = task.examples("eval", cfg.num_prompts, seed=cfg.seed)
-    judge = make_judge(cfg.judge, task=task, reward_scorer=scorer, use_task=cfg.dataset is None)
+    judge = make_judge(cfg.judge, task=task, reward_scorer=scorer, use_task=cfg.dataset is None,
+                       reward_name=f"reward model ({cfg.reward_model})")
+    if judge is None:  # rloo.data.preflight refuses this config first; kept for API callers that skip it
+        raise RlooError("nothing to judge the responses with: set judge=module:function or reward_model=PATH")
     out = prepare_output_dir(cfg, overwrite=overwrite)
     results = {}
     for name, (model, tok) in loaded.items():
@@ -52,13 +59,13 @@ def evaluate(cfg: EvalConfig, *, overwrite: bool = False) -> dict[str, PolicyEva
             judge=judge, reward_scorer=scorer, ref_model=ref, temperature=cfg.temperature,
             max_prompt_len=cfg.max_prompt_tokens, max_new_tokens=cfg.max_new_tokens,
             batch_size=cfg.batch_size, generator=torch.Generator().manual_seed(cfg.seed + 7), keep_samples=5)
-    summary = {k: {kk: vv for kk, vv in asdict(v).items() if kk != "wins"} for k, v in results.items()}
-    table = format_table(results)
-    if "baseline" in results and results["policy"].wins:
-        diff, half = paired_difference(results["policy"].wins, results["baseline"].wins)
-        summary["difference"] = {"win_rate": diff, "ci95": half}
-        table += (f"\n\npolicy - baseline win rate: {100 * diff:+.1f} points "
-                  f"(95% CI {100 * (diff - half):+.1f} to {100 * (diff + half):+.1f}, paired over {len(examples)} prompts)")
+    summary = {"judge": judge.name} | {k: {kk: vv for kk, vv in asdict(v).items() if kk not in ("wins", "scores")}
+                                       for k, v in results.items()}
+    table = format_table(results, judge.name)
+    diff = compare_paired(results["policy"], results["baseline"]) if "baseline" in results else None
+    if diff is not None:
+        summary["difference"] = diff
+        table += "\n\n" + describe(diff, judge.name)
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     data = cfg.dataset.path if cfg.dataset is not None else cfg.task
     (out / "report.md").write_text(f"# Evaluation on {len(examples)} held-out {data} prompts\n\n{table}\n")
@@ -66,10 +73,10 @@ def evaluate(cfg: EvalConfig, *, overwrite: bool = False) -> dict[str, PolicyEva
     return results
 
 
-def format_table(results: dict[str, PolicyEval]) -> str:
-    """Markdown table: one row per policy."""
+def format_table(results: dict[str, PolicyEval], judge: str) -> str:
+    """Markdown table: one row per policy; the header names the judge of the win rate and score."""
     fmt = lambda v, p=3: "-" if v is None else f"{v:.{p}f}"  # noqa: E731
-    rows = ["| policy | win rate vs refs | gold score | RM score | KL to ref | length | truncated |",
+    rows = [f"| policy | win rate vs refs ({judge}) | score ({judge}) | RM score | KL to ref | length | truncated |",
             "|---|---|---|---|---|---|---|"]
     for name, r in results.items():
         rows.append(f"| {name} | {fmt(r.win_rate)} | {fmt(r.gold)} | {fmt(r.reward)} | {fmt(r.kl)} | "

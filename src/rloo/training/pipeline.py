@@ -7,8 +7,8 @@ import time
 from dataclasses import asdict
 
 from rloo.config import PipelineConfig
-from rloo.eval.judge import paired_difference
-from rloo.eval.plots import plot_training
+from rloo.data.preflight import check_config
+from rloo.eval.paired import compare_paired, describe
 from rloo.training.common import prepare_output_dir
 from rloo.training.evaluate import evaluate
 from rloo.training.rl import train
@@ -18,41 +18,42 @@ from rloo.runtime.tracking import say
 
 
 def pipeline(cfg: PipelineConfig, *, overwrite: bool = False) -> dict:
-    """Run the four stages in order; returns the summary also written to summary.json."""
-    out = prepare_output_dir(cfg, overwrite=overwrite)
+    """Run the four stages in order; returns the summary also written to summary.json. The whole
+    config (names, data columns, reward and judge) is checked before any stage starts or any file
+    is written (rloo.data.preflight)."""
+    check_config(cfg)
     sft_cfg, rm_cfg, rl_cfg, ev_cfg = cfg.stage_configs()
+    out = prepare_output_dir(cfg, overwrite=overwrite)
     times = {}
     t = time.perf_counter()
-    say(f"[1/4] SFT on {cfg.task} -> {sft_cfg.output_dir}")
+    data = cfg.dataset.path if cfg.dataset is not None else cfg.task
+    say(f"[1/4] SFT of {cfg.model or 'a small Llama'} on {data} -> {sft_cfg.output_dir}")
     sft(sft_cfg, overwrite=True)
     times["sft"], t = time.perf_counter() - t, time.perf_counter()
-    say(f"[2/4] reward model -> {rm_cfg.output_dir}")
+    pref = rm_cfg.dataset.path if rm_cfg.dataset is not None else f"{cfg.task} labeler pairs"
+    say(f"[2/4] reward model from {rm_cfg.model or 'the SFT model'} on {pref} -> {rm_cfg.output_dir}")
     rm = train_reward(rm_cfg, overwrite=True)
     times["reward"], t = time.perf_counter() - t, time.perf_counter()
     say(f"[3/4] {cfg.rl.algorithm} for {cfg.rl.steps} steps, k={cfg.rl.k}, beta={cfg.rl.beta} -> {rl_cfg.output_dir}")
-    train(rl_cfg, overwrite=True)
+    rl = train(rl_cfg, overwrite=True)
     times["rl"], t = time.perf_counter() - t, time.perf_counter()
     say(f"[4/4] evaluation on {cfg.eval.num_prompts} held-out prompts -> {ev_cfg.output_dir}")
     results = evaluate(ev_cfg, overwrite=True)
     times["eval"] = time.perf_counter() - t
-    plots = plot_training(rl_cfg.output_dir / "metrics.jsonl", out / "plots", title=f"{cfg.rl.algorithm} on {cfg.task}")
+    plots = rl.plots
+    judge = results["policy"].judge
     summary = {
-        "task": cfg.task, "seed": cfg.seed, "algorithm": cfg.rl.algorithm,
+        "task": cfg.task, "dataset": cfg.dataset.path if cfg.dataset else None, "seed": cfg.seed,
+        "algorithm": cfg.rl.algorithm, "judge": judge,
         "reward_model": {"accuracy_vs_labeler": rm.accuracy_vs_labeler, "accuracy_vs_gold": rm.accuracy_vs_gold},
-        "eval": {k: {kk: vv for kk, vv in asdict(v).items() if kk not in ("samples", "wins")} for k, v in results.items()},
-        "difference": _difference(results),
+        "eval": {k: {kk: vv for kk, vv in asdict(v).items() if kk not in ("samples", "wins", "scores")}
+                 for k, v in results.items()},
+        "difference": compare_paired(results["policy"], results["baseline"]) if "baseline" in results else None,
         "seconds": times, "plots": [str(p) for p in plots],
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     _print_summary(summary)
     return summary
-
-
-def _difference(results) -> dict | None:
-    if "baseline" not in results or not results["policy"].wins:
-        return None
-    diff, half = paired_difference(results["policy"].wins, results["baseline"].wins)
-    return {"win_rate": diff, "ci95": half}
 
 
 def _print_summary(s: dict) -> None:
@@ -61,6 +62,6 @@ def _print_summary(s: dict) -> None:
     say(f"\nreward model accuracy (held-out pairs): {s['reward_model']['accuracy_vs_labeler']:.3f} vs labels"
         + (f", {gold:.3f} vs gold judge" if gold is not None else ""))
     if base is not None and base["win_rate"] is not None and pol["win_rate"] is not None:
-        say(f"win rate vs references: SFT {base['win_rate']:.3f} -> {s['algorithm'].upper()} {pol['win_rate']:.3f} "
-            f"({100 * s['difference']['win_rate']:+.1f} points, 95% CI +/- {100 * s['difference']['ci95']:.1f}; seed {s['seed']})")
+        say(f"win rate vs references (judge: {s['judge']}): SFT {base['win_rate']:.3f} -> {s['algorithm'].upper()} "
+            f"{pol['win_rate']:.3f} (seed {s['seed']})\n" + describe(s["difference"], s["judge"]))
     say("time: " + ", ".join(f"{k} {v:.0f}s" for k, v in s["seconds"].items()) + f"; plots in {', '.join(s['plots'])}")

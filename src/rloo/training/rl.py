@@ -14,6 +14,7 @@ import torch
 from rloo.algorithms import make_algorithm, supports_distributed
 from rloo.algorithms.base import Models
 from rloo.config import OFFLINE_ALGORITHMS, RLConfig, upgrade_saved_config
+from rloo.data.preflight import check_config
 from rloo.data.prompts import PromptStream
 from rloo.errors import RlooError, option
 from rloo.modeling.loading import enable_gradient_checkpointing, frozen, load_policy, load_reward_model, model_options
@@ -41,6 +42,7 @@ def train(cfg: RLConfig, *, prompts: list[str] | None = None, reward_fn: Callabl
     replace the built-in task's prompts and the reward model; without them the task provides both
     prompts and a gold judge for periodic evaluation. `resume` continues from the newest whole
     checkpoint in `cfg.output_dir` (exactly: same parameters as a run that never stopped)."""
+    check_config(cfg, reward_fn=reward_fn)  # before any model loads
     if cfg.algorithm in OFFLINE_ALGORITHMS:  # dpo: trains on preference pairs, not on samples
         check_dpo_arguments(prompts, reward_fn)
         return train_dpo(cfg, resume=resume, overwrite=overwrite)

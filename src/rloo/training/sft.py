@@ -12,6 +12,7 @@ from rloo.core.losses import sft_loss
 from rloo.data.collate import batches, encode_completions, encode_prompts, trim_left, trim_right
 from rloo.modeling.forward import completion_logprobs
 from rloo.data.datasets import load_records
+from rloo.data.preflight import check_config
 from rloo.errors import RlooError
 from rloo.modeling.loading import (build_llama, enable_gradient_checkpointing, load_policy, load_tokenizer, model_options,
                          save_pretrained_atomic)
@@ -32,6 +33,7 @@ class SFTResult:
 @stage_precision
 def sft(cfg: SFTConfig, *, overwrite: bool = False) -> SFTResult:
     """Fine-tune a causal LM on (prompt, reference) pairs; loss on response tokens only."""
+    check_config(cfg)
     device = check_device(cfg.device)
     task = get_task(cfg.task)
     gen = seed_everything(cfg.seed)
@@ -62,7 +64,7 @@ def sft(cfg: SFTConfig, *, overwrite: bool = False) -> SFTResult:
     total = cfg.epochs * steps_per_epoch
     opt = adamw(model.parameters(), cfg.lr, cfg.weight_decay)
     sched = warmup_cosine(opt, total, warmup=max(1, total // 20))
-    log, bar, step, loss_ema = MetricsLogger(out), progress(total, "sft"), 0, None
+    log, bar, step, loss_ema = MetricsLogger(out, report_to=cfg.report_to, config=cfg.model_dump(mode="json")), progress(total, "sft"), 0, None
     model.train()
     for _ in range(cfg.epochs):
         for idx in batches(len(examples), cfg.batch_size, gen):
