@@ -16,8 +16,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from rloo.errors import ConfigError
 from rloo.settings import DatasetSettings, LoraSettings
+from rloo.tasks import get_task, has_checker
 
-TASK_NAMES = ("summarize", "dialogue")
+TASK_NAMES = ("summarize", "dialogue", "arithmetic")
 
 
 class _Strict(BaseModel):
@@ -57,8 +58,8 @@ class RewardSettings(_Strict):
     lr: float = Field(1e-3, gt=0)
 
 
-ALGORITHMS = ("rloo", "reinforce", "vanilla_pg", "ppo", "grpo", "raft", "dpo")
-GROUP_ALGORITHMS = ("rloo", "grpo")  # their baselines come from the other samples of the same prompt
+ALGORITHMS = ("rloo", "reinforce", "vanilla_pg", "ppo", "grpo", "raft", "dpo", "dr_grpo", "reinforce_pp")
+GROUP_ALGORITHMS = ("rloo", "grpo", "dr_grpo")  # their baselines come from the other samples of the same prompt
 
 
 class AlgoSettings(_Strict):
@@ -83,6 +84,10 @@ class AlgoSettings(_Strict):
     vf_coef: float = Field(0.5, ge=0, description="ppo/vanilla_pg with value_model=head: weight of the value loss.")
     value_clip_eps: float | None = Field(0.2, description="ppo: value clipping range (null: off).")
     whiten_advantages: bool = Field(True, description="ppo/vanilla_pg: normalise GAE advantages per batch.")
+    drop_zero_variance: bool = Field(False, description="rloo/grpo/dr_grpo/reinforce_pp: leave groups whose k "
+                                     "scores are all equal out of the update (logged as groups/dropped).")
+    norm_length: int | None = Field(None, ge=1, description="dr_grpo: the constant a completion's token sum is "
+                                    "divided by (null: max_new_tokens).")
     dpo_beta: float = Field(0.1, gt=0, description="dpo: beta of the DPO loss.")
     dpo_pairs: int = Field(6000, ge=1, description="dpo: preference pairs (the reward model's first pairs).")
     dpo_epochs: int = Field(1, ge=1, description="dpo: passes over the pairs.")
@@ -93,9 +98,10 @@ class AlgoSettings(_Strict):
 class RLSettings(_Strict):
     """Hyperparameters of the RL stage (RLOO by default, eq. 1, 4, 5)."""
 
-    algorithm: Literal["rloo", "reinforce", "vanilla_pg", "ppo", "grpo", "raft", "dpo"] = Field(
+    algorithm: Literal["rloo", "reinforce", "vanilla_pg", "ppo", "grpo", "raft", "dpo", "dr_grpo", "reinforce_pp"] = Field(
         "rloo", description="The method: rloo (the paper's, default), reinforce (moving-average baseline), "
-                            "vanilla_pg, ppo, grpo, raft, dpo (offline, on the reward model's pairs).")
+                            "vanilla_pg, ppo, grpo, raft, dpo (offline, on the reward model's pairs), dr_grpo "
+                            "(group mean, no std, constant length norm), reinforce_pp (batch-level baseline).")
     algo: AlgoSettings = Field(default_factory=AlgoSettings, description="Settings of the other methods.")
     steps: int = Field(100, ge=1, description="Optimizer steps (one fresh batch of samples each).")
     batch_size: int = Field(16, ge=1, description="Prompts per step (B); N = B*k completions.")
@@ -151,10 +157,12 @@ class EvalSettings(_Strict):
     judge: str | None = Field(
         None, description="Who judges responses against references: null (the task's gold judge; the reward "
                           "model when a dataset replaces the task), 'reward_model', or a module:function.")
+    pass_samples: int = Field(16, ge=8, description="Tasks with a checker (arithmetic): samples per held-out "
+                                                    "problem for pass@k, k = 1, 2, 4, 8.")
 
 
 class _Run(_Strict):
-    task: Literal["summarize", "dialogue"] = Field("summarize", description="Built-in task.")
+    task: Literal["summarize", "dialogue", "arithmetic"] = Field("summarize", description="Built-in task.")
     seed: int = Field(0, description="Seeds data, initialization and sampling.")
     output_dir: Path = Field(Path("runs/default"), description="Where everything of this run is written.")
     device: str = Field("cpu", description="torch device: cpu, cuda, cuda:1, ...")
@@ -217,6 +225,14 @@ class PipelineConfig(_Run):
             raise ValueError("output_dir must be a folder, not the file-system root")
         return v
 
+    @model_validator(mode="before")
+    @classmethod
+    def _task_defaults(cls, data: Any) -> Any:
+        """A task's own defaults (``pipeline_defaults``, e.g. arithmetic's) under the given values."""
+        if not isinstance(data, dict) or data.get("task") not in TASK_NAMES:
+            return data
+        return _merge(getattr(get_task(data["task"]), "pipeline_defaults", {}), data)
+
     def stage_configs(self) -> tuple[SFTConfig, RewardConfig, RLConfig, EvalConfig]:
         """The four stage configs this pipeline runs, with their paths derived from output_dir."""
         out = self.output_dir
@@ -226,11 +242,14 @@ class PipelineConfig(_Run):
         sft = SFTConfig(**self.sft.model_dump(), **run, output_dir=out / "sft")
         rm = RewardConfig(**self.reward.model_dump(), **run, output_dir=out / "reward",
                           sft_model=str(out / "sft" / "model"))
+        # a task with a checker has no reward model: the checker is the reward
+        task = get_task(self.task)
+        reward = {"reward_fn": task.reward_fn} if has_checker(task) else {"reward_model": str(out / "reward" / "model")}
         rl = RLConfig(**self.rl.model_dump(), **run, output_dir=out / "rl", eval=self.eval,
-                      policy=str(out / "sft" / "model"), reward_model=str(out / "reward" / "model"))
+                      policy=str(out / "sft" / "model"), **reward)
         ev = EvalConfig(**self.eval.model_dump(), **run, output_dir=out / "eval",
                         policy=str(out / "rl" / "model"), baseline=str(out / "sft" / "model"),
-                        reward_model=str(out / "reward" / "model"), max_new_tokens=self.rl.max_new_tokens)
+                        reward_model=reward.get("reward_model"), max_new_tokens=self.rl.max_new_tokens)
         return sft, rm, rl, ev
 
 
@@ -252,7 +271,7 @@ class BenchConfig(_Strict):
 
 
 COMPARE_METHODS = ("rloo", "rloo_k2", "reinforce", "vanilla_pg", "ppo", "ppo_lambda1", "grpo", "raft", "dpo",
-                   "rloo_token_kl", "rloo_k3_kl", "rloo_clip")
+                   "rloo_token_kl", "rloo_k3_kl", "rloo_clip", "dr_grpo", "reinforce_pp")
 """Methods `rloo compare` knows: an algorithm plus overrides (rloo.recipes.compare.METHODS)."""
 
 
@@ -260,7 +279,7 @@ class CompareConfig(_Strict):
     """`rloo compare`: methods x tasks x seeds under the same sample budget, one report folder."""
 
     methods: list[str] = Field(list(COMPARE_METHODS), description="Methods to compare: " + ", ".join(COMPARE_METHODS))
-    tasks: list[Literal["summarize", "dialogue"]] = Field(["summarize", "dialogue"], description="Built-in tasks.")
+    tasks: list[Literal["summarize", "dialogue", "arithmetic"]] = Field(["summarize", "dialogue"], description="Built-in tasks.")
     seeds: list[int] = Field([0, 1, 2], description="One SFT model, reward model and run of each method per seed.")
     quick: bool = Field(False, description="Tiny settings (smoke run, minutes): overrides the sections below.")
     output_dir: Path = Field(Path("runs/compare"), description="Runs in runs/, the report in report/.")
@@ -284,6 +303,14 @@ class CompareConfig(_Strict):
         if bad or not v:
             raise ValueError(f"unknown method(s) {bad}; choose from {', '.join(COMPARE_METHODS)}")
         return v
+
+    @model_validator(mode="after")
+    def _dpo_needs_pairs(self):
+        checked = [t for t in self.tasks if has_checker(get_task(t))]
+        if "dpo" in self.methods and checked:
+            raise ValueError(f"dpo trains on a reward model's preference pairs, which {', '.join(checked)} (scored "
+                             f"by a checker) does not have; drop dpo from methods")
+        return self
 
 
 C = TypeVar("C", bound=BaseModel)

@@ -9,6 +9,9 @@ shared. `make_algorithm(cfg, models)` picks one by `cfg.algorithm`. DPO is offli
     ppo          GAE(gamma, lambda) with a value model       clipped surrogate, several epochs
     grpo         (R - group mean) / group std                clipped surrogate + beta k3-KL in loss
     raft         keep argmax_k R                             SFT on the kept samples
+    dr_grpo      R - group mean (no std)                     clipped surrogate + k3-KL, token sum / constant
+    reinforce_pp (G_t - batch mean) / batch std, G_t the      clipped surrogate, token mean
+                 score minus the KL-to-go
 """
 
 from __future__ import annotations
@@ -37,6 +40,10 @@ def make_algorithm(cfg: RLConfig, models):
     if name == "raft":
         from rloo.algorithms.raft import raft_step
         return Stateless(raft_step)
+    if name in ("dr_grpo", "reinforce_pp"):
+        from rloo.algorithms.dr_grpo import dr_grpo_step
+        from rloo.algorithms.reinforce_pp import reinforce_pp_step
+        return Stateless(dr_grpo_step if name == "dr_grpo" else reinforce_pp_step)
     raise ValueError(f"{name!r} is not an online method (dpo runs through rloo.recipes.dpo)")
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from rloo.algorithms.common import (Timer, guarded_step, mean_stats, minibatches, rollout_stats,
+from rloo.algorithms.common import (Timer, guarded_step, mean_stats, minibatches, require_scored, rollout_stats,
                                     sample_and_score, sequence_rewards)
 from rloo.config import RLConfig
 from rloo.core.advantages import gae, whiten
@@ -125,6 +125,7 @@ class PPO:
     def step(self, models: Models, opt, prompts: list[str], cfg: RLConfig, gen: torch.Generator):
         timer = Timer()
         roll, scores, ref_lp = sample_and_score(models, prompts, cfg, gen, timer)
+        require_scored(scores, cfg.algorithm)
         seq_rewards, kl = sequence_rewards(scores, roll, ref_lp, cfg)
         adv, returns, old_values = self.advantages(models, roll, scores, ref_lp, cfg)
         records, norms, skipped = [], [], False

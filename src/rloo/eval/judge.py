@@ -21,6 +21,7 @@ class PolicyEval:
     truncated: float                # fraction that hit the length limit
     samples: list[tuple[str, str]] = field(default_factory=list)  # (prompt, completion), first few
     wins: list[float] = field(default_factory=list, repr=False)   # per prompt: 1 win, 1/2 tie, 0 loss
+    passk: object = field(default=None, repr=False)                # rloo.eval.passk.PassAtK (checker tasks)
 
     def as_metrics(self, prefix: str = "eval/") -> dict[str, float]:
         d = {"win_rate": self.win_rate, "gold": self.gold, "reward": self.reward, "kl": self.kl,

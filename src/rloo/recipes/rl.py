@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from rloo.config import RLConfig
-from rloo.core.advantages import leave_one_out
+from rloo.core.advantages import leave_one_out, leave_one_out_valid, unscored, zero_variance_groups
 from rloo.core.kl import shaped_reward
 from rloo.core.logprobs import sequence_logprobs
 from rloo.core.losses import policy_gradient_loss
@@ -56,6 +56,16 @@ def score_rollout(models: Models, roll: Rollout, cfg: RLConfig) -> tuple[torch.T
     return scores, ref_lp
 
 
+def group_stats(scores: torch.Tensor, k: int) -> dict[str, float]:
+    """groups/zero_variance: share of prompts whose k scores (the scored ones) are all equal, the
+    groups no group baseline draws a gradient from; reward/unscored: share of None scores (NaN)."""
+    _, valid = unscored(scores)
+    out = {"reward/unscored": 1.0 - valid.float().mean().item()}
+    if k > 1:
+        out["groups/zero_variance"] = zero_variance_groups(scores.view(-1, k), valid.view(-1, k)).float().mean().item()
+    return out
+
+
 def rloo_step(models: Models, opt, prompts: list[str], cfg: RLConfig, gen: torch.Generator,
               rows: tuple[int, int] | None = None, all_done=None):
     """One RLOO update on `prompts`. Returns (stats dict, rollout, shaped rewards (N,)); the
@@ -77,9 +87,12 @@ def rloo_step(models: Models, opt, prompts: list[str], cfg: RLConfig, gen: torch
     # 2. score, and the frozen reference's log-probs
     scores, ref_lp = score_rollout(models, roll, cfg)
     t2 = time.perf_counter()
-    # 3. shaped reward (eq. 1) and leave-one-out advantages (eq. 4)
-    rewards, kl = shaped_reward(scores, roll.logprobs, ref_lp, roll.completion_mask, cfg.beta)
-    advantages = leave_one_out(rewards.view(-1, cfg.k)).view(-1)
+    # 3. shaped reward (eq. 1) and leave-one-out advantages (eq. 4); a None score (NaN) is left out
+    # of its group's baselines and gets advantage 0
+    filled, valid = unscored(scores)
+    rewards, kl = shaped_reward(filled, roll.logprobs, ref_lp, roll.completion_mask, cfg.beta)
+    grouped = rewards.view(-1, cfg.k)
+    advantages = (leave_one_out(grouped) if valid.all() else leave_one_out_valid(grouped, valid.view(-1, cfg.k))).view(-1)
     # 4. REINFORCE on the whole response (eq. 5)
     if wrapped:
         logprobs = completion_logprobs(models.policy, roll.prompt_ids, roll.prompt_mask, roll.completion_ids,
@@ -98,8 +111,8 @@ def rloo_step(models: Models, opt, prompts: list[str], cfg: RLConfig, gen: torch
     opt.zero_grad(set_to_none=True)
     t3 = time.perf_counter()
     lengths = roll.completion_mask.sum(-1).float()
-    stats = {k: float(v) for k, v in stats.items()} | {
-        "reward/score": scores.mean().item(), "reward/kl": kl.mean().item(), "reward/total": rewards.mean().item(),
+    stats = {k: float(v) for k, v in stats.items()} | group_stats(scores, cfg.k) | {
+        "reward/score": scores.nanmean().item(), "reward/kl": kl.mean().item(), "reward/total": rewards.mean().item(),
         "kl/ref": kl.mean().item(), "grad/norm": grad_norm.item(), "gen/length": lengths.mean().item(),
         "gen/truncated": roll.truncated.float().mean().item(), "guard/skipped": float(not finite),
         "data/prompts_truncated": float(roll.prompts_truncated),
