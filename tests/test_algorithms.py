@@ -17,7 +17,7 @@ from rloo.models import build_llama
 from rloo.tasks import get_task
 from rloo.tasks.tokenizer import build_tokenizer
 
-ONLINE = ["rloo", "reinforce", "vanilla_pg", "ppo", "grpo", "raft"]
+ONLINE = ["rloo", "reinforce", "vanilla_pg", "ppo", "grpo", "raft", "dr_grpo", "reinforce_pp"]
 PROMPTS = ["post : job rent tl;dr :", "post : exam car tl;dr :", "post : loan sister tl;dr :"]
 
 

@@ -18,7 +18,7 @@ from rloo.core.advantages import unscored, zero_variance_groups
 from rloo.core.kl import shaped_reward
 from rloo.errors import RewardError
 from rloo.forward import completion_logprobs
-from rloo.recipes.rl import Models, group_stats, score_rollout
+from rloo.recipes.rl import Models, group_stats, score_rollout, scored_mean
 from rloo.rollout import Rollout, rollout
 
 
@@ -124,7 +124,7 @@ def rollout_stats(roll: Rollout, scores: Tensor, kl: Tensor, rewards: Tensor, gr
     """The metrics every method logs (names as in rloo_step, so curves line up across methods)."""
     lengths = roll.completion_mask.sum(-1).float()
     return group_stats(scores, roll.group_size) | {
-        "reward/score": scores.nanmean().item(), "reward/kl": kl.mean().item(), "reward/total": rewards.mean().item(),
+        "reward/score": scored_mean(scores), "reward/kl": kl.mean().item(), "reward/total": rewards.mean().item(),
         "kl/ref": kl.mean().item(), "grad/norm": grad_norm, "gen/length": lengths.mean().item(),
         "gen/truncated": roll.truncated.float().mean().item(), "guard/skipped": float(skipped),
     } | timer.laps

@@ -10,6 +10,7 @@ import json
 import math
 from pathlib import Path
 
+from rloo.eval.passk import paired_pass_difference
 from rloo.tracking import read_metrics
 
 # two-sided 95% Student-t quantiles t_{0.975, df}; the normal 1.96 beyond df = 30
@@ -133,7 +134,11 @@ def pass_table(cfg, data: dict, task: str) -> str:
         rs = [r for r in data[task].get(name, []) if "pass" in r]
         if not rs:
             continue
-        cells = [_fmt([r["pass"]["pass_at_k"][k]["mean"] for r in rs]) for k in ks]
+        if len(rs) == 1:   # one seed: the interval over problems (it leaves out training-seed noise)
+            cells = [f'{r["pass"]["pass_at_k"][k]["mean"]:.3f} ± {r["pass"]["pass_at_k"][k]["ci95"]:.3f}*'
+                     for r in rs for k in ks]
+        else:
+            cells = [_fmt([r["pass"]["pass_at_k"][k]["mean"] for r in rs]) for k in ks]
         if zk:
             cells.append(_fmt([r["pass"]["zero_variance"][zk] for r in rs]))
         train_zero = [sum(v) / len(v) for r in rs if (v := [m["groups/zero_variance"] for m in r["metrics"]
@@ -152,11 +157,17 @@ def pass_differences(cfg, data: dict, task: str, base: str = "rloo") -> str:
     ks = [k for k in ("1", "8") if ref and k in next(iter(ref.values()))]
     rows = ["| method | " + " | ".join(f"pass@{k} − {base} | seeds ahead" for k in ks) + " |",
             "|---" * (2 * len(ks) + 1) + "|"]
+    counts = {r["seed"]: r.get("pass_counts") for r in data[task].get(base, []) if "pass" in r}
     for name in names:
         cells = []
         for k in ks:
-            d = [r["pass"]["pass_at_k"][k]["mean"] - ref[r["seed"]][k]["mean"]
-                 for r in data[task].get(name, []) if "pass" in r and r["seed"] in ref]
+            rs = [r for r in data[task].get(name, []) if "pass" in r and r["seed"] in ref]
+            d = [r["pass"]["pass_at_k"][k]["mean"] - ref[r["seed"]][k]["mean"] for r in rs]
+            if len(rs) == 1 and rs[0].get("pass_counts") and counts.get(rs[0]["seed"]):
+                # one seed: paired over problems (same problems and evaluation noise)
+                m, h = paired_pass_difference(rs[0]["pass_counts"], counts[rs[0]["seed"]], rs[0]["pass"]["n"], int(k))
+                cells += [f"{m:+.3f} ± {h:.3f}*", f"{sum(x > 0 for x in d)}/{len(d)}"]
+                continue
             cells += [_fmt_signed(d), f"{sum(x > 0 for x in d)}/{len(d)}" if d else "-"]
         rows.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(rows)
@@ -168,7 +179,9 @@ def pass_section(cfg, data: dict, tasks: list[str]) -> list[str]:
             "unbiased estimator 1 − C(n−c,k)/C(n,k) averaged over problems; mean ± 95% t-interval over seeds. "
             f"zero-var@{cfg.rl.k} (eval): the estimated share of groups of k = {cfg.rl.k} samples whose rewards are "
             "all equal (no gradient for any group baseline); zero-var (training): the same share measured on the "
-            "training batches (groups/zero_variance), averaged over the run.", ""]
+            "training batches (groups/zero_variance), averaged over the run. With one seed, values marked * "
+            "carry the 95% normal interval over problems instead (differences paired over problems): it "
+            "covers the evaluation's sampling of problems and responses, not the randomness of training.", ""]
     for task in tasks:
         text += [f"### {task}", "", pass_table(cfg, data, task), "",
                  "Differences from rloo, paired by seed:", "", pass_differences(cfg, data, task), ""]

@@ -56,6 +56,12 @@ def score_rollout(models: Models, roll: Rollout, cfg: RLConfig) -> tuple[torch.T
     return scores, ref_lp
 
 
+def scored_mean(scores: torch.Tensor) -> float:
+    """Mean of the scored samples (a None score is NaN); 0 when none was scored (reward/unscored = 1)."""
+    filled, valid = unscored(scores)
+    return (filled.sum() / valid.sum().clamp(min=1)).item()
+
+
 def group_stats(scores: torch.Tensor, k: int) -> dict[str, float]:
     """groups/zero_variance: share of prompts whose k scores (the scored ones) are all equal, the
     groups no group baseline draws a gradient from; reward/unscored: share of None scores (NaN)."""
@@ -112,7 +118,7 @@ def rloo_step(models: Models, opt, prompts: list[str], cfg: RLConfig, gen: torch
     t3 = time.perf_counter()
     lengths = roll.completion_mask.sum(-1).float()
     stats = {k: float(v) for k, v in stats.items()} | group_stats(scores, cfg.k) | {
-        "reward/score": scores.nanmean().item(), "reward/kl": kl.mean().item(), "reward/total": rewards.mean().item(),
+        "reward/score": scored_mean(scores), "reward/kl": kl.mean().item(), "reward/total": rewards.mean().item(),
         "kl/ref": kl.mean().item(), "grad/norm": grad_norm.item(), "gen/length": lengths.mean().item(),
         "gen/truncated": roll.truncated.float().mean().item(), "guard/skipped": float(not finite),
         "data/prompts_truncated": float(roll.prompts_truncated),

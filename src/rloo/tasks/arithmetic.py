@@ -42,6 +42,18 @@ SCAFFOLD: tuple[str, ...] = ("q", ":", "=", ANSWER)
 KINDS: dict[str, float] = {"add1": 0.25, "add2": 0.35, "mul": 0.20, "chain": 0.20}
 EVAL_BUCKETS = 10  # a problem is held out for eval when stable_hash(expression) % EVAL_BUCKETS == 0
 
+# `rloo pipeline task=arithmetic` defaults, laid under the user's settings (config.PipelineConfig):
+# longer SFT (the model has to learn to add, not only a format), no reward model, responses up to 24
+# tokens (a worked chain is 17), beta = 0 (the checker cannot be over-optimized; the KL is logged),
+# k = 8 so that fewer groups are all right or all wrong, pass@k on 200 distinct held-out problems.
+PIPELINE_DEFAULTS: dict = {
+    "max_response_tokens": 24,
+    "sft": {"epochs": 12},
+    "rl": {"k": 8, "batch_size": 8, "beta": 0.0, "lr": 2e-4, "steps": 150, "max_new_tokens": 24,
+           "eval_every": 50, "eval_prompts": 64},
+    "eval": {"num_prompts": 200, "pass_samples": 16},
+}
+
 # Reference generator: probability that a reference's final answer is wrong, per kind (the harder,
 # the more often), and that it shows its work.
 P_WRONG: dict[str, float] = {"add1": 0.2, "add2": 0.4, "mul": 0.45, "chain": 0.5}
@@ -196,6 +208,7 @@ class ArithmeticTask(SyntheticTask):
     max_response_words = 20
     has_checker = True
     reward_fn = "rloo.tasks.arithmetic:reward"
+    pipeline_defaults = PIPELINE_DEFAULTS
 
     def sample_prompt(self, rng: random.Random, held_out: bool) -> str:
         kinds, weights = zip(*KINDS.items())
