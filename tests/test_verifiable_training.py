@@ -119,3 +119,14 @@ def test_compare_refuses_dpo_on_a_checker_task(capsys):
     assert main(["compare", "tasks=[arithmetic]", "methods=[rloo,dpo]"]) == 2
     err = capsys.readouterr().err
     assert "dpo" in err and len(err.strip().splitlines()) == 1
+
+
+def test_kept_rows_leave_out_the_constant_groups():
+    from rloo.algorithms.common import kept_rows
+    nan = float("nan")
+    # k = 2: groups [1, 1] (constant), [0, 1], [nan, 1] (one scored: constant), [0, 0.5]
+    scores = torch.tensor([1.0, 1, 0, 1, nan, 1, 0, 0.5])
+    rows, dropped = kept_rows(scores, 2, drop=True)
+    assert rows.tolist() == [2, 3, 6, 7] and dropped == 2
+    rows, dropped = kept_rows(scores, 2, drop=False)
+    assert rows.tolist() == list(range(8)) and dropped == 0

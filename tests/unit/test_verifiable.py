@@ -203,9 +203,9 @@ def test_group_baselines_with_unscored_samples():
 
 def test_zero_variance_groups():
     # all equal -> True; mixed -> False; one scored only -> True (no baseline); all equal among the
-    # scored ones -> True
+    # scored ones -> True; none scored -> True (max over nothing is -inf, min +inf: not "equal")
     nan = float("nan")
-    s = torch.tensor([[1.0, 1, 1], [1, 0, 1], [nan, 1, nan], [0, nan, 0]])
+    s = torch.tensor([[1.0, 1, 1], [1, 0, 1], [nan, 1, nan], [0, nan, 0], [nan, nan, nan]])
     filled, valid = unscored(s)
-    assert zero_variance_groups(filled, valid).tolist() == [True, False, True, True]
+    assert zero_variance_groups(filled, valid).tolist() == [True, False, True, True, True]
     assert zero_variance_groups(torch.tensor([[0.5, 0.5], [0.5, 0.25]])).tolist() == [True, False]
