@@ -49,7 +49,7 @@ EVAL_BUCKETS = 10  # a problem is held out for eval when stable_hash(expression)
 PIPELINE_DEFAULTS: dict = {
     "max_response_tokens": 24,
     "sft": {"epochs": 12},
-    "rl": {"k": 8, "batch_size": 8, "beta": 0.0, "lr": 2e-4, "steps": 150, "max_new_tokens": 24,
+    "rl": {"k": 8, "batch_size": 16, "beta": 0.0, "lr": 1e-4, "steps": 250, "max_new_tokens": 24,
            "eval_every": 50, "eval_prompts": 64},
     "eval": {"num_prompts": 200, "pass_samples": 16},
 }
