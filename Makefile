@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test bench clean
+.PHONY: demo test lint bench clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -17,6 +17,17 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest $(ARGS)
+
+# The habits that keep the layout (docs/architecture.md): style, the import-layer contract
+# (pyproject.toml [tool.importlinter]), and types on core/, algorithms/, config/.
+# Every check runs, and the target fails if any did.
+lint: $(STAMP)
+	@fail=0; \
+	$(VENV)/bin/ruff check src tests benchmarks || fail=1; \
+	$(VENV)/bin/ruff format --check src tests benchmarks || fail=1; \
+	PYTHONPATH=src $(VENV)/bin/lint-imports || fail=1; \
+	$(VENV)/bin/pyright --pythonpath $(PY) || fail=1; \
+	exit $$fail
 
 clean:
 	rm -rf $(VENV) runs

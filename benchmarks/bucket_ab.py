@@ -14,11 +14,11 @@ from pathlib import Path
 
 import torch
 
-from rloo.bench_assets import SHAPES, build_assets, load_words, make_prompts
+from rloo.experiments.bench_assets import SHAPES, build_assets, load_words, make_prompts
 from rloo.config import RLConfig
-from rloo.forward_shared import completion_logprobs_shared
-from rloo.recipes.common import seed_everything
-from rloo.recipes.online import load_models
+from rloo.modeling.forward_shared import completion_logprobs_shared
+from rloo.training.common import seed_everything
+from rloo.training.rl import load_models
 from rloo.rollout import rollout
 
 OVERHEADS = {"one padded pass": 10**9, "buckets (default, 64)": 64, "one pass per length (0)": 0}

@@ -19,7 +19,7 @@ import sys
 
 from types import SimpleNamespace
 
-from rloo.eval.compare_report import mean_ci, paired_differences
+from rloo.experiments.compare_report import mean_ci, paired_differences
 
 METRICS = ("win_rate", "win_rate_vs_sft")
 

@@ -1,5 +1,5 @@
 """Peak memory of the policy's log-prob pass (forward + backward) with a large vocabulary, with
-the LM head's logits held whole or in chunks (`max_logits_mb`, rloo.forward.lm_token_logprobs).
+the LM head's logits held whole or in chunks (`max_logits_mb`, rloo.modeling.forward.lm_token_logprobs).
 
     python benchmarks/logits_memory.py            # prints a markdown table (docs/bench.md)
 
@@ -22,8 +22,8 @@ def worker(budget: float) -> dict:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from rloo.bench import peak_rss_gb
-    from rloo.forward import completion_logprobs
+    from rloo.experiments.bench import peak_rss_gb
+    from rloo.modeling.forward import completion_logprobs
     torch.set_num_threads(2)
     torch.manual_seed(0)
     V, N, P, T = 151_936, 32, 16, 128

@@ -10,8 +10,8 @@ import dataclasses
 import json
 from pathlib import Path
 
-from rloo.bench import bench_shape, matmul_peak_flops
-from rloo.bench_assets import SHAPES
+from rloo.experiments.bench import bench_shape, matmul_peak_flops
+from rloo.experiments.bench_assets import SHAPES
 
 POINTS = [(2, (400, 460)), (4, (400, 460)), (8, (400, 460)), (4, (40, 60)), (4, (200, 230))]
 

@@ -2,13 +2,27 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 import torch
 
 from rloo.config import ArchConfig
-from rloo.models import build_llama
+from rloo.modeling.loading import build_llama
 from rloo.tasks import get_task
 from rloo.tasks.tokenizer import build_tokenizer
+
+# The test tiers are folders; each test gets its folder's marker (`pytest -m unit`, `-m "not integration"`).
+TIERS = ("unit", "equivalence", "integration", "reliability")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        tier = Path(str(item.fspath)).parent.name
+        if tier in TIERS:
+            item.add_marker(getattr(pytest.mark, tier))
+
 
 TINY = ArchConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64, max_position_embeddings=64)
 
@@ -24,7 +38,13 @@ def tiny_model_dir(tmp_path_factory):
     return path
 
 
+# Intra-op threads for every test: 2 unless RLOO_TEST_THREADS says otherwise. The suite must pass
+# with 1 and 2 threads (and any ATEN_CPU_CAPABILITY): reductions split over threads round
+# differently, which the tolerances (tests/tolerance.py) allow for.
+THREADS = int(os.environ.get("RLOO_TEST_THREADS", "2"))
+
+
 @pytest.fixture(autouse=True)
 def _threads():
-    torch.set_num_threads(2)
+    torch.set_num_threads(THREADS)
     yield

@@ -4,6 +4,8 @@
     train(RLConfig(policy="my-sft-model", output_dir="runs/mine"), prompts=prompts, reward_fn=my_reward)
 """
 
+import importlib
+
 from rloo.config import (EvalConfig, PipelineConfig, RewardConfig, RLConfig, SFTConfig, load_config)
 from rloo.errors import ConfigError, RewardError, RlooError
 
@@ -14,15 +16,14 @@ def __getattr__(name):
     # Recipes import torch and transformers; load them on first use so `import rloo` and the
     # CLI's --help stay fast.
     lazy = {
-        "sft": ("rloo.recipes.sft", "sft"),
-        "train_reward": ("rloo.recipes.reward", "train_reward"),
-        "train": ("rloo.recipes.online", "train"),
-        "evaluate": ("rloo.recipes.evaluate", "evaluate"),
-        "pipeline": ("rloo.recipes.pipeline", "pipeline"),
+        "sft": ("rloo.training.sft", "sft"),
+        "train_reward": ("rloo.training.reward", "train_reward"),
+        "train": ("rloo.training.rl", "train"),
+        "evaluate": ("rloo.training.evaluate", "evaluate"),
+        "pipeline": ("rloo.training.pipeline", "pipeline"),
         "get_task": ("rloo.tasks", "get_task"),
     }
     if name in lazy:
-        import importlib
         mod, attr = lazy[name]
         return getattr(importlib.import_module(mod), attr)
     raise AttributeError(f"module 'rloo' has no attribute {name!r}")

@@ -1,4 +1,4 @@
-"""The `rloo` command: one thin function per subcommand; the work lives in rloo.recipes."""
+"""The `rloo` command: one thin function per subcommand; the work lives in rloo.training."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from pathlib import Path
 
 from rloo.config import (BenchConfig, CompareConfig, EvalConfig, PipelineConfig, RewardConfig, RLConfig,
                          SFTConfig, describe_fields, load_config)
-from rloo.errors import RlooError
+from rloo.errors import RlooError, cli_options
+from rloo.runtime.atomic import describe_write_failure
 
 EXAMPLES = {
     "pipeline": "rloo pipeline                      # the whole pipeline on the default task\n"
@@ -23,38 +24,41 @@ EXAMPLES = {
 }
 
 
+# Each subcommand imports its stage on first use (the one allowed kind of function-level import
+# besides optional dependencies): `rloo --help` and config errors stay fast, without torch.
+
 def _run_sft(cfg, args):
-    from rloo.recipes.sft import sft
+    from rloo.training.sft import sft
     sft(cfg, overwrite=args.overwrite)
 
 
 def _run_reward(cfg, args):
-    from rloo.recipes.reward import train_reward
+    from rloo.training.reward import train_reward
     train_reward(cfg, overwrite=args.overwrite)
 
 
 def _run_train(cfg, args):
-    from rloo.recipes.online import train
+    from rloo.training.rl import train
     train(cfg, resume=args.resume, overwrite=args.overwrite)
 
 
 def _run_eval(cfg, args):
-    from rloo.recipes.evaluate import evaluate
+    from rloo.training.evaluate import evaluate
     evaluate(cfg, overwrite=args.overwrite)
 
 
 def _run_pipeline(cfg, args):
-    from rloo.recipes.pipeline import pipeline
+    from rloo.training.pipeline import pipeline
     pipeline(cfg, overwrite=args.overwrite)
 
 
 def _run_bench(cfg, args):
-    from rloo.bench import run_bench
+    from rloo.experiments.bench import run_bench
     run_bench(cfg)
 
 
 def _run_compare(cfg, args):
-    from rloo.recipes.compare import compare
+    from rloo.experiments.compare import compare
     if args.quick:
         cfg = cfg.model_copy(update={"quick": True})
     compare(cfg, overwrite=args.overwrite)
@@ -109,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         cfg = load_config(cls, args.config, args.overrides)
-        run(cfg, args)
+        with cli_options():  # error messages name --resume/--overwrite, not resume=/overwrite=
+            run(cfg, args)
     except RlooError as e:
         if args.debug:
             raise
@@ -118,7 +123,6 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:  # a folder that cannot be created, a disk that fills up mid-run, ...
         if args.debug:
             raise
-        from rloo.atomic import describe_write_failure
         where = f" ({e.filename})" if e.filename else ""
         print(f"rloo {args.command}: error: {describe_write_failure(e, Path(e.filename).parent if e.filename else Path('.'))}{where}; rerun with --debug "
               f"for the traceback", file=sys.stderr)

@@ -1,5 +1,8 @@
 """Errors a user can act on. The CLI prints them as one line (a traceback only with --debug)."""
 
+import contextlib
+import contextvars
+
 
 class RlooError(Exception):
     """A problem with the user's input or environment, with a message that says how to fix it."""
@@ -25,3 +28,24 @@ class Interrupted(RlooError):
     def __init__(self, message: str, signum: int = 2):
         super().__init__(message)
         self.exit_code = 128 + signum
+
+
+# Messages that tell the user to "pass --resume" must say `resume=True` to a Python caller of
+# rloo.train/sft/...: the CLI sets this flag for the duration of its command.
+_via_cli = contextvars.ContextVar("rloo_via_cli", default=False)
+
+
+def option(name: str) -> str:
+    """How the caller spells the run option `name` ("resume", "overwrite"): `--resume` on the
+    command line, `resume=True` from Python."""
+    return f"--{name}" if _via_cli.get() else f"{name}=True"
+
+
+@contextlib.contextmanager
+def cli_options():
+    """Within this block errors name the CLI's flags (see `option`)."""
+    token = _via_cli.set(True)
+    try:
+        yield
+    finally:
+        _via_cli.reset(token)

@@ -28,7 +28,7 @@ def _context():
     global _CTX
     if _CTX is None:
         _CTX = mp.get_context("forkserver")
-        _CTX.set_forkserver_preload(["rloo.cli", "rloo.recipes.online", "torch.utils.tensorboard",
+        _CTX.set_forkserver_preload(["rloo.cli", "rloo.training.rl", "torch.utils.tensorboard",
                                      "reliability._helpers", "reliability._runner"])
     return _CTX
 
@@ -61,8 +61,8 @@ def _child(argv, log, fault):
 
 
 def _install(kind: str, at: str) -> None:
-    import rloo.checkpoint as ck
-    import rloo.recipes.online as online
+    import rloo.runtime.checkpoint as ck
+    import rloo.training.rl as online
     at = int(at)
     me = os.getpid()
     if kind in ("term", "int", "kill"):

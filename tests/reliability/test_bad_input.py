@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from rloo import train
-from rloo.checkpoint import list_checkpoints, step_of, verify_checkpoint
+from rloo.runtime.checkpoint import list_checkpoints, step_of, verify_checkpoint
 from rloo.cli import main
 from rloo.errors import ConfigError, RlooError
 

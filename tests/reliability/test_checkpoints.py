@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 import torch
 
-import rloo.checkpoint as ckmod
+import rloo.runtime.checkpoint as ckmod
 from rloo import train
-from rloo.atomic import sync_and_hash
-from rloo.checkpoint import MARKER, latest_checkpoint, list_checkpoints, load_state, step_of, verify_checkpoint
+from rloo.runtime.atomic import sync_and_hash
+from rloo.runtime.checkpoint import MARKER, latest_checkpoint, list_checkpoints, load_state, step_of, verify_checkpoint
 from rloo.cli import main
 from rloo.errors import RlooError
-from rloo.models import load_policy, save_pretrained_atomic
+from rloo.modeling.loading import load_policy, save_pretrained_atomic
 
 from ._helpers import PROMPTS, assert_same_params, leftovers, reward_short
 from .conftest import rl_config as _cfg

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-import rloo.recipes.rl as rl
+import rloo.algorithms.rloo as rl
 from rloo import RLConfig, train
-from rloo.checkpoint import latest_checkpoint, list_checkpoints, load_state, step_of
+from rloo.runtime.checkpoint import latest_checkpoint, list_checkpoints, load_state, step_of
 from rloo.errors import NonFiniteError
 
 from ._helpers import PROMPTS, assert_same_params, reward_short

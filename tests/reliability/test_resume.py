@@ -9,10 +9,10 @@ import signal
 
 import pytest
 
-import rloo.recipes.online as online  # noqa: F401
-import rloo.recipes.rl as rl
+import rloo.training.rl as online  # noqa: F401
+import rloo.algorithms.rloo as rl
 from rloo import RLConfig, train
-from rloo.checkpoint import latest_checkpoint, list_checkpoints, load_state, step_of
+from rloo.runtime.checkpoint import latest_checkpoint, list_checkpoints, load_state, step_of
 from rloo.errors import Interrupted, RlooError
 
 from .conftest import rl_config as _cfg
@@ -41,7 +41,7 @@ def test_training_moves_the_parameters(reference, tiny_model_dir):
 def test_sigterm_then_resume_is_bitwise_exact(stop_at, reference, tiny_model_dir, tmp_path, monkeypatch):
     out = tmp_path / "run"
     _signal_after(monkeypatch, stop_at)
-    with pytest.raises(Interrupted, match=rf"SIGTERM received; stopped at step {stop_at}/6 .*--resume") as exc:
+    with pytest.raises(Interrupted, match=rf"SIGTERM received; stopped at step {stop_at}/6 .*plus resume=True$") as exc:
         train(_cfg(tiny_model_dir, out), prompts=PROMPTS, reward_fn=reward_short)
     assert exc.value.exit_code == 128 + signal.SIGTERM
     assert step_of(latest_checkpoint(out)) == stop_at

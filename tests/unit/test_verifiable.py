@@ -8,6 +8,7 @@ import random
 import pytest
 import torch
 
+from rloo.algorithms.common import kept_rows
 from rloo.core.advantages import (
     group_mean_advantages,
     group_normalized,
@@ -209,3 +210,13 @@ def test_zero_variance_groups():
     filled, valid = unscored(s)
     assert zero_variance_groups(filled, valid).tolist() == [True, False, True, True, True]
     assert zero_variance_groups(torch.tensor([[0.5, 0.5], [0.5, 0.25]])).tolist() == [True, False]
+
+
+def test_kept_rows_leave_out_the_constant_groups():
+    nan = float("nan")
+    # k = 2: groups [1, 1] (constant), [0, 1], [nan, 1] (one scored: constant), [0, 0.5]
+    scores = torch.tensor([1.0, 1, 0, 1, nan, 1, 0, 0.5])
+    rows, dropped = kept_rows(scores, 2, drop=True)
+    assert rows.tolist() == [2, 3, 6, 7] and dropped == 2
+    rows, dropped = kept_rows(scores, 2, drop=False)
+    assert rows.tolist() == list(range(8)) and dropped == 0

@@ -1,9 +1,5 @@
-"""Pieces every online method's step shares: sampling, scoring, the guarded optimizer step, stats.
-
-A step function has the signature of `rloo.recipes.rl.rloo_step`:
-    step(models, opt, prompts, cfg, gen) -> (stats dict, Rollout, rewards (N,))
-so the shared loop (`rloo.recipes.online`) does not know which method it runs.
-"""
+"""Pieces the other online methods' steps share: sampling, scoring, minibatches, stats
+(the guarded optimizer step and the step signature are in algorithms/base.py)."""
 
 from __future__ import annotations
 
@@ -13,12 +9,13 @@ from typing import Iterable, Iterator
 import torch
 from torch import Tensor
 
+from rloo.algorithms.base import Models, guarded_step, score_rollout
+from rloo.algorithms.rloo import group_stats, scored_mean
 from rloo.config import RLConfig
 from rloo.core.advantages import unscored, zero_variance_groups
 from rloo.core.kl import shaped_reward
 from rloo.errors import RewardError
-from rloo.forward import completion_logprobs
-from rloo.recipes.rl import Models, group_stats, score_rollout, scored_mean
+from rloo.modeling.forward import completion_logprobs
 from rloo.rollout import Rollout, rollout
 
 
@@ -46,19 +43,8 @@ def sample_and_score(models: Models, prompts: list[str], cfg: RLConfig, gen: tor
 
 def sequence_rewards(scores: Tensor, roll: Rollout, ref_lp: Tensor, cfg: RLConfig) -> tuple[Tensor, Tensor]:
     """Eq. (1) with the configured KL estimator: (rewards (N,), kl (N,))."""
-    return shaped_reward(scores, roll.logprobs, ref_lp, roll.completion_mask, cfg.beta, cfg.algo.kl_estimator)
-
-
-def guarded_step(loss: Tensor, params: list[torch.nn.Parameter], opt, max_grad_norm: float) -> tuple[float, bool]:
-    """Backward, clip, and step only when the loss and the gradient are finite. (grad norm, stepped)."""
-    opt.zero_grad(set_to_none=True)
-    loss.backward()
-    grad_norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
-    finite = bool(torch.isfinite(loss)) and bool(torch.isfinite(grad_norm))
-    if finite:
-        opt.step()
-    opt.zero_grad(set_to_none=True)
-    return float(grad_norm), finite
+    estimator = cfg.algorithm_settings.kl_estimator
+    return shaped_reward(scores, roll.logprobs, ref_lp, roll.completion_mask, cfg.beta, estimator)
 
 
 def minibatches(n: int, num_minibatches: int, epochs: int, gen: torch.Generator) -> Iterator[Tensor]:
@@ -128,16 +114,3 @@ def rollout_stats(roll: Rollout, scores: Tensor, kl: Tensor, rewards: Tensor, gr
         "kl/ref": kl.mean().item(), "grad/norm": grad_norm, "gen/length": lengths.mean().item(),
         "gen/truncated": roll.truncated.float().mean().item(), "guard/skipped": float(skipped),
     } | timer.laps
-
-
-class Stateless:
-    """An algorithm whose step keeps nothing between batches (RLOO, GRPO, RAFT)."""
-
-    def __init__(self, step):
-        self.step = step   # a function: Stateless(f).step(...) calls f (rloo.distributed inspects its signature)
-
-    def state_dict(self) -> dict:
-        return {}
-
-    def load_state_dict(self, state: dict) -> None:
-        pass

@@ -10,12 +10,19 @@ from __future__ import annotations
 
 import torch
 
-from rloo.algorithms.common import (Timer, clipped_updates, kept_rows, mean_stats, rollout_stats, sample_and_score,
-                                    sequence_rewards)
+from rloo.algorithms.base import Models
+from rloo.algorithms.common import (
+    Timer,
+    clipped_updates,
+    kept_rows,
+    mean_stats,
+    rollout_stats,
+    sample_and_score,
+    sequence_rewards,
+)
 from rloo.config import RLConfig
 from rloo.core.advantages import group_normalized, group_normalized_valid, unscored
 from rloo.core.losses import grpo_loss
-from rloo.recipes.rl import Models
 
 
 def grpo_step(models: Models, opt, prompts: list[str], cfg: RLConfig, gen: torch.Generator):

@@ -13,23 +13,34 @@ state: `state_dict` holds them for checkpoints.
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from torch import Tensor, nn
+from transformers import PretrainedConfig
 
-from rloo.algorithms.common import (Timer, guarded_step, mean_stats, minibatches, require_scored, rollout_stats,
-                                    sample_and_score, sequence_rewards)
+from rloo.algorithms.base import Models, guarded_step
+from rloo.algorithms.common import (
+    Timer,
+    mean_stats,
+    minibatches,
+    require_scored,
+    rollout_stats,
+    sample_and_score,
+    sequence_rewards,
+)
 from rloo.config import RLConfig
 from rloo.core.advantages import gae, whiten
 from rloo.core.kl import token_level_rewards
-from rloo.core.losses import ppo_clip_loss, token_policy_gradient_loss, value_loss
 from rloo.core.logprobs import head_token_logprobs, token_logprobs
+from rloo.core.losses import ppo_clip_loss, token_policy_gradient_loss, value_loss
 from rloo.data.collate import position_ids
-from rloo.forward import MAX_LOGITS_MB, chunked_head
-from rloo.models import load_reward_model
-from rloo.recipes.rl import Models
+from rloo.modeling.dropout import maybe_disable_dropout
+from rloo.modeling.forward import MAX_LOGITS_MB, chunked_head
+from rloo.modeling.loading import load_reward_model
 
 
-def _hidden(model, p_ids, p_mask, c_ids, c_mask, want_logits: bool):
+def hidden_states(model, p_ids, p_mask, c_ids, c_mask, want_logits: bool):
     """Final hidden states at the T positions that predict completion tokens, (N, T, H), and the
     logits there (N, T, V) when asked. Position P-1+t sees the prompt and y_<t: the state of step t."""
     ids, mask = torch.cat([p_ids, c_ids], 1), torch.cat([p_mask, c_mask], 1)
@@ -48,33 +59,38 @@ class ValueFunction:
     on the policy's last hidden state, so the value loss also trains the policy's body."""
 
     def __init__(self, cfg: RLConfig, models: Models):
-        self.kind = cfg.algo.value_model
+        self.kind = cfg.algorithm_settings.value_model
         if self.kind == "separate":
             self.model, _ = load_reward_model(cfg.reward_model or cfg.policy, device=cfg.device)
+            maybe_disable_dropout(self.model, cfg.disable_dropout)
             self.model.train()
             params = list(self.model.parameters())
         else:
-            self.model = nn.Linear(models.policy.config.hidden_size, 1).to(cfg.device)
-            nn.init.zeros_(self.model.weight), nn.init.zeros_(self.model.bias)
+            width = cast(PretrainedConfig, models.policy.config).hidden_size
+            self.model = nn.Linear(width, 1).to(cfg.device)
+            nn.init.zeros_(self.model.weight)
+            nn.init.zeros_(self.model.bias)
             params = list(self.model.parameters())
         self.params = params
-        self.opt = torch.optim.AdamW(params, lr=cfg.algo.value_lr, betas=(0.9, 0.95))
+        self.opt = torch.optim.AdamW(params, lr=cfg.algorithm_settings.value_lr, betas=(0.9, 0.95))
 
     def forward(self, policy, p_ids, p_mask, c_ids, c_mask, temperature: float,
                 max_logits_mb: float = MAX_LOGITS_MB) -> tuple[Tensor, Tensor]:
         """(token log-probs (N, T), values (N, T)) in one pass of the policy (+ the value model).
-        Large vocabularies: the LM head runs in chunks, as in `rloo.forward.lm_token_logprobs`."""
+        Large vocabularies: the LM head runs in chunks, as in `rloo.modeling.forward.lm_token_logprobs`."""
         chunked = chunked_head(policy, c_ids.numel(), max_logits_mb)
         if chunked is None:
-            hidden, logits = _hidden(policy, p_ids, p_mask, c_ids, c_mask, want_logits=True)
+            hidden, logits = hidden_states(policy, p_ids, p_mask, c_ids, c_mask, want_logits=True)
+            assert logits is not None
             logprobs = token_logprobs(logits.float(), c_ids, temperature=temperature)
         else:
-            (head, chunk), (hidden, _) = chunked, _hidden(policy, p_ids, p_mask, c_ids, c_mask, want_logits=False)
+            (head, chunk), (hidden, _) = chunked, hidden_states(policy, p_ids, p_mask, c_ids, c_mask, want_logits=False)
             logprobs = head_token_logprobs(hidden, head.weight, head.bias, c_ids, temperature, chunk=chunk)
         if self.kind == "head":
             return logprobs, self.model(hidden).squeeze(-1).float()
-        v_hidden, _ = _hidden(self.model, p_ids, p_mask, c_ids, c_mask, want_logits=False)
-        return logprobs, self.model.score(v_hidden).squeeze(-1).float()
+        v_hidden, _ = hidden_states(self.model, p_ids, p_mask, c_ids, c_mask, want_logits=False)
+        score = cast(nn.Module, self.model.score)   # the reward model's one-output head
+        return logprobs, score(v_hidden).squeeze(-1).float()
 
     def state_dict(self) -> dict:
         return {"value_model": self.model.state_dict(), "value_optimizer": self.opt.state_dict()}
@@ -87,11 +103,14 @@ class ValueFunction:
 class PPO:
     """`vanilla=True` is the paper's vanilla policy gradient: lambda = 1, one pass, no ratio, no clip."""
 
+    distributed = False   # the value model is neither wrapped nor sharded
+
     def __init__(self, cfg: RLConfig, models: Models, vanilla: bool = False):
         self.vanilla = vanilla
         self.value = ValueFunction(cfg, models)
-        self.lam = 1.0 if vanilla else cfg.algo.gae_lambda
-        self.epochs, self.parts = (1, 1) if vanilla else (cfg.algo.ppo_epochs, cfg.algo.num_minibatches)
+        self.lam = 1.0 if vanilla else cfg.algorithm_settings.gae_lambda
+        s = cfg.algorithm_settings
+        self.epochs, self.parts = (1, 1) if vanilla else (s.ppo_epochs, s.num_minibatches)
 
     def state_dict(self) -> dict:
         return self.value.state_dict()
@@ -106,9 +125,10 @@ class PPO:
         with torch.no_grad():
             _, old_values = self.value.forward(models.policy, roll.prompt_ids, roll.prompt_mask,
                                                roll.completion_ids, mask, cfg.temperature, cfg.max_logits_mb)
-        rewards = token_level_rewards(scores, roll.logprobs, ref_lp, mask, cfg.beta, cfg.algo.kl_estimator)
-        adv, returns = gae(rewards, old_values, mask, cfg.algo.gamma, self.lam)
-        if cfg.algo.whiten_advantages:
+        estimator = cfg.algorithm_settings.kl_estimator
+        rewards = token_level_rewards(scores, roll.logprobs, ref_lp, mask, cfg.beta, estimator)
+        adv, returns = gae(rewards, old_values, mask, cfg.algorithm_settings.gamma, self.lam)
+        if cfg.algorithm_settings.whiten_advantages:
             adv = whiten(adv, mask)
         return adv, returns, old_values
 
@@ -117,8 +137,8 @@ class PPO:
         if self.vanilla:
             pl, stats = token_policy_gradient_loss(lp, adv[rows], mask)
         else:
-            pl, stats = ppo_clip_loss(lp, roll.logprobs[rows], adv[rows], mask, cfg.algo.clip_eps)
-        clip = None if self.vanilla else cfg.algo.value_clip_eps
+            pl, stats = ppo_clip_loss(lp, roll.logprobs[rows], adv[rows], mask, cfg.algorithm_settings.clip_eps)
+        clip = None if self.vanilla else cfg.algorithm_settings.value_clip_eps
         vl, vstats = value_loss(values, returns[rows], mask, old_values[rows], clip)
         return pl, vl, stats | vstats
 
@@ -137,7 +157,7 @@ class PPO:
             pl, vl, stats = self._losses(lp, values, rows, roll, adv, returns, old_values, cfg)
             if self.value.kind == "head":   # one backward: the value loss also shapes the shared body
                 self.value.opt.zero_grad(set_to_none=True)
-                norm, ok = guarded_step(pl + cfg.algo.vf_coef * vl, policy_params, opt, cfg.max_grad_norm)
+                norm, ok = guarded_step(pl + cfg.algorithm_settings.vf_coef * vl, policy_params, opt, cfg.max_grad_norm)
                 if ok:
                     self.value.opt.step()
                 self.value.opt.zero_grad(set_to_none=True)
@@ -145,7 +165,8 @@ class PPO:
                 norm, ok = guarded_step(pl, policy_params, opt, cfg.max_grad_norm)
                 _, v_ok = guarded_step(vl, self.value.params, self.value.opt, cfg.max_grad_norm)
                 ok = ok and v_ok
-            records.append(stats), norms.append(norm)
+            records.append(stats)
+            norms.append(norm)
             skipped |= not ok
         timer.lap("update")
         stats = mean_stats(records) | {"value/mean": old_values[roll.completion_mask].mean().item()}

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import torch
 
-from rloo.algorithms.common import (Timer, guarded_step, require_scored, rollout_stats, sample_and_score,
-                                    sequence_rewards)
+from rloo.algorithms.base import Models, guarded_step
+from rloo.algorithms.common import Timer, require_scored, rollout_stats, sample_and_score, sequence_rewards
 from rloo.config import RLConfig
 from rloo.core.losses import raft_select, sft_loss
-from rloo.forward import completion_logprobs
-from rloo.recipes.rl import Models
+from rloo.modeling.forward import completion_logprobs
 
 
 def raft_rows(rewards: torch.Tensor, k: int) -> torch.Tensor:

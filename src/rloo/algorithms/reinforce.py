@@ -13,19 +13,20 @@ from __future__ import annotations
 
 import torch
 
-from rloo.algorithms.common import (Timer, guarded_step, require_scored, rollout_stats, sample_and_score,
-                                    sequence_rewards)
+from rloo.algorithms.base import Models, guarded_step
+from rloo.algorithms.common import Timer, require_scored, rollout_stats, sample_and_score, sequence_rewards
 from rloo.config import RLConfig
 from rloo.core.advantages import moving_average_advantages, moving_average_update
 from rloo.core.logprobs import sequence_logprobs
 from rloo.core.losses import policy_gradient_loss
-from rloo.forward import completion_logprobs
-from rloo.recipes.rl import Models
+from rloo.modeling.forward import completion_logprobs
 
 
 class Reinforce:
+    distributed = False   # its moving-average baseline is per process
+
     def __init__(self, cfg: RLConfig):
-        self.momentum = cfg.algo.baseline_momentum
+        self.momentum = cfg.algorithm_settings.baseline_momentum
         self.baseline: torch.Tensor | None = None   # None until the first batch has been seen
 
     def state_dict(self) -> dict:

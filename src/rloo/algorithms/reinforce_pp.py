@@ -14,13 +14,20 @@ from __future__ import annotations
 
 import torch
 
-from rloo.algorithms.common import (Timer, clipped_updates, kept_rows, mean_stats, rollout_stats, sample_and_score,
-                                    sequence_rewards)
+from rloo.algorithms.base import Models
+from rloo.algorithms.common import (
+    Timer,
+    clipped_updates,
+    kept_rows,
+    mean_stats,
+    rollout_stats,
+    sample_and_score,
+    sequence_rewards,
+)
 from rloo.config import RLConfig
 from rloo.core.advantages import reinforce_pp_advantages, unscored
 from rloo.core.kl import kl_per_token
 from rloo.core.losses import ppo_clip_loss
-from rloo.recipes.rl import Models
 
 
 def reinforce_pp_step(models: Models, opt, prompts: list[str], cfg: RLConfig, gen: torch.Generator):

@@ -15,14 +15,22 @@ from __future__ import annotations
 
 import torch
 
-from rloo.algorithms.common import (Timer, clipped_updates, kept_rows, mean_stats, require_scored, rollout_stats,
-                                    sample_and_score, sequence_rewards)
+from rloo.algorithms.base import Models
+from rloo.algorithms.common import (
+    Timer,
+    clipped_updates,
+    kept_rows,
+    mean_stats,
+    require_scored,
+    rollout_stats,
+    sample_and_score,
+    sequence_rewards,
+)
 from rloo.config import RLConfig
 from rloo.core.advantages import leave_one_out_token_kl, leave_one_out_valid, unscored
 from rloo.core.kl import kl_per_token
 from rloo.core.logprobs import sequence_logprobs
 from rloo.core.losses import policy_gradient_loss, ppo_clip_loss, sequence_sum_policy_gradient_loss
-from rloo.recipes.rl import Models
 
 
 def is_plain_rloo(cfg: RLConfig) -> bool:
@@ -44,11 +52,11 @@ def _advantages(scores, roll, ref_lp, cfg: RLConfig):
 
 def _loss(lp, old_lp, adv, mask, cfg: RLConfig):
     token = adv.dim() == 2
-    if cfg.algo.rloo_clip:
+    if cfg.algorithm_settings.rloo_clip:
         if token:
-            return ppo_clip_loss(lp, old_lp, adv, mask, cfg.algo.clip_eps)
+            return ppo_clip_loss(lp, old_lp, adv, mask, cfg.algorithm_settings.clip_eps)
         return ppo_clip_loss(sequence_logprobs(lp, mask), sequence_logprobs(old_lp, mask), adv,
-                             clip_eps=cfg.algo.clip_eps)
+                             clip_eps=cfg.algorithm_settings.clip_eps)
     if token:
         return sequence_sum_policy_gradient_loss(lp, adv, mask)
     return policy_gradient_loss(sequence_logprobs(lp, mask), adv)

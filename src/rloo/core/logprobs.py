@@ -151,11 +151,11 @@ class _HeadLogprobs(torch.autograd.Function):
             dz = z.div_(t).sub_(lse[s:s + chunk, None]).exp_().mul_(-g[:, None])  # -g * softmax, in place
             dz.scatter_add_(-1, tokens[s:s + chunk, None], g[:, None])       # + g at the target
             dz = dz.div_(t).to(hidden.dtype)
-            if need_h:
+            if grad_h is not None:
                 grad_h[s:s + chunk] = dz @ weight
-            if need_w:
+            if grad_w is not None:
                 grad_w.addmm_(dz.t(), h)
-            if need_b:
+            if grad_b is not None:
                 grad_b += dz.sum(0)
         return grad_h, grad_w, grad_b, None, None, None
 

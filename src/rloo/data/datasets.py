@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rloo.errors import RlooError
-from rloo.settings import DatasetSettings
+from rloo.config import DatasetSettings
 
 FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
 HUMAN, ASSISTANT = "\n\nHuman:", "\n\nAssistant:"
@@ -48,7 +48,7 @@ def _load_table(path: str, name: str | None, split: str):
 def _quiet_datasets(local: bool):
     """datasets logs a traceback of its own before raising on a malformed file, and shows a
     progress bar for building a local file's cache: both would bury our one-line error."""
-    import datasets
+    import datasets  # lazily: a 1-3 s import (pyarrow, pandas), needed only with a `dataset:` section
     level = datasets.logging.get_verbosity()
     bars = datasets.utils.are_progress_bars_disabled()
     datasets.logging.set_verbosity(datasets.logging.CRITICAL)
@@ -71,7 +71,7 @@ def _root_cause(e: BaseException) -> str:
 
 
 def _load_table_loud(path: str, name: str | None, split: str):
-    import datasets
+    import datasets  # lazily: a 1-3 s import (pyarrow, pandas), needed only with a `dataset:` section
     p = Path(path)
     try:
         if p.is_dir() and ((p / "dataset_dict.json").exists() or (p / "state.json").exists()):

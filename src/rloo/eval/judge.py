@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import torch
 
 from rloo.core.kl import sequence_kl
-from rloo.forward import completion_logprobs
+from rloo.modeling.forward import completion_logprobs
 from rloo.rollout import rollout
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rloo.tracking import read_metrics
+from rloo.runtime.tracking import read_metrics
 
 
 def _series(records: list[dict], key: str) -> tuple[list[int], list[float]]:
@@ -22,6 +22,8 @@ def _smooth(ys: list[float], window: int) -> list[float]:
 
 def plot_training(metrics_path: Path, out_dir: Path, title: str = "") -> list[Path]:
     """reward.png, kl.png and win_rate.png from a run's metrics.jsonl; returns the files written."""
+    # imported here, not at the top: the file backend must be chosen before pyplot loads, and
+    # only when plotting (importing this module must not change a notebook's backend)
     import matplotlib
 
     matplotlib.use("Agg")

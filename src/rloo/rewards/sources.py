@@ -12,8 +12,8 @@ from torch import Tensor
 
 from rloo.data.collate import encode_completions, encode_prompts
 from rloo.errors import RewardError, RlooError
-from rloo.forward import reward_scores
-from rloo.forward_shared import reward_scores_shared
+from rloo.modeling.forward import reward_scores
+from rloo.modeling.forward_shared import reward_scores_shared
 
 RewardFn = Callable[[list[str], list[str]], Sequence[float]]
 

@@ -12,8 +12,9 @@ import torch
 from torch import Tensor
 
 from rloo.data.collate import encode_prompts, position_ids
-from rloo.rollout.kvcache import Prefill, expanded, has_dropout, prefill_prompts, preallocate
-from rloo.rollout.kvcache import cache_kwarg as _cache_kwarg
+from rloo.modeling.kvcache import Prefill, expanded, has_dropout, prefill_prompts, preallocate
+from rloo.modeling.kvcache import cache_kwarg as _cache_kwarg
+from rloo.modeling.layer_checkpoint import cache_keeping_checkpointing
 
 
 @dataclass
@@ -41,6 +42,22 @@ def _top_p_filter(logits: Tensor, top_p: float) -> Tensor:
     drop = probs.cumsum(-1) - probs >= top_p
     sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
     return torch.empty_like(logits).scatter_(-1, idx, sorted_logits)
+
+
+def top_p_bias_note(top_p: float) -> str | None:
+    """The one-line warning a run with top_p < 1 prints once (None at top_p = 1).
+
+    Tokens are drawn from the nucleus-renormalised distribution, but the stored log-probs, the
+    KL term and the policy gradient are those of the full temperature-scaled distribution. Using
+    the renormalised log-probs instead is not done: the nucleus is a step function of the
+    parameters, so a sampled token can leave it after an update (log-prob -inf: an infinite PPO
+    ratio), and the reference's own nucleus need not hold the sampled token (infinite KL).
+    """
+    if top_p >= 1.0:
+        return None
+    return (f"note: top_p={top_p} samples from the nucleus-renormalised distribution, but the log-probs, the KL "
+            f"term and the gradient are the full distribution's (a bias, larger for smaller top_p); top_p=1 "
+            f"trains on exactly what it samples (README, 'Sampling and top_p')")
 
 
 def _draw(probs: Tensor, generator: torch.Generator | None) -> Tensor:
@@ -73,12 +90,13 @@ def sample(model, prompt_ids: Tensor, prompt_mask: Tensor, *, max_new_tokens: in
     k*i+k-1 continue prompt i): the same distribution as k copies of the prompt, at 1/k the
     prefill cost.
     log-probs are of the temperature-scaled distribution before top-p filtering: the same
-    quantity the training forward pass computes, so the policy gradient and KL agree with it.
+    quantity the training forward pass computes, so the policy gradient and KL agree with each
+    other, but with top_p < 1 not with the distribution sampled from (see `top_p_bias_note`).
     Stops as soon as every row has produced EOS (`all_done(done)` decides when given, so that
     processes whose forward passes are collectives (FSDP) stop together).
 
     `rows=(offset, total)`: these N rows are rows offset..offset+N-1 of a global batch of `total`
-    rows sampled by several processes (rloo.distributed). Every process draws the same
+    rows sampled by several processes (rloo.runtime.distributed). Every process draws the same
     (max_new_tokens, total) uniforms and uses its own columns with `_inverse_cdf`, so the tokens
     do not depend on how the batch is split over processes.
     """
@@ -135,7 +153,7 @@ def rollout(model, tokenizer, prompts: list[str], k: int, *, max_prompt_len: int
     src_ids, src_mask, g = (enc.ids.to(device), enc.mask.to(device), k) if share_prompt else (p_ids, p_mask, 1)
     pre = None
     if share_prompt and keep_prefill and not has_dropout(model):
-        with torch.enable_grad():
+        with torch.enable_grad(), cache_keeping_checkpointing(model):  # checkpointed when the model asks
             pre = prefill_prompts(model, src_ids, src_mask)
     c_ids, c_mask, lps = sample(model, src_ids, src_mask, max_new_tokens=max_new_tokens,
                                 eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,

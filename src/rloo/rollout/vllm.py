@@ -16,7 +16,7 @@ import torch
 
 from rloo.data.collate import encode_prompts
 from rloo.errors import RlooError
-from rloo.forward import completion_logprobs
+from rloo.modeling.forward import completion_logprobs
 from rloo.rollout.sampler import Rollout
 
 
@@ -64,16 +64,8 @@ class VLLMSampler:
         enc, n_trunc = encode_prompts(self.tokenizer, prompts, self.max_prompt_len)
         inputs = [TokensPrompt(prompt_token_ids=row[m].tolist()) for row, m in zip(enc.ids, enc.mask)]
         outs = self.llm.generate(inputs, self.params, use_tqdm=False)
-        eos, pad = self.tokenizer.eos_token_id, self.tokenizer.pad_token_id
-        # a completion that stopped at EOS ends with it (whether or not vLLM returns the stop token)
-        seqs = [list(c.token_ids) + ([eos] if c.finish_reason == "stop" and (not c.token_ids or c.token_ids[-1] != eos)
-                                     else []) for o in outs for c in o.outputs]
-        width = max(1, max(len(s) for s in seqs))
-        c_ids = torch.full((len(seqs), width), pad, dtype=torch.long)
-        c_mask = torch.zeros((len(seqs), width), dtype=torch.bool)
-        for i, s in enumerate(seqs):
-            c_ids[i, : len(s)] = torch.tensor(s, dtype=torch.long)
-            c_mask[i, : len(s)] = True
+        pad = self.tokenizer.pad_token_id
+        c_ids, c_mask, ended = completion_tensors(outs, pad)
         p_ids = enc.ids.repeat_interleave(self.k, 0).to(device)
         p_mask = enc.mask.repeat_interleave(self.k, 0).to(device)
         c_ids, c_mask = c_ids.to(device), c_mask.to(device)
@@ -82,4 +74,25 @@ class VLLMSampler:
         texts = self.tokenizer.batch_decode(c_ids.masked_fill(~c_mask, pad).tolist(), skip_special_tokens=True)
         return Rollout(prompts=[p for p in prompts for _ in range(self.k)], completions=[t.strip() for t in texts],
                        prompt_ids=p_ids, prompt_mask=p_mask, completion_ids=c_ids, completion_mask=c_mask,
-                       logprobs=lps, truncated=~((c_ids == eos) & c_mask).any(-1), prompts_truncated=n_trunc)
+                       logprobs=lps, truncated=~ended.to(device), prompts_truncated=n_trunc)
+
+
+def completion_tensors(outputs, pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """vLLM's RequestOutputs (one per prompt, `.outputs` its n completions) -> completion ids (N, T)
+    right-padded with pad_id, mask (N, T), ended (N,); rows prompt-major, N = prompts * n.
+
+    A row holds exactly the tokens vLLM returned, i.e. sampled: when it stopped on EOS or on
+    another stop token (the model's generation config may add some) that token is in
+    `token_ids` and stays; nothing is appended, since a token that was never sampled must not
+    enter the log-probs, the KL or the gradient. `ended` is vLLM's own verdict (finish_reason
+    "stop": a stop token or string ended it; "length": it hit max_tokens, i.e. truncated).
+    """
+    seqs = [list(c.token_ids) for o in outputs for c in o.outputs]
+    ended = torch.tensor([c.finish_reason == "stop" for o in outputs for c in o.outputs], dtype=torch.bool)
+    width = max(1, max((len(s) for s in seqs), default=0))
+    c_ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    c_mask = torch.zeros((len(seqs), width), dtype=torch.bool)
+    for i, s in enumerate(seqs):
+        c_ids[i, : len(s)] = torch.tensor(s, dtype=torch.long)
+        c_mask[i, : len(s)] = True
+    return c_ids, c_mask, ended

@@ -32,6 +32,7 @@ from functools import lru_cache
 from itertools import product
 from typing import Sequence
 
+from rloo.config import CHECKER_TASKS, TASK_PIPELINE_DEFAULTS
 from rloo.tasks.base import Example, SyntheticTask, check_split, stable_hash
 
 DIGITS: tuple[str, ...] = tuple("0123456789")
@@ -42,17 +43,8 @@ SCAFFOLD: tuple[str, ...] = ("q", ":", "=", ANSWER)
 KINDS: dict[str, float] = {"add1": 0.25, "add2": 0.35, "mul": 0.20, "chain": 0.20}
 EVAL_BUCKETS = 10  # a problem is held out for eval when stable_hash(expression) % EVAL_BUCKETS == 0
 
-# `rloo pipeline task=arithmetic` defaults, laid under the user's settings (config.PipelineConfig):
-# longer SFT (the model has to learn to add, not only a format), no reward model, responses up to 24
-# tokens (a worked chain is 17), beta = 0 (the checker cannot be over-optimized; the KL is logged),
-# k = 8 so that fewer groups are all right or all wrong, pass@k on 200 distinct held-out problems.
-PIPELINE_DEFAULTS: dict = {
-    "max_response_tokens": 24,
-    "sft": {"epochs": 12},
-    "rl": {"k": 8, "batch_size": 16, "beta": 0.0, "lr": 1e-4, "steps": 250, "max_new_tokens": 24,
-           "eval_every": 50, "eval_prompts": 64},
-    "eval": {"num_prompts": 200, "pass_samples": 16},
-}
+# `rloo pipeline task=arithmetic` defaults: written in the config layer (rloo.config.stages).
+PIPELINE_DEFAULTS: dict = TASK_PIPELINE_DEFAULTS["arithmetic"]
 
 # Reference generator: probability that a reference's final answer is wrong, per kind (the harder,
 # the more often), and that it shows its work.
@@ -207,7 +199,7 @@ class ArithmeticTask(SyntheticTask):
     max_prompt_words = 2 + 7 + 1    # "q :" + the longest expression (2-digit + 1-digit, or a chain) + "="
     max_response_words = 20
     has_checker = True
-    reward_fn = "rloo.tasks.arithmetic:reward"
+    reward_fn = CHECKER_TASKS["arithmetic"]
     pipeline_defaults = PIPELINE_DEFAULTS
 
     def sample_prompt(self, rng: random.Random, held_out: bool) -> str:

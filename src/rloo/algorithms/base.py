@@ -1,0 +1,104 @@
+"""What every algorithm works with: the models of a run, the Algorithm protocol, scoring a
+rollout, and the guarded optimizer step (the one place a non-finite update is skipped).
+
+A step has the signature
+    step(models, opt, prompts, cfg, gen, **kw) -> (stats dict, Rollout, shaped rewards (N,))
+so the shared loop (rloo.training.loop) does not know which method it runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+from torch import Tensor
+from transformers import PreTrainedTokenizerBase
+
+from rloo.config import RLConfig
+from rloo.modeling.forward import completion_logprobs
+from rloo.modeling.forward_shared import completion_logprobs_shared
+from rloo.rollout import Rollout
+
+Scorer = Callable[[Rollout], Tensor]  # Rollout -> scores (N,)
+Sampler = Callable[[torch.nn.Module, list[str]], Rollout]  # (policy, prompts) -> Rollout (vLLM)
+
+
+@dataclass
+class Models:
+    """The models of one run. `scorer` is None only for DPO without a reward model (it never scores)."""
+
+    policy: torch.nn.Module  # trainable; under torchrun wrapped by DDP/FSDP
+    ref: torch.nn.Module  # frozen reference (the starting policy)
+    tokenizer: PreTrainedTokenizerBase
+    scorer: Scorer | None  # the reward source
+    sampler: Sampler | None = None  # optional generation backend (vLLM); None: rloo's sampler
+
+
+class Algorithm(Protocol):
+    """What the loop needs of a method. `distributed`: the step may run under torchrun; it then
+    takes `rows` (this process's rows of the global batch) and `all_done` (a shared stop under
+    FSDP) and the checkpoint holds no per-process state."""
+
+    distributed: bool
+
+    def step(
+        self, models: Models, opt: torch.optim.Optimizer, prompts: list[str], cfg: RLConfig, gen: torch.Generator
+    ) -> tuple[dict[str, float], Rollout, Tensor]:
+        """One update on `prompts` (this process's share under torchrun, where a `distributed`
+        step also takes rows= and all_done=): (stats, the rollout, shaped rewards (N,))."""
+        ...
+
+    def state_dict(self) -> dict: ...
+
+    def load_state_dict(self, state: dict) -> None: ...
+
+
+class Stateless:
+    """An algorithm whose step keeps nothing between batches (RLOO, GRPO, RAFT)."""
+
+    def __init__(self, step: Callable, distributed: bool = False):
+        self.step, self.distributed = step, distributed
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
+
+
+def rollout_logprobs(model, roll: Rollout, cfg: RLConfig, prefill=None) -> Tensor:
+    """log pi(y_t|x, y_<t) of the rollout's tokens under `model` (N,T), each prompt computed once
+    per group of k when cfg.share_prompt (the same values as the plain pass). `prefill`: the
+    policy's prompt pass kept from sampling (same weights), reused instead of recomputed."""
+    args = (model, roll.prompt_ids, roll.prompt_mask, roll.completion_ids, roll.completion_mask)
+    if cfg.share_prompt and roll.group_size > 1:
+        return completion_logprobs_shared(
+            *args, k=roll.group_size, temperature=cfg.temperature, prefill=prefill, max_logits_mb=cfg.max_logits_mb
+        )
+    return completion_logprobs(*args, temperature=cfg.temperature, max_logits_mb=cfg.max_logits_mb)
+
+
+def score_rollout(models: Models, roll: Rollout, cfg: RLConfig) -> tuple[Tensor, Tensor]:
+    """Reward-source scores (N,) with the truncation penalty applied, and reference log-probs (N,T)."""
+    assert models.scorer is not None, "an online method needs a reward source"
+    scores = models.scorer(roll).to(roll.logprobs.device)
+    if cfg.truncation_penalty is not None:
+        scores = torch.where(roll.truncated, torch.full_like(scores, cfg.truncation_penalty), scores)
+    with torch.no_grad():
+        ref_lp = rollout_logprobs(models.ref, roll, cfg)
+    return scores, ref_lp
+
+
+def guarded_step(loss: Tensor, params, opt: torch.optim.Optimizer, max_grad_norm: float) -> tuple[float, bool]:
+    """Backward, clip, and step only when the loss and the gradient are finite. (grad norm, stepped).
+    A skipped step is counted by the loop's NonFiniteGuard (rloo.training.guard)."""
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    grad_norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+    finite = bool(torch.isfinite(loss)) and bool(torch.isfinite(grad_norm))
+    if finite:
+        opt.step()
+    opt.zero_grad(set_to_none=True)
+    return float(grad_norm), finite

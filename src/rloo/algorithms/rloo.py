@@ -1,0 +1,90 @@
+"""RL fine-tuning with REINFORCE Leave-One-Out (Ahmadian et al. 2024), seed eq. (1), (4), (5).
+
+One step:
+  1. sample K completions for each of B prompts, keeping the sampled tokens' log-probs
+  2. score them (reward model or function) and compute the reference log-probs
+  3. shaped reward R = r - beta * sum_t log(pi/pi_ref) (eq. 1); leave-one-out advantage (eq. 4)
+  4. one policy-gradient step on the whole response: -mean_i A_i log pi(y_i|x) (eq. 5)
+No value model, no ratio to an old policy, no clipping: each update uses fresh samples.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from rloo.algorithms.base import Models, guarded_step, rollout_logprobs, score_rollout
+from rloo.config import RLConfig
+from rloo.core.advantages import leave_one_out, leave_one_out_valid, unscored, zero_variance_groups
+from rloo.core.kl import shaped_reward
+from rloo.core.logprobs import sequence_logprobs
+from rloo.core.losses import policy_gradient_loss
+from rloo.modeling.forward import completion_logprobs
+from rloo.rollout import rollout
+from rloo.runtime.distributed import is_wrapped, unwrap
+
+
+def scored_mean(scores: torch.Tensor) -> float:
+    """Mean of the scored samples (a None score is NaN); 0 when none was scored (reward/unscored = 1)."""
+    filled, valid = unscored(scores)
+    return (filled.sum() / valid.sum().clamp(min=1)).item()
+
+
+def group_stats(scores: torch.Tensor, k: int) -> dict[str, float]:
+    """groups/zero_variance: share of prompts whose k scores (the scored ones) are all equal, the
+    groups no group baseline draws a gradient from; reward/unscored: share of None scores (NaN)."""
+    _, valid = unscored(scores)
+    out = {"reward/unscored": 1.0 - valid.float().mean().item()}
+    if k > 1:
+        out["groups/zero_variance"] = zero_variance_groups(scores.view(-1, k), valid.view(-1, k)).float().mean().item()
+    return out
+
+
+def rloo_step(models: Models, opt, prompts: list[str], cfg: RLConfig, gen: torch.Generator,
+              rows: tuple[int, int] | None = None, all_done=None):
+    """One RLOO update on `prompts`. Returns (stats dict, rollout, shaped rewards (N,)); the
+    optimizer step is skipped (and counted) when the loss or the gradient is not finite.
+    Under torchrun `prompts` is this process's share and `rows`/`all_done` come from
+    rloo.runtime.distributed (see `rollout`); DDP/FSDP average the gradient over processes."""
+    t0 = time.perf_counter()
+    # 1. sample K completions per prompt, with the log-probs of the sampled tokens
+    # under DDP/FSDP the update must be one forward through the wrapper: no prompt-pass reuse
+    wrapped = is_wrapped(models.policy)
+    if models.sampler is not None:
+        roll = models.sampler(unwrap(models.policy), prompts)
+    else:
+        roll = rollout(unwrap(models.policy), models.tokenizer, prompts, cfg.k, max_prompt_len=cfg.max_prompt_tokens,
+                       max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
+                       generator=gen, share_prompt=cfg.share_prompt, keep_prefill=cfg.share_prompt and not wrapped,
+                       rows=rows, all_done=all_done)
+    t1 = time.perf_counter()
+    # 2. score, and the frozen reference's log-probs
+    scores, ref_lp = score_rollout(models, roll, cfg)
+    t2 = time.perf_counter()
+    # 3. shaped reward (eq. 1) and leave-one-out advantages (eq. 4); a None score (NaN) is left out
+    # of its group's baselines and gets advantage 0
+    filled, valid = unscored(scores)
+    rewards, kl = shaped_reward(filled, roll.logprobs, ref_lp, roll.completion_mask, cfg.beta)
+    grouped = rewards.view(-1, cfg.k)
+    advantages = (leave_one_out(grouped) if valid.all() else leave_one_out_valid(grouped, valid.view(-1, cfg.k))).view(-1)
+    # 4. REINFORCE on the whole response (eq. 5)
+    if wrapped:
+        logprobs = completion_logprobs(models.policy, roll.prompt_ids, roll.prompt_mask, roll.completion_ids,
+                                       roll.completion_mask, temperature=cfg.temperature,
+                                       max_logits_mb=cfg.max_logits_mb)
+    else:
+        logprobs = rollout_logprobs(models.policy, roll, cfg, prefill=roll.prefill)
+    roll.prefill = None  # its graph is consumed by this backward pass; do not hold it past the step
+    loss, stats = policy_gradient_loss(sequence_logprobs(logprobs, roll.completion_mask), advantages)
+    grad_norm, finite = guarded_step(loss, models.policy.parameters(), opt, cfg.max_grad_norm)
+    t3 = time.perf_counter()
+    lengths = roll.completion_mask.sum(-1).float()
+    stats = {k: float(v) for k, v in stats.items()} | group_stats(scores, cfg.k) | {
+        "reward/score": scored_mean(scores), "reward/kl": kl.mean().item(), "reward/total": rewards.mean().item(),
+        "kl/ref": kl.mean().item(), "grad/norm": grad_norm, "gen/length": lengths.mean().item(),
+        "gen/truncated": roll.truncated.float().mean().item(), "guard/skipped": float(not finite),
+        "data/prompts_truncated": float(roll.prompts_truncated),
+        "time/rollout": t1 - t0, "time/score": t2 - t1, "time/update": t3 - t2,
+    }
+    return stats, roll, rewards

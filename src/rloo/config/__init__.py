@@ -1,0 +1,82 @@
+"""Typed, validated configs: one per stage, composed for the pipeline.
+
+The lowest layer of rloo: it imports nothing of rloo but `rloo.errors`, so every other package may
+use it. `from rloo.config import RLConfig` is the stable import path; the modules are
+    base.py      Strict, the base of every section (unknown keys are errors)
+    sections.py  the stage sections: model shape, SFT, reward model, RL (+ methods, LoRA), evaluation
+    dataset.py   the `dataset:` section (your own data)
+    stages.py    the stage configs: run-wide keys + a section (`rloo sft|reward|train|eval|pipeline`)
+    tools.py     `rloo bench` and `rloo compare`
+    loading.py   YAML + key=value overrides -> a config; one-line errors; --help-config
+"""
+
+from rloo.config.base import Strict
+from rloo.config.dataset import FIELDS, DatasetSettings
+from rloo.config.loading import (
+    describe_fields,
+    describe_validation_error,
+    load_config,
+    parse_overrides,
+    save_config,
+    upgrade_saved_config,
+)
+from rloo.config.sections import (
+    ALGORITHMS,
+    GROUP_ALGORITHMS,
+    OFFLINE_ALGORITHMS,
+    ONLINE_ALGORITHMS,
+    TASK_NAMES,
+    Algorithm,
+    AlgorithmSettings,
+    ArchConfig,
+    EvalSettings,
+    LoraSettings,
+    RewardSettings,
+    RLSettings,
+    SFTSettings,
+)
+from rloo.config.stages import (
+    CHECKER_TASKS,
+    TASK_PIPELINE_DEFAULTS,
+    EvalConfig,
+    PipelineConfig,
+    RewardConfig,
+    RLConfig,
+    SFTConfig,
+)
+from rloo.config.tools import COMPARE_METHODS, BenchConfig, CompareConfig
+
+__all__ = [
+    "Strict",
+    "FIELDS",
+    "DatasetSettings",
+    "LoraSettings",
+    "ALGORITHMS",
+    "COMPARE_METHODS",
+    "GROUP_ALGORITHMS",
+    "OFFLINE_ALGORITHMS",
+    "ONLINE_ALGORITHMS",
+    "TASK_NAMES",
+    "CHECKER_TASKS",
+    "TASK_PIPELINE_DEFAULTS",
+    "Algorithm",
+    "AlgorithmSettings",
+    "ArchConfig",
+    "BenchConfig",
+    "CompareConfig",
+    "EvalConfig",
+    "EvalSettings",
+    "PipelineConfig",
+    "RewardConfig",
+    "RewardSettings",
+    "RLConfig",
+    "RLSettings",
+    "SFTConfig",
+    "SFTSettings",
+    "describe_fields",
+    "describe_validation_error",
+    "load_config",
+    "parse_overrides",
+    "save_config",
+    "upgrade_saved_config",
+]

@@ -1,0 +1,48 @@
+"""The `dataset:` section: your own data instead of a built-in task's (a field of every stage config)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from rloo.config.base import Strict
+
+FIELDS = ("prompt", "completion", "chosen", "rejected")
+
+
+class DatasetSettings(Strict):
+    """A dataset that replaces the built-in task's data (`dataset.path=...`).
+
+    Each stage takes the fields it needs: SFT `prompt` + `completion`; reward `prompt` + `chosen`
+    + `rejected`; RL `prompt`; eval `prompt` + `completion` (the reference it is judged against).
+    """
+
+    path: str = Field(default=..., description="Hub name, local .jsonl/.json/.parquet file, or a save_to_disk folder.")
+    name: str | None = Field(default=None, description="Hub configuration name (the second argument of load_dataset).")
+    split: str = Field(default="train", description="Split used for training.")
+    eval_split: str | None = Field(
+        default=None, description="Split for held-out evaluation (null: the training split's tail)."
+    )
+    format: Literal["plain", "tldr", "hh"] = Field(
+        default="plain",
+        description="plain: columns are the fields; tldr: post/title/subreddit -> prompt, summary "
+        "or chosen/rejected; hh: chosen/rejected dialogues split into prompt + responses.",
+    )
+    columns: dict[str, str] = Field(
+        default_factory=dict, description="Our field -> the dataset's column, e.g. {prompt: question}."
+    )
+    chat_template: bool = Field(
+        default=True, description="Wrap prompts in the tokenizer's chat template when it has one."
+    )
+    limit: int | None = Field(default=None, ge=1, description="Use at most this many rows of each split.")
+
+    @model_validator(mode="after")
+    def _known_columns(self):
+        bad = sorted(set(self.columns) - set(FIELDS) - {"post", "title", "subreddit", "summary"})
+        if bad:
+            raise ValueError(
+                f"dataset.columns keys must be among {', '.join(FIELDS)} (or post/title/"
+                f"subreddit/summary for format=tldr); got {', '.join(bad)}"
+            )
+        return self

@@ -1,0 +1,112 @@
+"""A config from defaults, then an optional YAML file, then `key=value` overrides from the command
+line (dotted keys reach nested sections: `rl.k=8`). Values are parsed as YAML scalars, so
+`beta=0.1`, `eval_every=null` work. Errors are one line per problem, naming the key.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, TypeVar, get_args
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from rloo.errors import ConfigError
+
+C = TypeVar("C", bound=BaseModel)
+
+
+def parse_overrides(items: list[str]) -> dict[str, Any]:
+    """`["rl.k=8", "beta=0.1"]` -> nested dict. Values are YAML scalars."""
+    out: dict[str, Any] = {}
+    for item in items:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} is not key=value (example: rl.k=8)")
+        key, raw = item.split("=", 1)
+        node = out
+        parts = key.strip().split(".")
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override {item!r} conflicts with another override of {p!r}")
+        node[parts[-1]] = yaml.safe_load(raw) if raw.strip() else None
+    return out
+
+
+def _merge(base: dict, extra: dict) -> dict:
+    merged = dict(base)
+    for k, v in extra.items():
+        merged[k] = _merge(merged[k], v) if isinstance(v, dict) and isinstance(merged.get(k), dict) else v
+    return merged
+
+
+def load_config(cls: type[C], path: str | Path | None = None, overrides: list[str] | None = None, **values: Any) -> C:
+    """Build `cls` from a YAML file, `key=value` overrides and keyword values (highest wins)."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file {p} does not exist")
+        try:
+            loaded = yaml.safe_load(p.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise ConfigError(f"config file {p} is not valid YAML: {str(e).splitlines()[0]}") from e
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"config file {p} must hold a mapping of keys to values")
+        data = loaded
+    data = _merge(data, parse_overrides(overrides or []))
+    data = _merge(data, values)
+    try:
+        return cls(**data)
+    except ValidationError as e:
+        raise ConfigError(describe_validation_error(e, cls)) from e
+
+
+def describe_validation_error(e: ValidationError, cls: type) -> str:
+    """One line per problem, naming the key and what is wrong."""
+    msgs = []
+    for err in e.errors():
+        key = ".".join(str(p) for p in err["loc"]) or "(config)"
+        if err["type"] == "extra_forbidden":
+            msgs.append(f"unknown key {key!r} for {cls.__name__}")
+        elif err["type"] == "missing":
+            msgs.append(f"missing required key {key!r}")
+        else:
+            msgs.append(f"{key}: {err['msg']} (got {err.get('input')!r})")
+    return "invalid config: " + "; ".join(msgs)
+
+
+def describe_fields(cls: type[BaseModel], prefix: str = "") -> list[str]:
+    """Lines `key (default): description` for every field, nested sections expanded."""
+    lines = []
+    for name, f in cls.model_fields.items():
+        ann = f.annotation
+        # optional sections (`dataset: DatasetSettings | None`) are listed key by key too
+        ann = next((a for a in get_args(ann) if isinstance(a, type) and issubclass(a, BaseModel)), ann)
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            if not f.is_required() and f.get_default(call_default_factory=True) is None:
+                lines.append(f"{prefix}{name} = None: {f.description or ''} Set any {name}.* key to enable it.")
+            lines += describe_fields(ann, prefix + name + ".")
+            continue
+        default = "required" if f.is_required() else repr(f.get_default(call_default_factory=True))
+        lines.append(f"{prefix}{name} = {default}: {f.description or ''}".rstrip(": "))
+    return lines
+
+
+def save_config(cfg: BaseModel, path: Path) -> None:
+    path.write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+
+
+# Sections renamed since 0.1: old name -> new name (also accepted on input, see AliasChoices).
+RENAMED = {"algo": "algorithm_settings"}
+
+
+def upgrade_saved_config(saved: dict) -> dict:
+    """A config saved by an earlier version (a run folder's config.yaml, a checkpoint) with its
+    renamed sections under their present names, at the top and one level down (`rl.algo`), so it
+    compares equal to the same settings written today."""
+    out = {}
+    for k, v in saved.items():
+        v = upgrade_saved_config(v) if isinstance(v, dict) and k not in RENAMED.values() else v
+        out[RENAMED.get(k, k)] = v
+    return out

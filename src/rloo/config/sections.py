@@ -1,0 +1,236 @@
+"""The sections of the stage configs: model shape, SFT, reward model, RL (with the methods'
+settings and LoRA) and evaluation. The stage configs (config/stages.py) combine them with the
+run-wide keys; every field's description is its documentation (`rloo <stage> --help-config`).
+"""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+from pydantic import AliasChoices, Field, model_validator
+
+from rloo.config.base import Strict
+
+TASK_NAMES = ("summarize", "dialogue", "arithmetic")
+
+
+class ArchConfig(Strict):
+    """Shape of the small Llama built from scratch when no model path is given."""
+
+    hidden_size: int = Field(default=128, gt=0, description="Model width.")
+    num_layers: int = Field(default=3, gt=0, description="Transformer blocks.")
+    num_heads: int = Field(default=4, gt=0, description="Attention heads (hidden_size must divide by it).")
+    intermediate_size: int = Field(default=384, gt=0, description="MLP width.")
+    max_position_embeddings: int = Field(default=128, gt=0, description="Longest prompt + response.")
+
+
+class SFTSettings(Strict):
+    """Hyperparameters of supervised fine-tuning on the task's reference responses."""
+
+    num_examples: int = Field(default=6000, ge=1, description="Prompt/reference pairs generated for SFT.")
+    epochs: int = Field(default=6, ge=1, description="Passes over the SFT data.")
+    batch_size: int = Field(default=64, ge=1, description="Sequences per optimizer step.")
+    lr: float = Field(default=3e-3, gt=0, description="Peak AdamW learning rate (cosine decay to 10%).")
+    weight_decay: float = Field(default=0.0, ge=0)
+    arch: ArchConfig = Field(default_factory=ArchConfig, description="Used only when `model` is null.")
+
+
+class RewardSettings(Strict):
+    """Hyperparameters of reward-model training with the Bradley-Terry loss."""
+
+    num_pairs: int = Field(default=6000, ge=1, description="Preference pairs labeled by the simulated labeler.")
+    eval_pairs: int = Field(default=500, ge=1, description="Held-out pairs for pairwise accuracy.")
+    policy_pairs: float = Field(
+        default=0.5,
+        ge=0,
+        le=1,
+        description="Share of pairs comparing two SFT-policy samples (the rest compare two references).",
+    )
+    epochs: int = Field(default=2, ge=1)
+    batch_size: int = Field(default=64, ge=1)
+    lr: float = Field(default=1e-3, gt=0)
+    disable_dropout: bool = Field(
+        default=True,
+        description="Dropout off in the reward model while it trains (chosen and rejected are scored "
+        "by one function); false keeps the model's dropout.",
+    )
+
+
+Algorithm = Literal["rloo", "reinforce", "vanilla_pg", "ppo", "grpo", "raft", "dpo", "dr_grpo", "reinforce_pp"]
+"""The methods: their names are written here only (rloo.algorithms.registry maps each online one
+to its code and checks at import that none is missing)."""
+ALGORITHMS: tuple[str, ...] = get_args(Algorithm)
+OFFLINE_ALGORITHMS = ("dpo",)  # trained on preference pairs, not on samples (rloo.training.dpo)
+ONLINE_ALGORITHMS = tuple(a for a in ALGORITHMS if a not in OFFLINE_ALGORITHMS)
+GROUP_ALGORITHMS = ("rloo", "grpo", "dr_grpo")  # their baselines come from the other samples of the same prompt
+
+
+class AlgorithmSettings(Strict):
+    """Settings of the methods compared with RLOO, and RLOO's ablations. Plain RLOO ignores them
+    unless an ablation is switched on (kl_level, kl_estimator, rloo_clip)."""
+
+    kl_estimator: Literal["k1", "k3"] = Field(
+        default="k1",
+        description="KL estimator in the shaped reward (k3: lower-variance, Schulman 2020). RLOO ablation when k3.",
+    )
+    kl_level: Literal["sequence", "token"] = Field(
+        default="sequence",
+        description="RLOO ablation: 'token' gives each token only the KL penalty of itself and later tokens.",
+    )
+    rloo_clip: bool = Field(
+        default=False,
+        description="RLOO ablation: PPO ratio + clipping on top of RLOO "
+        "(ppo_epochs x num_minibatches updates per batch).",
+    )
+    baseline_momentum: float = Field(
+        default=0.9, ge=0, lt=1, description="reinforce: moving-average baseline momentum (eq. 3)."
+    )
+    gamma: float = Field(default=1.0, gt=0, le=1, description="ppo/vanilla_pg: discount of GAE.")
+    gae_lambda: float = Field(default=0.95, ge=0, le=1, description="ppo: GAE lambda (vanilla_pg always uses 1).")
+    clip_eps: float = Field(default=0.2, gt=0, description="ppo/grpo/rloo_clip: ratio clip range.")
+    ppo_epochs: int = Field(default=2, ge=1, description="ppo/grpo/rloo_clip: passes over each batch of samples.")
+    num_minibatches: int = Field(default=2, ge=1, description="ppo/grpo/rloo_clip: minibatches per pass.")
+    value_model: Literal["separate", "head"] = Field(
+        default="separate",
+        description="ppo/vanilla_pg: a separate value model (from the reward model) or a head on the policy.",
+    )
+    value_lr: float = Field(default=1e-4, gt=0, description="ppo/vanilla_pg: learning rate of the value model/head.")
+    vf_coef: float = Field(
+        default=0.5, ge=0, description="ppo/vanilla_pg with value_model=head: weight of the value loss."
+    )
+    value_clip_eps: float | None = Field(default=0.2, description="ppo: value clipping range (null: off).")
+    whiten_advantages: bool = Field(default=True, description="ppo/vanilla_pg: normalise GAE advantages per batch.")
+    drop_zero_variance: bool = Field(
+        default=False,
+        description="rloo/grpo/dr_grpo/reinforce_pp: leave groups whose k scores are all equal out of the update "
+        "(logged as groups/dropped).",
+    )
+    norm_length: int | None = Field(
+        default=None, ge=1, description="dr_grpo: the constant a completion's token sum is divided by "
+        "(null: max_new_tokens)."
+    )
+    dpo_beta: float = Field(default=0.1, gt=0, description="dpo: beta of the DPO loss.")
+    dpo_pairs: int = Field(default=6000, ge=1, description="dpo: preference pairs (the reward model's first pairs).")
+    dpo_epochs: int = Field(default=1, ge=1, description="dpo: passes over the pairs.")
+    dpo_batch_size: int = Field(default=64, ge=1, description="dpo: pairs per optimizer step.")
+    dpo_lr: float = Field(default=1e-4, gt=0, description="dpo: learning rate.")
+
+
+class LoraSettings(Strict):
+    """LoRA adapters through peft. The reference policy is the same model with adapters off."""
+
+    r: int = Field(default=16, ge=1, description="Adapter rank.")
+    alpha: float = Field(default=32, gt=0, description="Scaling numerator (scale = alpha / r).")
+    dropout: float = Field(default=0.0, ge=0, lt=1)
+    target_modules: list[str] | str = Field(default="all-linear", description="Module names to adapt, or 'all-linear'.")
+    save: Literal["merged", "adapter"] = Field(
+        default="merged", description="merged: a plain model (loads without peft); adapter: adapter weights only."
+    )
+
+
+class RLSettings(Strict):
+    """Hyperparameters of the RL stage (RLOO by default, eq. 1, 4, 5)."""
+
+    algorithm: Algorithm = Field(
+        default="rloo",
+        description="The method: rloo (the paper's, default), reinforce (moving-average baseline), "
+        "vanilla_pg, ppo, grpo, raft, dpo (offline, on the reward model's pairs), dr_grpo (group mean, no std, "
+        "constant length norm), reinforce_pp (batch-level baseline).",
+    )
+    algorithm_settings: AlgorithmSettings = Field(
+        default_factory=AlgorithmSettings,
+        validation_alias=AliasChoices("algorithm_settings", "algo"),
+        description="Settings of the methods other than plain RLOO, and RLOO's ablations (`algo:` is accepted "
+        "too: the section's name until 0.1).",
+    )
+    steps: int = Field(default=100, ge=1, description="Optimizer steps (one fresh batch of samples each).")
+    batch_size: int = Field(default=16, ge=1, description="Prompts per step (B); N = B*k completions.")
+    k: int = Field(default=4, ge=1, description="Samples per prompt for the leave-one-out baseline (eq. 4), >= 2.")
+    beta: float = Field(default=0.25, ge=0, description="KL coefficient in the shaped reward (eq. 1).")
+    lr: float = Field(default=1e-4, gt=0, description="AdamW learning rate (constant after warm-up).")
+    warmup_steps: int = Field(default=10, ge=0)
+    max_grad_norm: float = Field(default=1.0, gt=0)
+    temperature: float = Field(default=1.0, gt=0, description="Sampling temperature; log-probs use it too.")
+    top_p: float = Field(default=1.0, gt=0, le=1, description="Nucleus sampling mass.")
+    max_new_tokens: int = Field(default=16, ge=1, description="Completion length limit (T).")
+    truncation_penalty: float | None = Field(
+        default=None, description="If set, the score of a completion that hits max_new_tokens without EOS."
+    )
+    log_every: int = Field(default=1, ge=1, description="Steps between metric records.")
+    disable_dropout: bool = Field(
+        default=True,
+        description="Dropout off in the policy, reference, reward and value models (and DPO's policy): "
+        "sampling and the update see the same function, so ratios start at 1 and DDP "
+        "processes agree. false keeps each model's configured dropout in the update.",
+    )
+    share_prompt: bool = Field(
+        default=True,
+        description="Compute each prompt once per group of k (generation, reference, reward model, "
+        "policy forward and backward); the same math as k copies, less compute.",
+    )
+    max_logits_mb: float = Field(
+        default=256,
+        gt=0,
+        description="Largest float32 (positions x vocabulary) logits tensor a log-prob pass may hold; "
+        "above it the LM head runs in chunks of this size and recomputes its logits in "
+        "backward (Llama/Mistral/Qwen2/Qwen3 heads), so a 150k vocabulary does not cost GBs.",
+    )
+
+    @model_validator(mode="after")
+    def _k_at_least_two(self):
+        if self.k < 2 and self.algorithm in GROUP_ALGORITHMS:
+            why = {
+                "rloo": "leave-one-out needs k >= 2 samples per prompt (the baseline of one sample is the "
+                "mean of the other k-1)",
+                "grpo": "grpo needs k >= 2 samples per prompt (each advantage is normalised by the mean and "
+                "std of its prompt's group)",
+                "dr_grpo": "dr_grpo needs k >= 2 samples per prompt (each advantage subtracts the mean of its "
+                "prompt's group)",
+            }[self.algorithm]
+            raise ValueError(f"{why}, got k={self.k}")
+        return self
+
+    @property
+    def algo(self) -> AlgorithmSettings:
+        """The section's old name, read-only, so code written against `cfg.algo` keeps running."""
+        return self.algorithm_settings
+
+    sample_every: int = Field(default=50, ge=1, description="Steps between printed sample completions.")
+    eval_every: int | None = Field(default=20, ge=1, description="Steps between gold-judge evals (null: off).")
+    eval_prompts: int = Field(default=128, ge=1, description="Held-out prompts used by the periodic eval.")
+    save_every: int | None = Field(default=100, ge=1, description="Steps between checkpoints (null: only at the end).")
+    keep_checkpoints: int = Field(default=2, ge=1, description="Newest checkpoints kept on disk.")
+    max_skipped_steps: int = Field(default=5, ge=1, description="Non-finite steps in a row before the run stops.")
+    # -- scaling out (rloo.runtime.distributed, rloo.modeling.loading, rloo.rollout.vllm) --
+    lora: LoraSettings | None = Field(
+        default=None, description="Train LoRA adapters instead of all weights (needs peft)."
+    )
+    parallel: Literal["ddp", "fsdp"] = Field(
+        default="ddp", description="Under torchrun: ddp replicates the policy, fsdp shards it (FSDP2, fully_shard)."
+    )
+    generation: Literal["sampler", "vllm"] = Field(
+        default="sampler", description="Rollout backend: rloo's sampler or vLLM (GPU)."
+    )
+    vllm_gpu_memory_utilization: float = Field(default=0.3, gt=0, lt=1, description="GPU memory share vLLM may take.")
+    reward_weights: dict[str, float] = Field(
+        default_factory=dict,
+        description="Weights when several reward sources are given: keys "
+        "'reward_model' or a reward_fn spec; default 1 each.",
+    )
+
+
+class EvalSettings(Strict):
+    """How policies are compared on held-out prompts."""
+
+    num_prompts: int = Field(default=400, ge=1, description="Held-out prompts, each judged against its reference.")
+    temperature: float = Field(default=1.0, gt=0, description="Sampling temperature of the evaluated policies.")
+    batch_size: int = Field(default=128, ge=1)
+    judge: str | None = Field(
+        default=None,
+        description="Who judges responses against references: null (the task's gold judge; the reward "
+        "model when a dataset replaces the task), 'reward_model', or a module:function.",
+    )
+    pass_samples: int = Field(
+        default=16, ge=8, description="Tasks with a checker (arithmetic): samples per held-out problem for "
+        "pass@k, k = 1, 2, 4, 8."
+    )

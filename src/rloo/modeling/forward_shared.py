@@ -1,0 +1,137 @@
+"""Forward passes that compute each prompt ONCE per group of K completions.
+
+The rows of an RLOO batch come in groups of K that share one prompt (rows k*i .. k*i+K-1).
+The plain passes in `rloo.modeling.forward` run the transformer over all N = B*K (prompt, completion)
+sequences, so every prompt is computed K times, forward and backward. Here the B distinct
+prompts run once with a KV cache; the cache's key/value tensors are repeated for the K rows of
+each group (an indexing op under autograd: the K completions' gradients with respect to the
+prompt's keys/values are summed back into the single copy), and the completions then
+run against it with position ids that continue from the prompt. Every completion token sees
+exactly the keys/values it would see in the joined sequence, so the results are the same
+computation up to float rounding (tests/equivalence/test_fastpath.py checks log-probs, scores and
+parameter gradients against `rloo.modeling.forward`).
+
+Cost, per layer: prompt tokens B*P instead of N*P; the completion tokens still attend to P+T
+keys each, so only the attention over the prompt is not shared.
+
+Gradient checkpointing: transformers drops the cache inside checkpointed layers, which would run
+the completions without their prompt; these passes checkpoint each decoder layer themselves with
+the prompt's keys/values kept (`rloo.modeling.layer_checkpoint`), an exact computation. A model that cannot
+be checkpointed that way falls back to the plain pass (one logged line).
+
+Little compute on completion padding: the completions run in buckets of similar length
+(`rloo.data.buckets.length_buckets`), each padded only to its own longest row; a bucket's rows
+take their prompts' keys/values from the B-row cache by that same indexing.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+from transformers import DynamicCache
+
+from rloo.core.logprobs import token_logprobs
+from rloo.data.buckets import length_buckets
+from rloo.data.collate import position_ids, trim_left
+from rloo.modeling.forward import MAX_LOGITS_MB, completion_logprobs, lm_token_logprobs
+from rloo.modeling.kvcache import Prefill, cache_kwarg, prefill_prompts
+from rloo.modeling.layer_checkpoint import cache_keeping_checkpointing, prefix_cache, supports_shared_checkpointing
+from rloo.runtime.tracking import say_once
+
+
+def group_prompts(prompt_ids: Tensor, prompt_mask: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """The B distinct prompts of a batch whose rows come in groups of k. (N,P) -> (B,P).
+
+    Raises ValueError when the rows are not grouped (a silent mismatch would train on the
+    wrong prompt's keys/values)."""
+    N, P = prompt_ids.shape
+    if k < 1 or N % k:
+        raise ValueError(f"{N} rows cannot be split into groups of k={k}")
+    ids, mask = prompt_ids.view(-1, k, P), prompt_mask.view(-1, k, P)
+    if not (bool((ids == ids[:, :1]).all()) and bool((mask == mask[:, :1]).all())):
+        raise ValueError(f"rows are not grouped by prompt in runs of k={k}; use the plain forward pass")
+    return trim_left(ids[:, 0], mask[:, 0])
+
+
+def _group_rows(cache: DynamicCache, groups: Tensor) -> DynamicCache:
+    """A new cache whose row r is row groups[r] of `cache` (B prompts -> n rows). Indexing is an
+    autograd op: the gradients of a prompt's copies are summed back into its single copy. Its layers
+    are PrefixLayers, so a checkpointed layer's replay in backward sees the same keys/values."""
+    return prefix_cache([(l.keys[groups], l.values[groups]) for l in cache.layers])
+
+
+def _reuse(prefill: Prefill, p_ids: Tensor, p_mask: Tensor) -> Prefill:
+    if prefill.ids.shape != p_ids.shape or not bool((prefill.ids == p_ids).all() & (prefill.mask == p_mask).all()):
+        raise ValueError("the given prefill was made for other prompts")
+    return prefill
+
+
+def _continued(model, cache, full_mask: Tensor, ids: Tensor) -> dict:
+    """Inputs that run `ids` (N,L) after the cached prompt; full_mask (N, P+L) covers prompt and ids."""
+    pos = position_ids(full_mask)[:, full_mask.shape[1] - ids.shape[1]:]
+    return dict(input_ids=ids, attention_mask=full_mask.long(), position_ids=pos, use_cache=True,
+                **{cache_kwarg(model): cache})
+
+
+def completion_logprobs_shared(model, prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor,
+                               completion_mask: Tensor, k: int, temperature: float = 1.0,
+                               prefill: Prefill | None = None,
+                               bucket_overhead: int | None = None,
+                               max_logits_mb: float = MAX_LOGITS_MB) -> Tensor:
+    """Same as `rloo.modeling.forward.completion_logprobs`, prompts computed once per group of k.
+    (N,P),(N,P),(N,T),(N,T) -> (N,T). Values at masked positions are meaningless.
+
+    Completion token 0 is predicted by the prompt's last position (one logit row per prompt,
+    repeated k times); token t >= 1 by completion position t-1, so the last completion token
+    is never fed in. `prefill`: this model's pass over these prompts, already made (with autograd
+    on, when gradients are wanted) and unchanged since; it is reused instead of recomputed."""
+    p_ids, p_mask = group_prompts(prompt_ids, prompt_mask, k)
+    if not supports_shared_checkpointing(model):
+        say_once(f"gradient checkpointing of {type(model).__name__} cannot keep the prompt's KV cache: "
+                 "its policy pass runs every (prompt, completion) in full (share_prompt has no effect there)")
+        return completion_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask,
+                                   temperature=temperature, max_logits_mb=max_logits_mb)
+    with cache_keeping_checkpointing(model):
+        return _shared_logprobs(model, p_ids, p_mask, completion_ids, completion_mask, k, temperature,
+                                _reuse(prefill, p_ids, p_mask) if prefill is not None else None,
+                                bucket_overhead, max_logits_mb)
+
+
+def _shared_logprobs(model, p_ids, p_mask, completion_ids, completion_mask, k, temperature, prefill,
+                     bucket_overhead, max_logits_mb) -> Tensor:
+    """completion_logprobs_shared on the B distinct prompts (B,P) -> (N,T)."""
+    pre = prefill if prefill is not None else prefill_prompts(model, p_ids, p_mask)
+    first = token_logprobs(pre.last_logits[:, None].float().repeat_interleave(k, dim=0), completion_ids[:, :1],
+                           temperature=temperature)
+    N, T = completion_ids.shape
+    rest = first.new_zeros(N, T - 1)
+    fed = (completion_mask.sum(-1) - 1).clamp(min=0)  # tokens fed: all but the last of each completion
+    for rows in length_buckets(fed, bucket_overhead):
+        W, groups = int(fed[rows].max()), rows // k
+        full = torch.cat([p_mask[groups], completion_mask[rows, :W]], dim=1)
+        inputs = _continued(model, _group_rows(pre.cache, groups), full, completion_ids[rows, :W])
+        lp = lm_token_logprobs(model, completion_ids[rows, 1:W + 1], temperature, max_logits_mb, **inputs)
+        rest = rest.index_put((rows[:, None], torch.arange(W, device=rows.device)[None]), lp)
+    return torch.cat([first, rest], dim=1)
+
+
+def reward_scores_shared(reward_model, prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor,
+                         completion_mask: Tensor, k: int, bucket_overhead: int | None = None) -> Tensor:
+    """Same as `rloo.modeling.forward.reward_scores`, prompts computed once per group of k. -> (N,).
+
+    Pooled at the last real token: completion position len-1, or the prompt's last token for an
+    empty completion."""
+    backbone = getattr(reward_model, reward_model.base_model_prefix)
+    p_ids, p_mask = group_prompts(prompt_ids, prompt_mask, k)
+    cache = prefix_cache()
+    out = backbone(input_ids=p_ids, attention_mask=p_mask.long(), position_ids=position_ids(p_mask),
+                   use_cache=True, **{cache_kwarg(backbone): cache})
+    pooled = out.last_hidden_state[:, -1].repeat_interleave(k, dim=0)                  # (N,H)
+    lengths = completion_mask.sum(-1)
+    for rows in length_buckets(lengths, bucket_overhead):
+        W, groups = int(lengths[rows].max()), rows // k
+        full = torch.cat([p_mask[groups], completion_mask[rows, :W]], dim=1)
+        hidden = backbone(**_continued(backbone, _group_rows(cache, groups), full, completion_ids[rows, :W]))
+        hidden = hidden.last_hidden_state
+        pooled = pooled.index_put((rows,), hidden[torch.arange(len(rows), device=rows.device), lengths[rows] - 1])
+    return reward_model.score(pooled).squeeze(-1).float()

@@ -1,0 +1,161 @@
+"""Loading and saving the policy, reference and reward models (Hugging Face format)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+
+import torch
+from transformers.utils import logging as hf_logging
+from transformers import (
+    AutoModelForCausalLM,
+    AutoModelForSequenceClassification,
+    AutoTokenizer,
+    LlamaConfig,
+    LlamaForCausalLM,
+)
+
+from rloo.runtime.atomic import WriteError, describe_write_failure, fsync_dir, sync_and_hash
+from rloo.config import ArchConfig
+from rloo.errors import RlooError
+
+# Our own progress bars cover the long work; per-file load/save bars of tiny models are noise.
+hf_logging.disable_progress_bar()
+hf_logging.set_verbosity_error()
+
+
+def build_llama(arch: ArchConfig, tokenizer, seed: int) -> LlamaForCausalLM:
+    """A small Llama-architecture causal LM initialised from scratch for `tokenizer`."""
+    if arch.hidden_size % arch.num_heads:
+        raise RlooError(f"arch.hidden_size={arch.hidden_size} must be divisible by arch.num_heads={arch.num_heads}")
+    cfg = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=arch.hidden_size,
+        intermediate_size=arch.intermediate_size,
+        num_hidden_layers=arch.num_layers,
+        num_attention_heads=arch.num_heads,
+        num_key_value_heads=arch.num_heads,
+        max_position_embeddings=arch.max_position_embeddings,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=None,
+        tie_word_embeddings=True,
+    )
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(cfg)
+
+
+_HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+
+
+def _check_dir(path: str, what: str) -> None:
+    """A local path must exist; anything shaped like a Hub name (`org/name`) is left to the Hub."""
+    p = Path(path)
+    if p.exists() or (_HUB_NAME.match(str(path)) and not str(path).startswith((".", "~"))):
+        return
+    raise RlooError(f"{what} path {path!r} does not exist (expected a Hugging Face model folder or Hub name)")
+
+
+def resolve_dtype(name: str | torch.dtype, device: str) -> torch.dtype:
+    """`auto` is bfloat16 on GPU (the memory and speed of half precision without float16's range
+    problems) and float32 on CPU (where bf16 matmuls are slow and imprecise)."""
+    if isinstance(name, torch.dtype):
+        return name
+    if name == "auto":
+        return torch.bfloat16 if str(device).startswith("cuda") else torch.float32
+    return getattr(torch, name)
+
+
+def model_options(cfg) -> dict:
+    """Keyword arguments for the loaders below from a stage config's dtype/device/remote-code keys."""
+    return {"device": cfg.device, "dtype": resolve_dtype(cfg.dtype, cfg.device),
+            "trust_remote_code": cfg.trust_remote_code}
+
+
+def load_tokenizer(path: str, trust_remote_code: bool = False):
+    _check_dir(path, "tokenizer")
+    try:
+        tok = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError) as e:
+        raise RlooError(f"could not load a tokenizer from {path!r}: {str(e).splitlines()[0]}") from e
+    if tok.pad_token is None:
+        # Padding is always masked out, so any token will do; EOS is the usual choice.
+        tok.pad_token = tok.eos_token
+    if tok.eos_token_id is None:
+        raise RlooError(f"tokenizer at {path!r} has no EOS token; set eos_token in its tokenizer_config.json")
+    return tok
+
+
+def _load(cls, path: str, what: str, device: str, dtype, trust_remote_code: bool, **kw):
+    _check_dir(path, what)
+    try:
+        model = cls.from_pretrained(path, dtype=resolve_dtype(dtype, device), trust_remote_code=trust_remote_code, **kw)
+    except (OSError, ValueError, ImportError) as e:
+        raise RlooError(f"could not load a {what} from {path!r}: {str(e).splitlines()[0]}") from e
+    return model.to(device), load_tokenizer(path, trust_remote_code)
+
+
+def load_policy(path: str, device: str = "cpu", dtype: torch.dtype | str = torch.float32,
+                trust_remote_code: bool = False):
+    """A causal LM and its tokenizer from a local folder or Hub name."""
+    return _load(AutoModelForCausalLM, path, "causal LM", device, dtype, trust_remote_code)
+
+
+def load_reward_model(path: str, device: str = "cpu", dtype: torch.dtype | str = torch.float32,
+                      trust_remote_code: bool = False):
+    """A sequence-classification model with one output (the reward)."""
+    return _load(AutoModelForSequenceClassification, path, "reward model", device, dtype, trust_remote_code,
+                 num_labels=1)
+
+
+def load_value_model(path: str, device: str = "cpu", dtype: torch.dtype | str = torch.float32,
+                     trust_remote_code: bool = False):
+    """A separate value model V(x, y<=t): a one-output head on any checkpoint (methods with a critic;
+    RLOO itself needs none)."""
+    model, tok = _load(AutoModelForSequenceClassification, path, "value model", device, dtype, trust_remote_code,
+                       num_labels=1)
+    model.config.pad_token_id = tok.pad_token_id
+    return model, tok
+
+
+def enable_gradient_checkpointing(model) -> None:
+    """Trade compute for memory: activations are recomputed in backward. transformers drops the KV
+    cache inside checkpointed layers; the passes that need one (the shared-prompt passes of
+    rloo.modeling.forward_shared) checkpoint the layers themselves with the cache kept (rloo.modeling.layer_checkpoint)."""
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if hasattr(model, "enable_input_require_grads"):
+        model.enable_input_require_grads()  # frozen embeddings (LoRA) would otherwise cut the graph
+
+
+def frozen(model):
+    """Eval mode, no gradients: for the reference policy and the reward model."""
+    model.eval()
+    model.requires_grad_(False)
+    return model
+
+
+def save_pretrained_atomic(model, tokenizer, path: Path) -> None:
+    """Write model + tokenizer to a sibling temp folder, then rename over `path`, so a crash or a
+    full disk mid-write never leaves a half-written model where a reader expects a whole one."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        model.save_pretrained(tmp, safe_serialization=True)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(tmp)
+        sync_and_hash(tmp)
+    except Exception as e:  # noqa: BLE001 - whatever failed, the half-written folder must go
+        why = describe_write_failure(e, path.parent)
+        shutil.rmtree(tmp, ignore_errors=True)
+        kept = f"the previous model at {path} is untouched" if path.exists() else "no model was written"
+        raise WriteError(f"could not save the model to {path}: {why}; {kept}") from e
+    old = path.with_name(path.name + ".old")
+    if path.exists():
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(path, old)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+    shutil.rmtree(old, ignore_errors=True)

@@ -1,0 +1,173 @@
+"""Data parallelism under `torchrun`, in one place so the training loop stays one loop.
+
+Launched by `torchrun --nproc_per_node P rloo train ...` every process runs the same loop:
+
+- every process draws the same global batch of B prompts from an identically seeded stream
+  and keeps its contiguous block of B/P prompts (`shard`): a prompt's K completions are sampled,
+  scored and baselined on one process, so the leave-one-out baseline (eq. 4) sees its whole group;
+- sampling noise is drawn for the global batch and sliced (`sample(rows=...)`), so the tokens do
+  not depend on P; the loss is a mean over each process's N/P rows and DDP / FSDP average the
+  gradients, which is the gradient of the mean over all N rows: one process with the same global
+  batch takes the same step (tests/equivalence/test_distributed.py checks the parameters);
+- metrics are means over processes (`mean_metrics`), files are written by rank 0 only.
+
+`parallel=ddp` replicates the policy (DistributedDataParallel); `parallel=fsdp` shards it with
+FSDP2 (`torch.distributed.fsdp.fully_shard`, one unit per decoder layer) for models that do not
+fit on one device. Frozen models (reference, reward) are replicated.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.distributed.fsdp import FSDPModule, fully_shard
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from rloo.errors import RlooError, option
+
+
+@dataclass
+class Dist:
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+    parallel: str = "ddp"
+    owns_group: bool = False     # we created the process group, so we destroy it
+
+    @property
+    def enabled(self) -> bool:
+        return self.world > 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def device(self, device: str) -> str:
+        """`cuda` becomes this process's GPU (`cuda:LOCAL_RANK`) under torchrun."""
+        return f"cuda:{self.local_rank}" if self.enabled and device == "cuda" else device
+
+    def shard(self, prompts: list[str], k: int) -> tuple[list[str], tuple[int, int]]:
+        """This process's block of the global prompt batch, and its rows (offset, total) of the
+        B*K completions."""
+        n = len(prompts) // self.world
+        local = prompts[self.rank * n: (self.rank + 1) * n]
+        return local, (self.rank * n * k, len(prompts) * k)
+
+    def wrap(self, model):
+        """DDP or FSDP2 around the trainable policy (unchanged in a single process)."""
+        if not self.enabled:
+            return model
+        if self.parallel == "fsdp":
+            for layer in _decoder_layers(model):
+                fully_shard(layer)
+            fully_shard(model)
+            return model
+        ids = [self.local_rank] if torch.cuda.is_available() and next(model.parameters()).is_cuda else None
+        return DDP(model, device_ids=ids)
+
+    def mean_metrics(self, stats: dict[str, float]) -> dict[str, float]:
+        """Each metric averaged over processes (every process has the same number of rows)."""
+        if not self.enabled:
+            return stats
+        keys = sorted(stats)
+        t = torch.tensor([float(stats[k]) for k in keys], dtype=torch.float64)
+        dist.all_reduce(t)
+        return {k: float(v) / self.world for k, v in zip(keys, t.tolist())}
+
+    def all_done(self, done: torch.Tensor) -> bool:
+        """Stop sampling only when every process is done: FSDP forward passes are collectives."""
+        flag = torch.tensor([int(bool(done.all()))])
+        dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+        return bool(flag.item())
+
+    def barrier(self) -> None:
+        if self.enabled:
+            dist.barrier()
+
+    def saveable(self, model):
+        """Something with `save_pretrained` holding the full weights. Under FSDP this gathers the
+        shards (a collective: every process must call it); only rank 0 should then save."""
+        model = unwrap(model)
+        if not (self.enabled and self.parallel == "fsdp"):
+            return model
+        sd = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        if getattr(model.config, "tie_word_embeddings", False):
+            # gathered shards no longer share storage, so save_pretrained would not see the tie and
+            # would write the tied copy (e.g. lm_head.weight) too; drop it as an unsharded save does
+            for key in getattr(model, "_tied_weights_keys", None) or {}:
+                sd.pop(key, None)
+        return _WithStateDict(model, sd)
+
+    def step_kwargs(self, rows: tuple[int, int]) -> dict:
+        """Extra arguments of a step that declares `distributed` (rloo.algorithms.base.Algorithm):
+        global-batch sampling rows (and a shared stop under FSDP, whose per-token collective is kept
+        off the single-process decode loop); rows are passed in one process too, so one process
+        samples exactly as P do."""
+        return {"rows": rows} | ({"all_done": self.all_done} if self.enabled and self.parallel == "fsdp" else {})
+
+    def checkpoint_role(self) -> tuple[bool, str | None]:
+        """(does this process write checkpoints, a note to print once when it never does). Only
+        rank 0 writes (DDP replicas are identical). Under FSDP a checkpoint would need the shards
+        gathered; not implemented: the final model is saved, checkpoints are skipped with a note."""
+        if self.enabled and self.parallel == "fsdp":
+            return False, "parallel=fsdp: checkpoints are not written (only the final model)"
+        return self.is_main, None
+
+    def close(self) -> None:
+        if self.owns_group and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+class _WithStateDict:
+    def __init__(self, model, state_dict):
+        self.model, self.state_dict = model, state_dict
+
+    def save_pretrained(self, path, **kw):
+        self.model.save_pretrained(path, state_dict=self.state_dict, **kw)
+
+
+def _decoder_layers(model) -> list[torch.nn.Module]:
+    """The repeated transformer blocks: the natural FSDP units (one all-gather per block)."""
+    blocks = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList) and len(m) > 0]
+    if not blocks:
+        raise RlooError(f"parallel=fsdp: found no transformer block list in {type(model).__name__}")
+    return list(max(blocks, key=len))
+
+
+def is_wrapped(model) -> bool:
+    """Trained by several processes: its forward must go through DDP / FSDP in one pass."""
+    return isinstance(model, (DDP, FSDPModule))
+
+
+def unwrap(model):
+    """The model under a DDP wrapper (FSDP2 shards in place and needs no unwrapping)."""
+    return model.module if isinstance(model, DDP) else model
+
+
+def check_supported(cfg, resume: bool) -> None:
+    """What data-parallel training does not do (yet), as one clear error. (Which algorithms may run
+    under torchrun is theirs to declare: rloo.algorithms.supports_distributed.)"""
+    if cfg.parallel == "fsdp" and (resume or cfg.lora is not None):
+        raise RlooError(f"parallel=fsdp does not support {option('resume')} or lora yet; use parallel=ddp")
+
+
+def init(device: str, parallel: str, batch_size: int) -> Dist:
+    """Join the process group when launched by torchrun (WORLD_SIZE > 1); a no-op otherwise."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world == 1:
+        return Dist(parallel=parallel)
+    if batch_size % world:
+        raise RlooError(f"batch_size={batch_size} prompts must divide evenly over {world} processes "
+                        f"(the global batch is split by prompt, keeping each prompt's k samples together)")
+    rank, local = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
+    owns = not dist.is_initialized()
+    if owns:
+        cuda = device.startswith("cuda")
+        if cuda:
+            torch.cuda.set_device(local)
+        dist.init_process_group("nccl" if cuda else "gloo")
+    return Dist(rank=rank, world=world, local_rank=local, parallel=parallel, owns_group=owns)

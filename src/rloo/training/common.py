@@ -1,0 +1,107 @@
+"""Pieces every stage shares: seeding, the output folder, the optimizer."""
+
+from __future__ import annotations
+
+import math
+import random
+import shutil
+from pathlib import Path
+
+import numpy as np
+import torch
+import yaml
+
+from rloo.config import upgrade_saved_config
+from rloo.errors import RlooError, option
+from rloo.runtime.atomic import atomic_write_text
+from rloo.runtime.checkpoint import check_resume_config
+
+
+def seed_everything(seed: int) -> torch.Generator:
+    """Seed Python, NumPy and torch; return a torch generator for sampling."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+    return torch.Generator().manual_seed(seed)
+
+
+def prepare_output_dir(cfg, resume: bool = False, overwrite: bool = False, can_resume: bool = False) -> Path:
+    """Create the run folder and record the config in it (atomically).
+
+    A folder that already holds a run is refused unless `overwrite` (start over: the old run is
+    deleted) or `resume` (continue it) is given, so one run never silently overwrites or mixes
+    into another. A non-empty folder that does not hold an rloo run of this kind is never
+    deleted, not even with `overwrite`.
+    """
+    out = Path(cfg.output_dir)
+    current = cfg.model_dump(mode="json")
+    held = _held_run(out, current)
+    if held == "foreign":
+        raise RlooError(f"{out} is not empty and does not hold an rloo {type(cfg).__name__} run; choose another "
+                        f"output_dir (nothing was deleted)")
+    if held is not None and resume:
+        check_resume_config(held, current)
+    elif held is not None and overwrite:
+        shutil.rmtree(out)
+    elif held is not None:
+        same = {k: v for k, v in held.items() if k != "output_dir"} == {k: v for k, v in current.items() if k != "output_dir"}
+        what = "this run" if same else "a different run"
+        # named as the caller spells them: --resume on the command line, resume=True in Python
+        how = (f"pass {option('resume')} to continue it or {option('overwrite')} to replace it" if can_resume
+               else f"pass {option('overwrite')} to replace it")
+        raise RlooError(f"{out} already holds {what}; {how}, or choose another output_dir")
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / "config.yaml", yaml.safe_dump(current, sort_keys=False))
+    return out
+
+
+def _held_run(out: Path, current: dict):
+    """None (missing or empty folder), the saved config of an rloo run of the same kind, or "foreign"."""
+    if not out.exists() or (out.is_dir() and not any(out.iterdir())):
+        return None
+    saved = out / "config.yaml"
+    try:
+        held = yaml.safe_load(saved.read_text()) if out.is_dir() and saved.is_file() else None
+    except (OSError, yaml.YAMLError):
+        held = None
+    if isinstance(held, dict):
+        held = upgrade_saved_config(held)  # a run written before a section was renamed is still ours
+    return held if isinstance(held, dict) and set(held) == set(current) else "foreign"
+
+
+def adamw(params, lr: float, weight_decay: float = 0.0) -> torch.optim.AdamW:
+    return torch.optim.AdamW([p for p in params if p.requires_grad], lr=lr, weight_decay=weight_decay,
+                             betas=(0.9, 0.95))
+
+
+def supervised_step(model, opt, sched, loss, max_grad_norm: float = 1.0) -> float:
+    """One update of a supervised stage (SFT, reward model): backward, clip, step, schedule.
+    Returns the learning rate this update used (after it, `sched` holds the next step's)."""
+    lr = opt.param_groups[0]["lr"]
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+    opt.step()
+    sched.step()
+    return lr
+
+
+def warmup_cosine(opt, total: int, warmup: int, floor: float = 0.1):
+    """Linear warm-up then cosine decay to `floor` x the peak learning rate."""
+    def f(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        t = (step - warmup) / max(1, total - warmup)
+        return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, t)))
+    return torch.optim.lr_scheduler.LambdaLR(opt, f)
+
+
+def warmup_constant(opt, warmup: int):
+    return torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / max(1, warmup)))
+
+
+def check_device(device: str) -> torch.device:
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise RlooError(f"device {device!r} asked for but CUDA is not available; use device=cpu")
+    return dev

@@ -1,0 +1,137 @@
+"""DPO (Rafailov et al. 2023) on the preference pairs the reward model was trained on.
+
+Offline: nothing is sampled during training.
+  1. the reward model's training pairs (pairs.jsonl next to cfg.reward_model, written by
+     `rloo reward`), at most `algorithm_settings.dpo_pairs` of them; without a reward model, fresh reference
+     pairs from `preference_pairs(task, algorithm_settings.dpo_pairs, seed)`
+  2. the frozen reference is the SFT model (cfg.policy); its log-probs are computed once
+  3. dpo_epochs passes of the DPO loss (eq. 7) over shuffled batches of pairs
+Periodic and final evaluations are the online loop's (same prompts, same judge, same sampling).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from rloo.algorithms.base import Models, guarded_step
+from rloo.config import RLConfig
+from rloo.core.logprobs import sequence_logprobs
+from rloo.core.losses import dpo_loss
+from rloo.data.collate import batches, trim_left, trim_right
+from rloo.data.preferences import encode_pairs, preference_pairs
+from rloo.errors import ConfigError, RlooError, option
+from rloo.modeling.dropout import maybe_disable_dropout
+from rloo.modeling.forward import completion_logprobs
+from rloo.modeling.loading import frozen, load_policy, load_reward_model, save_pretrained_atomic
+from rloo.rewards import RewardModelScorer
+from rloo.runtime.tracking import MetricsLogger, progress, say
+from rloo.tasks import get_task
+from rloo.training.common import adamw, check_device, prepare_output_dir, seed_everything, warmup_constant
+from rloo.training.evalset import EvalSet, eval_metrics
+from rloo.training.loop import RLResult
+
+
+def _pair_logprobs(model, prompts, comps, idx, device):
+    """Summed completion log-probs of rows idx: (chosen (n,), rejected (n,)), one forward pass."""
+    n = len(prompts.ids) // 2
+    rows = torch.cat([idx, idx + n])
+    p_ids, p_mask = trim_left(prompts.ids[rows], prompts.mask[rows])
+    c_ids, c_mask = trim_right(comps.ids[rows], comps.mask[rows])
+    c_mask = c_mask.to(device)
+    lp = completion_logprobs(model, p_ids.to(device), p_mask.to(device), c_ids.to(device), c_mask)
+    seq = sequence_logprobs(lp, c_mask)
+    return seq[: len(idx)], seq[len(idx):]
+
+
+def load_pairs(cfg: RLConfig, task) -> list[tuple[str, str, str]]:
+    """The reward model's own training pairs when it has them, else fresh reference pairs."""
+    path = Path(cfg.reward_model).parent / "pairs.jsonl" if cfg.reward_model else None
+    if path is not None and path.exists():
+        pairs = [tuple(json.loads(line)) for line in path.read_text().splitlines() if line.strip()]
+        return pairs[: cfg.algorithm_settings.dpo_pairs]
+    say(f"dpo: no reward-model pairs found{f' at {path}' if path else ''}; labeling "
+        f"{cfg.algorithm_settings.dpo_pairs} fresh reference pairs")
+    return preference_pairs(task, cfg.algorithm_settings.dpo_pairs, cfg.seed)
+
+
+def _load(cfg: RLConfig) -> Models:
+    policy, tok = load_policy(cfg.policy, device=cfg.device)
+    ref = frozen(load_policy(cfg.policy, device=cfg.device)[0])
+    scorer = None
+    if cfg.reward_model is not None:   # only for the RM score in evaluations; DPO never reads it
+        rm, rm_tok = load_reward_model(cfg.reward_model, device=cfg.device)
+        scorer = RewardModelScorer(frozen(rm), rm_tok, policy_tokenizer=tok)
+    # DPO's loss compares the policy's and the reference's log-probs of the same pairs as one function
+    maybe_disable_dropout(policy, cfg.disable_dropout)
+    policy.train()
+    return Models(policy, ref, tok, scorer)
+
+
+def check_dpo_arguments(prompts, reward_fn) -> None:
+    """`train(prompts=..., reward_fn=...)` with algorithm=dpo is refused rather than ignored.
+
+    Using them would be a different method: DPO on pairs sampled from the policy and ranked by
+    reward_fn is online DPO, whose pairs come from another distribution than the offline
+    baseline's (the pairs the reward model was trained on), so it is not offered under this name.
+    """
+    given = [name for name, v in (("prompts", prompts), ("reward_fn", reward_fn)) if v is not None]
+    if given:
+        raise ConfigError(f"algorithm='dpo' trains offline on preference pairs (the reward model's pairs.jsonl, "
+                          f"or the task's) and samples nothing, so train({', '.join(g + '=...' for g in given)}) "
+                          f"would be ignored; call train(cfg) without {' and '.join(given)}, or pick an online "
+                          f"method (algorithm='rloo', 'ppo', 'grpo', ...) to train on them")
+
+
+def train_dpo(cfg: RLConfig, *, resume: bool = False, overwrite: bool = False) -> RLResult:
+    """Fine-tune cfg.policy with DPO; returns the online loop's RLResult (history, final eval)."""
+    if resume:
+        raise RlooError(f"dpo runs are short and offline: resume is not supported; rerun with {option('overwrite')}")
+    if cfg.reward_fn is not None:
+        raise RlooError("dpo trains on the task's preference pairs; reward_fn does not apply")
+    device = check_device(cfg.device)
+    gen = seed_everything(cfg.seed)
+    task = get_task(cfg.task)
+    models = _load(cfg)
+    out = prepare_output_dir(cfg, overwrite=overwrite)
+    # 1. the reward model's pairs (same seed, same first n), and the reference's log-probs once
+    pairs = load_pairs(cfg, task)
+    prompts, comps = encode_pairs(models.tokenizer, pairs, cfg)
+    with torch.no_grad():
+        ref = [_pair_logprobs(models.ref, prompts, comps, idx, device)
+               for idx in batches(len(pairs), 256, shuffle=False)]
+    ref_c, ref_r = torch.cat([c for c, _ in ref]), torch.cat([r for _, r in ref])
+    eval_set = EvalSet.of_task(task, task.examples("eval", cfg.eval_prompts, seed=cfg.seed))
+    # 2. DPO epochs
+    total = cfg.algorithm_settings.dpo_epochs * -(-len(pairs) // cfg.algorithm_settings.dpo_batch_size)
+    opt = adamw(models.policy.parameters(), cfg.algorithm_settings.dpo_lr)
+    sched = warmup_constant(opt, cfg.warmup_steps)
+    log, history, bar, step = MetricsLogger(out), [], progress(total, "dpo"), 0
+
+    def record(s, metrics):
+        log.log(s, metrics)
+        history.append({"step": s, **metrics})
+
+    try:
+        for _ in range(cfg.algorithm_settings.dpo_epochs):
+            for idx in batches(len(pairs), cfg.algorithm_settings.dpo_batch_size, gen):
+                if cfg.eval_every and step % cfg.eval_every == 0:
+                    record(step, eval_metrics(models, eval_set, cfg))
+                pc, pr = _pair_logprobs(models.policy, prompts, comps, idx, device)
+                loss, stats = dpo_loss(pc, pr, ref_c[idx], ref_r[idx], cfg.algorithm_settings.dpo_beta)
+                grad_norm, _ = guarded_step(loss, models.policy.parameters(), opt, cfg.max_grad_norm)
+                sched.step()
+                step += 1
+                if step % cfg.log_every == 0:
+                    record(step, {k: float(v) for k, v in stats.items()} | {"grad/norm": grad_norm})
+                bar.update()
+        final = eval_metrics(models, eval_set, cfg)
+        record(step, final)
+        save_pretrained_atomic(models.policy, models.tokenizer, out / "model")
+    finally:
+        bar.close()
+        log.close()
+    say(f"dpo: saved {out / 'model'} after {step} steps on {len(pairs)} pairs (win rate {final['eval/win_rate']:.3f})")
+    return RLResult(out / "model", history, final)

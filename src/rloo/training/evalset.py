@@ -1,0 +1,69 @@
+"""The held-out prompts a training run is evaluated on, and the periodic evaluation itself
+(shared by the online loop and DPO, so both report the same metrics the same way)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from rloo.algorithms.base import Models
+from rloo.config import RLConfig
+from rloo.data.datasets import train_eval_records
+from rloo.eval.judge import evaluate_policy
+from rloo.rewards.judges import make_judge
+from rloo.runtime.distributed import unwrap
+
+
+@dataclass
+class EvalSet:
+    prompts: list[str]
+    references: list[str] | None
+    judge: Callable | None  # judge(prompt, response) -> float; None: no win rate
+
+    @classmethod
+    def of_task(cls, task, examples) -> EvalSet:
+        """A built-in task's held-out examples, judged by its gold judge."""
+        return cls([e.prompt for e in examples], [e.reference for e in examples], task.gold_score)
+
+
+def eval_metrics(models: Models, ev: EvalSet, cfg: RLConfig) -> dict[str, float]:
+    """Periodic evaluation of the policy on `ev`."""
+    # A fixed generator per eval: every eval sees the same sampling noise, so curves are smoother.
+    policy = unwrap(models.policy)
+    res = evaluate_policy(
+        policy,
+        models.tokenizer,
+        ev.prompts,
+        references=ev.references,
+        judge=ev.judge,
+        reward_scorer=models.scorer,
+        ref_model=models.ref,
+        temperature=cfg.eval.temperature,
+        max_prompt_len=cfg.max_prompt_tokens,
+        max_new_tokens=cfg.max_new_tokens,
+        batch_size=cfg.eval.batch_size,
+        generator=torch.Generator().manual_seed(cfg.seed + 1),
+    )
+    policy.train()
+    return res.as_metrics()
+
+
+def train_and_eval_prompts(cfg: RLConfig, task, prompts, models: Models) -> tuple[list[str], EvalSet | None]:
+    """Training prompts and the held-out eval set: the API's prompts (no eval), the config's
+    dataset (judged by eval.judge, by default the reward model), or the built-in task."""
+    if prompts is not None:
+        return prompts, None
+    rm = getattr(models.scorer, "reward_model", None)
+    if cfg.dataset is not None:
+        train_recs, eval_recs = train_eval_records(
+            cfg.dataset, ("prompt",), cfg.eval_prompts, models.tokenizer, optional=("completion",)
+        )
+        refs = [r.completion for r in eval_recs] if eval_recs[0].completion is not None else None
+        judge = make_judge(cfg.eval.judge, task=task, reward_scorer=rm, use_task=False)
+        return [r.prompt for r in train_recs], EvalSet([r.prompt for r in eval_recs], refs, judge)
+    examples = task.examples("eval", cfg.eval_prompts, seed=cfg.seed)
+    judge = make_judge(cfg.eval.judge, task=task, reward_scorer=rm)
+    train_prompts = [e.prompt for e in task.examples("train", cfg.steps * cfg.batch_size, seed=cfg.seed)]
+    return train_prompts, EvalSet([e.prompt for e in examples], [e.reference for e in examples], judge)

@@ -1,0 +1,113 @@
+"""`rloo eval`: the trained policy and its SFT starting point side by side on held-out prompts."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+
+import torch
+
+from rloo.config import EvalConfig
+from rloo.data.datasets import eval_records
+from rloo.eval.judge import PolicyEval, evaluate_policy, paired_difference
+from rloo.eval.passk import PassAtK, evaluate_pass_at_k, format_pass_table, paired_pass_difference
+from rloo.modeling.loading import frozen, load_policy, load_reward_model, model_options
+from rloo.rewards import RewardModelScorer
+from rloo.rewards.judges import make_judge
+from rloo.runtime.tracking import say
+from rloo.tasks import Example, get_task, has_checker
+from rloo.training.common import check_device, prepare_output_dir, seed_everything
+
+
+def evaluate(cfg: EvalConfig, *, overwrite: bool = False) -> dict[str, PolicyEval]:
+    """Win rate against the task's references by its gold judge, gold and reward-model scores,
+    KL to the reference model and length, for `policy` (and `baseline` when given)."""
+    check_device(cfg.device)
+    seed_everything(cfg.seed)
+    task = get_task(cfg.task)
+    names = {"policy": cfg.policy} | ({"baseline": cfg.baseline} if cfg.baseline else {})
+    opts = model_options(cfg)
+    loaded = {name: load_policy(path, **opts) for name, path in names.items()}
+    ref_path = cfg.reference_model or cfg.baseline
+    ref = frozen(load_policy(ref_path, **opts)[0]) if ref_path else None
+    scorer = None
+    if cfg.reward_model:
+        rm, rm_tok = load_reward_model(cfg.reward_model, **opts)
+        scorer = RewardModelScorer(frozen(rm), rm_tok, policy_tokenizer=loaded["policy"][1])
+    # held-out prompts and references: the dataset's eval split (or tail), or the task's eval split
+    if cfg.dataset is not None:
+        recs = eval_records(cfg.dataset, ("prompt", "completion"), cfg.num_prompts, tokenizer=loaded["policy"][1])
+        examples = [Example(r.prompt, r.completion) for r in recs]
+    else:
+        examples = task.examples("eval", cfg.num_prompts, seed=cfg.seed)
+    judge = make_judge(cfg.judge, task=task, reward_scorer=scorer, use_task=cfg.dataset is None)
+    out = prepare_output_dir(cfg, overwrite=overwrite)
+    results = {}
+    for name, (model, tok) in loaded.items():
+        model.eval()
+        # the same sampling noise for every policy: a paired comparison
+        results[name] = evaluate_policy(
+            model, tok, [e.prompt for e in examples], references=[e.reference for e in examples],
+            judge=judge, reward_scorer=scorer, ref_model=ref, temperature=cfg.temperature,
+            max_prompt_len=cfg.max_prompt_tokens, max_new_tokens=cfg.max_new_tokens,
+            batch_size=cfg.batch_size, generator=torch.Generator().manual_seed(cfg.seed + 7), keep_samples=5)
+    summary = {k: {kk: vv for kk, vv in asdict(v).items() if kk not in ("wins", "passk")} for k, v in results.items()}
+    table = format_table(results)
+    if "baseline" in results and results["policy"].wins:
+        diff, half = paired_difference(results["policy"].wins, results["baseline"].wins)
+        summary["difference"] = {"win_rate": diff, "ci95": half}
+        table += (f"\n\npolicy - baseline win rate: {100 * diff:+.1f} points "
+                  f"(95% CI {100 * (diff - half):+.1f} to {100 * (diff + half):+.1f}, paired over {len(examples)} prompts)")
+    if has_checker(task) and cfg.dataset is None:
+        passes = {name: _pass_at_k(model, tok, task, examples, cfg) for name, (model, tok) in loaded.items()}
+        text, pass_summary = pass_report(passes)
+        table += "\n\n" + text
+        for name, r in passes.items():
+            summary[name]["pass"] = r.summary()
+        summary.setdefault("difference", {}).update(pass_summary)
+        for name, r in passes.items():   # kept on the result for callers (the pipeline's summary)
+            results[name].passk = r
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    data = cfg.dataset.path if cfg.dataset is not None else cfg.task
+    (out / "report.md").write_text(f"# Evaluation on {len(examples)} held-out {data} prompts\n\n{table}\n")
+    say("\n" + table)
+    return results
+
+
+def format_table(results: dict[str, PolicyEval]) -> str:
+    """Markdown table: one row per policy."""
+    fmt = lambda v, p=3: "-" if v is None else f"{v:.{p}f}"  # noqa: E731
+    rows = ["| policy | win rate vs refs | gold score | RM score | KL to ref | length | truncated |",
+            "|---|---|---|---|---|---|---|"]
+    for name, r in results.items():
+        rows.append(f"| {name} | {fmt(r.win_rate)} | {fmt(r.gold)} | {fmt(r.reward)} | {fmt(r.kl)} | "
+                    f"{fmt(r.length, 1)} | {fmt(r.truncated, 2)} |")
+    return "\n".join(rows)
+
+
+def _pass_at_k(model, tok, task, examples, cfg: EvalConfig) -> PassAtK:
+    """pass@k of one policy: cfg.pass_samples samples per problem, the same noise for every policy."""
+    return evaluate_pass_at_k(model, tok, [e.prompt for e in examples], task.gold_score, n=cfg.pass_samples,
+                              parse=getattr(task, "parse_answer", None), temperature=cfg.temperature,
+                              max_prompt_len=cfg.max_prompt_tokens, max_new_tokens=cfg.max_new_tokens,
+                              batch_size=max(cfg.batch_size, cfg.pass_samples),
+                              generator=torch.Generator().manual_seed(cfg.seed + 11))
+
+
+def pass_report(passes: dict[str, PassAtK]) -> tuple[str, dict]:
+    """The pass@k table (markdown) and, with a baseline, policy - baseline pass@1 paired over problems."""
+    first = next(iter(passes.values()))
+    text = (f"pass@k on {len(first.counts)} held-out problems, {first.n} samples each (unbiased estimator, "
+            f"mean ± 95% interval over problems; zero-var@k: share of groups of k whose rewards are all equal)"
+            f"\n\n{format_pass_table(passes)}")
+    if "baseline" not in passes:
+        return text, {}
+    pol, base = passes["policy"], passes["baseline"]
+    out = {}
+    for k in pol.pass_k:
+        diff, half = paired_pass_difference(pol.counts, base.counts, pol.n, k)
+        out[f"pass@{k}"] = {"diff": diff, "ci95": half}
+    d = out["pass@1"]
+    text += (f"\n\npolicy - baseline pass@1: {100 * d['diff']:+.1f} points (95% CI {100 * (d['diff'] - d['ci95']):+.1f} "
+             f"to {100 * (d['diff'] + d['ci95']):+.1f}, paired over {len(pol.counts)} problems)")
+    return text, out

@@ -1,0 +1,166 @@
+"""The online training loop shared by every on-policy method: eval, logging, checkpoints, signals.
+
+The algorithm itself is one step (see `rloo.algorithms`); this file only feeds it prompts and
+records what it did.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rloo.errors import Interrupted, RlooError, option
+from rloo.modeling.loading import save_pretrained_atomic
+from rloo.modeling.lora import for_saving
+from rloo.runtime.checkpoint import Checkpointer
+from rloo.runtime.distributed import unwrap
+from rloo.runtime.tracking import MetricsLogger, progress, say
+from rloo.training.evalset import eval_metrics
+from rloo.training.guard import NonFiniteGuard
+
+
+@dataclass
+class RLResult:
+    model_path: Path
+    history: list[dict] = field(default_factory=list)  # the logged metrics, one dict per record
+    final_eval: dict = field(default_factory=dict)
+
+
+class StopFlag:
+    """Turns SIGINT/SIGTERM into a flag the loop checks between steps."""
+
+    def __init__(self):
+        self.signum = None
+        self._old = {}
+
+    def __enter__(self):
+        # Signal handlers can only be set from the main thread; elsewhere the default applies.
+        if threading.current_thread() is threading.main_thread():
+            self._old = {s: signal.signal(s, self._handle) for s in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def _handle(self, signum, frame):
+        if self.signum is not None:  # a second signal: the user means it
+            raise KeyboardInterrupt
+        self.signum = signum
+        say(f"\nreceived {signal.Signals(signum).name}: stopping after this step and writing a checkpoint")
+
+    def __exit__(self, *exc):
+        for s, h in self._old.items():
+            signal.signal(s, h)
+
+
+def loop(cfg, dist, models, ck: Checkpointer, eval_set, start: int) -> RLResult:
+    """Steps start..cfg.steps of ck.algo, with periodic evals, metrics, checkpoints; stops cleanly
+    (with a checkpoint) on SIGINT/SIGTERM; the final eval and the final model."""
+    out, opt, sched, stream = ck.out, ck.opt, ck.sched, ck.stream
+    guard = NonFiniteGuard(ck, cfg.max_skipped_steps)
+    step_kwargs = dist.step_kwargs if ck.algo.distributed else lambda rows: {}
+    log = MetricsLogger(out, purge_step=start + 1 if start else None) if dist.is_main else None
+    bar, history = progress(cfg.steps, f"{cfg.algorithm}", initial=start, disable=not dist.is_main), []
+
+    def record(step, metrics):
+        if log is not None:
+            log.log(step, metrics)
+        history.append({"step": step, **metrics})
+
+    try:
+        with StopFlag() as stop:
+            for step in range(start, cfg.steps):
+                pre = ck.snapshot(step)  # the state before this step, for a checkpoint if it fails
+                if eval_set is not None and cfg.eval_every and step % cfg.eval_every == 0:
+                    record(step, eval_metrics(models, eval_set, cfg))
+                # this process's prompts of the global batch, and its rows of the B*K completions
+                prompts, rows = dist.shard(stream.next(), cfg.k)
+                lr = opt.param_groups[0]["lr"]  # the rate this step's update uses (sched.step() sets the next)
+                try:
+                    stats, roll, rewards = ck.algo.step(models, opt, prompts, cfg, ck.gen, **step_kwargs(rows))
+                except RlooError as e:  # raised before the update, so `pre` still matches the weights
+                    raise _failed_step(ck, pre, step + 1, e) from e
+                stats = dist.mean_metrics(stats | getattr(models.scorer, "part_metrics", dict)())
+                if models.sampler is not None:  # keep vLLM's copy of the weights on-policy
+                    models.sampler.sync(unwrap(models.policy))
+                sched.step()
+                _count_truncated_prompts(ck.counters, stats, cfg)
+                stats |= guard.after_step(bool(stats["guard/skipped"]), pre, step)
+                if (step + 1) % cfg.log_every == 0:
+                    record(step + 1, stats | {"lr": lr})
+                _show(bar, cfg, step, stats, roll, rewards)
+                if stop.signum is not None:
+                    raise _interrupted(ck, stop.signum, step + 1, cfg.steps)
+                if cfg.save_every and (step + 1) % cfg.save_every == 0:
+                    _periodic_checkpoint(ck, guard, step + 1)
+            # past the last step a signal no longer interrupts: finishing is quicker than resuming
+            final = eval_metrics(models, eval_set, cfg) if eval_set is not None else {}
+            if final:
+                record(cfg.steps, final)
+            _save_final(cfg, dist, models, out / "model")
+    finally:
+        bar.close()
+        if log is not None:
+            log.close()
+    if dist.is_main:
+        win = f" (win rate {final['eval/win_rate']:.3f})" if "eval/win_rate" in final else ""
+        say(f"{cfg.algorithm}: saved {out / 'model'}{win}")
+    return RLResult(out / "model", history, final)
+
+
+def _failed_step(ck: Checkpointer, pre: dict, step: int, e: RlooError) -> RlooError:
+    """Save the state from before step `step` (1-based), which failed, and say how to continue."""
+    path = ck.save(pre)
+    return type(e)(f"{e} (at step {step}; checkpoint from before it: {path}; fix the cause and rerun with {option('resume')})")
+
+
+def _interrupted(ck: Checkpointer, signum: int, step: int, steps: int) -> Interrupted:
+    """Save the state after step `step` (1-based) and say how to continue."""
+    path = ck.save(ck.snapshot(step))
+    return Interrupted(
+        f"{signal.Signals(signum).name} received; stopped at step {step}/{steps} and saved {path}; "
+        f"continue with the same command plus {option('resume')}",
+        signum,
+    )
+
+
+def _save_final(cfg, dist, models, path: Path) -> None:
+    """Full weights, the LoRA adapters alone, or the weights with adapters merged (lora.save);
+    under torchrun gathered from every process and written by rank 0."""
+    model = dist.saveable(models.policy)
+    if dist.is_main:
+        save_pretrained_atomic(for_saving(model, cfg.lora), models.tokenizer, path)
+    dist.barrier()
+
+
+def _count_truncated_prompts(counters: dict, stats: dict, cfg) -> None:
+    cut = int(stats.get("data/prompts_truncated", 0))
+    if cut and counters["prompts_truncated"] == 0:
+        say(
+            f"note: prompts longer than max_prompt_tokens={cfg.max_prompt_tokens} keep their last tokens "
+            f"(counted as data/prompts_truncated)"
+        )
+    counters["prompts_truncated"] += cut
+
+
+def _periodic_checkpoint(ck: Checkpointer, guard: NonFiniteGuard, step: int) -> None:
+    if guard.in_streak:
+        say(f"checkpoint at step {step} postponed: the last {guard.in_streak} steps were skipped")
+        return
+    ck.save(ck.snapshot(step))
+
+
+def _show(bar, cfg, step, stats, roll, rewards) -> None:
+    bar.set_postfix(score=f"{stats['reward/score']:.3f}", kl=f"{stats['reward/kl']:.3f}")
+    bar.update()
+    if bar.disable and (step + 1) % max(1, cfg.steps // 10) == 0:
+        say(
+            f"{cfg.algorithm} step {step + 1}/{cfg.steps}: score {stats['reward/score']:.3f} "
+            f"kl {stats['reward/kl']:.3f}"
+        )
+    if (step + 1) % cfg.sample_every == 0:
+        _print_samples(step + 1, roll, rewards)
+
+
+def _print_samples(step: int, roll, rewards, n: int = 2) -> None:
+    for i in range(0, min(len(roll.prompts), n * roll.prompt_ids.shape[0]), max(1, len(roll.prompts) // n))[:n]:
+        say(f"  [step {step}] {roll.prompts[i]!r} -> {roll.completions[i]!r} (R={rewards[i].item():.3f})")

@@ -1,0 +1,102 @@
+"""`rloo pipeline`: SFT -> reward model -> RLOO -> evaluation, one output folder. A task with a
+checker (arithmetic) has no reward-model stage: the checker is the reward, and the evaluation adds
+pass@k."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict
+
+from rloo.config import PipelineConfig
+from rloo.eval.judge import paired_difference
+from rloo.eval.passk import paired_pass_difference
+from rloo.eval.plots import plot_training
+from rloo.runtime.tracking import say
+from rloo.tasks import get_task, has_checker
+from rloo.training.common import prepare_output_dir
+from rloo.training.evaluate import evaluate
+from rloo.training.reward import train_reward
+from rloo.training.rl import train
+from rloo.training.sft import sft
+
+
+def pipeline(cfg: PipelineConfig, *, overwrite: bool = False) -> dict:
+    """Run the four stages in order; returns the summary also written to summary.json."""
+    out = prepare_output_dir(cfg, overwrite=overwrite)
+    sft_cfg, rm_cfg, rl_cfg, ev_cfg = cfg.stage_configs()
+    times = {}
+    t = time.perf_counter()
+    say(f"[1/4] SFT on {cfg.task} -> {sft_cfg.output_dir}")
+    sft(sft_cfg, overwrite=True)
+    times["sft"], t = time.perf_counter() - t, time.perf_counter()
+    checker = has_checker(get_task(cfg.task))
+    if checker:
+        say(f"[2/4] no reward model: {cfg.task}'s checker is the reward ({rl_cfg.reward_fn})")
+        rm = None
+    else:
+        say(f"[2/4] reward model -> {rm_cfg.output_dir}")
+        rm = train_reward(rm_cfg, overwrite=True)
+        times["reward"], t = time.perf_counter() - t, time.perf_counter()
+    say(f"[3/4] {cfg.rl.algorithm} for {cfg.rl.steps} steps, k={cfg.rl.k}, beta={cfg.rl.beta} -> {rl_cfg.output_dir}")
+    train(rl_cfg, overwrite=True)
+    times["rl"], t = time.perf_counter() - t, time.perf_counter()
+    say(f"[4/4] evaluation on {cfg.eval.num_prompts} held-out prompts -> {ev_cfg.output_dir}")
+    results = evaluate(ev_cfg, overwrite=True)
+    times["eval"] = time.perf_counter() - t
+    plots = plot_training(rl_cfg.output_dir / "metrics.jsonl", out / "plots", title=f"{cfg.rl.algorithm} on {cfg.task}")
+    summary = {
+        "task": cfg.task, "seed": cfg.seed, "algorithm": cfg.rl.algorithm,
+        "reward_model": None if rm is None else {"accuracy_vs_labeler": rm.accuracy_vs_labeler,
+                                                 "accuracy_vs_gold": rm.accuracy_vs_gold},
+        "eval": {k: _eval_summary(v) for k, v in results.items()},
+        "difference": _difference(results),
+        "seconds": times, "plots": [str(p) for p in plots],
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    _print_summary(summary)
+    return summary
+
+
+def _eval_summary(v) -> dict:
+    out = {k: x for k, x in asdict(v).items() if k not in ("samples", "wins", "passk")}
+    return out | ({"pass": v.passk.summary()} if v.passk is not None else {})
+
+
+def _difference(results) -> dict | None:
+    if "baseline" not in results or not results["policy"].wins:
+        return None
+    diff, half = paired_difference(results["policy"].wins, results["baseline"].wins)
+    out = {"win_rate": diff, "ci95": half}
+    pol, base = results["policy"].passk, results["baseline"].passk
+    if pol is not None and base is not None:
+        for k in pol.pass_k:
+            d, h = paired_pass_difference(pol.counts, base.counts, pol.n, k)
+            out[f"pass@{k}"] = {"diff": d, "ci95": h}
+    return out
+
+
+def _print_summary(s: dict) -> None:
+    pol, base = s["eval"]["policy"], s["eval"].get("baseline")
+    if s["reward_model"] is not None:
+        gold = s["reward_model"]["accuracy_vs_gold"]
+        say(f"\nreward model accuracy (held-out pairs): {s['reward_model']['accuracy_vs_labeler']:.3f} vs labels"
+            + (f", {gold:.3f} vs gold judge" if gold is not None else ""))
+    if base is not None and "pass" in pol and "pass" in base:
+        _print_pass(s)
+    if base is not None and base["win_rate"] is not None and pol["win_rate"] is not None:
+        say(f"win rate vs references: SFT {base['win_rate']:.3f} -> {s['algorithm'].upper()} {pol['win_rate']:.3f} "
+            f"({100 * s['difference']['win_rate']:+.1f} points, 95% CI +/- {100 * s['difference']['ci95']:.1f}; seed {s['seed']})")
+    say("time: " + ", ".join(f"{k} {v:.0f}s" for k, v in s["seconds"].items()) + f"; plots in {', '.join(s['plots'])}")
+
+
+def _print_pass(s: dict) -> None:
+    pol, base, diff = s["eval"]["policy"]["pass"], s["eval"]["baseline"]["pass"], s["difference"]
+    name = s["algorithm"].upper()
+    say(f"\npass@k on {pol['problems']} held-out problems ({pol['n']} samples each):")
+    for k, p in pol["pass_at_k"].items():
+        b, d = base["pass_at_k"][k], diff[f"pass@{k}"]
+        say(f"  pass@{k}: SFT {b['mean']:.3f} -> {name} {p['mean']:.3f} ({100 * d['diff']:+.1f} points, paired 95% CI "
+            f"{100 * (d['diff'] - d['ci95']):+.1f} to {100 * (d['diff'] + d['ci95']):+.1f})")
+    say(f"  unparseable: SFT {base['unparseable']:.3f} -> {name} {pol['unparseable']:.3f}; "
+        f"length {base['length']:.1f} -> {pol['length']:.1f}")

@@ -1,0 +1,125 @@
+"""Reward-model training on simulated preference pairs with the Bradley-Terry loss."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from rloo.config import RewardConfig
+from rloo.core.losses import bradley_terry_loss
+from rloo.data.collate import batches, trim_left, trim_right
+from rloo.data.datasets import train_eval_records
+from rloo.data.preferences import encode_pairs, preference_pairs
+from rloo.modeling.dropout import maybe_disable_dropout
+from rloo.modeling.forward import reward_scores
+from rloo.modeling.loading import (enable_gradient_checkpointing, load_policy, load_reward_model, model_options,
+                         save_pretrained_atomic)
+from rloo.rollout import rollout
+from rloo.training.common import (adamw, check_device, prepare_output_dir, seed_everything, supervised_step,
+                                 warmup_cosine)
+from rloo.tasks import get_task
+from rloo.runtime.tracking import MetricsLogger, progress, say
+
+
+@dataclass
+class RewardResult:
+    model_path: Path
+    accuracy_vs_labeler: float   # held-out pairs: RM agrees with the simulated labeler's choice
+    accuracy_vs_gold: float | None  # held-out pairs with distinct gold scores: RM ranks like the gold judge
+                                    # (None with a dataset: there is no gold judge)
+
+
+def policy_sampler(model_path: str, cfg, generator: torch.Generator):
+    """prompts -> one sampled completion each, from the causal LM at `model_path` (temperature 1)."""
+    policy, tok = load_policy(model_path, device=cfg.device)
+    policy.eval()
+
+    def sample(prompts: list[str]) -> list[str]:
+        out = []
+        for i in range(0, len(prompts), 512):
+            out += rollout(policy, tok, prompts[i:i + 512], 1, max_prompt_len=cfg.max_prompt_tokens,
+                           max_new_tokens=cfg.max_response_tokens, generator=generator).completions
+        return out
+    return sample
+
+
+def _score(model, prompts, comps, idx, device):
+    """Scores of rows idx, as (chosen (n,), rejected (n,)); both halves in one forward pass."""
+    n = len(prompts.ids) // 2
+    rows = torch.cat([idx, idx + n])
+    p_ids, p_mask = trim_left(prompts.ids[rows], prompts.mask[rows])
+    c_ids, c_mask = trim_right(comps.ids[rows], comps.mask[rows])
+    s = reward_scores(model, p_ids.to(device), p_mask.to(device), c_ids.to(device), c_mask.to(device))
+    return s[: len(idx)], s[len(idx):]
+
+
+@torch.no_grad()
+def evaluate_reward_model(model, tokenizer, task, pairs, cfg, device) -> tuple[float, float]:
+    model.eval()
+    prompts, comps = encode_pairs(tokenizer, pairs, cfg)
+    agree_label, agree_gold, n_gold = 0, 0, 0
+    for idx in batches(len(pairs), cfg.batch_size, shuffle=False):
+        c, r = _score(model, prompts, comps, idx, device)
+        agree_label += int((c > r).sum())
+        for j, i in enumerate(idx.tolist() if task is not None else []):
+            p, ch, rj = pairs[i]
+            gc, gr = task.gold_score(p, ch), task.gold_score(p, rj)
+            if abs(gc - gr) > 1e-9:
+                n_gold += 1
+                agree_gold += int((c[j] > r[j]) == (gc > gr))
+    return agree_label / len(pairs), (agree_gold / max(1, n_gold) if task is not None else None)
+
+
+def train_reward(cfg: RewardConfig, *, overwrite: bool = False) -> RewardResult:
+    """Train r_psi(x, y) from the SFT model: loss = -log sigmoid(r(x, y_c) - r(x, y_r))."""
+    device = check_device(cfg.device)
+    task = get_task(cfg.task)
+    gen = seed_everything(cfg.seed)
+    model, tokenizer = load_reward_model(cfg.sft_model, **model_options(cfg))
+    model.config.pad_token_id = tokenizer.pad_token_id
+    maybe_disable_dropout(model, cfg.disable_dropout)
+    if cfg.gradient_checkpointing:
+        enable_gradient_checkpointing(model)
+    # 1. preference pairs, the last eval_pairs held out (a dataset: its eval split or its tail,
+    #    loaded before anything is written so that a bad dataset leaves no run folder)
+    if cfg.dataset is not None:
+        train_recs, held_recs = train_eval_records(cfg.dataset, ("prompt", "chosen", "rejected"), cfg.eval_pairs,
+                                                   tokenizer=tokenizer)
+        train_pairs, held_out = ([(r.prompt, r.chosen, r.rejected) for r in rs] for rs in (train_recs, held_recs))
+        task = None
+    out = prepare_output_dir(cfg, overwrite=overwrite)
+    if cfg.dataset is None:
+        sampler = policy_sampler(cfg.sft_model, cfg, gen) if cfg.policy_pairs > 0 else None
+        pairs = preference_pairs(task, cfg.num_pairs + cfg.eval_pairs, cfg.seed, sampler, cfg.policy_pairs)
+        train_pairs, held_out = pairs[: cfg.num_pairs], pairs[cfg.num_pairs:]
+    # kept so that DPO can train on exactly these pairs (rloo.training.dpo)
+    (out / "pairs.jsonl").write_text("".join(json.dumps(p) + "\n" for p in train_pairs))
+    prompts, comps = encode_pairs(tokenizer, train_pairs, cfg)
+    # 2. Bradley-Terry training
+    total = cfg.epochs * -(-len(train_pairs) // cfg.batch_size)
+    opt = adamw(model.parameters(), cfg.lr)
+    sched = warmup_cosine(opt, total, warmup=max(1, total // 20))
+    log, bar, step = MetricsLogger(out), progress(total, "reward model"), 0
+    for _ in range(cfg.epochs):
+        model.train()
+        for idx in batches(len(train_pairs), cfg.batch_size, gen):
+            chosen, rejected = _score(model, prompts, comps, idx, device)
+            loss, stats = bradley_terry_loss(chosen, rejected)
+            supervised_step(model, opt, sched, loss)
+            step += 1
+            log.log(step, {"loss/rm": loss.item(), **{k: float(v) for k, v in stats.items()}})
+            bar.set_postfix(loss=f"{loss.item():.3f}", acc=f"{float(stats['rm/accuracy']):.2f}")
+            bar.update()
+    bar.close()
+    # 3. held-out accuracy against the labeler and against the gold judge
+    acc_label, acc_gold = evaluate_reward_model(model, tokenizer, task, held_out, cfg, device)
+    log.log(step, {"eval/accuracy_vs_labeler": acc_label} | ({"eval/accuracy_vs_gold": acc_gold} if acc_gold is not None else {}))
+    log.close()
+    save_pretrained_atomic(model, tokenizer, out / "model")
+    (out / "accuracy.json").write_text(json.dumps({"vs_labeler": acc_label, "vs_gold": acc_gold}, indent=2))
+    gold = f", {acc_gold:.3f} vs gold judge" if acc_gold is not None else ""
+    say(f"reward: held-out pairwise accuracy {acc_label:.3f} vs {'labeler' if task else 'dataset labels'}{gold}")
+    return RewardResult(out / "model", acc_label, acc_gold)

@@ -1,0 +1,147 @@
+"""RL fine-tuning (`rloo train`): load the models and data, resume, then run the shared loop
+(training/loop.py) with the configured algorithm's step. DPO, offline, runs through training/dpo.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from rloo.algorithms import make_algorithm, supports_distributed
+from rloo.algorithms.base import Models
+from rloo.config import OFFLINE_ALGORITHMS, RLConfig, upgrade_saved_config
+from rloo.data.prompts import PromptStream
+from rloo.errors import RlooError, option
+from rloo.modeling.loading import enable_gradient_checkpointing, frozen, load_policy, load_reward_model, model_options
+from rloo.modeling.dropout import maybe_disable_dropout
+from rloo.modeling.lora import AdapterDisabled, add_lora
+from rloo.rewards import build_reward
+from rloo.rollout import rollout
+from rloo.rollout.sampler import top_p_bias_note
+from rloo.runtime import distributed
+from rloo.runtime.checkpoint import Checkpointer, check_resume_config, latest_checkpoint, load_state, truncate_metrics
+from rloo.runtime.distributed import unwrap
+from rloo.runtime.tracking import say
+from rloo.tasks import get_task
+from rloo.training.common import adamw, check_device, prepare_output_dir, seed_everything, warmup_constant
+from rloo.training.dpo import check_dpo_arguments, train_dpo
+from rloo.training.evalset import train_and_eval_prompts
+from rloo.training.loop import RLResult, loop
+
+
+def train(cfg: RLConfig, *, prompts: list[str] | None = None, reward_fn: Callable | None = None,
+          resume: bool = False, overwrite: bool = False) -> RLResult:
+    """RL fine-tuning of `cfg.policy`. `prompts` and `reward_fn(prompts, completions) -> floats`
+    replace the built-in task's prompts and the reward model; without them the task provides both
+    prompts and a gold judge for periodic evaluation. `resume` continues from the newest whole
+    checkpoint in `cfg.output_dir` (exactly: same parameters as a run that never stopped)."""
+    if cfg.algorithm in OFFLINE_ALGORITHMS:  # dpo: trains on preference pairs, not on samples
+        check_dpo_arguments(prompts, reward_fn)
+        return train_dpo(cfg, resume=resume, overwrite=overwrite)
+    # under torchrun every process runs this same function (see rloo.runtime.distributed)
+    dist = distributed.init(cfg.device, cfg.parallel, cfg.batch_size)
+    try:
+        if dist.enabled:
+            if not supports_distributed(cfg):
+                raise RlooError(f"torchrun training supports plain algorithm=rloo (no ablation settings); "
+                                f"got {cfg.algorithm}")
+            distributed.check_supported(cfg, resume)
+            cfg = cfg.model_copy(update={"device": dist.device(cfg.device)})
+        return _train(cfg, dist, prompts, reward_fn, resume, overwrite)
+    finally:
+        dist.close()
+
+
+def _train(cfg, dist, prompts, reward_fn, resume, overwrite) -> RLResult:
+    check_device(cfg.device)
+    if dist.is_main and (note := top_p_bias_note(cfg.top_p)):
+        say(note)
+    gen = seed_everything(cfg.seed)
+    task = get_task(cfg.task)
+    ckpt, state = _resume_point(cfg) if resume else (None, None)
+    models = load_models(cfg, reward_fn, policy_path=str(ckpt / "model") if ckpt else None)
+    train_prompts, eval_set = train_and_eval_prompts(cfg, task, prompts, models)
+    stream = PromptStream(train_prompts, cfg.batch_size, cfg.seed)
+    _preflight(models, stream.prompts[0], cfg)
+    if dist.is_main:
+        out = prepare_output_dir(cfg, resume=resume, overwrite=overwrite, can_resume=True)
+    else:
+        out = Path(cfg.output_dir)
+    dist.barrier()
+    models.policy = dist.wrap(models.policy)
+    opt = adamw(models.policy.parameters(), cfg.lr)
+    sched = warmup_constant(opt, cfg.warmup_steps)
+    algo = make_algorithm(cfg, models)   # the method's step, and its state (value model, baseline)
+    writes, skip_note = dist.checkpoint_role()
+    ck = Checkpointer(out, cfg, unwrap(models.policy), models.tokenizer, opt, sched, gen, stream, stream.prompts,
+                      algo=algo, writes=writes, skip_note=skip_note)
+    start = 0
+    if state is not None:
+        start = ck.restore(state)
+        say(f"resuming from {ckpt} at step {start}")
+    elif resume:
+        truncate_metrics(out, 0)  # records of a run killed before its first checkpoint
+    return loop(cfg, dist, models, ck, eval_set, start)
+
+
+def _resume_point(cfg: RLConfig):
+    ckpt = latest_checkpoint(cfg.output_dir)
+    if ckpt is None:
+        say(f"{option('resume')}: no whole checkpoint in {Path(cfg.output_dir) / 'checkpoints'}; starting from step 0")
+        return None, None
+    state = load_state(ckpt)
+    saved = upgrade_saved_config(json.loads(state["config"]))  # a checkpoint from before a rename
+    changed = check_resume_config(saved, cfg.model_dump(mode="json"))
+    if changed:
+        say("resuming with changed settings (not an exact continuation): " + "; ".join(changed))
+    return ckpt, state
+
+
+def load_models(cfg: RLConfig, reward_fn=None, policy_path: str | None = None) -> Models:
+    """Policy (trainable), frozen reference (the starting policy) and the reward source. With LoRA
+    the reference is the policy with its adapters disabled; `policy_path` (a checkpoint) holds
+    full weights, or only adapters under LoRA."""
+    opts = model_options(cfg)
+    if cfg.lora is not None:
+        base, tokenizer = load_policy(cfg.policy, **opts)
+        policy = add_lora(base, cfg.lora, adapter_path=policy_path)
+        ref = AdapterDisabled(policy)
+    else:
+        policy, tokenizer = load_policy(policy_path or cfg.policy, **opts)
+        ref = frozen(load_policy(cfg.policy, **opts)[0])
+    if cfg.gradient_checkpointing:
+        enable_gradient_checkpointing(policy)
+    scorer = build_reward(cfg, tokenizer, reward_fn, load_rm=lambda p: _frozen_rm(p, opts, cfg.disable_dropout))
+    maybe_disable_dropout(policy, cfg.disable_dropout)
+    maybe_disable_dropout(ref, cfg.disable_dropout)
+    policy.train()
+    return Models(policy, ref, tokenizer, scorer, sampler=_vllm_sampler(cfg, tokenizer, policy_path))
+
+
+def _frozen_rm(path: str, opts: dict, no_dropout: bool = True):
+    rm, tok = load_reward_model(path, **opts)
+    return maybe_disable_dropout(frozen(rm), no_dropout), tok
+
+
+def _vllm_sampler(cfg: RLConfig, tokenizer, policy_path: str | None):
+    if cfg.generation != "vllm":
+        return None
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 or cfg.lora is not None:
+        raise RlooError("generation=vllm runs in a single process without lora; use generation=sampler")
+    from rloo.rollout.vllm import VLLMSampler  # optional: imports vllm (GPU only, the `vllm` extra)
+    return VLLMSampler(policy_path or cfg.policy, tokenizer, k=cfg.k, max_prompt_len=cfg.max_prompt_tokens,
+                       max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
+                       seed=cfg.seed, gpu_memory_utilization=cfg.vllm_gpu_memory_utilization)
+
+
+def _preflight(models: Models, prompt: str, cfg: RLConfig) -> None:
+    """Score one prompt's k samples before anything is written, so a reward source that is
+    broken from the start fails with its error and leaves no half-made run folder behind."""
+    roll = rollout(models.policy, models.tokenizer, [prompt], cfg.k, max_prompt_len=cfg.max_prompt_tokens,
+                   max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
+                   generator=torch.Generator().manual_seed(cfg.seed))
+    models.scorer(roll)

@@ -1,0 +1,81 @@
+"""Supervised fine-tuning on the task's reference responses."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from rloo.config import SFTConfig
+from rloo.core.losses import sft_loss
+from rloo.data.collate import batches, encode_completions, encode_prompts, trim_left, trim_right
+from rloo.modeling.forward import completion_logprobs
+from rloo.data.datasets import load_records
+from rloo.errors import RlooError
+from rloo.modeling.loading import (build_llama, enable_gradient_checkpointing, load_policy, load_tokenizer, model_options,
+                         save_pretrained_atomic)
+from rloo.training.common import (adamw, check_device, prepare_output_dir, seed_everything, supervised_step,
+                                 warmup_cosine)
+from rloo.tasks import Example, get_task
+from rloo.tasks.tokenizer import build_tokenizer
+from rloo.runtime.tracking import MetricsLogger, progress, say
+
+
+@dataclass
+class SFTResult:
+    model_path: Path
+    final_loss: float
+
+
+def sft(cfg: SFTConfig, *, overwrite: bool = False) -> SFTResult:
+    """Fine-tune a causal LM on (prompt, reference) pairs; loss on response tokens only."""
+    device = check_device(cfg.device)
+    task = get_task(cfg.task)
+    gen = seed_everything(cfg.seed)
+    # 1. tokenizer and model: loaded by path, or built for the task
+    tokenizer = load_tokenizer(cfg.tokenizer, cfg.trust_remote_code) if cfg.tokenizer else None
+    if cfg.model:
+        model, model_tok = load_policy(cfg.model, **model_options(cfg))
+        tokenizer = tokenizer or model_tok
+        if cfg.gradient_checkpointing:
+            enable_gradient_checkpointing(model)
+    elif cfg.dataset is not None and tokenizer is None:
+        raise RlooError("sft on a dataset needs model=PATH (or tokenizer=PATH): the built-in word tokenizer "
+                        "only knows the built-in task's words")
+    else:
+        tokenizer = tokenizer or build_tokenizer(task)
+        model = build_llama(cfg.arch, tokenizer, cfg.seed).to(device)
+    # 2. data: the dataset's (prompt, completion) pairs, or the task's mixed-quality references
+    if cfg.dataset is not None:
+        examples = [Example(r.prompt, r.completion)
+                    for r in load_records(cfg.dataset, ("prompt", "completion"), tokenizer=tokenizer)]
+    else:
+        examples = task.examples("sft", cfg.num_examples, seed=cfg.seed)
+    out = prepare_output_dir(cfg, overwrite=overwrite)
+    prompts, _ = encode_prompts(tokenizer, [e.prompt for e in examples], cfg.max_prompt_tokens)
+    targets = encode_completions(tokenizer, [e.reference for e in examples], cfg.max_response_tokens)
+    # 3. train
+    steps_per_epoch = -(-len(examples) // cfg.batch_size)
+    total = cfg.epochs * steps_per_epoch
+    opt = adamw(model.parameters(), cfg.lr, cfg.weight_decay)
+    sched = warmup_cosine(opt, total, warmup=max(1, total // 20))
+    log, bar, step, loss_ema = MetricsLogger(out), progress(total, "sft"), 0, None
+    model.train()
+    for _ in range(cfg.epochs):
+        for idx in batches(len(examples), cfg.batch_size, gen):
+            p_ids, p_mask = trim_left(prompts.ids[idx], prompts.mask[idx])
+            c_ids, c_mask = trim_right(targets.ids[idx], targets.mask[idx])
+            lp = completion_logprobs(model, p_ids.to(device), p_mask.to(device), c_ids.to(device), c_mask.to(device))
+            loss, stats = sft_loss(lp, c_mask.to(device))
+            lr = supervised_step(model, opt, sched, loss)
+            step += 1
+            loss_ema = loss.item() if loss_ema is None else 0.95 * loss_ema + 0.05 * loss.item()
+            log.log(step, {**{k: float(v) for k, v in stats.items()}, "lr": lr})
+            bar.set_postfix(loss=f"{loss_ema:.3f}")
+            bar.update()
+    bar.close()
+    log.close()
+    save_pretrained_atomic(model, tokenizer, out / "model")
+    say(f"sft: saved {out / 'model'} (loss {loss_ema:.3f} after {step} steps)")
+    return SFTResult(out / "model", float(loss_ema))

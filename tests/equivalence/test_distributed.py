@@ -1,0 +1,94 @@
+"""torchrun data parallelism on CPU (gloo): two processes take the same steps as one process
+with the same global batch, with DDP and with FSDP2 (fully_shard)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from rloo.runtime.distributed import Dist
+from rloo.rollout.sampler import _inverse_cdf, rollout
+
+HELPERS = Path(__file__).parents[1] / "helpers"
+sys.path.insert(0, str(HELPERS))
+import dist_worker  # noqa: E402
+from tolerance import ELEMENTWISE, TINY_MODEL_BACKWARD, tolerance  # noqa: E402
+
+
+def _params(run: Path) -> dict[str, torch.Tensor]:
+    return load_file(str(run / "model" / "model.safetensors"))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.equivalence
+def test_two_processes_match_one(tiny_model_dir, tmp_path):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2] / "src"), str(HELPERS)]),
+           "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(_free_port()),
+           str(HELPERS / "dist_worker.py"), str(tiny_model_dir), str(tmp_path / "two"), "ddp,fsdp"]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    dist_worker.run(str(tiny_model_dir), str(tmp_path / "one"), ["ddp"])   # WORLD_SIZE unset: one process
+    one, start = _params(tmp_path / "one" / "ddp"), load_file(str(tiny_model_dir / "model.safetensors"))
+    moved = max((one[k] - start[k]).abs().max().item() for k in one)
+    # One process computes the update's log-probs with its shared-prompt fast path, the wrapped
+    # (DDP/FSDP) processes with the plain pass and an all-reduce: the same gradients up to float32
+    # rounding. The steps are SGD (dist_worker), so after S steps the parameters differ by at most
+    # S * (lr * |gradient difference| + rounding of the update into the parameter), each step's
+    # difference also entering the next gradient; allowed: a factor 2 per step for that.
+    cfg = dist_worker.config(str(tiny_model_dir), tmp_path, "ddp")
+    grad_bound = tolerance(None, TINY_MODEL_BACKWARD, scale=cfg.max_grad_norm)  # clipped: |g_i| <= max_grad_norm
+    param_bound = tolerance(None, ELEMENTWISE, scale=max(v.abs().max().item() for v in start.values()))
+    tol = 2 ** cfg.steps * cfg.steps * (cfg.lr * grad_bound + param_bound)
+    assert moved > 10 * tol, f"the steps moved the parameters by {moved:.2e}: the comparison would prove nothing"
+    for mode in ("ddp", "fsdp"):
+        two = _params(tmp_path / "two" / mode)
+        assert two.keys() == one.keys()
+        worst = max((two[k] - one[k]).abs().max().item() for k in one)
+        assert worst <= tol, f"{mode}: parameters differ by {worst:.2e} (bound {tol:.2e}) from the one-process run"
+
+
+def test_shard_keeps_groups_and_global_rows():
+    prompts = list("abcdef")
+    shards = [Dist(rank=r, world=2).shard(prompts, k=3) for r in range(2)]
+    assert shards[0] == (["a", "b", "c"], (0, 18)) and shards[1] == (["d", "e", "f"], (9, 18))
+
+
+def test_split_sampling_equals_whole_batch(tiny_model_dir):
+    """rows=(offset,total): each half of a batch gets exactly the tokens the whole batch gets."""
+    from rloo.modeling.loading import load_policy
+    model, tok = load_policy(str(tiny_model_dir))
+    prompts, k, kw = dist_worker.PROMPTS[:4], 2, dict(max_prompt_len=16, max_new_tokens=5)
+    whole = rollout(model, tok, prompts, k, generator=torch.Generator().manual_seed(0), rows=(0, 8), **kw)
+    parts = [rollout(model, tok, prompts[2 * r: 2 * r + 2], k, generator=torch.Generator().manual_seed(0),
+                     rows=(4 * r, 8), **kw) for r in range(2)]
+    T = whole.completion_ids.shape[1]
+    for r, part in enumerate(parts):
+        t = part.completion_ids.shape[1]
+        assert torch.equal(part.completion_ids, whole.completion_ids[4 * r: 4 * r + 4, :t])
+        assert not whole.completion_mask[4 * r: 4 * r + 4, t:T].any()
+
+
+def test_inverse_cdf_sampling_matches_probabilities():
+    # 40000 draws from a fixed distribution with a zero-probability token: each frequency within
+    # 5 standard errors sqrt(p(1-p)/n) of its probability, and the zero token never drawn
+    p = torch.tensor([0.5, 0.0, 0.2, 0.25, 0.05])
+    n = 40000
+    u = torch.rand(n, generator=torch.Generator().manual_seed(0))
+    tok = _inverse_cdf(p.expand(n, -1), u)
+    freq = torch.bincount(tok, minlength=5).float() / n
+    se = (p * (1 - p) / n).sqrt()
+    assert freq[1] == 0
+    assert ((freq - p).abs() <= 5 * se + 1e-12).all(), (freq, p)

@@ -1,0 +1,60 @@
+"""Tiny causal LMs of the four architectures the gradient matrix covers, built from configs.
+
+Each is 2 layers, width 32, vocabulary 40: small enough for CPU tests in milliseconds, with
+every architectural difference that changes a computation path (learned vs rotary positions,
+parallel residual, GQA, tied/untied head, dropout in the config)."""
+
+from __future__ import annotations
+
+import torch
+from transformers import (GPT2Config, GPT2LMHeadModel, GPTNeoXConfig, GPTNeoXForCausalLM, LlamaConfig,
+                          LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM)
+
+V, PAD, EOS = 40, 0, 1
+ARCHS = ("llama", "gpt2", "gpt_neox", "qwen2")
+COMMON = dict(vocab_size=V, pad_token_id=PAD, eos_token_id=EOS, bos_token_id=None)
+
+
+def tiny_config(arch: str, *, tied: bool = False, dropout: float = 0.0, tokenizer=None):
+    """A 2-layer, width-32 config of `arch`; `dropout` goes into every dropout key the config has.
+    With `tokenizer`: its vocabulary size and pad/eos ids instead of V, PAD, EOS."""
+    common = COMMON if tokenizer is None else dict(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
+                                                   eos_token_id=tokenizer.eos_token_id, bos_token_id=None)
+    if arch == "llama":
+        return LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                           num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=tied,
+                           attention_dropout=dropout, **common)
+    if arch == "qwen2":
+        return Qwen2Config(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                           num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=tied,
+                           attention_dropout=dropout, **common)
+    if arch == "gpt2":
+        return GPT2Config(n_embd=32, n_layer=2, n_head=4, n_positions=64, tie_word_embeddings=tied,
+                          resid_pdrop=dropout, embd_pdrop=dropout, attn_pdrop=dropout, **common)
+    if arch == "gpt_neox":
+        return GPTNeoXConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                             max_position_embeddings=64, rotary_pct=0.5, tie_word_embeddings=tied,
+                             hidden_dropout=dropout, attention_dropout=dropout, **common)
+    raise ValueError(arch)
+
+
+CLASSES = {"llama": LlamaForCausalLM, "qwen2": Qwen2ForCausalLM, "gpt2": GPT2LMHeadModel,
+           "gpt_neox": GPTNeoXForCausalLM}
+
+
+def tiny_lm(arch: str, *, tied: bool = False, dropout: float = 0.0, seed: int = 0, tokenizer=None):
+    """A float32 tiny causal LM of `arch`, initialised from `seed`."""
+    torch.manual_seed(seed)
+    model = CLASSES[arch](tiny_config(arch, tied=tied, dropout=dropout, tokenizer=tokenizer)).float()
+    assert (model.get_output_embeddings().weight is model.get_input_embeddings().weight) == tied, arch
+    return model
+
+
+def save_tiny_lm(path, arch: str, *, tied: bool = False, dropout: float = 0.0, seed: int = 0):
+    """tiny_lm of `arch` with the summarize task's word tokenizer, saved as a Hugging Face folder."""
+    from rloo.tasks import get_task
+    from rloo.tasks.tokenizer import build_tokenizer
+    tok = build_tokenizer(get_task("summarize"))
+    tiny_lm(arch, tied=tied, dropout=dropout, seed=seed, tokenizer=tok).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path

@@ -1,0 +1,33 @@
+"""`rloo bench` end to end on a tiny shape, rloo only (TRL is an optional extra): the worker
+process, the step's timing and phases, and the FLOP count of its bucketed passes."""
+
+from __future__ import annotations
+
+from rloo.experiments.bench import bench_shape
+from rloo.experiments.bench_assets import Shape
+from rloo.experiments.bench_flops import Arch, rloo_step_flops
+
+TINY = Shape(name="T", tokenizer="char", vocab_size=0, hidden=32, layers=2, heads=2, intermediate=64,
+             prompt_tokens=(6, 12), max_new_tokens=8)
+
+
+def test_bench_runs_rloo_on_a_tiny_shape(tmp_path):
+    lines = []
+    out = bench_shape(TINY, root=tmp_path, warmup=1, steps=2, k=2, batch_size=2, beta=0.05, lr=1e-6, seed=0,
+                      threads=1, peak=1e11, trainers=["rloo"], log=lines.append)
+    r = out["results"]["rloo"]
+    assert len(r["times_s"]) == 2 and all(t > 0 for t in r["times_s"])
+    assert set(r["phases_s"]) == {"time/rollout", "time/score", "time/update"}
+    assert 0 < r["median_completion_tokens"] <= 2 * 2 * TINY.max_new_tokens
+    assert r["flops_per_step"] > 0 and r["peak_rss_gb"] > 0
+    assert len(lines) == 3 and "warm-up" in lines[0]
+
+
+def test_bucketed_flops_never_exceed_the_padded_count():
+    a = Arch(hidden=64, layers=2, intermediate=128, vocab=100)
+    lengths = [32, 3, 17, 32, 1, 9, 30, 32]
+    padded = rloo_step_flops(a, 4, 2, 20, 32)
+    bucketed = rloo_step_flops(a, 4, 2, 20, 32, lengths=lengths)
+    assert bucketed < padded
+    # all rows full length: one bucket, the same count as the padded formula
+    assert rloo_step_flops(a, 4, 2, 20, 32, lengths=[32] * 8) == padded

@@ -1,0 +1,26 @@
+"""The README's Python example runs as written (with the model path pointed at a local tiny model)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def test_readme_python_example_runs(tiny_model_dir, tmp_path, monkeypatch):
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+    assert blocks, "README has no python example"
+    code = blocks[0].replace("path/to/local/model", str(tiny_model_dir))
+    monkeypatch.chdir(tmp_path)
+    scope: dict = {}
+    exec(compile(code, "README.md", "exec"), scope)
+    result = scope["result"]
+    assert result.model_path.exists()
+    assert (result.model_path / "model.safetensors").exists()
+
+
+def test_readme_starts_with_the_two_setup_commands():
+    head = README.read_text().split("```bash", 1)[1].split("```", 1)[0]
+    assert "make demo" in head and "make test" in head
+    assert "make test" in (Path(__file__).resolve().parents[2] / ".ci" / "run").read_text()
