@@ -20,13 +20,20 @@ from torch import Tensor, nn
 from transformers import PretrainedConfig
 
 from rloo.algorithms.base import Models, guarded_step
-from rloo.algorithms.common import (Timer, mean_stats, minibatches, rollout_stats, sample_and_score,
-                                    sequence_rewards)
+from rloo.algorithms.common import (
+    Timer,
+    mean_stats,
+    minibatches,
+    require_scored,
+    rollout_stats,
+    sample_and_score,
+    sequence_rewards,
+)
 from rloo.config import RLConfig
 from rloo.core.advantages import gae, whiten
 from rloo.core.kl import token_level_rewards
-from rloo.core.losses import ppo_clip_loss, token_policy_gradient_loss, value_loss
 from rloo.core.logprobs import head_token_logprobs, token_logprobs
+from rloo.core.losses import ppo_clip_loss, token_policy_gradient_loss, value_loss
 from rloo.data.collate import position_ids
 from rloo.modeling.dropout import maybe_disable_dropout
 from rloo.modeling.forward import MAX_LOGITS_MB, chunked_head
@@ -140,6 +147,7 @@ class PPO:
     def step(self, models: Models, opt, prompts: list[str], cfg: RLConfig, gen: torch.Generator):
         timer = Timer()
         roll, scores, ref_lp = sample_and_score(models, prompts, cfg, gen, timer)
+        require_scored(scores, cfg.algorithm)
         seq_rewards, kl = sequence_rewards(scores, roll, ref_lp, cfg)
         adv, returns, old_values = self.advantages(models, roll, scores, ref_lp, cfg)
         records, norms, skipped = [], [], False

@@ -36,7 +36,16 @@ from rloo.config.sections import (
     RLSettings,
     SFTSettings,
 )
-from rloo.config.stages import EvalConfig, PipelineConfig, PipelineRewardSettings, RewardConfig, RLConfig, SFTConfig
+from rloo.config.stages import (
+    CHECKER_TASKS,
+    TASK_PIPELINE_DEFAULTS,
+    EvalConfig,
+    PipelineConfig,
+    PipelineRewardSettings,
+    RewardConfig,
+    RLConfig,
+    SFTConfig,
+)
 from rloo.config.tools import COMPARE_METHODS, BenchConfig, CompareConfig
 
 __all__ = [
@@ -53,6 +62,8 @@ __all__ = [
     "OFFLINE_ALGORITHMS",
     "ONLINE_ALGORITHMS",
     "TASK_NAMES",
+    "CHECKER_TASKS",
+    "TASK_PIPELINE_DEFAULTS",
     "Algorithm",
     "AlgorithmSettings",
     "ArchConfig",

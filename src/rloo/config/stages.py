@@ -5,15 +5,41 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from rloo.config.base import Strict, normalize_report_to
 from rloo.config.dataset import DatasetSettings
 from rloo.config.sections import EvalSettings, RewardSettings, RLSettings, SFTSettings
 
+CHECKER_TASKS: dict[str, str] = {"arithmetic": "rloo.tasks.arithmetic:reward"}
+"""Tasks scored by a checker, and the checker as a reward_fn: no reward model, the checker is the
+reward and the gold judge, and evaluation reports pass@k (rloo.tasks.arithmetic)."""
+
+# `rloo pipeline task=arithmetic` defaults, laid under the user's settings (PipelineConfig):
+# longer SFT (the model has to learn to add, not only a format), no reward model, responses up to 24
+# tokens (a worked chain is 17), beta = 0 (the checker cannot be over-optimized; the KL is logged),
+# k = 8 so that fewer groups are all right or all wrong, pass@k on 200 distinct held-out problems.
+TASK_PIPELINE_DEFAULTS: dict[str, dict] = {
+    "arithmetic": {
+        "max_response_tokens": 24,
+        "sft": {"epochs": 12},
+        "rl": {"k": 8, "batch_size": 16, "beta": 0.0, "lr": 1e-4, "steps": 250, "max_new_tokens": 24,
+               "eval_every": 50, "eval_prompts": 64},
+        "eval": {"num_prompts": 200, "pass_samples": 16},
+    },
+}
+
+
+def _under(base: dict, extra: dict) -> dict:
+    """`extra` laid over `base`, nested sections merged key by key."""
+    merged = dict(base)
+    for k, v in extra.items():
+        merged[k] = _under(merged[k], v) if isinstance(v, dict) and isinstance(merged.get(k), dict) else v
+    return merged
+
 
 class _Run(Strict):
-    task: Literal["summarize", "dialogue"] = Field(default="summarize", description="Built-in task.")
+    task: Literal["summarize", "dialogue", "arithmetic"] = Field(default="summarize", description="Built-in task.")
     seed: int = Field(default=0, description="Seeds data, initialization and sampling.")
     output_dir: Path = Field(default=Path("runs/default"), description="Where everything of this run is written.")
     device: str = Field(default="cpu", description="torch device: cpu, cuda, cuda:1, ...")
@@ -119,6 +145,14 @@ class PipelineConfig(_Run):
             raise ValueError("output_dir must be a folder, not the file-system root")
         return v
 
+    @model_validator(mode="before")
+    @classmethod
+    def _task_defaults(cls, data: Any) -> Any:
+        """A task's own defaults (TASK_PIPELINE_DEFAULTS, e.g. arithmetic's) under the given values."""
+        if not isinstance(data, dict) or data.get("task") not in TASK_PIPELINE_DEFAULTS:
+            return data
+        return _under(TASK_PIPELINE_DEFAULTS[data["task"]], data)
+
     def stage_configs(self) -> tuple[SFTConfig, RewardConfig, RLConfig, EvalConfig]:
         """The four stage configs this pipeline runs, with their paths derived from output_dir."""
         out = self.output_dir
@@ -143,13 +177,19 @@ class PipelineConfig(_Run):
             output_dir=out / "reward",
             sft_model=str(out / "sft" / "model"),
         )
+        # a task with a checker has no reward model: the checker is the reward
+        reward: dict[str, Any] = (
+            {"reward_fn": CHECKER_TASKS[self.task]}
+            if self.task in CHECKER_TASKS
+            else {"reward_model": str(out / "reward" / "model")}
+        )
         rl = RLConfig(
             **self.rl.model_dump(),
             **run,
             output_dir=out / "rl",
             eval=self.eval,
             policy=str(out / "sft" / "model"),
-            reward_model=str(out / "reward" / "model"),
+            **reward,
         )
         ev = EvalConfig(
             **self.eval.model_dump(),
@@ -157,7 +197,7 @@ class PipelineConfig(_Run):
             output_dir=out / "eval",
             policy=str(out / "rl" / "model"),
             baseline=str(out / "sft" / "model"),
-            reward_model=str(out / "reward" / "model"),
+            reward_model=reward.get("reward_model"),
             max_new_tokens=self.rl.max_new_tokens,
         )
         return sft, rm, rl, ev

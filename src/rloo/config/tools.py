@@ -5,10 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from rloo.config.base import Strict
 from rloo.config.sections import EvalSettings, RewardSettings, RLSettings, SFTSettings
+from rloo.config.stages import CHECKER_TASKS
 
 
 class BenchConfig(Strict):
@@ -50,6 +51,8 @@ COMPARE_METHODS = (
     "rloo_token_kl",
     "rloo_k3_kl",
     "rloo_clip",
+    "dr_grpo",
+    "reinforce_pp",
 )
 """Methods `rloo compare` knows: an algorithm plus overrides (rloo.experiments.compare.METHODS)."""
 
@@ -60,7 +63,7 @@ class CompareConfig(Strict):
     methods: list[str] = Field(
         default=list(COMPARE_METHODS), description="Methods to compare: " + ", ".join(COMPARE_METHODS)
     )
-    tasks: list[Literal["summarize", "dialogue"]] = Field(
+    tasks: list[Literal["summarize", "dialogue", "arithmetic"]] = Field(
         default=["summarize", "dialogue"], description="Built-in tasks."
     )
     seeds: list[int] = Field(
@@ -99,3 +102,13 @@ class CompareConfig(Strict):
         if bad or not v:
             raise ValueError(f"unknown method(s) {bad}; choose from {', '.join(COMPARE_METHODS)}")
         return v
+
+    @model_validator(mode="after")
+    def _dpo_needs_pairs(self):
+        checked = [t for t in self.tasks if t in CHECKER_TASKS]
+        if "dpo" in self.methods and checked:
+            raise ValueError(
+                f"dpo trains on a reward model's preference pairs, which {', '.join(checked)} (scored by a "
+                f"checker) does not have; drop dpo from methods"
+            )
+        return self

@@ -23,6 +23,7 @@ class PolicyEval:
     wins: list[float] = field(default_factory=list, repr=False)   # per prompt: 1 win, 1/2 tie, 0 loss
     scores: list[float] = field(default_factory=list, repr=False)  # per prompt: the judge's score of the response
     judge: str | None = None        # who produced win_rate and gold: "gold judge (summarize)", "reward model", ...
+    passk: object = field(default=None, repr=False)                # rloo.eval.passk.PassAtK (checker tasks)
 
     def as_metrics(self, prefix: str = "eval/") -> dict[str, float]:
         d = {"win_rate": self.win_rate, "gold": self.gold, "reward": self.reward, "kl": self.kl,

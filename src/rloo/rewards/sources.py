@@ -22,7 +22,10 @@ class FunctionReward:
     """A batched Python reward: fn(prompts, completions) -> one float per completion.
 
     Its output is checked every call: a reward that raises, returns the wrong number of scores,
-    non-numbers or NaN/inf stops training with a RewardError naming the problem.
+    non-numbers or NaN/inf stops training with a RewardError naming the problem. ``None`` means
+    "could not score" (a checker that found nothing to check): it comes out as NaN, and the group
+    algorithms leave such a sample out of its group's baseline and give it advantage 0 (the rule
+    of ``rloo.core.advantages.leave_one_out_valid``); the others stop with a RewardError.
     """
 
     def __init__(self, fn: RewardFn, name: str | None = None):
@@ -44,14 +47,19 @@ class FunctionReward:
             raise RewardError(f"reward function {self.name} returned {type(out).__name__}, expected a list of floats") from None
         if len(values) != len(completions):
             raise RewardError(f"reward function {self.name} returned {len(values)} scores for {len(completions)} completions")
+        out = []
         for v in values:
             if isinstance(v, torch.Tensor) and v.numel() == 1:
                 v = v.item()
+            if v is None:  # "could not score": NaN marks it (see rloo.core.advantages.unscored)
+                out.append(math.nan)
+                continue
             if isinstance(v, bool) or not isinstance(v, numbers.Real):
                 raise RewardError(f"reward function {self.name} returned a non-number: {v!r}")
             if not math.isfinite(float(v)):
                 raise RewardError(f"reward function {self.name} returned a non-finite score: {v!r}")
-        return torch.tensor([float(v) for v in values], dtype=torch.float32)
+            out.append(float(v))
+        return torch.tensor(out, dtype=torch.float32)
 
 
 class RewardModelScorer:

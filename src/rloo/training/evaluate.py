@@ -13,13 +13,14 @@ from rloo.data.preflight import check_config
 from rloo.errors import RlooError
 from rloo.eval.judge import PolicyEval, evaluate_policy
 from rloo.eval.paired import compare_paired, describe
+from rloo.eval.passk import PassAtK, evaluate_pass_at_k, format_pass_table, paired_pass_difference
 from rloo.modeling.loading import frozen, load_policy, load_reward_model, model_options
-from rloo.training.common import check_device, prepare_output_dir, seed_everything
 from rloo.rewards import RewardModelScorer
 from rloo.rewards.judges import make_judge
-from rloo.tasks import Example, get_task
 from rloo.runtime.precision import stage_precision
 from rloo.runtime.tracking import say
+from rloo.tasks import Example, get_task, has_checker
+from rloo.training.common import check_device, prepare_output_dir, seed_everything
 
 
 @stage_precision
@@ -59,13 +60,22 @@ def evaluate(cfg: EvalConfig, *, overwrite: bool = False) -> dict[str, PolicyEva
             judge=judge, reward_scorer=scorer, ref_model=ref, temperature=cfg.temperature,
             max_prompt_len=cfg.max_prompt_tokens, max_new_tokens=cfg.max_new_tokens,
             batch_size=cfg.batch_size, generator=torch.Generator().manual_seed(cfg.seed + 7), keep_samples=5)
-    summary = {"judge": judge.name} | {k: {kk: vv for kk, vv in asdict(v).items() if kk not in ("wins", "scores")}
+    summary = {"judge": judge.name} | {k: {kk: vv for kk, vv in asdict(v).items() if kk not in ("wins", "scores", "passk")}
                                        for k, v in results.items()}
     table = format_table(results, judge.name)
     diff = compare_paired(results["policy"], results["baseline"]) if "baseline" in results else None
     if diff is not None:
         summary["difference"] = diff
         table += "\n\n" + describe(diff, judge.name)
+    if has_checker(task) and cfg.dataset is None:
+        passes = {name: _pass_at_k(model, tok, task, examples, cfg) for name, (model, tok) in loaded.items()}
+        text, pass_summary = pass_report(passes)
+        table += "\n\n" + text
+        for name, r in passes.items():
+            summary[name]["pass"] = r.summary()
+        summary.setdefault("difference", {}).update(pass_summary)
+        for name, r in passes.items():   # kept on the result for callers (the pipeline's summary)
+            results[name].passk = r
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     data = cfg.dataset.path if cfg.dataset is not None else cfg.task
     (out / "report.md").write_text(f"# Evaluation on {len(examples)} held-out {data} prompts\n\n{table}\n")
@@ -82,3 +92,31 @@ def format_table(results: dict[str, PolicyEval], judge: str) -> str:
         rows.append(f"| {name} | {fmt(r.win_rate)} | {fmt(r.gold)} | {fmt(r.reward)} | {fmt(r.kl)} | "
                     f"{fmt(r.length, 1)} | {fmt(r.truncated, 2)} |")
     return "\n".join(rows)
+
+
+def _pass_at_k(model, tok, task, examples, cfg: EvalConfig) -> PassAtK:
+    """pass@k of one policy: cfg.pass_samples samples per problem, the same noise for every policy."""
+    return evaluate_pass_at_k(model, tok, [e.prompt for e in examples], task.gold_score, n=cfg.pass_samples,
+                              parse=getattr(task, "parse_answer", None), temperature=cfg.temperature,
+                              max_prompt_len=cfg.max_prompt_tokens, max_new_tokens=cfg.max_new_tokens,
+                              batch_size=max(cfg.batch_size, cfg.pass_samples),
+                              generator=torch.Generator().manual_seed(cfg.seed + 11))
+
+
+def pass_report(passes: dict[str, PassAtK]) -> tuple[str, dict]:
+    """The pass@k table (markdown) and, with a baseline, policy - baseline pass@1 paired over problems."""
+    first = next(iter(passes.values()))
+    text = (f"pass@k on {len(first.counts)} held-out problems, {first.n} samples each (unbiased estimator, "
+            f"mean ± 95% interval over problems; zero-var@k: share of groups of k whose rewards are all equal)"
+            f"\n\n{format_pass_table(passes)}")
+    if "baseline" not in passes:
+        return text, {}
+    pol, base = passes["policy"], passes["baseline"]
+    out = {}
+    for k in pol.pass_k:
+        diff, half = paired_pass_difference(pol.counts, base.counts, pol.n, k)
+        out[f"pass@{k}"] = {"diff": diff, "ci95": half}
+    d = out["pass@1"]
+    text += (f"\n\npolicy - baseline pass@1: {100 * d['diff']:+.1f} points (95% CI {100 * (d['diff'] - d['ci95']):+.1f} "
+             f"to {100 * (d['diff'] + d['ci95']):+.1f}, paired over {len(pol.counts)} problems)")
+    return text, out
