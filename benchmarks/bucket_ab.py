@@ -14,12 +14,12 @@ from pathlib import Path
 
 import torch
 
-from rloo.experiments.bench_assets import SHAPES, build_assets, load_words, make_prompts
 from rloo.config import RLConfig
+from rloo.experiments.bench_assets import SHAPES, build_assets, load_words, make_prompts
 from rloo.modeling.forward_shared import completion_logprobs_shared
+from rloo.rollout import rollout
 from rloo.training.common import seed_everything
 from rloo.training.rl import load_models
-from rloo.rollout import rollout
 
 OVERHEADS = {"one padded pass": 10**9, "buckets (default, 64)": 64, "one pass per length (0)": 0}
 
@@ -28,13 +28,28 @@ def main(name: str = "S", root: str = "runs/bench/assets", reps: int = 6) -> Non
     torch.set_num_threads(2)
     shape = SHAPES[name]
     folder = build_assets(shape, Path(root), 0)
-    cfg = RLConfig(policy=str(folder / "policy"), reward_model=str(folder / "reward"), k=4, batch_size=8,
-                   max_new_tokens=shape.max_new_tokens, max_prompt_tokens=shape.max_prompt_tokens, seed=0)
+    cfg = RLConfig(
+        policy=str(folder / "policy"),
+        reward_model=str(folder / "reward"),
+        k=4,
+        batch_size=8,
+        max_new_tokens=shape.max_new_tokens,
+        max_prompt_tokens=shape.max_prompt_tokens,
+        seed=0,
+    )
     gen = seed_everything(0)
     models = load_models(cfg)
     prompts = make_prompts(models.tokenizer, load_words(folder), shape, 8, 0)
-    roll = rollout(models.policy, models.tokenizer, prompts, 4, max_prompt_len=shape.max_prompt_tokens,
-                   max_new_tokens=shape.max_new_tokens, generator=gen, rows=(0, 32))
+    roll = rollout(
+        models.policy,
+        models.tokenizer,
+        prompts,
+        4,
+        max_prompt_len=shape.max_prompt_tokens,
+        max_new_tokens=shape.max_new_tokens,
+        generator=gen,
+        rows=(0, 32),
+    )
     print("completion lengths:", roll.completion_mask.sum(-1).tolist())
     args = (roll.prompt_ids, roll.prompt_mask, roll.completion_ids, roll.completion_mask)
     times: dict[str, list[tuple[float, float]]] = {k: [] for k in OVERHEADS}

@@ -12,31 +12,46 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from rloo.experiments.bench import _start, _rloo_worker
+from rloo.experiments.bench import _rloo_worker, _start
 from rloo.experiments.bench_assets import SHAPES, build_assets, load_words, make_prompts
 
 
 def run_shape(name: str, root: Path, steps: int, warmup: int, k: int = 4, batch_size: int = 8) -> dict:
     from transformers import AutoTokenizer
+
     shape = SHAPES[name]
     folder = build_assets(shape, root, 0)
     tok = AutoTokenizer.from_pretrained(folder / "policy")
     total = warmup + steps
     prompts = make_prompts(tok, load_words(folder), shape, total * batch_size, 0)
-    job = dict(policy=str(folder / "policy"), reward=str(folder / "reward"), k=k, beta=0.05, lr=1e-6, seed=0,
-               batch_size=batch_size, max_new_tokens=shape.max_new_tokens, max_prompt_tokens=shape.max_prompt_tokens,
-               threads=2, share_prompt=True, tmp=tempfile.mkdtemp(prefix="rloo-ckpt-"),
-               batches=[prompts[i * batch_size:(i + 1) * batch_size] for i in range(total)])
+    job = dict(
+        policy=str(folder / "policy"),
+        reward=str(folder / "reward"),
+        k=k,
+        beta=0.05,
+        lr=1e-6,
+        seed=0,
+        batch_size=batch_size,
+        max_new_tokens=shape.max_new_tokens,
+        max_prompt_tokens=shape.max_prompt_tokens,
+        threads=2,
+        share_prompt=True,
+        tmp=tempfile.mkdtemp(prefix="rloo-ckpt-"),
+        batches=[prompts[i * batch_size : (i + 1) * batch_size] for i in range(total)],
+    )
     labels = ("off", "on")
     workers = {lab: _start(_rloo_worker, job | {"gradient_checkpointing": lab == "on"}) for lab in labels}
-    res = {lab: {"loaded_rss_gb": workers[lab][2]["rss_gb"], "times_s": [], "rss_gb": [], "update_s": []}
-           for lab in labels}
+    res = {
+        lab: {"loaded_rss_gb": workers[lab][2]["rss_gb"], "times_s": [], "rss_gb": [], "update_s": []} for lab in labels
+    }
     for i in range(total):
-        for lab in (labels if i % 2 == 0 else labels[::-1]):
+        for lab in labels if i % 2 == 0 else labels[::-1]:
             workers[lab][1].send("step")
             r = workers[lab][1].recv()
-            print(f"{name} checkpointing {lab} step {i + 1}/{total}: {r['time']:.2f} s, peak {r['rss_gb']:.2f} GB",
-                  flush=True)
+            print(
+                f"{name} checkpointing {lab} step {i + 1}/{total}: {r['time']:.2f} s, peak {r['rss_gb']:.2f} GB",
+                flush=True,
+            )
             if i >= warmup:
                 res[lab]["times_s"].append(r["time"])
                 res[lab]["update_s"].append(r["phases"]["time/update"])
@@ -48,9 +63,16 @@ def run_shape(name: str, root: Path, steps: int, warmup: int, k: int = 4, batch_
         r["peak_rss_gb"] = max(r["rss_gb"])
         r["median_s"] = statistics.median(r["times_s"])
         r["median_update_s"] = statistics.median(r["update_s"])
-    return {"shape": name, "k": k, "batch_size": batch_size, "steps": steps, "warmup": warmup, **res,
-            "peak_saved_gb": res["off"]["peak_rss_gb"] - res["on"]["peak_rss_gb"],
-            "time_ratio_on_off": res["on"]["median_s"] / res["off"]["median_s"]}
+    return {
+        "shape": name,
+        "k": k,
+        "batch_size": batch_size,
+        "steps": steps,
+        "warmup": warmup,
+        **res,
+        "peak_saved_gb": res["off"]["peak_rss_gb"] - res["on"]["peak_rss_gb"],
+        "time_ratio_on_off": res["on"]["median_s"] / res["off"]["median_s"],
+    }
 
 
 def main() -> None:
@@ -67,9 +89,12 @@ def main() -> None:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(rows, indent=1))
         r = rows[-1]
-        print(f"{name}: peak off {r['off']['peak_rss_gb']:.2f} GB, on {r['on']['peak_rss_gb']:.2f} GB "
-              f"(saved {r['peak_saved_gb']:.2f} GB); median step off {r['off']['median_s']:.2f} s, "
-              f"on {r['on']['median_s']:.2f} s", flush=True)
+        print(
+            f"{name}: peak off {r['off']['peak_rss_gb']:.2f} GB, on {r['on']['peak_rss_gb']:.2f} GB "
+            f"(saved {r['peak_saved_gb']:.2f} GB); median step off {r['off']['median_s']:.2f} s, "
+            f"on {r['on']['median_s']:.2f} s",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import sys
-
 from types import SimpleNamespace
 
 from rloo.experiments.compare_report import mean_ci, paired_differences
@@ -34,11 +33,15 @@ def check(committed: dict, rerun: dict) -> tuple[list[str], int]:
             for metric in METRICS:
                 m, h = mean_ci([r[metric] for r in runs])
                 m2 = sum(r[metric] for r in again) / len(again)
-                same = len(again) == len(runs) and all(a[metric] == b[metric] for a, b in zip(again, runs))
+                same = len(again) == len(runs) and all(
+                    a[metric] == b[metric] for a, b in zip(again, runs, strict=False)
+                )
                 inside = h is not None and abs(m2 - m) <= h
                 outside += not inside
-                rows.append(f"| {task} | {method} | {metric} | {m:.3f} ± {h or 0:.3f} | {m2:.3f} (n={len(again)}) | "
-                            f"{'yes' if inside else 'NO'} | {'identical' if same else 'differs'} |")
+                rows.append(
+                    f"| {task} | {method} | {metric} | {m:.3f} ± {h or 0:.3f} | {m2:.3f} (n={len(again)}) | "
+                    f"{'yes' if inside else 'NO'} | {'identical' if same else 'differs'} |"
+                )
     return rows, outside
 
 
@@ -55,7 +58,9 @@ def main(argv: list[str]) -> int:
     pooled = {t: {m: committed[t][m] + rerun.get(t, {}).get(m, []) for m in committed[t]} for t in committed}
     seeds = {r["seed"] for t in pooled for rs in pooled[t].values() for r in rs if "seed" in r}
     if len(seeds) > len({r.get("seed") for t in committed for rs in committed[t].values() for r in rs}):
-        cfg = SimpleNamespace(tasks=list(committed), methods=[m for m in committed[next(iter(committed))] if m != "sft"])
+        cfg = SimpleNamespace(
+            tasks=list(committed), methods=[m for m in committed[next(iter(committed))] if m != "sft"]
+        )
         print(f"\nDifferences from rloo paired by seed, seeds {sorted(seeds)}:\n")
         print(paired_differences(cfg, pooled))
     return 1 if outside else 0

@@ -1,7 +1,7 @@
 """One short run on one CUDA GPU: the first GPU numbers of rloo, in one JSON file.
 
     python benchmarks/gpu_check.py --out gpu_check.json              # on the GPU machine (<= ~8 min)
-    python benchmarks/gpu_check.py --dry-run --out /tmp/dry.json     # CPU, tiny shape (tests/integration/test_gpu_check.py)
+    python benchmarks/gpu_check.py --dry-run --out /tmp/dry.json  # CPU, tiny (tests/integration/test_gpu_check.py)
 
 What it does, each part with its own time limit so one slow part cannot eat the others:
   1. `pytest -m cuda`: the suite's CUDA tests (bf16 vs fp32 log-probs and one RLOO step's gradient on
@@ -49,6 +49,7 @@ def versions() -> dict:
         except Exception as e:  # noqa: BLE001 - absent or broken: record which
             out[name] = f"missing ({type(e).__name__})"
     import torch
+
     out["cuda"] = torch.version.cuda
     out["gpu"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
     return out
@@ -57,9 +58,20 @@ def versions() -> dict:
 def cuda_tests(timeout: float) -> dict:
     """The suite's CUDA-marked tests, run by pytest in a child process; outcomes from its JUnit XML."""
     import xml.etree.ElementTree as ET
+
     xml = Path(os.environ.get("TMPDIR", "/tmp")) / f"gpu_check_{os.getpid()}.xml"
-    cmd = [sys.executable, "-m", "pytest", "-m", "cuda", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}",
-           str(ROOT / "tests")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-m",
+        "cuda",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        f"--junitxml={xml}",
+        str(ROOT / "tests"),
+    ]
     t0 = time.perf_counter()
     try:
         proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
@@ -73,8 +85,12 @@ def cuda_tests(timeout: float) -> dict:
             cases[f"{case.get('classname')}::{case.get('name')}"] = outcome
         xml.unlink()
     # pytest exits 5 when every test was deselected or skipped: no GPU in a dry run
-    return {"rc": proc.returncode, "seconds": time.perf_counter() - t0, "tests": cases,
-            "tail": proc.stdout[-2000:] + proc.stderr[-1000:]}
+    return {
+        "rc": proc.returncode,
+        "seconds": time.perf_counter() - t0,
+        "tests": cases,
+        "tail": proc.stdout[-2000:] + proc.stderr[-1000:],
+    }
 
 
 def bench(shapes: list, device: str, dtype: str, trl: bool, steps: int, root: Path, log) -> dict:
@@ -83,16 +99,30 @@ def bench(shapes: list, device: str, dtype: str, trl: bool, steps: int, root: Pa
     import torch
 
     from rloo.experiments.bench import bench_dtype, bench_shape, machine, matmul_peak_flops
+
     dtype = bench_dtype(dtype, device)
     peak = matmul_peak_flops(threads=min(16, os.cpu_count() or 1), dtype=getattr(torch, dtype), device=device)
-    report = {"machine": machine(), "device": device, "dtype": dtype, "matmul_peak_gflops": peak / 1e9,
-              "shapes": []}
+    report = {"machine": machine(), "device": device, "dtype": dtype, "matmul_peak_gflops": peak / 1e9, "shapes": []}
     for shape in shapes:
         t0 = time.perf_counter()
         try:
-            res = bench_shape(shape, root=root, warmup=1, steps=steps, k=4, batch_size=8, beta=0.05, lr=1e-6,
-                              seed=0, threads=min(16, os.cpu_count() or 1), peak=peak,
-                              trainers=["rloo", "trl"] if trl else ["rloo"], device=device, dtype=dtype, log=log)
+            res = bench_shape(
+                shape,
+                root=root,
+                warmup=1,
+                steps=steps,
+                k=4,
+                batch_size=8,
+                beta=0.05,
+                lr=1e-6,
+                seed=0,
+                threads=min(16, os.cpu_count() or 1),
+                peak=peak,
+                trainers=["rloo", "trl"] if trl else ["rloo"],
+                device=device,
+                dtype=dtype,
+                log=log,
+            )
         except Exception as e:  # noqa: BLE001 - one shape failing (e.g. out of memory) must not lose the others
             res = {"shape": shape.name, "error": f"{type(e).__name__}: {e}"}
         res["seconds"] = time.perf_counter() - t0
@@ -115,8 +145,19 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     if args.dry_run:
         device = "cpu"
-        shapes = [Shape(name="tiny", tokenizer="char", vocab_size=0, hidden=32, layers=2, heads=2, intermediate=64,
-                        prompt_tokens=(6, 12), max_new_tokens=8)]
+        shapes = [
+            Shape(
+                name="tiny",
+                tokenizer="char",
+                vocab_size=0,
+                hidden=32,
+                layers=2,
+                heads=2,
+                intermediate=64,
+                prompt_tokens=(6, 12),
+                max_new_tokens=8,
+            )
+        ]
     else:
         device = "cuda"
         shapes = [SHAPES[n] for n in ("M", "L", "1B")]

@@ -18,11 +18,14 @@ def yes(v) -> str:
 
 def main(paths: list[str]) -> None:
     parts = [json.loads(open(p).read()) for p in paths if p.endswith(".json")]
-    for p in (p for p in paths if p.endswith(".jsonl")):   # the default suite's pairwise rows
+    for p in (p for p in paths if p.endswith(".jsonl")):  # the default suite's pairwise rows
         rows = [json.loads(line) for line in open(p) if line.strip()]
         parts.append({"grad_rel_tol": rows[0]["grad_rel_tol"], "rows": rows, "failures": []})
-    data = {"grad_rel_tol": parts[0]["grad_rel_tol"], "rows": [r for d in parts for r in d["rows"]],
-            "failures": [f for d in parts for f in d["failures"]]}
+    data = {
+        "grad_rel_tol": parts[0]["grad_rel_tol"],
+        "rows": [r for d in parts for r in d["rows"]],
+        "failures": [f for d in parts for f in d["failures"]],
+    }
     rows = sorted(data["rows"], key=lambda r: tuple(str(r["combo"][f]) for f in FACTORS))
     head = [f for f in FACTORS] + ["rloo grad err / max", "distinct lengths"] + [f"{m} max log-ratio" for m in METHODS]
     print("| " + " | ".join(head) + " |")
@@ -35,9 +38,11 @@ def main(paths: list[str]) -> None:
     errs = [r["rloo"]["grad_err_rel"] for r in rows]
     lr = [r[m]["logratio_max"] for r in rows for m in METHODS if m in r]
     clip = [r[m]["clipfrac"] for r in rows for m in METHODS if m in r]
-    print(f"\n{len(rows)} combinations; gradient error / max |entry|: max {max(errs):.1e} "
-          f"(tolerance {data['grad_rel_tol']:.1e}); ratio methods: max |log ratio| {max(lr):.1e}, "
-          f"max clip fraction {max(clip)}; failures: {len(data['failures'])}")
+    print(
+        f"\n{len(rows)} combinations; gradient error / max |entry|: max {max(errs):.1e} "
+        f"(tolerance {data['grad_rel_tol']:.1e}); ratio methods: max |log ratio| {max(lr):.1e}, "
+        f"max clip fraction {max(clip)}; failures: {len(data['failures'])}"
+    )
 
 
 if __name__ == "__main__":

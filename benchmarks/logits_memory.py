@@ -24,11 +24,20 @@ def worker(budget: float) -> dict:
 
     from rloo.experiments.bench import peak_rss_gb
     from rloo.modeling.forward import completion_logprobs
+
     torch.set_num_threads(2)
     torch.manual_seed(0)
     V, N, P, T = 151_936, 32, 16, 128
-    cfg = LlamaConfig(vocab_size=V, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                      num_key_value_heads=4, max_position_embeddings=256, tie_word_embeddings=False)
+    cfg = LlamaConfig(
+        vocab_size=V,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=256,
+        tie_word_embeddings=False,
+    )
     model = LlamaForCausalLM(cfg)
     p_ids, c_ids = torch.randint(0, V, (N, P)), torch.randint(0, V, (N, T))
     ones = lambda n: torch.ones(N, n, dtype=torch.bool)  # noqa: E731
@@ -36,16 +45,27 @@ def worker(budget: float) -> dict:
     t0 = time.perf_counter()
     lp = completion_logprobs(model, p_ids, ones(P), c_ids, ones(T), max_logits_mb=budget)
     lp.sum().backward()
-    return {"max_logits_mb": budget, "seconds": time.perf_counter() - t0, "peak_rss_gb": peak_rss_gb(),
-            "rss_before_gb": before, "full_logits_gb": N * T * V * 4 / 1e9}
+    return {
+        "max_logits_mb": budget,
+        "seconds": time.perf_counter() - t0,
+        "peak_rss_gb": peak_rss_gb(),
+        "rss_before_gb": before,
+        "full_logits_gb": N * T * V * 4 / 1e9,
+    }
 
 
 def main() -> None:
     if len(sys.argv) > 1:
         print(json.dumps(worker(float(sys.argv[1]))))
         return
-    rows = [json.loads(subprocess.run([sys.executable, __file__, str(b)], capture_output=True, text=True,
-                                      check=True).stdout.strip().splitlines()[-1]) for b in SETTINGS]
+    rows = [
+        json.loads(
+            subprocess.run([sys.executable, __file__, str(b)], capture_output=True, text=True, check=True)
+            .stdout.strip()
+            .splitlines()[-1]
+        )
+        for b in SETTINGS
+    ]
     print(f"(N, T, V) float32 logits: {rows[0]['full_logits_gb']:.2f} GB\n")
     print("| max_logits_mb | peak RSS GB | model + inputs before the pass GB | fwd+bwd seconds |")
     print("|---|---|---|---|")

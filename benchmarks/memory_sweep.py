@@ -30,8 +30,22 @@ def main() -> None:
         runs = [("rloo", True), ("rloo-plain", False)] + ([] if args.no_trl else [("trl", True)])
         for label, share in runs:
             trainer = "trl" if label == "trl" else "rloo"
-            res = bench_shape(shape, root=Path(args.root), warmup=0, steps=1, k=k, batch_size=8, beta=0.05, lr=1e-6,
-                              seed=0, threads=2, peak=peak, trainers=[trainer], share_prompt=share, log=lambda *_: None)
+            res = bench_shape(
+                shape,
+                root=Path(args.root),
+                warmup=0,
+                steps=1,
+                k=k,
+                batch_size=8,
+                beta=0.05,
+                lr=1e-6,
+                seed=0,
+                threads=2,
+                peak=peak,
+                trainers=[trainer],
+                share_prompt=share,
+                log=lambda *_: None,
+            )
             r = res["results"][trainer]
             row[label] = {"peak_rss_gb": r["peak_rss_gb"], "s_per_step": r["median_s"]}
             print(f"k={k} prompt={prompt} {label}: peak {r['peak_rss_gb']:.2f} GB, {r['median_s']:.1f} s", flush=True)

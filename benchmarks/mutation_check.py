@@ -1,9 +1,9 @@
 """Does each reliability test fail without the behaviour it checks?
 
 For every behaviour of issue 6, this script copies `src/` to a temporary folder, removes the
-behaviour there with one textual edit (or two, where one line alone cannot remove it) (a "mutant"), runs the test that is meant to catch it against
-the mutated copy, and reports whether that test failed (caught) or passed (a test that could not
-fail). The edit must match the source exactly once, so a mutant that no longer applies is reported
+behaviour there with one textual edit (or two, where one line alone cannot remove it) (a
+"mutant"), runs the test that is meant to catch it against the mutated copy, and reports
+whether that test failed (caught) or passed (a test that could not fail). The edit must match the source exactly once, so a mutant that no longer applies is reported
 as stale instead of silently testing nothing. The real source is never touched.
 
     python benchmarks/mutation_check.py                 # all mutants, ~5-10 min on 2 cores
@@ -25,45 +25,109 @@ R = "tests/reliability/"
 
 # name: (file under src/rloo, original text, replacement, test that must fail)
 MUTANTS = {
-    "manifest": ("runtime/checkpoint.py", "    return check_manifest(ckpt, files)", "    return None",
-                 R + "test_checkpoints.py::test_corrupt_checkpoint_is_reported_and_skipped"),
-    "weights_only": ("runtime/checkpoint.py", 'state.pt", weights_only=True)', 'state.pt", weights_only=False)',
-                     R + "test_checkpoints.py::test_pickled_code_in_state_is_never_run"),
-    "rng": ("runtime/checkpoint.py", '        set_rng_state(state["rng"], self.gen)', "        pass",
-            R + "test_resume.py::test_sigterm_then_resume_is_bitwise_exact"),
-    "data_position": ("runtime/checkpoint.py", '        self.stream.seek(*state["stream"])', "        pass",
-                      R + "test_resume.py::test_sigterm_then_resume_is_bitwise_exact"),
-    "optimizer": ("runtime/checkpoint.py", '        self.opt.load_state_dict(state["optimizer"])', "        pass",
-                  R + "test_resume.py::test_sigterm_then_resume_is_bitwise_exact"),
-    "algo_state": ("runtime/checkpoint.py", '            self.algo.load_state_dict(state.get("algorithm", {}))',
-                   "            pass", R + "test_resume.py::test_stateful_algorithms_resume_exactly"),
-    "metrics_cut": ("runtime/checkpoint.py", '        truncate_metrics(self.out, state["metrics_bytes"])', "        pass",
-                    R + "test_kill.py::test_killed_three_times_then_resumed_equals_uninterrupted"),
-    "partial_cleanup": ("runtime/checkpoint.py", "        remove_tree(tmp)\n        prev =", "        prev =",
-                        R + "test_checkpoints.py::test_full_disk_while_checkpointing"),
+    "manifest": (
+        "runtime/checkpoint.py",
+        "    return check_manifest(ckpt, files)",
+        "    return None",
+        R + "test_checkpoints.py::test_corrupt_checkpoint_is_reported_and_skipped",
+    ),
+    "weights_only": (
+        "runtime/checkpoint.py",
+        'state.pt", weights_only=True)',
+        'state.pt", weights_only=False)',
+        R + "test_checkpoints.py::test_pickled_code_in_state_is_never_run",
+    ),
+    "rng": (
+        "runtime/checkpoint.py",
+        '        set_rng_state(state["rng"], self.gen)',
+        "        pass",
+        R + "test_resume.py::test_sigterm_then_resume_is_bitwise_exact",
+    ),
+    "data_position": (
+        "runtime/checkpoint.py",
+        '        self.stream.seek(*state["stream"])',
+        "        pass",
+        R + "test_resume.py::test_sigterm_then_resume_is_bitwise_exact",
+    ),
+    "optimizer": (
+        "runtime/checkpoint.py",
+        '        self.opt.load_state_dict(state["optimizer"])',
+        "        pass",
+        R + "test_resume.py::test_sigterm_then_resume_is_bitwise_exact",
+    ),
+    "algo_state": (
+        "runtime/checkpoint.py",
+        '            self.algo.load_state_dict(state.get("algorithm", {}))',
+        "            pass",
+        R + "test_resume.py::test_stateful_algorithms_resume_exactly",
+    ),
+    "metrics_cut": (
+        "runtime/checkpoint.py",
+        '        truncate_metrics(self.out, state["metrics_bytes"])',
+        "        pass",
+        R + "test_kill.py::test_killed_three_times_then_resumed_equals_uninterrupted",
+    ),
+    "partial_cleanup": (
+        "runtime/checkpoint.py",
+        "        remove_tree(tmp)\n        prev =",
+        "        prev =",
+        R + "test_checkpoints.py::test_full_disk_while_checkpointing",
+    ),
     # a checkpoint written straight into its final folder instead of a temp folder renamed into place
-    "atomic_rename": ("runtime/checkpoint.py", ('final, tmp = root / f"step-{step:06d}", root / f".tmp-step-{step:06d}"',
-                                        "    _replace_dir(tmp, final)\n"),
-                      ('final = tmp = root / f"step-{step:06d}"', ""),
-                      R + "test_kill.py::test_killed_three_times_then_resumed_equals_uninterrupted"),
-    "guard": ("algorithms/base.py", "    if finite:\n        opt.step()", "    if True:\n        opt.step()",
-              R + "test_guard.py::test_isolated_non_finite_step_is_skipped_and_counted"),
-    "signals": ("training/loop.py", "            self._old = {s: signal.signal(s, self._handle)",
-                "            self._old = {s: signal.getsignal(s)",
-                R + "test_resume.py::test_sigterm_then_resume_is_bitwise_exact"),
-    "occupied_output": ("training/common.py", '        raise RlooError(f"{out} already holds {what}; {how}',
-                        '        if False: raise RlooError(f"{out} already holds {what}; {how}',
-                        R + "test_bad_input.py::test_output_folder_holding_a_run_is_refused"),
-    "reward_nan": ("rewards/sources.py", "            if not math.isfinite(float(v)):", "            if False:",
-                   R + "test_errors.py"),
-    "reward_count": ("rewards/sources.py", "raise RewardError(f\"reward function {self.name} returned {len(values)} scores",
-                     "print(f\"reward function {self.name} returned {len(values)} scores", R + "test_errors.py"),
-    "pad_token": ("modeling/loading.py", "        tok.pad_token = tok.eos_token", "        pass",
-                  R + "test_bad_input.py::test_tokenizer_without_pad_token_is_handled"),
-    "truncation_count": ("data/collate.py", "    truncated = sum(len(r) > max_len for r in rows)", "    truncated = 0",
-                         R + "test_bad_input.py::test_long_prompts_are_truncated_and_counted"),
-    "dataset_quiet": ("data/datasets.py", "    datasets.logging.set_verbosity(datasets.logging.CRITICAL)\n", "",
-                      R + "test_bad_input.py::test_dataset_errors_from_the_cli"),
+    "atomic_rename": (
+        "runtime/checkpoint.py",
+        ('final, tmp = root / f"step-{step:06d}", root / f".tmp-step-{step:06d}"', "    _replace_dir(tmp, final)\n"),
+        ('final = tmp = root / f"step-{step:06d}"', ""),
+        R + "test_kill.py::test_killed_three_times_then_resumed_equals_uninterrupted",
+    ),
+    "guard": (
+        "algorithms/base.py",
+        "    if finite:\n        opt.step()",
+        "    if True:\n        opt.step()",
+        R + "test_guard.py::test_isolated_non_finite_step_is_skipped_and_counted",
+    ),
+    "signals": (
+        "training/loop.py",
+        "            self._old = {s: signal.signal(s, self._handle)",
+        "            self._old = {s: signal.getsignal(s)",
+        R + "test_resume.py::test_sigterm_then_resume_is_bitwise_exact",
+    ),
+    "occupied_output": (
+        "training/common.py",
+        '        raise RlooError(f"{out} already holds {what}; {how}',
+        '        if False: raise RlooError(f"{out} already holds {what}; {how}',
+        R + "test_bad_input.py::test_output_folder_holding_a_run_is_refused",
+    ),
+    "reward_nan": (
+        "rewards/sources.py",
+        "            if not math.isfinite(float(v)):",
+        "            if False:",
+        R + "test_errors.py",
+    ),
+    "reward_count": (
+        "rewards/sources.py",
+        'raise RewardError(f"reward function {self.name} returned {len(values)} scores',
+        'print(f"reward function {self.name} returned {len(values)} scores',
+        R + "test_errors.py",
+    ),
+    "pad_token": (
+        "modeling/loading.py",
+        "        tok.pad_token = tok.eos_token",
+        "        pass",
+        R + "test_bad_input.py::test_tokenizer_without_pad_token_is_handled",
+    ),
+    "truncation_count": (
+        "data/collate.py",
+        "    truncated = sum(len(r) > max_len for r in rows)",
+        "    truncated = 0",
+        R + "test_bad_input.py::test_long_prompts_are_truncated_and_counted",
+    ),
+    "dataset_quiet": (
+        "data/datasets.py",
+        "    datasets.logging.set_verbosity(datasets.logging.CRITICAL)\n",
+        "",
+        R + "test_bad_input.py::test_dataset_errors_from_the_cli",
+    ),
 }
 
 
@@ -75,15 +139,20 @@ def run_mutant(name: str, spec: tuple, work: Path) -> tuple[str, float]:
     path = src / "rloo" / rel
     text = path.read_text()
     olds, news = (old, new) if isinstance(old, tuple) else ((old,), (new,))
-    for o, n in zip(olds, news):
+    for o, n in zip(olds, news, strict=False):
         if text.count(o) != 1:
             return f"STALE (an edit matches {text.count(o)} times)", 0.0
         text = text.replace(o, n)
     path.write_text(text)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src), str(ROOT)])}
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", test],
-                          cwd=ROOT, env=env, capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", test],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     seconds = time.perf_counter() - t0
     if proc.returncode == 1:
         return "caught (the test fails)", seconds
@@ -108,8 +177,10 @@ def main(names: list[str]) -> int:
         for name in chosen:
             result, seconds = run_mutant(name, MUTANTS[name], Path(tmp))
             missed += not result.startswith("caught")
-            print(f"| {name} | {MUTANTS[name][0]} | `{MUTANTS[name][3].split('/')[-1]}` | {result} | {seconds:.0f} |",
-                  flush=True)
+            print(
+                f"| {name} | {MUTANTS[name][0]} | `{MUTANTS[name][3].split('/')[-1]}` | {result} | {seconds:.0f} |",
+                flush=True,
+            )
     return 1 if missed else 0
 
 

@@ -23,9 +23,20 @@ SHAPES = {"demo (128 wide, 3 layers)": (128, 3, 4, 384, 2000), "bench M (512 wid
 
 def _model(hidden, layers, heads, inter, vocab):
     torch.manual_seed(0)
-    return LlamaForCausalLM(LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=inter,
-                                        num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=heads,
-                                        max_position_embeddings=256, pad_token_id=0, eos_token_id=1, bos_token_id=None))
+    return LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=vocab,
+            hidden_size=hidden,
+            intermediate_size=inter,
+            num_hidden_layers=layers,
+            num_attention_heads=heads,
+            num_key_value_heads=heads,
+            max_position_embeddings=256,
+            pad_token_id=0,
+            eos_token_id=1,
+            bos_token_id=None,
+        )
+    )
 
 
 def _train_step(model, ids):
@@ -35,8 +46,15 @@ def _train_step(model, ids):
 
 def _decode(model, ids, new):
     with torch.no_grad():
-        sample(model, ids, torch.ones_like(ids, dtype=torch.bool), max_new_tokens=new, eos_id=-1, pad_id=0,
-               generator=torch.Generator().manual_seed(0))
+        sample(
+            model,
+            ids,
+            torch.ones_like(ids, dtype=torch.bool),
+            max_new_tokens=new,
+            eos_id=-1,
+            pad_id=0,
+            generator=torch.Generator().manual_seed(0),
+        )
 
 
 def measure(reps: int) -> dict:
@@ -44,12 +62,14 @@ def measure(reps: int) -> dict:
     for name, shape in SHAPES.items():
         model, vocab = _model(*shape), shape[-1]
         ids = torch.randint(2, vocab, (64, 96), generator=torch.Generator().manual_seed(0))
-        jobs = {"sft step (64 x 96 tokens)": lambda: _train_step(model, ids),
-                "decode 32 tokens (64 rows)": lambda: _decode(model, ids[:, :32], 32)}
+        jobs = {
+            "sft step (64 x 96 tokens)": lambda model=model, ids=ids: _train_step(model, ids),
+            "decode 32 tokens (64 rows)": lambda model=model, ids=ids: _decode(model, ids[:, :32], 32),
+        }
         for job, fn in jobs.items():
             times = {"float32": [], "bfloat16": []}
             for i in range(reps + 1):
-                for dt in (["float32", "bfloat16"] if i % 2 == 0 else ["bfloat16", "float32"]):
+                for dt in ["float32", "bfloat16"] if i % 2 == 0 else ["bfloat16", "float32"]:
                     with resolve_precision(dt, "cpu").autocast():
                         t0 = time.perf_counter()
                         fn()
@@ -59,9 +79,12 @@ def measure(reps: int) -> dict:
             r["speedup_min"] = r["float32"]["min_s"] / r["bfloat16"]["min_s"]
             r["speedup_median"] = r["float32"]["median_s"] / r["bfloat16"]["median_s"]
             out[f"{name}: {job}"] = r
-            print(f"{name}: {job}: fp32 {r['float32']['min_s']:.3f}/{r['float32']['median_s']:.3f} s, "
-                  f"bf16 {r['bfloat16']['min_s']:.3f}/{r['bfloat16']['median_s']:.3f} s (min/median); "
-                  f"bf16 speed-up {r['speedup_min']:.2f}x (min) {r['speedup_median']:.2f}x (median)", flush=True)
+            print(
+                f"{name}: {job}: fp32 {r['float32']['min_s']:.3f}/{r['float32']['median_s']:.3f} s, "
+                f"bf16 {r['bfloat16']['min_s']:.3f}/{r['bfloat16']['median_s']:.3f} s (min/median); "
+                f"bf16 speed-up {r['speedup_min']:.2f}x (min) {r['speedup_median']:.2f}x (median)",
+                flush=True,
+            )
     return out
 
 

@@ -46,16 +46,18 @@ TINY_MODEL_FORWARD = 2**10
 TINY_MODEL_BACKWARD = 2**12
 
 
-def tolerance(expected: torch.Tensor | float | None, factor: float, *, dtype=torch.float32,
-              scale: float | None = None) -> float:
+def tolerance(
+    expected: torch.Tensor | float | None, factor: float, *, dtype=torch.float32, scale: float | None = None
+) -> float:
     """The absolute tolerance eps(dtype) * scale * factor (scale: max |expected| unless given)."""
     if scale is None:
         scale = float(torch.as_tensor(expected).detach().double().abs().max())
     return torch.finfo(dtype).eps * scale * factor
 
 
-def assert_close(actual, expected, factor: float, *, dtype=torch.float32, scale: float | None = None,
-                 msg: str | None = None) -> None:
+def assert_close(
+    actual, expected, factor: float, *, dtype=torch.float32, scale: float | None = None, msg: str | None = None
+) -> None:
     """torch.testing.assert_close with the derived absolute tolerance above and rtol = 0."""
     actual, expected = torch.as_tensor(actual).detach(), torch.as_tensor(expected).detach()
     atol = tolerance(expected, factor, dtype=dtype, scale=scale)

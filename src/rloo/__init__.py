@@ -1,12 +1,12 @@
 """rloo: fine-tune language models from feedback with REINFORCE Leave-One-Out.
 
-    from rloo import RLConfig, train
-    train(RLConfig(policy="my-sft-model", output_dir="runs/mine"), prompts=prompts, reward_fn=my_reward)
+from rloo import RLConfig, train
+train(RLConfig(policy="my-sft-model", output_dir="runs/mine"), prompts=prompts, reward_fn=my_reward)
 """
 
 import importlib
 
-from rloo.config import (EvalConfig, PipelineConfig, RewardConfig, RLConfig, SFTConfig, load_config)
+from rloo.config import EvalConfig, PipelineConfig, RewardConfig, RLConfig, SFTConfig, load_config
 from rloo.errors import ConfigError, RewardError, RlooError
 
 __version__ = "0.1.0"
@@ -29,6 +29,20 @@ def __getattr__(name):
     raise AttributeError(f"module 'rloo' has no attribute {name!r}")
 
 
-__all__ = ["SFTConfig", "RewardConfig", "RLConfig", "EvalConfig", "PipelineConfig", "load_config",
-           "RlooError", "ConfigError", "RewardError", "sft", "train_reward", "train", "evaluate",
-           "pipeline", "get_task"]
+__all__ = [
+    "SFTConfig",
+    "RewardConfig",
+    "RLConfig",
+    "EvalConfig",
+    "PipelineConfig",
+    "load_config",
+    "RlooError",
+    "ConfigError",
+    "RewardError",
+    "sft",
+    "train_reward",
+    "train",
+    "evaluate",
+    "pipeline",
+    "get_task",
+]

@@ -6,59 +6,76 @@ import argparse
 import sys
 from pathlib import Path
 
-from rloo.config import (BenchConfig, CompareConfig, EvalConfig, PipelineConfig, RewardConfig, RLConfig,
-                         SFTConfig, describe_fields, load_config)
+from rloo.config import (
+    BenchConfig,
+    CompareConfig,
+    EvalConfig,
+    PipelineConfig,
+    RewardConfig,
+    RLConfig,
+    SFTConfig,
+    describe_fields,
+    load_config,
+)
 from rloo.errors import RlooError, cli_options
 from rloo.runtime.atomic import describe_write_failure
 
 EXAMPLES = {
     "pipeline": "rloo pipeline                      # the whole pipeline on the default task\n"
-                "  rloo pipeline task=dialogue rl.k=2 output_dir=runs/hh",
+    "  rloo pipeline task=dialogue rl.k=2 output_dir=runs/hh",
     "sft": "rloo sft output_dir=runs/sft epochs=3",
     "reward": "rloo reward sft_model=runs/sft/model output_dir=runs/rm",
     "train": "rloo train policy=runs/sft/model reward_model=runs/rm/model k=4 beta=0.05",
     "eval": "rloo eval policy=runs/rl/model baseline=runs/sft/model",
     "bench": "rloo bench shapes=[S,M] steps=5 output_dir=runs/bench",
     "compare": "rloo compare --quick                # every method, minutes\n"
-               "  rloo compare tasks=[summarize] seeds=[0,1] output_dir=runs/cmp",
+    "  rloo compare tasks=[summarize] seeds=[0,1] output_dir=runs/cmp",
 }
 
 
 # Each subcommand imports its stage on first use (the one allowed kind of function-level import
 # besides optional dependencies): `rloo --help` and config errors stay fast, without torch.
 
+
 def _run_sft(cfg, args):
     from rloo.training.sft import sft
+
     sft(cfg, overwrite=args.overwrite)
 
 
 def _run_reward(cfg, args):
     from rloo.training.reward import train_reward
+
     train_reward(cfg, overwrite=args.overwrite)
 
 
 def _run_train(cfg, args):
     from rloo.training.rl import train
+
     train(cfg, resume=args.resume, overwrite=args.overwrite)
 
 
 def _run_eval(cfg, args):
     from rloo.training.evaluate import evaluate
+
     evaluate(cfg, overwrite=args.overwrite)
 
 
 def _run_pipeline(cfg, args):
     from rloo.training.pipeline import pipeline
+
     pipeline(cfg, overwrite=args.overwrite)
 
 
 def _run_bench(cfg, args):
     from rloo.experiments.bench import run_bench
+
     run_bench(cfg)
 
 
 def _run_compare(cfg, args):
     from rloo.experiments.compare import compare
+
     if args.quick:
         cfg = cfg.model_copy(update={"quick": True})
     compare(cfg, overwrite=args.overwrite)
@@ -82,9 +99,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="rloo", description="RLHF with REINFORCE Leave-One-Out (Ahmadian et al. 2024).")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     for name, (cls, _) in COMMANDS.items():
-        sp = sub.add_parser(name, help=(cls.__doc__ or "").splitlines()[0], description=cls.__doc__,
-                            epilog="example:\n  " + EXAMPLES[name] + "\n\nrun with --help-config to list every key.",
-                            formatter_class=argparse.RawDescriptionHelpFormatter)
+        sp = sub.add_parser(
+            name,
+            help=(cls.__doc__ or "").splitlines()[0],
+            description=cls.__doc__,
+            epilog="example:\n  " + EXAMPLES[name] + "\n\nrun with --help-config to list every key.",
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
         sp.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. rl.k=8")
         sp.add_argument("--config", "-c", help="YAML config file (overrides win over it)")
         sp.add_argument("--overwrite", action="store_true", help="replace a previous run in output_dir")
@@ -118,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load_config(cls, args.config, args.overrides)
         if args.command in PREFLIGHT:
             from rloo.data.preflight import check_config  # lazy like the subcommands: fast --help
+
             check_config(cfg)  # before the heavy imports below: a typo costs a second, not a model load
         with cli_options():  # error messages name --resume/--overwrite, not resume=/overwrite=
             run(cfg, args)
@@ -130,8 +152,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.debug:
             raise
         where = f" ({e.filename})" if e.filename else ""
-        print(f"rloo {args.command}: error: {describe_write_failure(e, Path(e.filename).parent if e.filename else Path('.'))}{where}; rerun with --debug "
-              f"for the traceback", file=sys.stderr)
+        what = describe_write_failure(e, Path(e.filename).parent if e.filename else Path("."))
+        print(
+            f"rloo {args.command}: error: {what}{where}; rerun with --debug for the traceback",
+            file=sys.stderr,
+        )
         return 2
     except KeyboardInterrupt:
         print(f"rloo {args.command}: interrupted", file=sys.stderr)

@@ -31,7 +31,7 @@ def _brute_force(lengths, overhead):
 
 def test_buckets_partition_non_empty_rows_and_are_optimal():
     g = torch.Generator().manual_seed(0)
-    for trial in range(30):
+    for _ in range(30):
         lengths = torch.randint(0, 12, (int(torch.randint(1, 20, (1,), generator=g)),), generator=g)
         for overhead in (0, 5, 40, 10**6):
             buckets = length_buckets(lengths, overhead)
@@ -43,17 +43,18 @@ def test_buckets_partition_non_empty_rows_and_are_optimal():
 
 def test_bucket_extremes():
     lengths = torch.tensor([32, 5, 32, 0, 12, 1])
-    assert len(length_buckets(lengths, 10**9)) == 1                   # never worth a second pass
-    assert len(length_buckets(lengths, 0)) == 4                       # one pass per distinct length
-    assert length_buckets(torch.zeros(3, dtype=torch.long)) == []     # nothing to run
+    assert len(length_buckets(lengths, 10**9)) == 1  # never worth a second pass
+    assert len(length_buckets(lengths, 0)) == 4  # one pass per distinct length
+    assert length_buckets(torch.zeros(3, dtype=torch.long)) == []  # nothing to run
 
 
 def test_default_cost_follows_the_device():
     from rloo.data.buckets import BUCKET_OVERHEAD_TOKENS
+
     lengths = torch.tensor([40] * 4 + [8] * 4)  # splitting saves 4 * 32 = 128 padded tokens
     assert BUCKET_OVERHEAD_TOKENS["cpu"] < 128 < BUCKET_OVERHEAD_TOKENS["cuda"]
-    assert len(length_buckets(lengths)) == 2                                   # CPU: worth a second pass
-    assert len(length_buckets(lengths, BUCKET_OVERHEAD_TOKENS["cuda"])) == 1   # GPU cost: not worth it
+    assert len(length_buckets(lengths)) == 2  # CPU: worth a second pass
+    assert len(length_buckets(lengths, BUCKET_OVERHEAD_TOKENS["cuda"])) == 1  # GPU cost: not worth it
 
 
 def _quadratic_reference(lengths, overhead):

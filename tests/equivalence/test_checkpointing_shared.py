@@ -23,8 +23,12 @@ from rloo.modeling.loading import enable_gradient_checkpointing
 
 REL = 1e-5
 PADDED = ["post : job rent tl;dr :", "post : exam tl;dr :", "post : loan sister car mom tl;dr :", "post : tl;dr :"]
-UNPADDED = ["post : job rent tl;dr :", "post : exam car tl;dr :", "post : loan sister tl;dr :",
-            "post : mom dog tl;dr :"]
+UNPADDED = [
+    "post : job rent tl;dr :",
+    "post : exam car tl;dr :",
+    "post : loan sister tl;dr :",
+    "post : mom dog tl;dr :",
+]
 
 
 def _reward(prompts, completions):
@@ -38,9 +42,22 @@ def arch_dirs(tmp_path_factory):
 
 
 def _step1(path, out, prompts, checkpointing: bool) -> dict:
-    cfg = RLConfig(policy=str(path), output_dir=out, steps=1, batch_size=4, k=4, max_new_tokens=6, lr=1e-3,
-                   warmup_steps=0, eval_every=None, save_every=None, seed=3, dtype="float32",
-                   gradient_checkpointing=checkpointing, share_prompt=True)
+    cfg = RLConfig(
+        policy=str(path),
+        output_dir=out,
+        steps=1,
+        batch_size=4,
+        k=4,
+        max_new_tokens=6,
+        lr=1e-3,
+        warmup_steps=0,
+        eval_every=None,
+        save_every=None,
+        seed=3,
+        dtype="float32",
+        gradient_checkpointing=checkpointing,
+        share_prompt=True,
+    )
     return next(h for h in train(cfg, prompts=prompts, reward_fn=_reward).history if "loss/policy" in h)
 
 
@@ -50,7 +67,7 @@ def test_train_step_with_checkpointing_equals_without(arch, padded, arch_dirs, t
     prompts = PADDED if padded else UNPADDED
     off = _step1(arch_dirs[arch], tmp_path / "off", prompts, False)
     on = _step1(arch_dirs[arch], tmp_path / "on", prompts, True)
-    assert on["gen/length"] == off["gen/length"]          # same samples (sampling is in eval mode)
+    assert on["gen/length"] == off["gen/length"]  # same samples (sampling is in eval mode)
     for key in ("loss/policy", "grad/norm"):
         assert on[key] == pytest.approx(off[key], rel=REL, abs=1e-7), key
     assert off["grad/norm"] > 0
@@ -69,8 +86,10 @@ def _grouped_batch(padded: bool, B=3, K=3, P=7, T=6, V=40):
 def test_shared_pass_recomputes_layers_and_keeps_the_cache():
     """The layers really are recomputed in backward (checkpointing is not just switched off), and
     the prompt's keys/values reach the recomputed completions: log-probs and gradients exact."""
-    from helpers.tiny_archs import tiny_lm
     from transformers.models.llama import modeling_llama
+
+    from helpers.tiny_archs import tiny_lm
+
     calls = []
     orig = modeling_llama.LlamaMLP.forward
     batch = _grouped_batch(padded=True)
@@ -91,7 +110,7 @@ def test_shared_pass_recomputes_layers_and_keeps_the_cache():
     (lp0, g0, f0, b0), (lp1, g1, f1, b1) = results
     assert b0 == f0 and b1 == 2 * f1, "checkpointing on: every layer runs again in backward"
     torch.testing.assert_close(lp1, lp0, rtol=0, atol=0)
-    for a, b in zip(g1, g0):
+    for a, b in zip(g1, g0, strict=False):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
@@ -99,9 +118,10 @@ def test_model_without_checkpointing_layers_falls_back_to_plain(capsys):
     """A model whose checkpointing cannot keep the cache gets the plain pass (same numbers), not a wrong one."""
     from helpers.tiny_archs import tiny_lm
     from rloo.modeling.forward import completion_logprobs
+
     batch = _grouped_batch(padded=True)
     model = tiny_lm("qwen2").train()
-    for layer in model.model.layers:   # what an old-style model looks like: only the model flag
+    for layer in model.model.layers:  # what an old-style model looks like: only the model flag
         layer.__class__ = type("OldLayer", (torch.nn.Module,), {"forward": type(layer).forward.__wrapped__})
     model.model.gradient_checkpointing = True
     model.model._gradient_checkpointing_func = None

@@ -13,12 +13,13 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from rloo.runtime.distributed import Dist
 from rloo.rollout.sampler import _inverse_cdf, rollout
+from rloo.runtime.distributed import Dist
 
 HELPERS = Path(__file__).parents[1] / "helpers"
 sys.path.insert(0, str(HELPERS))
 import dist_worker  # noqa: E402
+
 from tolerance import ELEMENTWISE, TINY_MODEL_BACKWARD, tolerance  # noqa: E402
 
 
@@ -34,13 +35,27 @@ def _free_port() -> int:
 
 @pytest.mark.equivalence
 def test_two_processes_match_one(tiny_model_dir, tmp_path):
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2] / "src"), str(HELPERS)]),
-           "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(_free_port()),
-           str(HELPERS / "dist_worker.py"), str(tiny_model_dir), str(tmp_path / "two"), "ddp,fsdp"]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2] / "src"), str(HELPERS)]),
+        "OMP_NUM_THREADS": "1",
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_port",
+        str(_free_port()),
+        str(HELPERS / "dist_worker.py"),
+        str(tiny_model_dir),
+        str(tmp_path / "two"),
+        "ddp,fsdp",
+    ]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    dist_worker.run(str(tiny_model_dir), str(tmp_path / "one"), ["ddp"])   # WORLD_SIZE unset: one process
+    dist_worker.run(str(tiny_model_dir), str(tmp_path / "one"), ["ddp"])  # WORLD_SIZE unset: one process
     one, start = _params(tmp_path / "one" / "ddp"), load_file(str(tiny_model_dir / "model.safetensors"))
     moved = max((one[k] - start[k]).abs().max().item() for k in one)
     # One process computes the update's log-probs with its shared-prompt fast path, the wrapped
@@ -51,7 +66,7 @@ def test_two_processes_match_one(tiny_model_dir, tmp_path):
     cfg = dist_worker.config(str(tiny_model_dir), tmp_path, "ddp")
     grad_bound = tolerance(None, TINY_MODEL_BACKWARD, scale=cfg.max_grad_norm)  # clipped: |g_i| <= max_grad_norm
     param_bound = tolerance(None, ELEMENTWISE, scale=max(v.abs().max().item() for v in start.values()))
-    tol = 2 ** cfg.steps * cfg.steps * (cfg.lr * grad_bound + param_bound)
+    tol = 2**cfg.steps * cfg.steps * (cfg.lr * grad_bound + param_bound)
     assert moved > 10 * tol, f"the steps moved the parameters by {moved:.2e}: the comparison would prove nothing"
     for mode in ("ddp", "fsdp"):
         two = _params(tmp_path / "two" / mode)
@@ -69,16 +84,21 @@ def test_shard_keeps_groups_and_global_rows():
 def test_split_sampling_equals_whole_batch(tiny_model_dir):
     """rows=(offset,total): each half of a batch gets exactly the tokens the whole batch gets."""
     from rloo.modeling.loading import load_policy
+
     model, tok = load_policy(str(tiny_model_dir))
     prompts, k, kw = dist_worker.PROMPTS[:4], 2, dict(max_prompt_len=16, max_new_tokens=5)
     whole = rollout(model, tok, prompts, k, generator=torch.Generator().manual_seed(0), rows=(0, 8), **kw)
-    parts = [rollout(model, tok, prompts[2 * r: 2 * r + 2], k, generator=torch.Generator().manual_seed(0),
-                     rows=(4 * r, 8), **kw) for r in range(2)]
+    parts = [
+        rollout(
+            model, tok, prompts[2 * r : 2 * r + 2], k, generator=torch.Generator().manual_seed(0), rows=(4 * r, 8), **kw
+        )
+        for r in range(2)
+    ]
     T = whole.completion_ids.shape[1]
     for r, part in enumerate(parts):
         t = part.completion_ids.shape[1]
-        assert torch.equal(part.completion_ids, whole.completion_ids[4 * r: 4 * r + 4, :t])
-        assert not whole.completion_mask[4 * r: 4 * r + 4, t:T].any()
+        assert torch.equal(part.completion_ids, whole.completion_ids[4 * r : 4 * r + 4, :t])
+        assert not whole.completion_mask[4 * r : 4 * r + 4, t:T].any()
 
 
 def test_inverse_cdf_sampling_matches_probabilities():

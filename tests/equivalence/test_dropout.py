@@ -24,6 +24,7 @@ from rloo.modeling.dropout import disable_dropout, has_dropout
 HELPERS = Path(__file__).parents[1] / "helpers"
 sys.path.insert(0, str(HELPERS))
 import dropout_dist_worker  # noqa: E402
+
 from equivalence.test_distributed import _free_port  # noqa: E402
 
 EPS = torch.finfo(torch.float32).eps
@@ -40,9 +41,23 @@ def _reward(prompts, completions):
 
 
 def _ppo_first_minibatch(path, out, disable: bool) -> dict:
-    cfg = RLConfig(policy=str(path), output_dir=out, steps=1, batch_size=4, k=4, max_new_tokens=8, lr=1e-2,
-                   warmup_steps=0, eval_every=None, save_every=None, seed=0, dtype="float32", algorithm="ppo",
-                   algorithm_settings=AlgorithmSettings(ppo_epochs=1, num_minibatches=1, value_model="head"), disable_dropout=disable)
+    cfg = RLConfig(
+        policy=str(path),
+        output_dir=out,
+        steps=1,
+        batch_size=4,
+        k=4,
+        max_new_tokens=8,
+        lr=1e-2,
+        warmup_steps=0,
+        eval_every=None,
+        save_every=None,
+        seed=0,
+        dtype="float32",
+        algorithm="ppo",
+        algorithm_settings=AlgorithmSettings(ppo_epochs=1, num_minibatches=1, value_model="head"),
+        disable_dropout=disable,
+    )
     return next(h for h in train(cfg, prompts=PROMPTS, reward_fn=_reward).history if "ppo/clipfrac" in h)
 
 
@@ -52,8 +67,8 @@ def test_ppo_on_policy_ratio_is_one_with_dropout_in_config(gpt2_dropout, tmp_pat
     # function (2^8 eps relative to |log p| + 1 <= 5: see tests/equivalence/test_gradient_matrix.py)
     assert on["ppo/clipfrac"] == 0.0
     assert abs(on["ppo/ratio_mean"] - 1) <= 2**8 * EPS * 5
-    assert abs(on["ppo/approx_kl"]) <= (2**8 * EPS * 5) ** 2 + 4 * EPS   # k3 ~ logr^2/2, plus its own rounding
-    kept = _ppo_first_minibatch(gpt2_dropout, tmp_path / "on", disable=False)   # the control
+    assert abs(on["ppo/approx_kl"]) <= (2**8 * EPS * 5) ** 2 + 4 * EPS  # k3 ~ logr^2/2, plus its own rounding
+    kept = _ppo_first_minibatch(gpt2_dropout, tmp_path / "on", disable=False)  # the control
     assert kept["ppo/approx_kl"] > 1e-4 and abs(kept["ppo/ratio_mean"] - 1) > 2**8 * EPS * 5
 
 
@@ -63,7 +78,7 @@ def test_disable_dropout_switches_every_dropout_off_and_keeps_the_config():
         assert has_dropout(model), arch
         disable_dropout(model)
         assert not has_dropout(model), arch
-        assert model.config.to_dict() == tiny_lm(arch, dropout=0.1).config.to_dict()   # save_pretrained unchanged
+        assert model.config.to_dict() == tiny_lm(arch, dropout=0.1).config.to_dict()  # save_pretrained unchanged
         x = torch.randint(2, 40, (2, 7))
         model.train()
         a, b = model(input_ids=x).logits, model(input_ids=x).logits
@@ -74,6 +89,7 @@ def test_disable_dropout_switches_every_dropout_off_and_keeps_the_config():
 
 def _step1(run: Path) -> dict:
     import json
+
     return json.loads((run / "metrics.jsonl").read_text().splitlines()[0])
 
 
@@ -84,11 +100,25 @@ def test_two_processes_match_one_with_dropout_in_config(gpt2_dropout, tmp_path):
     near-zero gradient entries into lr-sized weight differences. Tolerance: relative 1e-5, as for
     gradient checkpointing (tests/equivalence/test_checkpointing_shared.py): the same float32 math in another
     order (the plain pass instead of the shared one, an all-reduce of two halves)."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1] / "src"), str(HELPERS)]),
-           "OMP_NUM_THREADS": "1"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1] / "src"), str(HELPERS)]),
+        "OMP_NUM_THREADS": "1",
+    }
     modes = ["ddp", "fsdp", "ddp-gc"]
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(_free_port()),
-           str(HELPERS / "dropout_dist_worker.py"), str(gpt2_dropout), str(tmp_path / "two"), ",".join(modes)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_port",
+        str(_free_port()),
+        str(HELPERS / "dropout_dist_worker.py"),
+        str(gpt2_dropout),
+        str(tmp_path / "two"),
+        ",".join(modes),
+    ]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     dropout_dist_worker.run(str(gpt2_dropout), str(tmp_path / "one"), ["ddp"])

@@ -12,10 +12,10 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, LlamaForSequenceClassification
 
+from rloo.algorithms.rloo import Models, rloo_step
 from rloo.config import RLConfig
 from rloo.modeling.forward import chunked_head, completion_logprobs, reward_scores
 from rloo.modeling.forward_shared import completion_logprobs_shared, group_prompts, reward_scores_shared
-from rloo.algorithms.rloo import Models, rloo_step
 from rloo.rewards import RewardModelScorer
 from rloo.rollout.sampler import sample
 from tolerance import TINY_MODEL_BACKWARD, TINY_MODEL_FORWARD, assert_close
@@ -27,9 +27,18 @@ B, K, P, T = 3, 3, 7, 6
 
 
 def _config():
-    return LlamaConfig(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                       pad_token_id=PAD, eos_token_id=EOS, bos_token_id=None)
+    return LlamaConfig(
+        vocab_size=V,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        pad_token_id=PAD,
+        eos_token_id=EOS,
+        bos_token_id=None,
+    )
 
 
 def _policy(seed=0):
@@ -65,8 +74,11 @@ def test_shared_logprobs_and_gradients_equal_plain(temperature, overhead):
     for shared in (False, True):
         model = _policy()
         args = (model, p_ids, p_mask, c_ids, c_mask)
-        lp = (completion_logprobs_shared(*args, k=K, temperature=temperature, bucket_overhead=overhead) if shared
-              else completion_logprobs(*args, temperature=temperature))
+        lp = (
+            completion_logprobs_shared(*args, k=K, temperature=temperature, bucket_overhead=overhead)
+            if shared
+            else completion_logprobs(*args, temperature=temperature)
+        )
         (lp * weights).masked_fill(~c_mask, 0.0).sum().backward()
         results.append((lp.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}))
     (lp0, g0), (lp1, g1) = results
@@ -112,6 +124,7 @@ def test_group_prompts_rejects_ungrouped_rows():
 
 class _Tok:
     """Just enough of a tokenizer for rollout(): integer-string prompts, no decoding needed."""
+
     eos_token_id, pad_token_id = EOS, PAD
 
     def __call__(self, text, add_special_tokens=False):
@@ -149,8 +162,9 @@ def test_rloo_step_shared_equals_plain():
         scorer = RewardModelScorer(_reward_model().eval(), tok, policy_tokenizer=tok, share_prompt=share)
         cfg = RLConfig(policy="unused", k=K, beta=0.1, max_new_tokens=T, lr=1e-2, share_prompt=share)
         opt = _GradRecorder(policy.parameters())
-        stats, roll, rewards = rloo_step(Models(policy, ref, tok, scorer), opt, prompts, cfg,
-                                         torch.Generator().manual_seed(0))
+        stats, roll, rewards = rloo_step(
+            Models(policy, ref, tok, scorer), opt, prompts, cfg, torch.Generator().manual_seed(0)
+        )
         after.append((stats, roll, rewards, opt.grads))
     (s0, roll0, r0, g0), (s1, roll1, r1, g1) = after
     assert torch.equal(roll1.completion_ids, roll0.completion_ids)  # same noise, same tokens (see above)
@@ -158,14 +172,19 @@ def test_rloo_step_shared_equals_plain():
     # scalars: means of N terms, each within the forward bound of its own scale; the loss is a
     # mean of A_i * log pi(y_i) whose terms cancel (sum A = 0), so its scale is mean |A_i log pi(y_i)|
     seq_lp = roll0.logprobs.sum(-1).abs()
-    scales = {"loss/policy": float((r0.view(-1, K) - r0.view(-1, K).mean(1, keepdim=True)).abs().flatten()
-                                   .mul(K / (K - 1)).mul(seq_lp).mean()),
-              "reward/score": abs(s0["reward/score"]), "reward/kl": abs(s0["reward/kl"]) + float(seq_lp.mean()),
-              "grad/norm": s0["grad/norm"]}
+    scales = {
+        "loss/policy": float(
+            (r0.view(-1, K) - r0.view(-1, K).mean(1, keepdim=True)).abs().flatten().mul(K / (K - 1)).mul(seq_lp).mean()
+        ),
+        "reward/score": abs(s0["reward/score"]),
+        "reward/kl": abs(s0["reward/kl"]) + float(seq_lp.mean()),
+        "grad/norm": s0["grad/norm"],
+    }
     for key, scale in scales.items():
-        assert_close(s1[key], s0[key], TINY_MODEL_BACKWARD if key == "grad/norm" else TINY_MODEL_FORWARD,
-                     scale=scale, msg=key)
-    for a, b in zip(g1, g0):
+        assert_close(
+            s1[key], s0[key], TINY_MODEL_BACKWARD if key == "grad/norm" else TINY_MODEL_FORWARD, scale=scale, msg=key
+        )
+    for a, b in zip(g1, g0, strict=False):
         assert_close(a, b, TINY_MODEL_BACKWARD)
 
 
@@ -173,6 +192,7 @@ def test_reused_prefill_gives_same_logprobs_and_gradients():
     """The sampling prefill (kept with its graph) stands in for the policy's prompt pass."""
     from rloo.modeling.forward_shared import group_prompts
     from rloo.modeling.kvcache import prefill_prompts
+
     p_ids, p_mask, c_ids, c_mask = _batch()
     grads = []
     for reuse in (False, True):
@@ -182,15 +202,16 @@ def test_reused_prefill_gives_same_logprobs_and_gradients():
         lp.masked_fill(~c_mask, 0.0).sum().backward()
         grads.append((lp.detach(), [p.grad.clone() for p in model.parameters()]))
     assert_close(grads[1][0], grads[0][0], TINY_MODEL_FORWARD)
-    for a, b in zip(grads[1][1], grads[0][1]):
+    for a, b in zip(grads[1][1], grads[0][1], strict=False):
         assert_close(a, b, TINY_MODEL_BACKWARD)
     with pytest.raises(ValueError, match="other prompts"):
         completion_logprobs_shared(_policy(), p_ids.flip(0), p_mask.flip(0), c_ids, c_mask, k=K, prefill=pre)
 
 
 def test_no_prefill_reuse_with_dropout():
-    from rloo.rollout import rollout
     from rloo.modeling.kvcache import has_dropout
+    from rloo.rollout import rollout
+
     model = _policy()
     assert not has_dropout(model)
     model.config.attention_dropout = 0.1
@@ -211,8 +232,11 @@ def test_chunked_lm_head_equals_full_logits(shared, tied):
         torch.manual_seed(0)
         model = LlamaForCausalLM(_config().__class__(**(_config().to_dict() | {"tie_word_embeddings": tied})))
         args = (model, p_ids, p_mask, c_ids, c_mask)
-        lp = (completion_logprobs_shared(*args, k=K, temperature=0.7, max_logits_mb=budget, bucket_overhead=0)
-              if shared else completion_logprobs(*args, temperature=0.7, max_logits_mb=budget))
+        lp = (
+            completion_logprobs_shared(*args, k=K, temperature=0.7, max_logits_mb=budget, bucket_overhead=0)
+            if shared
+            else completion_logprobs(*args, temperature=0.7, max_logits_mb=budget)
+        )
         (lp * weights).masked_fill(~c_mask, 0.0).sum().backward()
         results.append((lp.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}))
     (lp0, g0), (lp1, g1) = results
@@ -227,6 +251,7 @@ def test_chunked_lm_head_equals_full_logits(shared, tied):
 def test_ppo_pass_with_chunked_head_equals_full_logits():
     """PPO's joint policy + value pass: same log-probs, values and gradients with the chunked head."""
     from rloo.algorithms.ppo import ValueFunction
+
     p_ids, p_mask, c_ids, c_mask = _batch()
     results = []
     for budget in (1024, 0.001):

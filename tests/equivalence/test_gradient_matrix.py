@@ -32,9 +32,8 @@ import torch
 
 from helpers.tiny_archs import ARCHS, save_tiny_lm
 from rloo.algorithms import make_algorithm
-from rloo.config import AlgorithmSettings, RLConfig
+from rloo.config import AlgorithmSettings, LoraSettings, RLConfig
 from rloo.training.rl import load_models
-from rloo.config import LoraSettings
 
 # ---------------------------------------------------------------------------------------------
 # Tolerances: the ONE place. eps = float32 machine epsilon (2^-23 = 1.19e-7).
@@ -58,9 +57,11 @@ GRAD_REL = 2**10 * EPS
 
 def logratio_abs(logprob_scale: float) -> float:
     return 2**8 * EPS * (1.0 + logprob_scale)
+
+
 # ---------------------------------------------------------------------------------------------
 
-K, BETA, T_MAX = 4, 0.1, 8   # 12 rows of up to 8 tokens: mixed completion lengths with these models
+K, BETA, T_MAX = 4, 0.1, 8  # 12 rows of up to 8 tokens: mixed completion lengths with these models
 PADDED = ["post : job rent tl;dr :", "post : exam tl;dr :", "post : loan sister car mom tl;dr :"]
 UNPADDED = ["post : job rent tl;dr :", "post : exam car tl;dr :", "post : loan sister tl;dr :"]
 RATIO_METHODS = ("ppo", "grpo", "rloo_clip")
@@ -68,7 +69,10 @@ RATIO_METHODS = ("ppo", "grpo", "rloo_clip")
 
 def reward_fn(prompts, completions):
     """Deterministic, depends on the tokens: what the reference recomputes from the same texts."""
-    return [len(c.split()) / 4 - 0.5 * c.count(":") + 0.1 * len(p.split()) for p, c in zip(prompts, completions)]
+    return [
+        len(c.split()) / 4 - 0.5 * c.count(":") + 0.1 * len(p.split())
+        for p, c in zip(prompts, completions, strict=False)
+    ]
 
 
 @dataclass(frozen=True)
@@ -77,9 +81,9 @@ class Combo:
     checkpointing: bool
     lora: bool
     chunked: bool
-    buckets: str          # "dp": rloo's bucketing; "one": a single padded pass (bucket_overhead huge)
+    buckets: str  # "dp": rloo's bucketing; "one": a single padded pass (bucket_overhead huge)
     padded: bool
-    dropout: bool         # 0.1 in every dropout key of the model's config (and LoRA's)
+    dropout: bool  # 0.1 in every dropout key of the model's config (and LoRA's)
     arch: str
     tied: bool
 
@@ -87,8 +91,17 @@ class Combo:
         return "-".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self))
 
 
-FACTORS = dict(share=(True, False), checkpointing=(False, True), lora=(False, True), chunked=(False, True),
-               buckets=("dp", "one"), padded=(True, False), dropout=(False, True), arch=ARCHS, tied=(False, True))
+FACTORS = dict(
+    share=(True, False),
+    checkpointing=(False, True),
+    lora=(False, True),
+    chunked=(False, True),
+    buckets=("dp", "one"),
+    padded=(True, False),
+    dropout=(False, True),
+    arch=ARCHS,
+    tied=(False, True),
+)
 
 
 def skip_reason(c: Combo) -> str | None:
@@ -112,6 +125,7 @@ def pairwise() -> list[Combo]:
     def pairs(c):
         v = [getattr(c, n) for n in names]
         return {(i, v[i], j, v[j]) for i, j in itertools.combinations(range(len(names)), 2)}
+
     todo, chosen = set().union(*(pairs(c) for c in rows)), []
     while todo:
         best = max(rows, key=lambda c: len(pairs(c) & todo))
@@ -123,16 +137,32 @@ def pairwise() -> list[Combo]:
 @pytest.fixture(scope="module")
 def model_dirs(tmp_path_factory):
     root = tmp_path_factory.mktemp("matrix")
-    return {(a, t, d): save_tiny_lm(root / f"{a}-{t}-{d}", a, tied=t, dropout=0.1 if d else 0.0)
-            for a in ARCHS for t in (False, True) for d in (False, True)}
+    return {
+        (a, t, d): save_tiny_lm(root / f"{a}-{t}-{d}", a, tied=t, dropout=0.1 if d else 0.0)
+        for a in ARCHS
+        for t in (False, True)
+        for d in (False, True)
+    }
 
 
 def _config(c: Combo, path: Path, out: Path, algorithm: str = "rloo") -> RLConfig:
     algo = AlgorithmSettings(ppo_epochs=1, num_minibatches=1, value_model="head", rloo_clip=algorithm == "rloo_clip")
-    return RLConfig(policy=str(path), output_dir=out, k=K, beta=BETA, max_new_tokens=T_MAX, seed=0, dtype="float32",
-                    share_prompt=c.share, gradient_checkpointing=c.checkpointing, max_grad_norm=1e9,
-                    max_logits_mb=1e-3 if c.chunked else 256, algorithm="rloo" if algorithm == "rloo_clip" else algorithm,
-                    algorithm_settings=algo, lora=LoraSettings(r=4, alpha=8, dropout=0.1 if c.dropout else 0.0) if c.lora else None)
+    return RLConfig(
+        policy=str(path),
+        output_dir=out,
+        k=K,
+        beta=BETA,
+        max_new_tokens=T_MAX,
+        seed=0,
+        dtype="float32",
+        share_prompt=c.share,
+        gradient_checkpointing=c.checkpointing,
+        max_grad_norm=1e9,
+        max_logits_mb=1e-3 if c.chunked else 256,
+        algorithm="rloo" if algorithm == "rloo_clip" else algorithm,
+        algorithm_settings=algo,
+        lora=LoraSettings(r=4, alpha=8, dropout=0.1 if c.dropout else 0.0) if c.lora else None,
+    )
 
 
 class GradRecorder:
@@ -153,42 +183,48 @@ class GradRecorder:
 
 # ---- the reference: eq. 1, 4, 5 one sequence at a time -------------------------------------------
 
+
 def _sequence_logprob(model, x: torch.Tensor, y: torch.Tensor, temperature: float) -> torch.Tensor:
     """log pi(y|x) of one unpadded prompt x (P,) and completion y (T,): one plain forward pass."""
     logits = model(input_ids=torch.cat([x, y])[None], use_cache=False).logits[0].float() / temperature
-    pred = logits[len(x) - 1: len(x) + len(y) - 1]           # position P-1+t predicts y_t
+    pred = logits[len(x) - 1 : len(x) + len(y) - 1]  # position P-1+t predicts y_t
     return pred.log_softmax(-1).gather(-1, y[:, None]).sum()
 
 
 def reference_gradient(models, roll, cfg: RLConfig) -> dict[str, torch.Tensor]:
     policy = models.policy
     was_training = policy.training
-    policy.eval()                                            # the function that sampled
-    seqs = [(roll.prompt_ids[i][roll.prompt_mask[i]], roll.completion_ids[i][roll.completion_mask[i]])
-            for i in range(len(roll.prompts))]
+    policy.eval()  # the function that sampled
+    seqs = [
+        (roll.prompt_ids[i][roll.prompt_mask[i]], roll.completion_ids[i][roll.completion_mask[i]])
+        for i in range(len(roll.prompts))
+    ]
     scores = torch.tensor(reward_fn(roll.prompts, roll.completions), dtype=torch.float64)
     logp = [_sequence_logprob(policy, x, y, cfg.temperature) for x, y in seqs]
     with torch.no_grad():
         ref = torch.stack([_sequence_logprob(models.ref, x, y, cfg.temperature) for x, y in seqs]).double()
-    rewards = scores - cfg.beta * (torch.stack(logp).detach().double() - ref)                      # eq. 1
+    rewards = scores - cfg.beta * (torch.stack(logp).detach().double() - ref)  # eq. 1
     groups = rewards.view(-1, cfg.k)
-    adv = (groups - (groups.sum(1, keepdim=True) - groups) / (cfg.k - 1)).view(-1)                  # eq. 4
-    loss = -sum(float(a) * lp for a, lp in zip(adv, logp)) / len(logp)                             # eq. 5
+    adv = (groups - (groups.sum(1, keepdim=True) - groups) / (cfg.k - 1)).view(-1)  # eq. 4
+    loss = -sum(float(a) * lp for a, lp in zip(adv, logp, strict=False)) / len(logp)  # eq. 5
     params = [(n, p) for n, p in policy.named_parameters() if p.requires_grad]
     grads = torch.autograd.grad(loss, [p for _, p in params], allow_unused=True)
     policy.train(was_training)
-    return {n: (g if g is not None else torch.zeros_like(p)) for (n, p), g in zip(params, grads)}
+    return {n: (g if g is not None else torch.zeros_like(p)) for (n, p), g in zip(params, grads, strict=False)}
 
 
 # ---- one combination ------------------------------------------------------------------------------
+
 
 def _bucket_patch(monkeypatch, c: Combo):
     if c.buckets == "one":
         from functools import partial
 
-        import rloo.algorithms.base as base   # where rollout_logprobs looks the shared pass up
-        monkeypatch.setattr(base, "completion_logprobs_shared", partial(base.completion_logprobs_shared,
-                                                                        bucket_overhead=10**9))
+        import rloo.algorithms.base as base  # where rollout_logprobs looks the shared pass up
+
+        monkeypatch.setattr(
+            base, "completion_logprobs_shared", partial(base.completion_logprobs_shared, bucket_overhead=10**9)
+        )
 
 
 def run_rloo(c: Combo, path: Path, out: Path) -> dict:
@@ -211,6 +247,7 @@ def run_ratio(c: Combo, path: Path, out: Path, method: str, monkeypatch) -> dict
     import rloo.algorithms.ppo as ppo
     import rloo.algorithms.rloo_ablations as abl
     import rloo.core.losses as losses
+
     seen = []
     original = losses.ppo_clip_loss
 
@@ -220,13 +257,15 @@ def run_ratio(c: Combo, path: Path, out: Path, method: str, monkeypatch) -> dict
         d = d[mask] if mask is not None else d
         seen.append((d.abs().max().item(), old_logprobs.detach().abs().max().item(), float(stats["ppo/clipfrac"])))
         return loss, stats
+
     for mod in (losses, ppo, abl):
         monkeypatch.setattr(mod, "ppo_clip_loss", recording)
     cfg = _config(c, path, out, method)
     models = load_models(cfg, reward_fn=reward_fn)
     opt = torch.optim.SGD(models.policy.parameters(), lr=0.0)
-    make_algorithm(cfg, models).step(models, opt, PADDED if c.padded else UNPADDED, cfg,
-                                     torch.Generator().manual_seed(0))
+    make_algorithm(cfg, models).step(
+        models, opt, PADDED if c.padded else UNPADDED, cfg, torch.Generator().manual_seed(0)
+    )
     logratio, scale, clipfrac = seen[0]
     return {"logratio_max": logratio, "logratio_tol": logratio_abs(scale), "clipfrac": clipfrac}
 
@@ -252,7 +291,7 @@ def test_pairwise_combination_matches_reference(i, combo, model_dirs, tmp_path, 
     # ratio methods never take the shared pass, so share/buckets do not change their path; the
     # default suite runs one of them per row, in turn (each on 4 rows), the slow test all three
     row = check_combo(combo, model_dirs, tmp_path, monkeypatch, (RATIO_METHODS[i % 3],))
-    if os.environ.get("RLOO_MATRIX_JSON"):   # the measured errors, one line per row
+    if os.environ.get("RLOO_MATRIX_JSON"):  # the measured errors, one line per row
         with Path(os.environ["RLOO_MATRIX_JSON"]).with_suffix(".pairwise.jsonl").open("a") as f:
             f.write(json.dumps(row | {"grad_rel_tol": GRAD_REL}) + "\n")
 
@@ -282,6 +321,7 @@ def test_full_matrix_matches_reference(arch, model_dirs, tmp_path, monkeypatch):
             failures.append(f"{c.id()}: {e}")
     if os.environ.get("RLOO_MATRIX_JSON"):
         out = Path(os.environ["RLOO_MATRIX_JSON"])
-        out.with_suffix(f".{arch}.json").write_text(json.dumps(
-            {"grad_rel_tol": GRAD_REL, "rows": rows, "failures": failures}, indent=1))
+        out.with_suffix(f".{arch}.json").write_text(
+            json.dumps({"grad_rel_tol": GRAD_REL, "rows": rows, "failures": failures}, indent=1)
+        )
     assert not failures, "\n".join(failures[:20])

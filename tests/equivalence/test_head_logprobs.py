@@ -38,7 +38,7 @@ def test_values_and_gradients_equal_plain(chunk, temperature, bias):
     # plain one in float64: the float32 error of the chain head (H = 16 terms) -> log-softmax
     # (V = 50) and, for gradients, back through the softmax (V) and over the positions (21)
     H, V, n = 16, 50, 21
-    for name, plain, fast in zip(["log-probs", "hidden grad", "weight grad", "bias grad"], *results):
+    for name, plain, fast in zip(["log-probs", "hidden grad", "weight grad", "bias grad"], *results, strict=False):
         assert_close(fast, plain, H + V + (0 if name == "log-probs" else V + n), msg=name)
 
 
@@ -55,12 +55,12 @@ def test_keeps_no_vocabulary_sized_tensor_for_backward():
     tokens = torch.randint(0, V, (n,))
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         head_token_logprobs(hidden, weight, None, tokens, chunk=16).sum().backward()
-    assert max(saved) <= V * H                  # the weight itself; nothing of size n * V
+    assert max(saved) <= V * H  # the weight itself; nothing of size n * V
     saved.clear()
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         logits = (hidden @ weight.t()).view(1, n, V)
         token_logprobs(logits, tokens.view(1, n)).sum().backward()
-    assert max(saved) >= n * V                  # the plain path keeps the (n, V) logits
+    assert max(saved) >= n * V  # the plain path keeps the (n, V) logits
 
 
 def test_rejects_bad_input():

@@ -29,19 +29,32 @@ from rloo.modeling.forward import completion_logprobs
 from rloo.runtime.precision import Precision, resolve_precision
 from rloo.training.common import adamw
 
-U = 2.0 ** -8
+U = 2.0**-8
 V, L, PAD = 64, 2, 0
 N, P, T = 8, 6, 10
 
-DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.cuda, pytest.mark.skipif(
-    not torch.cuda.is_available(), reason="needs a CUDA GPU")])]
+DEVICES = [
+    "cpu",
+    pytest.param(
+        "cuda", marks=[pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+    ),
+]
 
 
 def _policy(device):
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=V, hidden_size=64, intermediate_size=128, num_hidden_layers=L,
-                      num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=64,
-                      pad_token_id=PAD, eos_token_id=1, bos_token_id=None)
+    cfg = LlamaConfig(
+        vocab_size=V,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=L,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=64,
+        pad_token_id=PAD,
+        eos_token_id=1,
+        bos_token_id=None,
+    )
     return LlamaForCausalLM(cfg).float().to(device)
 
 
@@ -101,7 +114,7 @@ def test_rloo_gradient_in_bf16_matches_fp32(device):
         model = _policy(device)
         if prec is not None and prec.compute is None:
             model = model.to(prec.weights)
-        with (prec.autocast() if prec is not None else torch.enable_grad()):
+        with prec.autocast() if prec is not None else torch.enable_grad():
             lp = completion_logprobs(model, *batch)
             loss, _ = policy_gradient_loss(sequence_logprobs(lp, batch[3]), advantages.to(device))
         loss.backward()
@@ -133,8 +146,20 @@ def test_train_in_bf16_end_to_end(tiny_model_dir, tmp_path):
     from transformers import AutoModelForCausalLM
 
     from rloo import RLConfig, train
-    cfg = RLConfig(policy=str(tiny_model_dir), output_dir=tmp_path / "run", steps=2, batch_size=2, k=2,
-                   max_new_tokens=5, lr=1e-3, warmup_steps=0, eval_every=None, save_every=None, dtype="bfloat16")
+
+    cfg = RLConfig(
+        policy=str(tiny_model_dir),
+        output_dir=tmp_path / "run",
+        steps=2,
+        batch_size=2,
+        k=2,
+        max_new_tokens=5,
+        lr=1e-3,
+        warmup_steps=0,
+        eval_every=None,
+        save_every=None,
+        dtype="bfloat16",
+    )
     autocast_on = []
 
     def reward(prompts, completions):
@@ -154,12 +179,12 @@ def test_chunked_head_under_autocast_matches_the_full_head():
     outside autocast: Llama's final RMSNorm returns the (fp32) residual stream's dtype, so the head
     sees fp32 hidden states and fp32 master weights and autocast runs its matmul in bf16."""
     batch, out = _batch("cpu"), []
-    for max_mb in (None, 1e-6):   # 1e-6 MB: chunks of one position
+    for max_mb in (None, 1e-6):  # 1e-6 MB: chunks of one position
         model = _policy("cpu")
         with _bf16("cpu").autocast():
             kw = {} if max_mb is None else {"max_logits_mb": max_mb}
             lp = completion_logprobs(model, *batch, **kw)
-        (lp * batch[3]).sum().backward()   # outside autocast, as torch recommends for backward
+        (lp * batch[3]).sum().backward()  # outside autocast, as torch recommends for backward
         out.append((lp.detach(), model.lm_head.weight.grad))
     assert out[1][1].dtype == torch.float32
     # both are bf16 matmuls of the same operands; only the fp32 accumulation order may differ

@@ -8,8 +8,14 @@ from pathlib import Path
 
 # every prompt is the same number of tokens, so each process pads its prompts exactly as the
 # one-process run does and the forward passes see identical inputs
-PROMPTS = ["post : job rent tl;dr :", "post : exam car tl;dr :", "post : loan sister tl;dr :",
-           "post : dog fence tl;dr :", "post : rent car tl;dr :", "post : sister job tl;dr :"]
+PROMPTS = [
+    "post : job rent tl;dr :",
+    "post : exam car tl;dr :",
+    "post : loan sister tl;dr :",
+    "post : dog fence tl;dr :",
+    "post : rent car tl;dr :",
+    "post : sister job tl;dr :",
+]
 
 
 def reward_short(prompts, completions):
@@ -18,8 +24,21 @@ def reward_short(prompts, completions):
 
 def config(model_dir: str, out: Path, parallel: str):
     from rloo import RLConfig
-    return RLConfig(policy=model_dir, output_dir=out, steps=3, batch_size=4, k=2, max_new_tokens=6, lr=1e-2,
-                    warmup_steps=0, eval_every=None, save_every=None, parallel=parallel, seed=3)
+
+    return RLConfig(
+        policy=model_dir,
+        output_dir=out,
+        steps=3,
+        batch_size=4,
+        k=2,
+        max_new_tokens=6,
+        lr=1e-2,
+        warmup_steps=0,
+        eval_every=None,
+        save_every=None,
+        parallel=parallel,
+        seed=3,
+    )
 
 
 def _sgd_instead_of_adamw() -> None:
@@ -29,11 +48,13 @@ def _sgd_instead_of_adamw() -> None:
     import torch
 
     import rloo.training.rl as rl
+
     rl.adamw = lambda params, lr: torch.optim.SGD([p for p in params if p.requires_grad], lr=lr)
 
 
 def run(model_dir: str, out_root: str, modes: list[str]) -> None:
     from rloo import train
+
     _sgd_instead_of_adamw()
     for mode in modes:
         train(config(model_dir, Path(out_root) / mode, mode), prompts=PROMPTS, reward_fn=reward_short)
@@ -41,6 +62,7 @@ def run(model_dir: str, out_root: str, modes: list[str]) -> None:
 
 if __name__ == "__main__":
     import torch.distributed as dist
+
     # one process group for both runs: train() joins a group it did not create and leaves it
     # alone (re-creating gloo groups back to back in one launch is flaky)
     dist.init_process_group("gloo")

@@ -12,15 +12,18 @@ import dist_worker
 
 def run(model_dir: str, out_root: str, modes: list[str]) -> None:
     from rloo import train
+
     for mode in modes:
         parallel, _, gc = mode.partition("-")
         cfg = dist_worker.config(model_dir, Path(out_root) / mode, parallel).model_copy(
-            update={"dtype": "float32", "gradient_checkpointing": gc == "gc", "steps": 1})
+            update={"dtype": "float32", "gradient_checkpointing": gc == "gc", "steps": 1}
+        )
         train(cfg, prompts=dist_worker.PROMPTS, reward_fn=dist_worker.reward_short)
 
 
 if __name__ == "__main__":
     import torch.distributed as dist
+
     dist.init_process_group("gloo")
     try:
         run(sys.argv[1], sys.argv[2], sys.argv[3].split(","))

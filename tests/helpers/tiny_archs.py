@@ -7,8 +7,16 @@ parallel residual, GQA, tied/untied head, dropout in the config)."""
 from __future__ import annotations
 
 import torch
-from transformers import (GPT2Config, GPT2LMHeadModel, GPTNeoXConfig, GPTNeoXForCausalLM, LlamaConfig,
-                          LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM)
+from transformers import (
+    GPT2Config,
+    GPT2LMHeadModel,
+    GPTNeoXConfig,
+    GPTNeoXForCausalLM,
+    LlamaConfig,
+    LlamaForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+)
 
 V, PAD, EOS = 40, 0, 1
 ARCHS = ("llama", "gpt2", "gpt_neox", "qwen2")
@@ -18,28 +26,74 @@ COMMON = dict(vocab_size=V, pad_token_id=PAD, eos_token_id=EOS, bos_token_id=Non
 def tiny_config(arch: str, *, tied: bool = False, dropout: float = 0.0, tokenizer=None):
     """A 2-layer, width-32 config of `arch`; `dropout` goes into every dropout key the config has.
     With `tokenizer`: its vocabulary size and pad/eos ids instead of V, PAD, EOS."""
-    common = COMMON if tokenizer is None else dict(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
-                                                   eos_token_id=tokenizer.eos_token_id, bos_token_id=None)
+    common = (
+        COMMON
+        if tokenizer is None
+        else dict(
+            vocab_size=len(tokenizer),
+            pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+            bos_token_id=None,
+        )
+    )
     if arch == "llama":
-        return LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                           num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=tied,
-                           attention_dropout=dropout, **common)
+        return LlamaConfig(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=64,
+            tie_word_embeddings=tied,
+            attention_dropout=dropout,
+            **common,
+        )
     if arch == "qwen2":
-        return Qwen2Config(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                           num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=tied,
-                           attention_dropout=dropout, **common)
+        return Qwen2Config(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=64,
+            tie_word_embeddings=tied,
+            attention_dropout=dropout,
+            **common,
+        )
     if arch == "gpt2":
-        return GPT2Config(n_embd=32, n_layer=2, n_head=4, n_positions=64, tie_word_embeddings=tied,
-                          resid_pdrop=dropout, embd_pdrop=dropout, attn_pdrop=dropout, **common)
+        return GPT2Config(
+            n_embd=32,
+            n_layer=2,
+            n_head=4,
+            n_positions=64,
+            tie_word_embeddings=tied,
+            resid_pdrop=dropout,
+            embd_pdrop=dropout,
+            attn_pdrop=dropout,
+            **common,
+        )
     if arch == "gpt_neox":
-        return GPTNeoXConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                             max_position_embeddings=64, rotary_pct=0.5, tie_word_embeddings=tied,
-                             hidden_dropout=dropout, attention_dropout=dropout, **common)
+        return GPTNeoXConfig(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            max_position_embeddings=64,
+            rotary_pct=0.5,
+            tie_word_embeddings=tied,
+            hidden_dropout=dropout,
+            attention_dropout=dropout,
+            **common,
+        )
     raise ValueError(arch)
 
 
-CLASSES = {"llama": LlamaForCausalLM, "qwen2": Qwen2ForCausalLM, "gpt2": GPT2LMHeadModel,
-           "gpt_neox": GPTNeoXForCausalLM}
+CLASSES = {
+    "llama": LlamaForCausalLM,
+    "qwen2": Qwen2ForCausalLM,
+    "gpt2": GPT2LMHeadModel,
+    "gpt_neox": GPTNeoXForCausalLM,
+}
 
 
 def tiny_lm(arch: str, *, tied: bool = False, dropout: float = 0.0, seed: int = 0, tokenizer=None):
@@ -54,6 +108,7 @@ def save_tiny_lm(path, arch: str, *, tied: bool = False, dropout: float = 0.0, s
     """tiny_lm of `arch` with the summarize task's word tokenizer, saved as a Hugging Face folder."""
     from rloo.tasks import get_task
     from rloo.tasks.tokenizer import build_tokenizer
+
     tok = build_tokenizer(get_task("summarize"))
     tiny_lm(arch, tied=tied, dropout=dropout, seed=seed, tokenizer=tok).save_pretrained(path)
     tok.save_pretrained(path)

@@ -10,10 +10,10 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from rloo import RLConfig, train
-from rloo.runtime.checkpoint import latest_checkpoint, load_state
 from rloo.cli import main
 from rloo.config import ArchConfig
 from rloo.modeling.loading import build_llama
+from rloo.runtime.checkpoint import latest_checkpoint, load_state
 from rloo.tasks import get_task
 from rloo.tasks.tokenizer import build_tokenizer
 from tolerance import ELEMENTWISE, TINY_MODEL_FORWARD, tolerance
@@ -27,8 +27,18 @@ def _reward_short(prompts, completions):
 
 
 def _cfg(tiny_model_dir, out, **kw):
-    base = dict(policy=str(tiny_model_dir), output_dir=out, steps=2, batch_size=2, k=2, max_new_tokens=5,
-                lr=1e-3, warmup_steps=0, eval_every=None, save_every=None)
+    base = dict(
+        policy=str(tiny_model_dir),
+        output_dir=out,
+        steps=2,
+        batch_size=2,
+        k=2,
+        max_new_tokens=5,
+        lr=1e-3,
+        warmup_steps=0,
+        eval_every=None,
+        save_every=None,
+    )
     return RLConfig(**(base | kw))
 
 
@@ -58,9 +68,13 @@ def test_ppo_logs_clip_fraction_and_value_loss(tiny_model_dir, tmp_path):
 def test_rloo_ablations_run_and_default_is_the_papers_step(tiny_model_dir, tmp_path):
     from rloo.algorithms import make_algorithm
     from rloo.algorithms.rloo import rloo_step
+
     assert make_algorithm(_cfg(tiny_model_dir, tmp_path / "x"), None).step is rloo_step
-    for name, algo in {"token_kl": {"kl_level": "token"}, "k3": {"kl_estimator": "k3"},
-                       "clip": {"rloo_clip": True}}.items():
+    for name, algo in {
+        "token_kl": {"kl_level": "token"},
+        "k3": {"kl_estimator": "k3"},
+        "clip": {"rloo_clip": True},
+    }.items():
         cfg = _cfg(tiny_model_dir, tmp_path / name, algo=algo, beta=0.5)
         result = train(cfg, prompts=PROMPTS, reward_fn=_reward_short)
         assert _changed(tiny_model_dir, result.model_path), name
@@ -93,6 +107,7 @@ def test_reinforce_baseline_and_ppo_value_model_are_checkpointed(tiny_model_dir,
 def test_raft_trains_on_the_argmax(tiny_model_dir, tmp_path, monkeypatch):
     # the SFT loss must see exactly the best-reward completion of each prompt
     import rloo.algorithms.raft as raft
+
     seen = {}
     real = raft.sft_loss
 
@@ -120,6 +135,7 @@ def test_raft_trains_on_the_argmax(tiny_model_dir, tmp_path, monkeypatch):
 
 def test_raft_rows_on_numbers():
     from rloo.algorithms.raft import raft_rows
+
     # prompt 0: rewards [0.1, 0.9, 0.3] -> row 1; prompt 1: [2, 2, -1] -> first max, row 3 + 0
     rows = raft_rows(torch.tensor([0.1, 0.9, 0.3, 2.0, 2.0, -1.0]), k=3)
     assert rows.tolist() == [1, 3]
@@ -129,8 +145,11 @@ def test_raft_rows_on_numbers():
 def tiny_dialogue_dir(tmp_path_factory):
     path = tmp_path_factory.mktemp("tiny-dialogue") / "model"
     tok = build_tokenizer(get_task("dialogue"))
-    build_llama(ArchConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64,
-                           max_position_embeddings=96), tok, seed=0).save_pretrained(path)
+    build_llama(
+        ArchConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64, max_position_embeddings=96),
+        tok,
+        seed=0,
+    ).save_pretrained(path)
     tok.save_pretrained(path)
     return path
 
@@ -138,10 +157,26 @@ def tiny_dialogue_dir(tmp_path_factory):
 @pytest.mark.parametrize("algorithm", ONLINE + ["dpo"])
 def test_cli_every_method_on_the_dialogue_task(algorithm, tiny_dialogue_dir, tmp_path, capsys):
     # the tiny causal LM doubles as a (random) reward model and the separate value model's start
-    rc = main(["train", f"algorithm={algorithm}", "task=dialogue", f"policy={tiny_dialogue_dir}",
-               f"reward_model={tiny_dialogue_dir}", f"output_dir={tmp_path / 'r'}", "steps=2", "batch_size=2",
-               "k=2", "max_new_tokens=4", "eval_every=null", "eval_prompts=4", "eval.batch_size=4",
-               "algorithm_settings.dpo_pairs=8", "algorithm_settings.dpo_batch_size=4", "save_every=null"])
+    rc = main(
+        [
+            "train",
+            f"algorithm={algorithm}",
+            "task=dialogue",
+            f"policy={tiny_dialogue_dir}",
+            f"reward_model={tiny_dialogue_dir}",
+            f"output_dir={tmp_path / 'r'}",
+            "steps=2",
+            "batch_size=2",
+            "k=2",
+            "max_new_tokens=4",
+            "eval_every=null",
+            "eval_prompts=4",
+            "eval.batch_size=4",
+            "algorithm_settings.dpo_pairs=8",
+            "algorithm_settings.dpo_batch_size=4",
+            "save_every=null",
+        ]
+    )
     assert rc == 0, capsys.readouterr().err
     recs = [json.loads(x) for x in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
     assert "eval/win_rate" in recs[-1]
@@ -150,12 +185,20 @@ def test_cli_every_method_on_the_dialogue_task(algorithm, tiny_dialogue_dir, tmp
 
 def test_dpo_uses_the_reward_models_pairs(tiny_model_dir, tmp_path):
     from rloo.training.dpo import load_pairs
+
     rm_dir = tmp_path / "reward"
     (rm_dir / "model").mkdir(parents=True)
     pairs = [["post : job rent tl;dr :", "job rent", "exam"], ["post : exam car tl;dr :", "exam car", "job"]] * 4
     (rm_dir / "pairs.jsonl").write_text("".join(json.dumps(p) + "\n" for p in pairs))
-    cfg = _cfg(tiny_model_dir, tmp_path / "dpo", algorithm="dpo", eval_prompts=4, reward_model=str(rm_dir / "model"),
-               algo={"dpo_pairs": 8, "dpo_batch_size": 4}, eval={"batch_size": 4})
+    cfg = _cfg(
+        tiny_model_dir,
+        tmp_path / "dpo",
+        algorithm="dpo",
+        eval_prompts=4,
+        reward_model=str(rm_dir / "model"),
+        algo={"dpo_pairs": 8, "dpo_batch_size": 4},
+        eval={"batch_size": 4},
+    )
     assert load_pairs(cfg, get_task("summarize")) == [tuple(p) for p in pairs]
     # no reward model here (the folder has none), so train without it: fresh reference pairs
     result = train(cfg.model_copy(update={"reward_model": None}))
@@ -172,8 +215,10 @@ def test_dpo_uses_the_reward_models_pairs(tiny_model_dir, tmp_path):
 def test_reward_stage_writes_the_pairs_dpo_reads(tiny_model_dir, tmp_path):
     from rloo.config import RewardConfig
     from rloo.training.reward import train_reward
-    cfg = RewardConfig(sft_model=str(tiny_model_dir), output_dir=tmp_path / "rm", num_pairs=16, eval_pairs=4,
-                       epochs=1, batch_size=8)
+
+    cfg = RewardConfig(
+        sft_model=str(tiny_model_dir), output_dir=tmp_path / "rm", num_pairs=16, eval_pairs=4, epochs=1, batch_size=8
+    )
     train_reward(cfg)
     lines = (tmp_path / "rm" / "pairs.jsonl").read_text().splitlines()
     assert len(lines) == 16 and len(json.loads(lines[0])) == 3

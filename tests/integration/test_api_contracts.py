@@ -17,8 +17,18 @@ PROMPTS = ["post : job rent tl;dr :", "post : exam car tl;dr :"]
 
 
 def _cfg(tiny_model_dir, out, **kw):
-    base = dict(policy=str(tiny_model_dir), output_dir=out, steps=1, batch_size=2, k=2, max_new_tokens=4,
-                lr=1e-3, warmup_steps=0, eval_every=None, save_every=None)
+    base = dict(
+        policy=str(tiny_model_dir),
+        output_dir=out,
+        steps=1,
+        batch_size=2,
+        k=2,
+        max_new_tokens=4,
+        lr=1e-3,
+        warmup_steps=0,
+        eval_every=None,
+        save_every=None,
+    )
     return RLConfig(**(base | kw))
 
 
@@ -33,8 +43,14 @@ def test_dpo_refuses_prompts_and_reward_fn_instead_of_ignoring_them(given, tiny_
     kw = {"prompts": PROMPTS, "reward_fn": reward_fn}
     with pytest.raises(ConfigError) as exc:
         # tiny DPO settings, so that without the refusal the run ends quickly and the test fails
-        cfg = _cfg(tiny_model_dir, tmp_path / "dpo", algorithm="dpo", eval_prompts=2, eval={"batch_size": 2},
-                   algo={"dpo_pairs": 4, "dpo_batch_size": 2, "dpo_epochs": 1})
+        cfg = _cfg(
+            tiny_model_dir,
+            tmp_path / "dpo",
+            algorithm="dpo",
+            eval_prompts=2,
+            eval={"batch_size": 2},
+            algo={"dpo_pairs": 4, "dpo_batch_size": 2, "dpo_epochs": 1},
+        )
         train(cfg, **{g: kw[g] for g in given})
     msg = str(exc.value)
     assert "algorithm='dpo'" in msg and all(f"{g}=" in msg for g in given), msg
@@ -57,6 +73,7 @@ def test_folder_in_use_error_names_api_keywords_from_python_and_flags_on_the_cli
     msg = str(exc.value)
     assert "pass resume=True to continue it or overwrite=True to replace it" in msg and "--resume" not in msg, msg
     from rloo.errors import cli_options
+
     with cli_options(), pytest.raises(RlooError, match="pass --resume to continue it or --overwrite to replace it"):
         prepare_output_dir(cfg, can_resume=True)
     with pytest.raises(RlooError, match="pass overwrite=True to replace it"):  # the flag is back off
@@ -74,8 +91,9 @@ def test_logged_lr_is_the_rate_the_step_used(tiny_model_dir, tmp_path):
 def test_sft_logs_the_rate_the_step_used(tiny_model_dir, tmp_path):
     """3 steps, warm-up 1, cosine to 10% over the remaining 2: factors 1, 1, 0.55 for steps 1-3
     (the values after each scheduler step, 1, 0.55, 0.1, are the next steps')."""
-    cfg = SFTConfig(model=str(tiny_model_dir), output_dir=tmp_path / "sft", num_examples=12, batch_size=4, epochs=1,
-                    lr=1e-3)
+    cfg = SFTConfig(
+        model=str(tiny_model_dir), output_dir=tmp_path / "sft", num_examples=12, batch_size=4, epochs=1, lr=1e-3
+    )
     sft(cfg)
     recs = [json.loads(x) for x in (tmp_path / "sft" / "metrics.jsonl").read_text().splitlines()]
     factor = [1.0, 1.0, 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi / 2))]
@@ -84,7 +102,10 @@ def test_sft_logs_the_rate_the_step_used(tiny_model_dir, tmp_path):
 
 @pytest.mark.parametrize("top_p", [0.9, 1.0])
 def test_top_p_below_one_warns_once(top_p, tiny_model_dir, tmp_path, capsys):
-    train(_cfg(tiny_model_dir, tmp_path / "run", steps=2, top_p=top_p), prompts=PROMPTS,
-          reward_fn=lambda p, c: [0.0] * len(c))
+    train(
+        _cfg(tiny_model_dir, tmp_path / "run", steps=2, top_p=top_p),
+        prompts=PROMPTS,
+        reward_fn=lambda p, c: [0.0] * len(c),
+    )
     err = capsys.readouterr().err
     assert err.count(f"top_p={top_p} samples from the nucleus-renormalised") == (1 if top_p < 1 else 0), err

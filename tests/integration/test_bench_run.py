@@ -7,14 +7,36 @@ from rloo.experiments.bench import bench_shape
 from rloo.experiments.bench_assets import Shape
 from rloo.experiments.bench_flops import Arch, rloo_step_flops
 
-TINY = Shape(name="T", tokenizer="char", vocab_size=0, hidden=32, layers=2, heads=2, intermediate=64,
-             prompt_tokens=(6, 12), max_new_tokens=8)
+TINY = Shape(
+    name="T",
+    tokenizer="char",
+    vocab_size=0,
+    hidden=32,
+    layers=2,
+    heads=2,
+    intermediate=64,
+    prompt_tokens=(6, 12),
+    max_new_tokens=8,
+)
 
 
 def test_bench_runs_rloo_on_a_tiny_shape(tmp_path):
     lines = []
-    out = bench_shape(TINY, root=tmp_path, warmup=1, steps=2, k=2, batch_size=2, beta=0.05, lr=1e-6, seed=0,
-                      threads=1, peak=1e11, trainers=["rloo"], log=lines.append)
+    out = bench_shape(
+        TINY,
+        root=tmp_path,
+        warmup=1,
+        steps=2,
+        k=2,
+        batch_size=2,
+        beta=0.05,
+        lr=1e-6,
+        seed=0,
+        threads=1,
+        peak=1e11,
+        trainers=["rloo"],
+        log=lines.append,
+    )
     r = out["results"]["rloo"]
     assert len(r["times_s"]) == 2 and all(t > 0 for t in r["times_s"])
     assert set(r["phases_s"]) == {"time/rollout", "time/score", "time/update"}

@@ -9,16 +9,31 @@ import pytest
 
 from rloo.cli import main
 from rloo.config import CompareConfig, PipelineConfig
-from rloo.experiments.compare_report import mean_ci
 from rloo.experiments.compare import METHODS, compare, method_config
+from rloo.experiments.compare_report import mean_ci
 
 TINY = dict(
-    sft={"num_examples": 64, "epochs": 1, "batch_size": 32,
-         "arch": {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "intermediate_size": 64}},
+    sft={
+        "num_examples": 64,
+        "epochs": 1,
+        "batch_size": 32,
+        "arch": {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "intermediate_size": 64},
+    },
     reward={"num_pairs": 64, "eval_pairs": 16, "epochs": 1, "batch_size": 32},
-    rl={"steps": 2, "batch_size": 2, "k": 4, "max_new_tokens": 5, "eval_every": 1, "eval_prompts": 8,
-        "save_every": None, "algo": {"dpo_batch_size": 32}},
-    eval={"num_prompts": 8, "batch_size": 8}, variance_batches=2, variance_samples=8)
+    rl={
+        "steps": 2,
+        "batch_size": 2,
+        "k": 4,
+        "max_new_tokens": 5,
+        "eval_every": 1,
+        "eval_prompts": 8,
+        "save_every": None,
+        "algo": {"dpo_batch_size": 32},
+    },
+    eval={"num_prompts": 8, "batch_size": 8},
+    variance_batches=2,
+    variance_samples=8,
+)
 
 
 def test_mean_ci_on_numbers():
@@ -42,8 +57,7 @@ def test_every_method_gets_the_same_sample_budget(tmp_path):
 
 
 def test_compare_end_to_end_tiny(tmp_path):
-    cfg = CompareConfig(methods=["rloo", "dpo"], tasks=["summarize"], seeds=[0],
-                        output_dir=tmp_path / "c", **TINY)
+    cfg = CompareConfig(methods=["rloo", "dpo"], tasks=["summarize"], seeds=[0], output_dir=tmp_path / "c", **TINY)
     report = compare(cfg)
     text = (report / "report.md").read_text()
     for row in ("| sft |", "| rloo |", "| dpo |", "leave-one-out k=4"):
@@ -73,6 +87,7 @@ def test_compare_quick_finishes_within_ten_minutes(tmp_path):
 
 def test_paired_differences_pair_by_seed():
     from rloo.experiments.compare_report import paired_differences
+
     cfg = CompareConfig(methods=["rloo", "ppo"], tasks=["summarize"], seeds=[0, 1, 2])
     # ppo beats rloo by exactly 0.1 on every seed, though the seeds' levels differ a lot; seed 2 of
     # ppo is listed first to check that pairing goes by seed, not by position

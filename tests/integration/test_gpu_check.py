@@ -16,9 +16,24 @@ ROOT = Path(__file__).resolve().parents[2]
 def _dry_run(tmp_path, *extra):
     out = tmp_path / "gpu_check.json"
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--dry-run", "--steps", "1",
-                           "--test-timeout", "900",
-                           "--out", str(out), *extra], capture_output=True, text=True, env=env, timeout=1800)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "gpu_check.py"),
+            "--dry-run",
+            "--steps",
+            "1",
+            "--test-timeout",
+            "900",
+            "--out",
+            str(out),
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=1800,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return json.loads(out.read_text())
 

@@ -22,7 +22,9 @@ def _fake_torch_wheel(folder: Path, version: str) -> Path:
     with zipfile.ZipFile(whl, "w") as z:
         z.writestr("torch/__init__.py", f"__version__ = {version!r}\n")
         z.writestr(f"{name}.dist-info/METADATA", f"Metadata-Version: 2.1\nName: torch\nVersion: {version}\n")
-        z.writestr(f"{name}.dist-info/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        z.writestr(
+            f"{name}.dist-info/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        )
         z.writestr(f"{name}.dist-info/RECORD", "")
     return whl
 
@@ -35,10 +37,16 @@ def test_pip_install_keeps_an_installed_supported_torch(tmp_path, installed):
     pip = [str(venv / "bin" / "python"), "-m", "pip", "--disable-pip-version-check"]
     subprocess.run([*pip, "install", "-q", "--no-deps", str(_fake_torch_wheel(tmp_path, installed))], check=True)
     report = tmp_path / "report.json"
-    proc = subprocess.run([*pip, "install", "--dry-run", "--report", str(report), "-e", str(ROOT)],
-                          capture_output=True, text=True, timeout=1800)
+    proc = subprocess.run(
+        [*pip, "install", "--dry-run", "--report", str(report), "-e", str(ROOT)],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    would_install = {i["metadata"]["name"].lower(): i["metadata"]["version"] for i in json.loads(report.read_text())["install"]}
+    would_install = {
+        i["metadata"]["name"].lower(): i["metadata"]["version"] for i in json.loads(report.read_text())["install"]
+    }
     assert "rloo" in would_install and "transformers" in would_install
     assert "torch" not in would_install, f"pip would replace torch {installed} by {would_install['torch']}"
 
@@ -46,7 +54,7 @@ def test_pip_install_keeps_an_installed_supported_torch(tmp_path, installed):
 def test_torch_requirement_is_a_floor_not_a_pin():
     """The declared requirement admits every torch from the oldest supported one on (fast check of
     what the slow test above shows with pip itself)."""
-    tomllib = pytest.importorskip("tomllib")   # Python 3.11+
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
     from packaging.requirements import Requirement
 
     deps = [Requirement(d) for d in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]]

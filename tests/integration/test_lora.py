@@ -8,11 +8,11 @@ import torch
 pytest.importorskip("peft")
 
 from rloo import RLConfig, train  # noqa: E402
+from rloo.config import LoraSettings  # noqa: E402
 from rloo.modeling.forward import completion_logprobs  # noqa: E402
 from rloo.modeling.loading import load_policy  # noqa: E402
-from rloo.training.rl import load_models  # noqa: E402
 from rloo.rollout import rollout  # noqa: E402
-from rloo.config import LoraSettings  # noqa: E402
+from rloo.training.rl import load_models  # noqa: E402
 from tolerance import TINY_MODEL_FORWARD, assert_close  # noqa: E402
 
 PROMPTS = ["post : job rent tl;dr :", "post : exam car tl;dr :", "post : loan sister dog tl;dr :"]
@@ -23,8 +23,19 @@ def _short(prompts, completions):
 
 
 def _cfg(model_dir, out, save="merged", steps=2):
-    return RLConfig(policy=str(model_dir), output_dir=out, steps=steps, batch_size=3, k=2, max_new_tokens=5,
-                    lr=5e-2, warmup_steps=0, eval_every=None, save_every=None, lora=LoraSettings(r=4, save=save))
+    return RLConfig(
+        policy=str(model_dir),
+        output_dir=out,
+        steps=steps,
+        batch_size=3,
+        k=2,
+        max_new_tokens=5,
+        lr=5e-2,
+        warmup_steps=0,
+        eval_every=None,
+        save_every=None,
+        lora=LoraSettings(r=4, save=save),
+    )
 
 
 def test_only_adapters_change_and_reference_is_adapters_off(tiny_model_dir, tmp_path):
@@ -33,8 +44,9 @@ def test_only_adapters_change_and_reference_is_adapters_off(tiny_model_dir, tmp_
     base = {k: v.clone() for k, v in models.policy.state_dict().items() if "lora_" not in k}
     trainable = {n for n, p in models.policy.named_parameters() if p.requires_grad}
     assert trainable and all("lora_" in n for n in trainable)
-    from rloo.training.common import adamw
     from rloo.algorithms.rloo import rloo_step
+    from rloo.training.common import adamw
+
     opt = adamw(models.policy.parameters(), cfg.lr)
     for _ in range(2):
         rloo_step(models, opt, PROMPTS, cfg, torch.Generator().manual_seed(0))
@@ -43,8 +55,9 @@ def test_only_adapters_change_and_reference_is_adapters_off(tiny_model_dir, tmp_
     assert any(after[k].abs().max() > 0 for k in after if "lora_B" in k), "adapters did not train"
     # reference log-probs == a fresh copy of the starting model's; the policy's now differ
     fresh, tok = load_policy(str(tiny_model_dir))
-    roll = rollout(models.policy, tok, PROMPTS, 2, max_prompt_len=16, max_new_tokens=5,
-                   generator=torch.Generator().manual_seed(1))
+    roll = rollout(
+        models.policy, tok, PROMPTS, 2, max_prompt_len=16, max_new_tokens=5, generator=torch.Generator().manual_seed(1)
+    )
     args = (roll.prompt_ids, roll.prompt_mask, roll.completion_ids, roll.completion_mask)
     m = roll.completion_mask
     ref_lp = completion_logprobs(models.ref, *args)[m]
@@ -63,7 +76,7 @@ def test_lora_save_and_load_again(save, tiny_model_dir, tmp_path):
         assert "adapter_config.json" in files and "model.safetensors" not in files
     else:
         assert "model.safetensors" in files and "adapter_config.json" not in files
-    model, tok = load_policy(str(res.model_path))           # loads either way (peft installed)
+    model, tok = load_policy(str(res.model_path))  # loads either way (peft installed)
     base, _ = load_policy(str(tiny_model_dir))
     ids = torch.tensor([tok("post : job rent tl;dr :")["input_ids"]])
     with torch.no_grad():

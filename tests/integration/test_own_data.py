@@ -12,8 +12,28 @@ import yaml
 
 from rloo.cli import main
 
-WORDS = ["rent", "landlord", "job", "boss", "car", "sister", "dog", "laptop", "exam", "gym", "loan", "wedding",
-         "friend", "money", "house", "late", "help", "advice", "moving", "city"]
+WORDS = [
+    "rent",
+    "landlord",
+    "job",
+    "boss",
+    "car",
+    "sister",
+    "dog",
+    "laptop",
+    "exam",
+    "gym",
+    "loan",
+    "wedding",
+    "friend",
+    "money",
+    "house",
+    "late",
+    "help",
+    "advice",
+    "moving",
+    "city",
+]
 
 
 def _posts(n: int, seed: int = 0) -> list[tuple[str, str]]:
@@ -34,8 +54,12 @@ def _bpe_tokenizer(texts: list[str]):
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=320, special_tokens=["<|eos|>", "<|pad|>"],
-                                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.train_from_iterator(
+        texts,
+        trainers.BpeTrainer(
+            vocab_size=320, special_tokens=["<|eos|>", "<|pad|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        ),
+    )
     return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|eos|>", pad_token="<|pad|>")
 
 
@@ -50,14 +74,28 @@ def own(tmp_path_factory):
     root = tmp_path_factory.mktemp("own")
     rows = _posts(40)
     tok = _bpe_tokenizer([p + c for p, c in rows])
-    special = dict(vocab_size=len(tok), eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-                   bos_token_id=tok.eos_token_id, max_position_embeddings=128)
+    special = dict(
+        vocab_size=len(tok),
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=tok.eos_token_id,
+        max_position_embeddings=128,
+    )
     torch.manual_seed(0)
-    neox = GPTNeoXForCausalLM(GPTNeoXConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                                            intermediate_size=64, **special))
-    qwen = Qwen2ForCausalLM(Qwen2Config(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                                        num_key_value_heads=1, intermediate_size=64, tie_word_embeddings=True,
-                                        **special))
+    neox = GPTNeoXForCausalLM(
+        GPTNeoXConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, **special)
+    )
+    qwen = Qwen2ForCausalLM(
+        Qwen2Config(
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            intermediate_size=64,
+            tie_word_embeddings=True,
+            **special,
+        )
+    )
     for model, name in ((neox, "policy"), (qwen, "rm-base")):
         model.save_pretrained(root / "models" / name)
         tok.save_pretrained(root / "models" / name)
@@ -66,16 +104,33 @@ def own(tmp_path_factory):
         for p, c in rows:
             f.write(json.dumps({"prompt": p, "completion": c}) + "\n")
     rng = random.Random(1)
-    Dataset.from_list([{"prompt": p, "chosen": c, "rejected": " " + " ".join(rng.sample(WORDS, 5))}
-                       for p, c in _posts(30, seed=2)]).to_parquet(str(root / "data" / "prefs.parquet"))
-    (root / "judge.py").write_text("def overlap(prompts, completions):\n"
-                                   "    return [len(set(c.split()) & set(p.split())) for p, c in zip(prompts, completions)]\n")
+    Dataset.from_list(
+        [{"prompt": p, "chosen": c, "rejected": " " + " ".join(rng.sample(WORDS, 5))} for p, c in _posts(30, seed=2)]
+    ).to_parquet(str(root / "data" / "prefs.parquet"))
+    (root / "judge.py").write_text(
+        "def overlap(prompts, completions):\n"
+        "    return [len(set(c.split()) & set(p.split())) for p, c in zip(prompts, completions)]\n"
+    )
     return root
 
 
-TINY = ["sft.epochs=1", "sft.batch_size=8", "reward.epochs=1", "reward.batch_size=8", "reward.eval_pairs=6",
-        "rl.steps=2", "rl.batch_size=2", "rl.k=2", "rl.max_new_tokens=6", "rl.eval_every=null", "rl.eval_prompts=4",
-        "rl.save_every=null", "eval.num_prompts=4", "max_prompt_tokens=48", "max_response_tokens=8"]
+TINY = [
+    "sft.epochs=1",
+    "sft.batch_size=8",
+    "reward.epochs=1",
+    "reward.batch_size=8",
+    "reward.eval_pairs=6",
+    "rl.steps=2",
+    "rl.batch_size=2",
+    "rl.k=2",
+    "rl.max_new_tokens=6",
+    "rl.eval_every=null",
+    "rl.eval_prompts=4",
+    "rl.save_every=null",
+    "eval.num_prompts=4",
+    "max_prompt_tokens=48",
+    "max_response_tokens=8",
+]
 
 
 def _check_report(out, judge: str, err: str) -> dict:
@@ -93,22 +148,36 @@ def _check_report(out, judge: str, err: str) -> dict:
 
 def test_pipeline_on_own_models_and_data_cli(own, monkeypatch, capsys):
     monkeypatch.chdir(own)
-    rc = main(["pipeline", "model=models/policy", "reward.model=models/rm-base", "dataset.path=data/sft.jsonl",
-               "reward.dataset.path=data/prefs.parquet", "output_dir=runs/kv", *TINY])
+    rc = main(
+        [
+            "pipeline",
+            "model=models/policy",
+            "reward.model=models/rm-base",
+            "dataset.path=data/sft.jsonl",
+            "reward.dataset.path=data/prefs.parquet",
+            "output_dir=runs/kv",
+            *TINY,
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == 0, err
     # default judge on a dataset: the reward model the pipeline trained, named as such
     _check_report(own / "runs" / "kv", "reward model (runs/kv/reward/model)", err)
     from rloo.modeling.loading import load_policy, load_reward_model
+
     assert type(load_policy(str(own / "runs/kv/rl/model"))[0]).__name__ == "GPTNeoXForCausalLM"
     assert type(load_reward_model(str(own / "runs/kv/reward/model"))[0]).__name__ == "Qwen2ForSequenceClassification"
 
 
 def test_pipeline_on_own_models_and_data_yaml(own, monkeypatch, capsys):
     monkeypatch.chdir(own)
-    cfg = {"model": "models/policy", "dataset": {"path": "data/sft.jsonl", "format": "plain"},
-           "output_dir": "runs/yaml", "eval": {"judge": "judge.py:overlap"},
-           "reward": {"model": "models/rm-base", "dataset": {"path": "data/prefs.parquet"}}}
+    cfg = {
+        "model": "models/policy",
+        "dataset": {"path": "data/sft.jsonl", "format": "plain"},
+        "output_dir": "runs/yaml",
+        "eval": {"judge": "judge.py:overlap"},
+        "reward": {"model": "models/rm-base", "dataset": {"path": "data/prefs.parquet"}},
+    }
     for item in TINY:
         key, value = item.split("=")
         node = cfg
@@ -133,15 +202,31 @@ def test_reward_model_on_another_tokenizer_reads_the_unstripped_text(monkeypatch
 
     rows = _posts(40)
     tok = _bpe_tokenizer([p + c for p, c in rows])
-    rm_tok = _bpe_tokenizer([p for p, _ in rows])   # another vocabulary
+    rm_tok = _bpe_tokenizer([p for p, _ in rows])  # another vocabulary
     torch.manual_seed(0)
-    policy = GPTNeoXForCausalLM(GPTNeoXConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=1,
-                                              num_attention_heads=2, intermediate_size=64,
-                                              eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id))
-    roll = rollout(policy, tok, [p for p, _ in rows[:16]], 1, max_prompt_len=48, max_new_tokens=5,
-                   generator=torch.Generator().manual_seed(0))
-    decoded = tok.batch_decode(roll.completion_ids.masked_fill(~roll.completion_mask, tok.pad_token_id).tolist(),
-                               skip_special_tokens=True)
+    policy = GPTNeoXForCausalLM(
+        GPTNeoXConfig(
+            vocab_size=len(tok),
+            hidden_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=64,
+            eos_token_id=tok.eos_token_id,
+            pad_token_id=tok.pad_token_id,
+        )
+    )
+    roll = rollout(
+        policy,
+        tok,
+        [p for p, _ in rows[:16]],
+        1,
+        max_prompt_len=48,
+        max_new_tokens=5,
+        generator=torch.Generator().manual_seed(0),
+    )
+    decoded = tok.batch_decode(
+        roll.completion_ids.masked_fill(~roll.completion_mask, tok.pad_token_id).tolist(), skip_special_tokens=True
+    )
     assert roll.raw_completions == decoded and [t.strip() for t in decoded] == roll.completions
     assert any(t != t.strip() for t in decoded), "some samples start with a space-prefixed BPE token"
     scorer = RewardModelScorer(None, rm_tok, policy_tokenizer=tok)

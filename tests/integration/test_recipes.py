@@ -30,11 +30,31 @@ def test_recipe_validates(path):
     text = path.read_text()
     # every hyperparameter line says where its value comes from
     keys = [ln for ln in text.splitlines() if re.match(r"^\s*\w+:\s*\S", ln) and not ln.strip().startswith("#")]
-    unsourced = [ln for ln in keys if "[paper]" not in ln and "[ours]" not in ln
-                 and ln.split(":")[0].strip() not in {"output_dir", "device", "dtype", "format", "split", "name",
-                                                      "eval_split", "columns", "temperature", "batch_size", "judge",
-                                                      "reward_model", "sft_model", "policy", "gradient_checkpointing",
-                                                      "path"}]
+    unsourced = [
+        ln
+        for ln in keys
+        if "[paper]" not in ln
+        and "[ours]" not in ln
+        and ln.split(":")[0].strip()
+        not in {
+            "output_dir",
+            "device",
+            "dtype",
+            "format",
+            "split",
+            "name",
+            "eval_split",
+            "columns",
+            "temperature",
+            "batch_size",
+            "judge",
+            "reward_model",
+            "sft_model",
+            "policy",
+            "gradient_checkpointing",
+            "path",
+        }
+    ]
     assert not unsourced, unsourced
 
 
@@ -45,7 +65,7 @@ def _doc_commands() -> list[list[str]]:
         for line in block.strip().splitlines():
             args = shlex.split(line)
             if args[0] == "torchrun":
-                args = args[args.index("rloo.cli") + 1:]
+                args = args[args.index("rloo.cli") + 1 :]
             else:
                 assert args[0] == "rloo", line
                 args = args[1:]
@@ -55,7 +75,7 @@ def _doc_commands() -> list[list[str]]:
 
 @pytest.mark.parametrize("args", _doc_commands(), ids=lambda a: " ".join(a)[:60])
 def test_doc_command_is_accepted(args, monkeypatch):
-    monkeypatch.chdir(ROOT)   # the docs run from the repository root
+    monkeypatch.chdir(ROOT)  # the docs run from the repository root
     ns = build_parser().parse_args(args)
     cfg = load_config(COMMANDS[ns.command][0], ns.config, ns.overrides)
     assert cfg.device == "cuda"

@@ -10,15 +10,33 @@ from rloo.cli import main
 
 
 def test_cli_reward_function_raises_mean_reward(tiny_model_dir, tmp_path, monkeypatch, capsys):
-    (tmp_path / "brevity.py").write_text(textwrap.dedent("""
+    (tmp_path / "brevity.py").write_text(
+        textwrap.dedent("""
         def score(prompts, completions):
             return [-len(c.split()) / 8 for c in completions]   # in [-1, 0]: shorter is better
-    """))
+    """)
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     out = tmp_path / "run"
-    rc = main(["train", f"policy={tiny_model_dir}", "reward_fn=brevity:score", f"output_dir={out}", "steps=24",
-               "batch_size=8", "k=4", "max_new_tokens=8", "lr=3e-3", "warmup_steps=0", "beta=0.0",
-               "eval_every=null", "eval_prompts=8", "save_every=null", "seed=0"])
+    rc = main(
+        [
+            "train",
+            f"policy={tiny_model_dir}",
+            "reward_fn=brevity:score",
+            f"output_dir={out}",
+            "steps=24",
+            "batch_size=8",
+            "k=4",
+            "max_new_tokens=8",
+            "lr=3e-3",
+            "warmup_steps=0",
+            "beta=0.0",
+            "eval_every=null",
+            "eval_prompts=8",
+            "save_every=null",
+            "seed=0",
+        ]
+    )
     sys.modules.pop("brevity", None)
     assert rc == 0, capsys.readouterr().err
     recs = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]

@@ -24,12 +24,26 @@ def other_tokenizer_rm(path, seed=0):
     backend = Tokenizer(models.WordLevel(vocab={w: i for i, w in enumerate(words)}, unk_token="<unk>"))
     backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     backend.add_special_tokens(["<unk>", "<eos>", "<pad>"])
-    tok = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>",
-                                  clean_up_tokenization_spaces=False)
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        pad_token="<pad>",
+        eos_token="<eos>",
+        unk_token="<unk>",
+        clean_up_tokenization_spaces=False,
+    )
     torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64, num_labels=1,
-                      pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
+    cfg = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        num_labels=1,
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id,
+    )
     LlamaForSequenceClassification(cfg).save_pretrained(path)
     tok.save_pretrained(path)
     return path
@@ -42,14 +56,15 @@ def test_reward_model_with_other_tokenizer_scores_like_direct(tiny_model_dir, tm
     assert rtok.get_vocab() != ptok.get_vocab()
     scorer = RewardModelScorer(rm.eval(), rtok, policy_tokenizer=ptok)
     assert not scorer.same_tokenizer
-    roll = rollout(policy, ptok, PROMPTS, 3, max_prompt_len=16, max_new_tokens=6,
-                   generator=torch.Generator().manual_seed(0))
+    roll = rollout(
+        policy, ptok, PROMPTS, 3, max_prompt_len=16, max_new_tokens=6, generator=torch.Generator().manual_seed(0)
+    )
     got = scorer(roll)
     # the plain computation: the reward model on its own tokenization of prompt + completion + EOS,
     # one sequence at a time (no padding), read at the last token by transformers' own pooling
     want = []
     with torch.no_grad():
-        for p, c in zip(roll.prompts, roll.completions):
+        for p, c in zip(roll.prompts, roll.completions, strict=False):
             ids = rtok(p, add_special_tokens=False)["input_ids"] + rtok(c, add_special_tokens=False)["input_ids"]
             want.append(rm(input_ids=torch.tensor([ids + [rtok.eos_token_id]])).logits[0, 0].item())
     assert_close(got, torch.tensor(want), TINY_MODEL_FORWARD)  # batched and padded vs one at a time
@@ -59,6 +74,7 @@ def test_reward_model_with_other_tokenizer_scores_like_direct(tiny_model_dir, tm
 def test_weighted_sum_of_sources():
     class Roll:
         prompts, completions = ["a", "b"], ["x y", "z"]
+
     length = FunctionReward(lambda p, c: [len(s.split()) for s in c], name="length")
     one = FunctionReward(lambda p, c: [1.0] * len(c), name="one")
     r = WeightedReward({"length": length, "one": one}, {"length": 2.0})
@@ -73,7 +89,9 @@ def test_judges(tmp_path, monkeypatch):
     assert gold.name == "gold judge (summarize)"
     ex = task.examples("eval", 3, seed=0)
     assert [gold(e.prompt, e.reference) for e in ex] == [task.gold_score(e.prompt, e.reference) for e in ex]
-    (tmp_path / "myjudge.py").write_text("def words(prompts, completions):\n    return [len(c.split()) for c in completions]\n")
+    (tmp_path / "myjudge.py").write_text(
+        "def words(prompts, completions):\n    return [len(c.split()) for c in completions]\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     assert make_judge("myjudge:words")("p", "a b c") == 3.0
     assert make_judge("myjudge:words").name == "myjudge:words"

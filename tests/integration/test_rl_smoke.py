@@ -19,8 +19,18 @@ def _reward_short(prompts, completions):
 
 def test_api_trains_on_own_prompts_and_reward(tiny_model_dir, tmp_path):
     before = AutoModelForCausalLM.from_pretrained(tiny_model_dir).state_dict()
-    cfg = RLConfig(policy=str(tiny_model_dir), output_dir=tmp_path / "run", steps=3, batch_size=4, k=3,
-                   max_new_tokens=6, lr=1e-3, warmup_steps=0, eval_every=None, save_every=None)
+    cfg = RLConfig(
+        policy=str(tiny_model_dir),
+        output_dir=tmp_path / "run",
+        steps=3,
+        batch_size=4,
+        k=3,
+        max_new_tokens=6,
+        lr=1e-3,
+        warmup_steps=0,
+        eval_every=None,
+        save_every=None,
+    )
     prompts = ["post : job rent tl;dr :", "post : exam car tl;dr :", "post : loan sister tl;dr :"]
     result = train(cfg, prompts=prompts, reward_fn=_reward_short)
     assert len([h for h in result.history if "loss/policy" in h]) == 3
@@ -34,9 +44,22 @@ def test_api_trains_on_own_prompts_and_reward(tiny_model_dir, tmp_path):
 
 def test_cli_train_with_reward_model(tiny_model_dir, tmp_path, capsys):
     # the tiny causal LM doubles as a (random) reward model: a one-output head is added on load
-    rc = main(["train", f"policy={tiny_model_dir}", f"reward_model={tiny_model_dir}", f"output_dir={tmp_path / 'r'}",
-               "steps=2", "batch_size=2", "k=2", "max_new_tokens=5", "eval_every=1", "eval_prompts=4",
-               "eval.batch_size=4", "save_every=1"])
+    rc = main(
+        [
+            "train",
+            f"policy={tiny_model_dir}",
+            f"reward_model={tiny_model_dir}",
+            f"output_dir={tmp_path / 'r'}",
+            "steps=2",
+            "batch_size=2",
+            "k=2",
+            "max_new_tokens=5",
+            "eval_every=1",
+            "eval_prompts=4",
+            "eval.batch_size=4",
+            "save_every=1",
+        ]
+    )
     assert rc == 0, capsys.readouterr().err
     assert (tmp_path / "r" / "model" / "model.safetensors").exists()
     assert (tmp_path / "r" / "checkpoints").exists()

@@ -20,14 +20,30 @@ REWARD = "def words(prompts, completions):\n    return [len(c.split()) / 4 for c
 def _train(tmp_path, tiny_model_dir, *extra):
     (tmp_path / "r.py").write_text(REWARD)
     out = tmp_path / "run"
-    rc = main(["train", f"policy={tiny_model_dir}", f"reward_fn={tmp_path / 'r.py'}:words", f"output_dir={out}",
-               "steps=4", "batch_size=2", "k=2", "max_new_tokens=4", "eval_every=2", "eval_prompts=4",
-               "save_every=null", "sample_every=2", "seed=0", *extra])
+    rc = main(
+        [
+            "train",
+            f"policy={tiny_model_dir}",
+            f"reward_fn={tmp_path / 'r.py'}:words",
+            f"output_dir={out}",
+            "steps=4",
+            "batch_size=2",
+            "k=2",
+            "max_new_tokens=4",
+            "eval_every=2",
+            "eval_prompts=4",
+            "save_every=null",
+            "sample_every=2",
+            "seed=0",
+            *extra,
+        ]
+    )
     return rc, out
 
 
 def _tensorboard(out: Path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
     acc = EventAccumulator(str(out / "tensorboard"), size_guidance={"scalars": 0, "tensors": 0})
     acc.Reload()
     scalars = {(e.step, tag): e.value for tag in acc.Tags()["scalars"] for e in acc.Scalars(tag)}
@@ -44,7 +60,7 @@ def test_tensorboard_scalars_samples_eval_lines_eta_plots(tmp_path, tiny_model_d
     # every finite number of metrics.jsonl is in TensorBoard, rounded to float32 (relative error <= 2^-24)
     expected = {(r["step"], k): v for r in records for k, v in r.items() if k != "step" and v is not None}
     assert set(scalars) == set(expected)
-    assert all(math.isclose(scalars[key], v, rel_tol=2 ** -24, abs_tol=1e-30) for key, v in expected.items())
+    assert all(math.isclose(scalars[key], v, rel_tol=2**-24, abs_tol=1e-30) for key, v in expected.items())
     assert sorted(texts) == [2, 4]
     header = texts[2].splitlines()[0]
     assert header == "| prompt | completion | score | kl | advantage |" and len(texts[2].splitlines()) == 2 + 4
@@ -65,6 +81,7 @@ def _wandb_history(run_dir: Path) -> list[dict]:
     import struct
 
     from wandb.proto import wandb_internal_pb2 as pb
+
     data = next(run_dir.glob("run-*.wandb")).read_bytes()
     assert data[:4] == b":W&B"
     pos, block, buf, rows = 7, 32768, b"", []
@@ -72,10 +89,10 @@ def _wandb_history(run_dir: Path) -> list[dict]:
         if block - pos % block < 7:
             pos += block - pos % block
             continue
-        _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        _, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
         if kind == 0 and length == 0:
             break
-        chunk, pos = data[pos + 7: pos + 7 + length], pos + 7 + length
+        chunk, pos = data[pos + 7 : pos + 7 + length], pos + 7 + length
         buf = chunk if kind in (1, 2) else buf + chunk
         if kind in (1, 4):
             rec = pb.Record()
@@ -95,11 +112,15 @@ def test_wandb_offline_same_scalars_as_tensorboard_and_samples_table(tmp_path, t
     assert rc == 0, capsys.readouterr().err
     run_dir = next((out / "wandb").glob("offline-run-*"))
     history = _wandb_history(run_dir)
-    wb = {(row["_step"], k): v for row in history for k, v in row.items()
-          if not k.startswith("_") and not k.startswith("samples")}
+    wb = {
+        (row["_step"], k): v
+        for row in history
+        for k, v in row.items()
+        if not k.startswith("_") and not k.startswith("samples")
+    }
     tb, _ = _tensorboard(out)
     assert set(wb) == set(tb)
-    assert all(math.isclose(tb[key], v, rel_tol=2 ** -24, abs_tol=1e-30) for key, v in wb.items())
+    assert all(math.isclose(tb[key], v, rel_tol=2**-24, abs_tol=1e-30) for key, v in wb.items())
     tables = sorted((run_dir / "files" / "media" / "table").glob("samples_*.table.json"))
     assert len(tables) == 2
     table = json.loads(tables[-1].read_text())
@@ -134,9 +155,20 @@ def test_eta():
 
 
 def test_sft_plain_progress_lines_with_eta(tmp_path, capsys):
-    rc = main(["sft", f"output_dir={tmp_path / 'sft'}", "num_examples=16", "epochs=1", "batch_size=4",
-               "arch.hidden_size=16", "arch.num_layers=1", "arch.num_heads=2", "arch.intermediate_size=32",
-               "report_to=none"])
+    rc = main(
+        [
+            "sft",
+            f"output_dir={tmp_path / 'sft'}",
+            "num_examples=16",
+            "epochs=1",
+            "batch_size=4",
+            "arch.hidden_size=16",
+            "arch.num_layers=1",
+            "arch.num_heads=2",
+            "arch.intermediate_size=32",
+            "report_to=none",
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == 0, err
     lines = [x for x in err.splitlines() if x.startswith("sft ")]

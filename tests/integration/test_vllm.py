@@ -25,9 +25,20 @@ def test_vllm_rollout_on_gpu(tiny_model_dir, tmp_path):
     from rloo.modeling.forward import completion_logprobs
     from rloo.modeling.loading import load_policy
     from rloo.rollout.vllm import VLLMSampler
+
     policy, tok = load_policy(str(tiny_model_dir), device="cuda")
-    s = VLLMSampler(str(tiny_model_dir), tok, k=2, max_prompt_len=16, max_new_tokens=6, temperature=1.0, top_p=1.0,
-                    seed=0, gpu_memory_utilization=0.2, dtype="float32")
+    s = VLLMSampler(
+        str(tiny_model_dir),
+        tok,
+        k=2,
+        max_prompt_len=16,
+        max_new_tokens=6,
+        temperature=1.0,
+        top_p=1.0,
+        seed=0,
+        gpu_memory_utilization=0.2,
+        dtype="float32",
+    )
     with torch.no_grad():
         for p in policy.parameters():
             p.add_(0.01)
@@ -41,6 +52,7 @@ def test_vllm_rollout_on_gpu(tiny_model_dir, tmp_path):
 def _out(*completions):
     """A fake vLLM RequestOutput: `.outputs` holds CompletionOutput-like (token_ids, finish_reason)."""
     from types import SimpleNamespace
+
     return SimpleNamespace(outputs=[SimpleNamespace(token_ids=tuple(t), finish_reason=f) for t, f in completions])
 
 
@@ -48,10 +60,17 @@ def test_vllm_rows_hold_only_the_sampled_tokens():
     """EOS = 1, pad = 0, a second stop token 9 (e.g. from the model's generation config). No row
     gets a token vLLM did not return: a stop on 9 is not followed by an appended EOS."""
     from rloo.rollout.vllm import completion_tensors
-    outs = [_out(([4, 5, 1], "stop"),          # stopped on EOS, which vLLM returns
-                 ([4, 9], "stop")),            # stopped on another stop token
-            _out(([6, 7, 8, 6], "length"),     # hit max_tokens: truncated
-                 ([], "stop"))]                # EOS not returned (a stop string, or an engine that drops it)
+
+    outs = [
+        _out(
+            ([4, 5, 1], "stop"),  # stopped on EOS, which vLLM returns
+            ([4, 9], "stop"),
+        ),  # stopped on another stop token
+        _out(
+            ([6, 7, 8, 6], "length"),  # hit max_tokens: truncated
+            ([], "stop"),
+        ),
+    ]  # EOS not returned (a stop string, or an engine that drops it)
     ids, mask, ended = completion_tensors(outs, pad_id=0)
     assert ids.tolist() == [[4, 5, 1, 0], [4, 9, 0, 0], [6, 7, 8, 6], [0, 0, 0, 0]]
     assert mask.sum(1).tolist() == [3, 2, 4, 0]

@@ -8,8 +8,13 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-PROMPTS = ["post : job rent tl;dr :", "post : exam car tl;dr :", "post : loan sister tl;dr :",
-           "post : dog park friend tl;dr :", "post : boss late work tl;dr :"]
+PROMPTS = [
+    "post : job rent tl;dr :",
+    "post : exam car tl;dr :",
+    "post : loan sister tl;dr :",
+    "post : dog park friend tl;dr :",
+    "post : boss late work tl;dr :",
+]
 
 
 def reward_short(prompts, completions):
@@ -25,8 +30,10 @@ def assert_same_params(a: Path, b: Path) -> None:
     pa, pb = params(a), params(b)
     assert pa.keys() == pb.keys()
     differ = [k for k in pa if not torch.equal(pa[k], pb[k])]
-    assert not differ, f"{len(differ)} tensors differ, e.g. {differ[0]}: max |diff| " \
-                       f"{(pa[differ[0]] - pb[differ[0]]).abs().max().item():.3g}"
+    assert not differ, (
+        f"{len(differ)} tensors differ, e.g. {differ[0]}: max |diff| "
+        f"{(pa[differ[0]] - pb[differ[0]]).abs().max().item():.3g}"
+    )
 
 
 def assert_params_moved(start: Path, end: Path) -> None:
@@ -41,4 +48,8 @@ def metric_steps(run: Path, key: str = "loss/policy") -> list[int]:
 
 def leftovers(folder: Path) -> list[str]:
     """Temp files and folders of interrupted writes (none may survive a handled failure)."""
-    return [str(p) for p in Path(folder).rglob("*") if p.name.startswith((".tmp", ".old")) or p.name.endswith((".tmp", ".old"))]
+    return [
+        str(p)
+        for p in Path(folder).rglob("*")
+        if p.name.startswith((".tmp", ".old")) or p.name.endswith((".tmp", ".old"))
+    ]

@@ -28,8 +28,9 @@ def _context():
     global _CTX
     if _CTX is None:
         _CTX = mp.get_context("forkserver")
-        _CTX.set_forkserver_preload(["rloo.cli", "rloo.training.rl", "torch.utils.tensorboard",
-                                     "reliability._helpers", "reliability._runner"])
+        _CTX.set_forkserver_preload(
+            ["rloo.cli", "rloo.training.rl", "torch.utils.tensorboard", "reliability._helpers", "reliability._runner"]
+        )
     return _CTX
 
 
@@ -50,10 +51,12 @@ def _child(argv, log, fault):
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     import torch
+
     torch.set_num_threads(1)
     if fault:
         _install(*fault.split("@"))
     from rloo.cli import main
+
     code = main(argv)
     sys.stdout.flush()
     sys.stderr.flush()
@@ -63,6 +66,7 @@ def _child(argv, log, fault):
 def _install(kind: str, at: str) -> None:
     import rloo.runtime.checkpoint as ck
     import rloo.runtime.tracking as tracking
+
     at = int(at)
     me = os.getpid()
     if kind in ("term", "int", "kill"):
@@ -73,6 +77,7 @@ def _install(kind: str, at: str) -> None:
             real_log(self, step, metrics)
             if step == at and "loss/policy" in metrics:
                 os.kill(me, sig)
+
         tracking.MetricsLogger.log = log
     elif kind == "kill-ckpt":
         real_state = ck.write_state
@@ -84,6 +89,7 @@ def _install(kind: str, at: str) -> None:
                 Path(path).write_bytes(data[: len(data) // 2])
                 os.kill(me, signal.SIGKILL)
             real_state(state, path)
+
         ck.write_state = write_state
     elif kind == "kill-rename":
         real_replace = ck._replace_dir
@@ -92,6 +98,7 @@ def _install(kind: str, at: str) -> None:
             if dst.name == f"step-{at:06d}":
                 os.kill(me, signal.SIGKILL)
             real_replace(src, dst)
+
         ck._replace_dir = replace
     else:
         raise ValueError(f"unknown fault {kind!r}")

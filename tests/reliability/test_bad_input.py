@@ -12,15 +12,23 @@ from pathlib import Path
 import pytest
 
 from rloo import train
-from rloo.runtime.checkpoint import list_checkpoints, step_of, verify_checkpoint
 from rloo.cli import main
 from rloo.errors import ConfigError, RlooError
+from rloo.runtime.checkpoint import list_checkpoints, step_of, verify_checkpoint
 
 from ._helpers import PROMPTS, leftovers, reward_short
 from .conftest import rl_config
 
-TINY_RUN = ["steps=2", "batch_size=2", "k=2", "max_new_tokens=4", "eval_every=null", "eval_prompts=2",
-            "eval.batch_size=2", "save_every=1"]
+TINY_RUN = [
+    "steps=2",
+    "batch_size=2",
+    "k=2",
+    "max_new_tokens=4",
+    "eval_every=null",
+    "eval_prompts=2",
+    "eval.batch_size=2",
+    "save_every=1",
+]
 
 
 def _cli(args, capsys):
@@ -44,16 +52,19 @@ def _files(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-@pytest.mark.parametrize("command, args, needle", [
-    ("sft", ["epochs=zero"], "epochs: Input should be a valid integer"),
-    ("sft", ["arch.layers=2"], "unknown key 'arch.layers'"),
-    ("reward", ["sft_model=x", "lr=-1"], "lr: Input should be greater than 0"),
-    ("eval", ["policy=x", "num_prompts=0"], "num_prompts: Input should be greater than or equal to 1"),
-    ("pipeline", ["rl.top_p=2"], "rl.top_p: Input should be less than or equal to 1"),
-    ("train", ["policy=x", "max_skipped_steps=0"], "max_skipped_steps"),
-    ("train", [], "missing required key 'policy'"),
-    ("train", ["policy=x", "k"], "override 'k' is not key=value"),
-])
+@pytest.mark.parametrize(
+    "command, args, needle",
+    [
+        ("sft", ["epochs=zero"], "epochs: Input should be a valid integer"),
+        ("sft", ["arch.layers=2"], "unknown key 'arch.layers'"),
+        ("reward", ["sft_model=x", "lr=-1"], "lr: Input should be greater than 0"),
+        ("eval", ["policy=x", "num_prompts=0"], "num_prompts: Input should be greater than or equal to 1"),
+        ("pipeline", ["rl.top_p=2"], "rl.top_p: Input should be less than or equal to 1"),
+        ("train", ["policy=x", "max_skipped_steps=0"], "max_skipped_steps"),
+        ("train", [], "missing required key 'policy'"),
+        ("train", ["policy=x", "k"], "override 'k' is not key=value"),
+    ],
+)
 def test_config_errors_every_command(command, args, needle, tmp_path, capsys):
     out = tmp_path / "out"
     rc, err = _cli([command, *args, f"output_dir={out}"], capsys)
@@ -66,11 +77,14 @@ def test_debug_shows_the_traceback(tmp_path):
         main(["train", "policy=x", "bogus=1", f"output_dir={tmp_path / 'o'}", "--debug"])
 
 
-@pytest.mark.parametrize("prompts, needle", [
-    ([], "no training prompts: the prompt list is empty"),
-    (["post : job tl;dr :", ""], "prompt 1 is empty"),
-    (["post : job tl;dr :", 7], "prompt 1 is a int, expected a string"),
-])
+@pytest.mark.parametrize(
+    "prompts, needle",
+    [
+        ([], "no training prompts: the prompt list is empty"),
+        (["post : job tl;dr :", ""], "prompt 1 is empty"),
+        (["post : job tl;dr :", 7], "prompt 1 is a int, expected a string"),
+    ],
+)
 def test_bad_prompt_lists(prompts, needle, tiny_model_dir, tmp_path):
     out = tmp_path / "run"
     with pytest.raises(RlooError, match=needle):
@@ -80,11 +94,14 @@ def test_bad_prompt_lists(prompts, needle, tiny_model_dir, tmp_path):
 
 def test_long_prompts_are_truncated_and_counted(tiny_model_dir, tmp_path, capsys):
     out = tmp_path / "run"
-    long = "post : " + " ".join(["job rent exam car"] * 5) + " tl;dr :"   # 24 tokens
-    train(rl_config(tiny_model_dir, out, steps=2, max_prompt_tokens=8, save_every=None),
-          prompts=[long, PROMPTS[0]], reward_fn=reward_short)
+    long = "post : " + " ".join(["job rent exam car"] * 5) + " tl;dr :"  # 24 tokens
+    train(
+        rl_config(tiny_model_dir, out, steps=2, max_prompt_tokens=8, save_every=None),
+        prompts=[long, PROMPTS[0]],
+        reward_fn=reward_short,
+    )
     recs = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
-    assert [r["data/prompts_truncated"] for r in recs] == [1.0, 1.0]   # the long one in each batch of 2
+    assert [r["data/prompts_truncated"] for r in recs] == [1.0, 1.0]  # the long one in each batch of 2
     assert "keep their last tokens" in capsys.readouterr().err
 
 
@@ -101,6 +118,7 @@ def test_tokenizer_without_pad_token_is_handled(tiny_model_dir, tmp_path, capsys
     cfg.pop("pad_token_id", None)
     (model / "config.json").write_text(json.dumps(cfg))
     from transformers import AutoTokenizer
+
     assert AutoTokenizer.from_pretrained(model).pad_token is None
     out = tmp_path / "run"
     rc, err = _cli(["train", f"policy={model}", f"reward_model={model}", f"output_dir={out}", *TINY_RUN], capsys)
@@ -111,7 +129,8 @@ def test_tokenizer_without_pad_token_is_handled(tiny_model_dir, tmp_path, capsys
 @pytest.fixture()
 def flaky_reward(tmp_path, monkeypatch):
     """A reward that works for the preflight and step 1, then raises (a judge service going down)."""
-    (tmp_path / "flaky.py").write_text(textwrap.dedent("""
+    (tmp_path / "flaky.py").write_text(
+        textwrap.dedent("""
         calls = 0
         def judge(prompts, completions):
             global calls
@@ -119,7 +138,8 @@ def flaky_reward(tmp_path, monkeypatch):
             if calls > 2:
                 raise RuntimeError("judge offline")
             return [0.0] * len(completions)
-    """))
+    """)
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     yield "flaky:judge"
     sys.modules.pop("flaky", None)
@@ -127,10 +147,24 @@ def flaky_reward(tmp_path, monkeypatch):
 
 def test_reward_failing_mid_run_checkpoints_before_the_step(flaky_reward, tiny_model_dir, tmp_path, capsys):
     out = tmp_path / "run"
-    rc, err = _cli(["train", f"policy={tiny_model_dir}", f"reward_fn={flaky_reward}", f"output_dir={out}",
-                    *TINY_RUN, "save_every=null"], capsys)
-    _one_line(rc, err, "reward function judge raised RuntimeError: judge offline (at step 2; checkpoint from "
-                       f"before it: {out}/checkpoints/step-000001; fix the cause and rerun with --resume)", progress_before=True)
+    rc, err = _cli(
+        [
+            "train",
+            f"policy={tiny_model_dir}",
+            f"reward_fn={flaky_reward}",
+            f"output_dir={out}",
+            *TINY_RUN,
+            "save_every=null",
+        ],
+        capsys,
+    )
+    _one_line(
+        rc,
+        err,
+        "reward function judge raised RuntimeError: judge offline (at step 2; checkpoint from "
+        f"before it: {out}/checkpoints/step-000001; fix the cause and rerun with --resume)",
+        progress_before=True,
+    )
     assert [step_of(c) for c in list_checkpoints(out)] == [1]
     assert verify_checkpoint(out / "checkpoints" / "step-000001") is None
     assert not (out / "model").exists() and not leftovers(out)
@@ -139,22 +173,44 @@ def test_reward_failing_mid_run_checkpoints_before_the_step(flaky_reward, tiny_m
 @pytest.fixture(scope="module")
 def finished(tiny_model_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("done") / "run"
-    assert main(["train", f"policy={tiny_model_dir}", "reward_fn=reliability._helpers:reward_short",
-                 f"output_dir={out}", *TINY_RUN]) == 0
+    assert (
+        main(
+            [
+                "train",
+                f"policy={tiny_model_dir}",
+                "reward_fn=reliability._helpers:reward_short",
+                f"output_dir={out}",
+                *TINY_RUN,
+            ]
+        )
+        == 0
+    )
     return out
 
 
-@pytest.mark.parametrize("extra, needle", [
-    (["beta=0.5"], "already holds a different run; pass --resume to continue it or --overwrite to replace it"),
-    ([], "already holds this run; pass --resume to continue it or --overwrite to replace it"),
-    (["k=3", "--resume"], "cannot resume with different k (k: 2 -> 3)"),
-])
+@pytest.mark.parametrize(
+    "extra, needle",
+    [
+        (["beta=0.5"], "already holds a different run; pass --resume to continue it or --overwrite to replace it"),
+        ([], "already holds this run; pass --resume to continue it or --overwrite to replace it"),
+        (["k=3", "--resume"], "cannot resume with different k (k: 2 -> 3)"),
+    ],
+)
 def test_output_folder_holding_a_run_is_refused(extra, needle, finished, tiny_model_dir, tmp_path, capsys):
     out = tmp_path / "run"
     shutil.copytree(finished, out)
     before = _files(out)
-    rc, err = _cli(["train", f"policy={tiny_model_dir}", "reward_fn=reliability._helpers:reward_short",
-                    f"output_dir={out}", *TINY_RUN, *extra], capsys)
+    rc, err = _cli(
+        [
+            "train",
+            f"policy={tiny_model_dir}",
+            "reward_fn=reliability._helpers:reward_short",
+            f"output_dir={out}",
+            *TINY_RUN,
+            *extra,
+        ],
+        capsys,
+    )
     _one_line(rc, err, needle)
     assert _files(out) == before
 
@@ -163,8 +219,18 @@ def test_overwrite_replaces_a_run(finished, tiny_model_dir, tmp_path, capsys):
     out = tmp_path / "run"
     shutil.copytree(finished, out)
     (out / "stale.txt").write_text("from the old run")
-    rc, err = _cli(["train", f"policy={tiny_model_dir}", "reward_fn=reliability._helpers:reward_short",
-                    f"output_dir={out}", *TINY_RUN, "beta=0.5", "--overwrite"], capsys)
+    rc, err = _cli(
+        [
+            "train",
+            f"policy={tiny_model_dir}",
+            "reward_fn=reliability._helpers:reward_short",
+            f"output_dir={out}",
+            *TINY_RUN,
+            "beta=0.5",
+            "--overwrite",
+        ],
+        capsys,
+    )
     assert rc == 0, err
     assert not (out / "stale.txt").exists() and "beta: 0.5" in (out / "config.yaml").read_text()
 
@@ -193,19 +259,24 @@ def bad_data(tmp_path):
 
 
 @pytest.mark.parametrize("command", ["sft", "train"])
-@pytest.mark.parametrize("data, needle", [
-    ("missing.jsonl", "does not exist"),
-    ("empty.jsonl", "is empty"),
-    ("cols.jsonl", "has no column 'prompt'"),
-    ("broken.jsonl", "cannot be read"),
-])
+@pytest.mark.parametrize(
+    "data, needle",
+    [
+        ("missing.jsonl", "does not exist"),
+        ("empty.jsonl", "is empty"),
+        ("cols.jsonl", "has no column 'prompt'"),
+        ("broken.jsonl", "cannot be read"),
+    ],
+)
 def test_dataset_errors_from_the_cli(command, data, needle, bad_data, tiny_model_dir, tmp_path, capsys):
     """A missing, empty, unreadable or column-less dataset: one line naming the file, before any output."""
     out = tmp_path / "out"
     model_key = "model" if command == "sft" else "policy"
     extra = [] if command == "sft" else ["reward_fn=tests.reliability._helpers:reward_short", *TINY_RUN]
-    rc, err = _cli([command, f"{model_key}={tiny_model_dir}", f"output_dir={out}",
-                    f"dataset.path={bad_data / data}", *extra], capsys)
+    rc, err = _cli(
+        [command, f"{model_key}={tiny_model_dir}", f"output_dir={out}", f"dataset.path={bad_data / data}", *extra],
+        capsys,
+    )
     _one_line(rc, err, f"rloo {command}: error: ", needle, data)
     assert not out.exists()
 
@@ -215,6 +286,6 @@ def test_overrides_after_flags_are_read(tmp_path, capsys):
     out = tmp_path / "out"
     rc, err = _cli(["sft", f"output_dir={out}", "--overwrite", "epochs=zero"], capsys)
     _one_line(rc, err, "rloo sft: error: ", "epochs: Input should be a valid integer")
-    with pytest.raises(SystemExit) as e:   # argparse's own usage error, as for any unknown flag
+    with pytest.raises(SystemExit) as e:  # argparse's own usage error, as for any unknown flag
         main(["sft", f"output_dir={out}", "--overwrite", "--bogus"])
     assert e.value.code == 2 and "unrecognized arguments: --bogus" in capsys.readouterr().err

@@ -20,7 +20,7 @@ from rloo.runtime.names import hub_problem
 from rloo.runtime.user_code import load_callable
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
-UNREACHABLE = "http://127.0.0.1:9"   # nothing listens on the discard port: connection refused at once
+UNREACHABLE = "http://127.0.0.1:9"  # nothing listens on the discard port: connection refused at once
 
 
 @pytest.fixture()
@@ -38,21 +38,29 @@ def _cli(args, cwd, **env):
     full_env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
     full_env |= {"PYTHONPATH": SRC, "HF_ENDPOINT": UNREACHABLE, **env}
     t = time.perf_counter()
-    p = subprocess.run([sys.executable, "-m", "rloo.cli", *args], cwd=cwd, env=full_env, capture_output=True,
-                       text=True, timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-m", "rloo.cli", *args], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=120
+    )
     return p.returncode, p.stderr.strip().splitlines(), time.perf_counter() - t
 
 
-@pytest.mark.parametrize("args, expect", [
-    (["train", "policy=mymodel", "reward_model=mymodel"], "policy 'mymodel' is not a local path and the Hub"),
-    (["sft", "model=mymodel", "dataset.path=data/sft.jsonl"], "model 'mymodel' is not a local path and the Hub"),
-    (["sft", "model=./m", "dataset.path=data/nope"], "model './m' does not exist"),
-    (["pipeline", "model=mymodel", "dataset.path=data/nope"], "dataset.path 'data/nope' does not exist; nothing "
-                                                              "similar in data/, which holds: prefs.parquet, sft.jsonl"),
-    (["pipeline", "model=mymodel", "dataset.path=data/x.jsnl"], "dataset.path 'data/x.jsnl' does not exist; "
-                                                                "closest in data/: sft.jsonl"),
-    (["train", "policy=mymodel", "reward_model=mymodel", "dataset.path=data/x.jsnl"], "dataset.path 'data/x.jsnl'"),
-])
+@pytest.mark.parametrize(
+    "args, expect",
+    [
+        (["train", "policy=mymodel", "reward_model=mymodel"], "policy 'mymodel' is not a local path and the Hub"),
+        (["sft", "model=mymodel", "dataset.path=data/sft.jsonl"], "model 'mymodel' is not a local path and the Hub"),
+        (["sft", "model=./m", "dataset.path=data/nope"], "model './m' does not exist"),
+        (
+            ["pipeline", "model=mymodel", "dataset.path=data/nope"],
+            "dataset.path 'data/nope' does not exist; nothing similar in data/, which holds: prefs.parquet, sft.jsonl",
+        ),
+        (
+            ["pipeline", "model=mymodel", "dataset.path=data/x.jsnl"],
+            "dataset.path 'data/x.jsnl' does not exist; closest in data/: sft.jsonl",
+        ),
+        (["train", "policy=mymodel", "reward_model=mymodel", "dataset.path=data/x.jsnl"], "dataset.path 'data/x.jsnl'"),
+    ],
+)
 def test_bad_names_fail_fast_in_one_line(args, expect, workdir):
     rc, err, seconds = _cli([*args, "output_dir=out"], workdir)
     assert rc == 2 and len(err) == 1 and expect in err[0], err
@@ -63,8 +71,12 @@ def test_bad_names_fail_fast_in_one_line(args, expect, workdir):
 
 
 def test_hub_offline_is_honoured(workdir):
-    rc, err, seconds = _cli(["train", "policy=org/not-cached", "reward_model=org/not-cached", "output_dir=out"],
-                            workdir, HF_HUB_OFFLINE="1", HF_HUB_CACHE=str(workdir / "empty-cache"))
+    rc, err, seconds = _cli(
+        ["train", "policy=org/not-cached", "reward_model=org/not-cached", "output_dir=out"],
+        workdir,
+        HF_HUB_OFFLINE="1",
+        HF_HUB_CACHE=str(workdir / "empty-cache"),
+    )
     assert rc == 2 and len(err) == 1 and "HF_HUB_OFFLINE is set" in err[0], err
     assert seconds < 3 and not (workdir / "out").exists()
 
@@ -72,11 +84,13 @@ def test_hub_offline_is_honoured(workdir):
 def test_hub_lookup_is_one_request(monkeypatch):
     """One call, no retry: a failing lookup is asked once and remembered."""
     from huggingface_hub import HfApi
+
     calls = []
 
     def refuse(self, repo_id, **kw):
         calls.append(repo_id)
         raise ConnectionError("refused")
+
     monkeypatch.setattr(HfApi, "repo_info", refuse)
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)
     hub_problem.cache_clear()
@@ -120,12 +134,18 @@ def test_file_function(workdir, isolated_imports):
     assert load_callable("sub/judge.py:keywords")(["p"], ["dog"]) == [0.0]
 
 
-@pytest.mark.parametrize("spec, expect", [
-    ("nosuchmod:f", "cannot import 'nosuchmod'"),
-    ("rewardz.py:keywords", "reward function file 'rewardz.py' does not exist; closest in the current folder: rewards.py"),
-    ("rewards.py:nope", "has no callable 'nope' (it has: keywords)"),
-    ("rewards.py", "must be given as module:function or path/to/file.py:function"),
-])
+@pytest.mark.parametrize(
+    "spec, expect",
+    [
+        ("nosuchmod:f", "cannot import 'nosuchmod'"),
+        (
+            "rewardz.py:keywords",
+            "reward function file 'rewardz.py' does not exist; closest in the current folder: rewards.py",
+        ),
+        ("rewards.py:nope", "has no callable 'nope' (it has: keywords)"),
+        ("rewards.py", "must be given as module:function or path/to/file.py:function"),
+    ],
+)
 def test_bad_callable_specs(spec, expect, workdir, isolated_imports):
     (workdir / "rewards.py").write_text(MYPKG)
     with pytest.raises(RlooError, match=None) as e:
@@ -143,10 +163,27 @@ def test_cli_reward_fn_from_current_folder_without_pythonpath(workdir, tiny_mode
     script.parent.mkdir()
     script.write_text("import sys\nfrom rloo.cli import main\nsys.exit(main())\n")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"PYTHONPATH": SRC}
-    p = subprocess.run([sys.executable, str(script), "train", f"policy={tiny_model_dir}",
-                        "reward_fn=mypkg.rewards:keywords", "output_dir=out", "steps=1", "batch_size=2", "k=2",
-                        "max_new_tokens=3", "eval_every=null", "save_every=null"],
-                       cwd=workdir, env=env, capture_output=True, text=True, timeout=300)
+    p = subprocess.run(
+        [
+            sys.executable,
+            str(script),
+            "train",
+            f"policy={tiny_model_dir}",
+            "reward_fn=mypkg.rewards:keywords",
+            "output_dir=out",
+            "steps=1",
+            "batch_size=2",
+            "k=2",
+            "max_new_tokens=3",
+            "eval_every=null",
+            "save_every=null",
+        ],
+        cwd=workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert p.returncode == 0, p.stderr
     assert (workdir / "out" / "model").is_dir()
 
@@ -154,6 +191,7 @@ def test_cli_reward_fn_from_current_folder_without_pythonpath(workdir, tiny_mode
 def test_no_reward_source_before_any_model_loads(tmp_path, monkeypatch, tiny_model_dir):
     def boom(*a, **k):
         raise AssertionError("a model was loaded before the config was checked")
+
     monkeypatch.setattr("rloo.training.rl.load_policy", boom)
     with pytest.raises(RlooError, match="no reward source"):
         train(RLConfig(policy=str(tiny_model_dir), output_dir=tmp_path / "run"))
@@ -162,6 +200,7 @@ def test_no_reward_source_before_any_model_loads(tmp_path, monkeypatch, tiny_mod
 
 def test_api_raises_rloo_error_not_pydantic():
     from pydantic import ValidationError
+
     for kw in ({"k": 1}, {"beta": -1}, {"bogus": 1}, {"eval": {"num_prompts": 0}}):
         with pytest.raises(RlooError) as e:
             RLConfig(policy="p", **kw)
@@ -172,11 +211,14 @@ def test_api_raises_rloo_error_not_pydantic():
 
 
 def test_k1_is_one_line_without_config_dump(tiny_model_dir, tmp_path, capsys):
-    rc = main(["train", f"policy={tiny_model_dir}", f"reward_model={tiny_model_dir}", "k=1",
-               f"output_dir={tmp_path / 'run'}"])
+    rc = main(
+        ["train", f"policy={tiny_model_dir}", f"reward_model={tiny_model_dir}", "k=1", f"output_dir={tmp_path / 'run'}"]
+    )
     err = capsys.readouterr().err.strip()
-    assert rc == 2 and err == ("rloo train: error: invalid config: leave-one-out needs k >= 2 samples per prompt "
-                               "(the baseline of one sample is the mean of the other k-1), got k=1")
+    assert rc == 2 and err == (
+        "rloo train: error: invalid config: leave-one-out needs k >= 2 samples per prompt "
+        "(the baseline of one sample is the mean of the other k-1), got k=1"
+    )
 
 
 def test_eval_without_judge_is_an_error(workdir, tiny_model_dir, capsys):
@@ -186,14 +228,23 @@ def test_eval_without_judge_is_an_error(workdir, tiny_model_dir, capsys):
     assert not (workdir / "ev").exists()
 
 
-@pytest.mark.parametrize("args, expect", [
-    (["dataset.path=data/sft.jsonl"], "needs model=PATH"),
-    (["model=MODEL", "dataset.path=data/sft.jsonl"], "has no column 'chosen'"),
-    (["model=MODEL", "dataset.path=data/sft.jsonl", "eval.judge=gold"], "judge 'gold' is the built-in task's judge"),
-    (["model=MODEL", "dataset.path=data/sft.jsonl", "eval.judge=nojudge.py:f"], "judge file 'nojudge.py' does not exist"),
-    (["reward.dataset.path=data/sft.jsonl"], "reward.dataset is set but dataset is not"),
-    (["report_to=mlflow"], "report_to must be among tensorboard, wandb, none"),
-])
+@pytest.mark.parametrize(
+    "args, expect",
+    [
+        (["dataset.path=data/sft.jsonl"], "needs model=PATH"),
+        (["model=MODEL", "dataset.path=data/sft.jsonl"], "has no column 'chosen'"),
+        (
+            ["model=MODEL", "dataset.path=data/sft.jsonl", "eval.judge=gold"],
+            "judge 'gold' is the built-in task's judge",
+        ),
+        (
+            ["model=MODEL", "dataset.path=data/sft.jsonl", "eval.judge=nojudge.py:f"],
+            "judge file 'nojudge.py' does not exist",
+        ),
+        (["reward.dataset.path=data/sft.jsonl"], "reward.dataset is set but dataset is not"),
+        (["report_to=mlflow"], "report_to must be among tensorboard, wandb, none"),
+    ],
+)
 def test_pipeline_config_checked_before_anything_is_written(args, expect, workdir, tiny_model_dir, capsys):
     args = [a.replace("MODEL", str(tiny_model_dir)) for a in args]
     rc = main(["pipeline", *args, "output_dir=p"])

@@ -14,17 +14,27 @@ import torch
 
 import rloo.runtime.checkpoint as ckmod
 from rloo import train
-from rloo.runtime.atomic import sync_and_hash
-from rloo.runtime.checkpoint import MARKER, latest_checkpoint, list_checkpoints, load_state, step_of, verify_checkpoint
 from rloo.cli import main
 from rloo.errors import RlooError
 from rloo.modeling.loading import load_policy, save_pretrained_atomic
+from rloo.runtime.atomic import sync_and_hash
+from rloo.runtime.checkpoint import MARKER, latest_checkpoint, list_checkpoints, load_state, step_of, verify_checkpoint
 
 from ._helpers import PROMPTS, assert_same_params, leftovers, reward_short
 from .conftest import rl_config as _cfg
 
-CLI = ["steps=6", "batch_size=2", "k=2", "max_new_tokens=5", "lr=3e-3", "warmup_steps=2", "save_every=2",
-       "eval_every=null", "eval_prompts=2", "eval.batch_size=2"]
+CLI = [
+    "steps=6",
+    "batch_size=2",
+    "k=2",
+    "max_new_tokens=5",
+    "lr=3e-3",
+    "warmup_steps=2",
+    "save_every=2",
+    "eval_every=null",
+    "eval_prompts=2",
+    "eval.batch_size=2",
+]
 
 
 def _copy(reference, tmp_path):
@@ -34,15 +44,18 @@ def _copy(reference, tmp_path):
 
 
 def test_reference_checkpoints_verify(reference):
-    assert [step_of(c) for c in list_checkpoints(reference)] == [4, 6]   # keep_checkpoints=2
+    assert [step_of(c) for c in list_checkpoints(reference)] == [4, 6]  # keep_checkpoints=2
     assert all(verify_checkpoint(c) is None for c in list_checkpoints(reference))
 
 
-@pytest.mark.parametrize("damage, reason", [
-    ("flip", "model/model.safetensors does not match its checksum"),
-    ("truncate", "state.pt has"),
-    ("marker", "marker is unreadable"),
-])
+@pytest.mark.parametrize(
+    "damage, reason",
+    [
+        ("flip", "model/model.safetensors does not match its checksum"),
+        ("truncate", "state.pt has"),
+        ("marker", "marker is unreadable"),
+    ],
+)
 def test_corrupt_checkpoint_is_reported_and_skipped(damage, reason, reference, tmp_path, capsys):
     out = _copy(reference, tmp_path)
     newest = out / "checkpoints" / "step-000006"
@@ -113,8 +126,10 @@ def test_remote_code_is_not_run(model_type, tiny_model_dir, tmp_path):
     model = tmp_path / "custom"
     shutil.copytree(tiny_model_dir, model)
     marker = tmp_path / "pwned"
-    (model / "evil.py").write_text(f"open({str(marker)!r}, 'w').write('x')\n"
-                                   "from transformers import LlamaConfig as EvilConfig, LlamaForCausalLM as EvilModel\n")
+    (model / "evil.py").write_text(
+        f"open({str(marker)!r}, 'w').write('x')\n"
+        "from transformers import LlamaConfig as EvilConfig, LlamaForCausalLM as EvilModel\n"
+    )
     cfg = json.loads((model / "config.json").read_text())
     cfg["auto_map"] = {"AutoConfig": "evil.EvilConfig", "AutoModelForCausalLM": "evil.EvilModel"}
     cfg["model_type"] = model_type
@@ -137,14 +152,18 @@ def test_full_disk_while_checkpointing(tiny_model_dir, tmp_path, monkeypatch, ca
     out = tmp_path / "run"
     real = ckmod.write_state
     monkeypatch.setattr(ckmod, "write_state", lambda st, p: _enospc() if st["step"] == 4 else real(st, p))
-    rc = main(["train", f"policy={tiny_model_dir}", "reward_fn=reliability._helpers:reward_short",
-               f"output_dir={out}", *CLI])
+    rc = main(
+        ["train", f"policy={tiny_model_dir}", "reward_fn=reliability._helpers:reward_short", f"output_dir={out}", *CLI]
+    )
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert rc == 2
-    assert err.startswith(f"rloo train: error: could not write checkpoint {out}/checkpoints/step-000004: "
-                          f"no space left on device")
+    assert err.startswith(
+        f"rloo train: error: could not write checkpoint {out}/checkpoints/step-000004: no space left on device"
+    )
     assert f"the previous checkpoint {out}/checkpoints/step-000002 is intact" in err
-    assert [step_of(c) for c in list_checkpoints(out)] == [2] and verify_checkpoint(out / "checkpoints" / "step-000002") is None
+    assert [step_of(c) for c in list_checkpoints(out)] == [2] and verify_checkpoint(
+        out / "checkpoints" / "step-000002"
+    ) is None
     assert not leftovers(out) and not (out / "model").exists()
 
 
@@ -153,13 +172,17 @@ def test_full_disk_while_saving_the_model_keeps_the_old_one(reference, tmp_path,
     before = (out / "model" / "model.safetensors").read_bytes()
     model, tok = load_policy(str(out / "model"))
 
-    def half_written(self, path, **kw):   # what safetensors really raises on a full disk
+    def half_written(self, path, **kw):  # what safetensors really raises on a full disk
         Path(path).mkdir(parents=True, exist_ok=True)
         (Path(path) / "model.safetensors").write_bytes(b"\0" * 10)
         raise RuntimeError("Error while serializing: I/O error: No space left on device (os error 28)")
+
     monkeypatch.setattr(type(model), "save_pretrained", half_written)
-    with pytest.raises(Exception, match=r"could not save the model to .*: no space left on device .* "
-                                        r"the previous model at .* is untouched"):
+    with pytest.raises(
+        Exception,
+        match=r"could not save the model to .*: no space left on device .* "
+        r"the previous model at .* is untouched",
+    ):
         save_pretrained_atomic(model, tok, out / "model")
     assert (out / "model" / "model.safetensors").read_bytes() == before
     assert not leftovers(out)
@@ -185,9 +208,17 @@ def test_really_full_disk(tiny_model_dir, tmp_path, monkeypatch, capsys):
                     except OSError:
                         pass
             real(model, tok, path)
+
         monkeypatch.setattr(ckmod, "write_model", fill_then_write)
-        rc = main(["train", f"policy={tiny_model_dir}", "reward_fn=reliability._helpers:reward_short",
-                   f"output_dir={out}", *CLI])
+        rc = main(
+            [
+                "train",
+                f"policy={tiny_model_dir}",
+                "reward_fn=reliability._helpers:reward_short",
+                f"output_dir={out}",
+                *CLI,
+            ]
+        )
         err = capsys.readouterr().err.strip().splitlines()[-1]
         assert rc == 2 and "could not write checkpoint" in err and "no space left on device" in err, err
         assert [step_of(c) for c in list_checkpoints(out)] == [2]

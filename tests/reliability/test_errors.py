@@ -19,7 +19,8 @@ def _run(args, capsys):
 @pytest.fixture()
 def reward_module(tmp_path, monkeypatch):
     """A module of deliberately broken reward functions, importable as `badrewards`."""
-    (tmp_path / "badrewards.py").write_text(textwrap.dedent("""
+    (tmp_path / "badrewards.py").write_text(
+        textwrap.dedent("""
         def raises(prompts, completions):
             raise RuntimeError("judge offline")
         def wrong_count(prompts, completions):
@@ -28,21 +29,27 @@ def reward_module(tmp_path, monkeypatch):
             return [float("nan")] * len(completions)
         def not_numbers(prompts, completions):
             return ["good"] * len(completions)
-    """))
+    """)
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     yield "badrewards"
     sys.modules.pop("badrewards", None)
 
 
-@pytest.mark.parametrize("override, message", [
-    ("bogus=1", "unknown key 'bogus'"),
-    ("k=1", "leave-one-out needs k >= 2"),
-    ("beta=-0.1", "beta"),
-    ("steps=many", "steps"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("bogus=1", "unknown key 'bogus'"),
+        ("k=1", "leave-one-out needs k >= 2"),
+        ("beta=-0.1", "beta"),
+        ("steps=many", "steps"),
+    ],
+)
 def test_invalid_config_values(override, message, tiny_model_dir, tmp_path, capsys):
     out = tmp_path / "run"
-    rc, err = _run(["train", f"policy={tiny_model_dir}", f"reward_model={tiny_model_dir}", f"output_dir={out}", override], capsys)
+    rc, err = _run(
+        ["train", f"policy={tiny_model_dir}", f"reward_model={tiny_model_dir}", f"output_dir={out}", override], capsys
+    )
     assert rc == 2
     assert message in err
     assert len(err.splitlines()) == 1 and "Traceback" not in err
@@ -51,21 +58,37 @@ def test_invalid_config_values(override, message, tiny_model_dir, tmp_path, caps
 
 def test_missing_model_path(tmp_path, capsys):
     out = tmp_path / "run"
-    rc, err = _run(["train", f"policy={tmp_path / 'nope'}", f"reward_model={tmp_path / 'nope'}", f"output_dir={out}"], capsys)
+    rc, err = _run(
+        ["train", f"policy={tmp_path / 'nope'}", f"reward_model={tmp_path / 'nope'}", f"output_dir={out}"], capsys
+    )
     assert rc == 2 and "does not exist" in err and len(err.splitlines()) == 1
     assert not out.exists()
 
 
-@pytest.mark.parametrize("fn, message", [
-    ("raises", "raised RuntimeError: judge offline"),
-    ("wrong_count", "returned 1 scores for 2 completions"),
-    ("nan", "non-finite score"),
-    ("not_numbers", "non-number"),
-])
+@pytest.mark.parametrize(
+    "fn, message",
+    [
+        ("raises", "raised RuntimeError: judge offline"),
+        ("wrong_count", "returned 1 scores for 2 completions"),
+        ("nan", "non-finite score"),
+        ("not_numbers", "non-number"),
+    ],
+)
 def test_broken_reward_function(fn, message, reward_module, tiny_model_dir, tmp_path, capsys):
     out = tmp_path / "run"
-    rc, err = _run(["train", f"policy={tiny_model_dir}", f"reward_fn={reward_module}:{fn}", f"output_dir={out}",
-                    "k=2", "batch_size=2", "steps=2", "max_new_tokens=4"], capsys)
+    rc, err = _run(
+        [
+            "train",
+            f"policy={tiny_model_dir}",
+            f"reward_fn={reward_module}:{fn}",
+            f"output_dir={out}",
+            "k=2",
+            "batch_size=2",
+            "steps=2",
+            "max_new_tokens=4",
+        ],
+        capsys,
+    )
     assert rc == 2, err
     assert message in err and len(err.splitlines()) == 1
     assert not out.exists()

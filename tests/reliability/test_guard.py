@@ -9,8 +9,8 @@ import pytest
 
 import rloo.algorithms.rloo as rl
 from rloo import RLConfig, train
-from rloo.runtime.checkpoint import latest_checkpoint, list_checkpoints, load_state, step_of
 from rloo.errors import NonFiniteError
+from rloo.runtime.checkpoint import latest_checkpoint, list_checkpoints, load_state, step_of
 
 from ._helpers import PROMPTS, assert_same_params, reward_short
 from .conftest import rl_config as _cfg
@@ -25,6 +25,7 @@ def _nan_loss_on(monkeypatch, bad_calls: set[int]):
         calls["n"] += 1
         loss, stats = real(*a, **kw)
         return (loss * float("nan"), stats) if calls["n"] in bad_calls else (loss, stats)
+
     monkeypatch.setattr(rl, "policy_gradient_loss", loss_fn)
 
 
@@ -42,9 +43,12 @@ def test_isolated_non_finite_step_is_skipped_and_counted(tiny_model_dir, tmp_pat
 
 def test_streak_stops_with_a_checkpoint_from_before_it(reference, tiny_model_dir, tmp_path, monkeypatch, capsys):
     out = tmp_path / "run"
-    _nan_loss_on(monkeypatch, {4, 5})   # steps 4 and 5; step 4 would have been a periodic checkpoint
-    with pytest.raises(NonFiniteError, match=r"2 steps in a row \(steps 4-5\) had a non-finite loss or gradient; "
-                                             r"stopped\. Checkpoint from before the problem: .*step-000003\. Lower lr"):
+    _nan_loss_on(monkeypatch, {4, 5})  # steps 4 and 5; step 4 would have been a periodic checkpoint
+    with pytest.raises(
+        NonFiniteError,
+        match=r"2 steps in a row \(steps 4-5\) had a non-finite loss or gradient; "
+        r"stopped\. Checkpoint from before the problem: .*step-000003\. Lower lr",
+    ):
         train(_cfg(tiny_model_dir, out, max_skipped_steps=2), prompts=PROMPTS, reward_fn=reward_short)
     err = capsys.readouterr().err
     assert "checkpoint at step 4 postponed" in err

@@ -14,9 +14,20 @@ from rloo.runtime.checkpoint import latest_checkpoint, list_checkpoints, step_of
 from ._helpers import assert_params_moved, assert_same_params, metric_steps
 from ._runner import run_cli
 
-ARGS = ["reward_fn=reliability._helpers:reward_short", "steps=8", "batch_size=2", "k=2", "max_new_tokens=5",
-        "lr=3e-3", "warmup_steps=2", "save_every=2", "keep_checkpoints=2", "eval_every=4", "eval_prompts=2",
-        "eval.batch_size=2"]
+ARGS = [
+    "reward_fn=reliability._helpers:reward_short",
+    "steps=8",
+    "batch_size=2",
+    "k=2",
+    "max_new_tokens=5",
+    "lr=3e-3",
+    "warmup_steps=2",
+    "save_every=2",
+    "keep_checkpoints=2",
+    "eval_every=4",
+    "eval_prompts=2",
+    "eval.batch_size=2",
+]
 
 
 def _argv(tiny_model_dir, out, *extra):
@@ -42,8 +53,10 @@ def test_killed_three_times_then_resumed_equals_uninterrupted(cli_reference, tin
     rc, text = run_cli(_argv(tiny_model_dir, out), tmp_path / "log0.txt", "term@3")
     assert rc == 128 + signal.SIGTERM, text
     last = text.strip().splitlines()[-1]
-    assert last == (f"rloo train: error: SIGTERM received; stopped at step 3/8 and saved {out}/checkpoints/step-000003; "
-                    f"continue with the same command plus --resume")
+    assert last == (
+        f"rloo train: error: SIGTERM received; stopped at step 3/8 and saved {out}/checkpoints/step-000003; "
+        f"continue with the same command plus --resume"
+    )
     assert [step_of(c) for c in list_checkpoints(out)] == [2, 3]
 
     rc, text = _resume(tiny_model_dir, out, "kill-ckpt@6", 1)
@@ -57,7 +70,7 @@ def test_killed_three_times_then_resumed_equals_uninterrupted(cli_reference, tin
     assert rc == -signal.SIGKILL, text
     assert "skipping unfinished checkpoint" in text and "at step 4" in text
     assert not partial.exists()
-    assert 7 in metric_steps(out)           # logged by the killed process, after its last checkpoint
+    assert 7 in metric_steps(out)  # logged by the killed process, after its last checkpoint
 
     rc, text = _resume(tiny_model_dir, out, None, 3)
     assert rc == 0, text
@@ -82,7 +95,9 @@ def test_single_fault_then_resume_equals_uninterrupted(fault, cli_reference, tin
 def test_external_sigterm_at_an_arbitrary_moment(cli_reference, tiny_model_dir, tmp_path):
     """A SIGTERM from outside, whenever it lands (rollout, backward, eval, checkpoint), loses nothing."""
     import multiprocessing as mp
+
     from ._runner import _child, _context
+
     out = tmp_path / "run"
     proc = _context().Process(target=_child, args=(_argv(tiny_model_dir, out), str(tmp_path / "log0.txt"), None))
     proc.start()
@@ -90,7 +105,7 @@ def test_external_sigterm_at_an_arbitrary_moment(cli_reference, tiny_model_dir, 
     while not list_checkpoints(out) and time.time() < deadline and proc.is_alive():
         time.sleep(0.05)
     time.sleep(0.3)
-    proc.terminate()                     # SIGTERM
+    proc.terminate()  # SIGTERM
     proc.join()
     assert proc.exitcode in (0, 128 + signal.SIGTERM), (tmp_path / "log0.txt").read_text()
     rc, text = _resume(tiny_model_dir, out, None, 1)

@@ -9,14 +9,14 @@ import signal
 
 import pytest
 
-import rloo.runtime.tracking as tracking
 import rloo.algorithms.rloo as rl
-from rloo import RLConfig, train
-from rloo.runtime.checkpoint import latest_checkpoint, list_checkpoints, load_state, step_of
+import rloo.runtime.tracking as tracking
+from rloo import train
 from rloo.errors import Interrupted, RlooError
+from rloo.runtime.checkpoint import latest_checkpoint, list_checkpoints, load_state, step_of
 
-from .conftest import rl_config as _cfg
 from ._helpers import PROMPTS, assert_params_moved, assert_same_params, metric_steps, reward_short
+from .conftest import rl_config as _cfg
 
 
 def _signal_after(monkeypatch, at_step: int, signum=signal.SIGTERM):
@@ -30,6 +30,7 @@ def _signal_after(monkeypatch, at_step: int, signum=signal.SIGTERM):
         if calls["n"] == at_step:
             os.kill(os.getpid(), signum)
         return out
+
     monkeypatch.setattr(rl, "rloo_step", step)
 
 
@@ -73,8 +74,12 @@ def test_eval_does_not_perturb_training(tiny_model_dir, tmp_path):
     runs = {}
     for every in (None, 1):
         out = tmp_path / f"eval-{every}"
-        train(_cfg(tiny_model_dir, out, steps=3, eval_every=every, eval_prompts=3, save_every=None,
-                   eval={"batch_size": 3}), reward_fn=reward_short)
+        train(
+            _cfg(
+                tiny_model_dir, out, steps=3, eval_every=every, eval_prompts=3, save_every=None, eval={"batch_size": 3}
+            ),
+            reward_fn=reward_short,
+        )
         runs[every] = out
     assert any("eval/win_rate" in line for line in (runs[1] / "metrics.jsonl").read_text().splitlines())
     assert_same_params(runs[None] / "model", runs[1] / "model")
@@ -82,8 +87,17 @@ def test_eval_does_not_perturb_training(tiny_model_dir, tmp_path):
 
 def test_checkpoint_holds_the_whole_state(reference):
     st = load_state(latest_checkpoint(reference))
-    assert {"optimizer", "scheduler", "rng", "stream", "counters", "metrics_bytes", "step", "config",
-            "prompts_sha"} <= set(st)
+    assert {
+        "optimizer",
+        "scheduler",
+        "rng",
+        "stream",
+        "counters",
+        "metrics_bytes",
+        "step",
+        "config",
+        "prompts_sha",
+    } <= set(st)
     assert {"python", "numpy", "torch", "sampler"} <= set(st["rng"])
     assert st["step"] == 6 and st["counters"]["updates"] == 6
 
@@ -109,7 +123,7 @@ def test_resume_with_a_new_lr_uses_it(reference, tiny_model_dir, tmp_path, capsy
     result = train(_cfg(tiny_model_dir, out, lr=1e-3), prompts=PROMPTS, reward_fn=reward_short, resume=True)
     assert "changed settings (not an exact continuation): lr: 0.003 -> 0.001" in capsys.readouterr().err
     lrs = [h["lr"] for h in result.history if "lr" in h]
-    assert len(lrs) == 2 and all(abs(lr - 1e-3) < 1e-12 for lr in lrs)   # warm-up (2 steps) is long over
+    assert len(lrs) == 2 and all(abs(lr - 1e-3) < 1e-12 for lr in lrs)  # warm-up (2 steps) is long over
 
 
 @pytest.mark.parametrize("algorithm", ["reinforce", "ppo"])
@@ -126,6 +140,7 @@ def test_stateful_algorithms_resume_exactly(algorithm, tiny_model_dir, tmp_path,
         real_log(self, step, metrics)
         if step == 3 and "reward/score" in metrics:
             os.kill(os.getpid(), signal.SIGTERM)
+
     monkeypatch.setattr(tracking.MetricsLogger, "log", log)
     with pytest.raises(Interrupted, match="stopped at step 3/4"):
         train(_cfg(tiny_model_dir, out, **kw), prompts=PROMPTS, reward_fn=reward_short)

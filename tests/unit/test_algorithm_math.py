@@ -54,7 +54,7 @@ def test_grpo_zero_variance_group_leaves_only_the_kl_term():
     adv = group_normalized(torch.full((1, 4), 0.7)).view(-1)
     assert torch.equal(adv, torch.zeros(4))
     lp = torch.tensor([[-1.0, -2.0]] * 4)
-    ref = lp - 0.5            # log(ref/pi) = -0.5 on every token: k3 = e^-0.5 - 1 + 0.5
+    ref = lp - 0.5  # log(ref/pi) = -0.5 on every token: k3 = e^-0.5 - 1 + 0.5
     mask = torch.ones(4, 2, dtype=torch.bool)
     loss, stats = grpo_loss(lp, lp, ref, adv, mask, clip_eps=0.2, beta=0.1)
     k3 = math.exp(-0.5) - 1 + 0.5

@@ -19,28 +19,39 @@ from rloo.tasks.arithmetic import (
 from rloo.tasks.tokenizer import build_tokenizer
 
 
-@pytest.mark.parametrize("expr, value", [
-    ("3 + 5", 8), ("4 7 + 8", 55), ("6 * 7", 42), ("7 + 6 - 4", 9), ("1 + 2 - 9", -6),
-    ("2 + 3 * 4", 14), ("2 * 3 - 4 * 5", -14),   # * binds tighter: 2 + 12; 6 - 20
-])
+@pytest.mark.parametrize(
+    "expr, value",
+    [
+        ("3 + 5", 8),
+        ("4 7 + 8", 55),
+        ("6 * 7", 42),
+        ("7 + 6 - 4", 9),
+        ("1 + 2 - 9", -6),
+        ("2 + 3 * 4", 14),
+        ("2 * 3 - 4 * 5", -14),  # * binds tighter: 2 + 12; 6 - 20
+    ],
+)
 def test_evaluate_by_hand(expr, value):
     assert evaluate(expr.split()) == value
     assert answer(f"q : {expr} =") == value
 
 
-@pytest.mark.parametrize("response, parsed", [
-    ("ans 5 5", 55),
-    ("4 7 + 8 = 5 5 ans 5 5", 55),            # worked form: the number after the last ans
-    ("ans 1 2 ans 5 5", 55),
-    ("ans - 3", -3),
-    ("ans 0 7", 7),                           # a leading zero still reads as 7
-    ("5 5", None),                            # no ans
-    ("ans", None),                            # no digits
-    ("ans 5 5 +", None),                      # something after the number
-    ("ans 5 - 5", None),
-    ("ans -", None),
-    ("", None),
-])
+@pytest.mark.parametrize(
+    "response, parsed",
+    [
+        ("ans 5 5", 55),
+        ("4 7 + 8 = 5 5 ans 5 5", 55),  # worked form: the number after the last ans
+        ("ans 1 2 ans 5 5", 55),
+        ("ans - 3", -3),
+        ("ans 0 7", 7),  # a leading zero still reads as 7
+        ("5 5", None),  # no ans
+        ("ans", None),  # no digits
+        ("ans 5 5 +", None),  # something after the number
+        ("ans 5 - 5", None),
+        ("ans -", None),
+        ("", None),
+    ],
+)
 def test_parse_answer_by_hand(response, parsed):
     assert parse_answer(response) == parsed
 
@@ -48,11 +59,11 @@ def test_parse_answer_by_hand(response, parsed):
 def test_check_is_one_for_the_right_final_answer_only():
     p = "q : 4 7 + 8 ="
     assert check(p, "ans 5 5") == 1.0
-    assert check(p, "4 7 + 8 = 5 4 ans 5 5") == 1.0     # a wrong step does not matter, the final answer does
+    assert check(p, "4 7 + 8 = 5 4 ans 5 5") == 1.0  # a wrong step does not matter, the final answer does
     assert check(p, "4 7 + 8 = 5 5 ans 5 4") == 0.0
     assert check(p, "ans 5 5 5") == 0.0
-    assert check(p, "5 5") == 0.0                        # unparseable scores 0 like a wrong answer
-    assert check("what is this", "ans 1") == 0.0         # not a problem: nothing to check
+    assert check(p, "5 5") == 0.0  # unparseable scores 0 like a wrong answer
+    assert check("what is this", "ans 1") == 0.0  # not a problem: nothing to check
     assert reward([p, p], ["ans 5 5", "ans 5"]) == [1.0, 0.0]
 
 
@@ -77,7 +88,7 @@ def test_references_have_mixed_correctness_by_kind_and_worked_forms():
         total[kind] += 1
         wrong[kind] += check(ex.prompt, ex.reference) == 0.0
         worked += "=" in ex.reference.split()
-        assert parse_answer(ex.reference) is not None    # references are always parseable
+        assert parse_answer(ex.reference) is not None  # references are always parseable
     for kind, share in KINDS.items():
         assert abs(total[kind] / len(examples) - share) < 4 * 0.5 / len(examples) ** 0.5
         assert abs(wrong[kind] / total[kind] - P_WRONG[kind]) < 4 * 0.5 / total[kind] ** 0.5, kind
@@ -87,11 +98,11 @@ def test_references_have_mixed_correctness_by_kind_and_worked_forms():
 def test_eval_split_holds_distinct_held_out_problems():
     task = get_task("arithmetic")
     n = held_out_count()
-    assert n == 219   # counted by enumerating every problem of every kind
+    assert n == 219  # counted by enumerating every problem of every kind
     prompts = [e.prompt for e in task.examples("eval", n)]
     assert len(set(prompts)) == n
     more = [e.prompt for e in task.examples("eval", n + 20)]
-    assert more[:n] == prompts and set(more) == set(prompts)   # past n they repeat
+    assert more[:n] == prompts and set(more) == set(prompts)  # past n they repeat
     train = {e.prompt for e in task.examples("train", 3000)}
     assert not train & set(prompts)
 

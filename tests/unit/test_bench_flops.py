@@ -21,9 +21,18 @@ B, K, P, T = 2, 3, 5, 4
 @pytest.fixture(scope="module")
 def model():
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=50, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                      pad_token_id=0, eos_token_id=1, bos_token_id=None)
+    cfg = LlamaConfig(
+        vocab_size=50,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        pad_token_id=0,
+        eos_token_id=1,
+        bos_token_id=None,
+    )
     return LlamaForCausalLM(cfg).eval()
 
 
@@ -57,11 +66,11 @@ def test_shared_forward_flops(model):
 def test_bucketed_shared_forward_flops(model):
     """Mixed completion lengths: the shared pass runs length buckets; the count follows them."""
     from rloo.experiments.bench_flops import bucketed
+
     a, (p_ids, p_mask, c_ids, _) = Arch.of(model.config), _batch()
     lengths = [4, 1, 3, 4, 2, 4]
     c_mask = torch.arange(T)[None, :] < torch.tensor(lengths)[:, None]
-    counted = _counted(lambda: completion_logprobs_shared(model, p_ids, p_mask, c_ids, c_mask, k=K,
-                                                          bucket_overhead=0))
+    counted = _counted(lambda: completion_logprobs_shared(model, p_ids, p_mask, c_ids, c_mask, k=K, bucket_overhead=0))
     fed = [n - 1 for n in lengths]  # buckets of widths 3 (3 rows), 2, 1; the one-token row needs no pass
     assert counted == a.linear(B * P) + a.head(B) + a.linear(3 * 3 + 2 + 1) + a.head(3 * 3 + 2 + 1)
     # bucketed() uses the default overhead; with 6 rows that is one bucket of width 3 for the 5 non-empty rows

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from rloo.eval.judge import paired_difference, win_rate, wins
 from rloo.data.preferences import preference_pairs
+from rloo.eval.judge import paired_difference, win_rate, wins
 from rloo.tasks import get_task
 
 
@@ -60,15 +60,24 @@ def test_reward_model_judge_scores_samples_as_training_does(tiny_model_dir):
     ex = get_task("summarize").examples("eval", 12, seed=0)
     prompts, refs = [e.prompt for e in ex], [e.reference for e in ex]
     # max_new_tokens=3: most samples are cut without EOS, where the text path appends one
-    roll = rollout(policy, tok, prompts, 1, max_prompt_len=64, max_new_tokens=3, generator=torch.Generator().manual_seed(0))
+    roll = rollout(
+        policy, tok, prompts, 1, max_prompt_len=64, max_new_tokens=3, generator=torch.Generator().manual_seed(0)
+    )
     assert judge.score(roll) == scorer(roll).tolist()
     text_path = scorer.score_texts(roll.prompts, roll.completions).tolist()
     assert text_path != scorer(roll).tolist(), "the old path (re-tokenized text) scores these samples differently"
-    res = evaluate_policy(policy, tok, prompts, references=refs, judge=judge, reward_scorer=scorer, max_new_tokens=3,
-                          generator=torch.Generator().manual_seed(0))
+    res = evaluate_policy(
+        policy,
+        tok,
+        prompts,
+        references=refs,
+        judge=judge,
+        reward_scorer=scorer,
+        max_new_tokens=3,
+        generator=torch.Generator().manual_seed(0),
+    )
     assert res.judge == "reward model (tiny)"
-    assert res.gold == res.reward   # the same scores, averaged in the same order
-
+    assert res.gold == res.reward  # the same scores, averaged in the same order
 
 
 def test_paired_report_says_when_the_win_rate_cannot_separate():
@@ -79,8 +88,17 @@ def test_paired_report_says_when_the_win_rate_cannot_separate():
     from rloo.eval.paired import compare_paired, describe
 
     def ev(wins, scores):
-        return PolicyEval(win_rate=sum(wins) / len(wins), gold=sum(scores) / len(scores), reward=None, kl=None,
-                          length=1.0, truncated=0.0, wins=wins, scores=scores, judge="j")
+        return PolicyEval(
+            win_rate=sum(wins) / len(wins),
+            gold=sum(scores) / len(scores),
+            reward=None,
+            kl=None,
+            length=1.0,
+            truncated=0.0,
+            wins=wins,
+            scores=scores,
+            judge="j",
+        )
 
     d = compare_paired(ev([0.0, 0.0, 1.0, 0.0], [1.0, 0.0, 3.0, 0.0]), ev([0.0, 0.0, 1.0, 0.0], [0.0, 0.0, 2.0, 0.0]))
     assert d["win_rate"] == 0.0 and d["ci95"] == 0.0 and d["same_outcomes"] == 4

@@ -5,9 +5,9 @@ import math
 import pytest
 import torch
 
+from rloo.core.advantages import leave_one_out
 from rloo.core.kl import kl_per_token, sequence_kl, shaped_reward, token_level_rewards
 from rloo.core.logprobs import completion_mask, sequence_logprobs
-from rloo.core.advantages import leave_one_out
 from rloo.core.losses import policy_gradient_loss
 
 LN2 = math.log(2.0)

@@ -5,7 +5,6 @@ import math
 import pytest
 import torch
 
-from tolerance import assert_close
 from rloo.core.logprobs import (
     completion_mask,
     masked_mean,
@@ -13,6 +12,7 @@ from rloo.core.logprobs import (
     sequence_logprobs,
     token_logprobs,
 )
+from tolerance import assert_close
 
 
 def plain_token_logprobs(logits, tokens, temperature=1.0):
@@ -26,7 +26,9 @@ def test_token_logprobs_worked_example():
     tokens = torch.tensor([[2]])
     torch.testing.assert_close(token_logprobs(logits, tokens), torch.tensor([[math.log(5 / 8)]], dtype=torch.float64))
     expected = math.log(math.sqrt(5) / (1 + math.sqrt(2) + math.sqrt(5)))
-    torch.testing.assert_close(token_logprobs(logits, tokens, temperature=2.0), torch.tensor([[expected]], dtype=torch.float64))
+    torch.testing.assert_close(
+        token_logprobs(logits, tokens, temperature=2.0), torch.tensor([[expected]], dtype=torch.float64)
+    )
 
 
 @pytest.mark.equivalence

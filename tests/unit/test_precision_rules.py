@@ -13,10 +13,10 @@ from rloo.runtime.precision import Precision, choose_bf16, resolve_precision
 
 
 def test_probe_rule_from_injected_timings():
-    assert choose_bf16(10e-3, 4e-3)                  # AVX512_BF16: 2.5x
-    assert choose_bf16(3e-3, 2e-3)                   # exactly 1.5x counts
-    assert not choose_bf16(10e-3, 7e-3)              # 1.43x: not worth bf16's precision
-    assert not choose_bf16(1e-3, 0.1)                # AVX2 only: emulated bf16, 100x slower
+    assert choose_bf16(10e-3, 4e-3)  # AVX512_BF16: 2.5x
+    assert choose_bf16(3e-3, 2e-3)  # exactly 1.5x counts
+    assert not choose_bf16(10e-3, 7e-3)  # 1.43x: not worth bf16's precision
+    assert not choose_bf16(1e-3, 0.1)  # AVX2 only: emulated bf16, 100x slower
     assert not choose_bf16(0.0, 1e-3) and not choose_bf16(1e-3, float("nan"))
 
 
@@ -42,10 +42,10 @@ def test_forced_dtypes_never_probe(monkeypatch):
     monkeypatch.setattr(precision, "cpu_bf16_probe", lambda: pytest.fail("probed for a forced dtype"))
     assert resolve_precision("float32", "cpu") == Precision("cpu", torch.float32, None, "dtype=float32")
     cpu_bf16 = resolve_precision("bfloat16", "cpu")
-    assert (cpu_bf16.weights, cpu_bf16.compute) == (torch.float32, torch.bfloat16)   # fp32 master weights
+    assert (cpu_bf16.weights, cpu_bf16.compute) == (torch.float32, torch.bfloat16)  # fp32 master weights
     cuda = resolve_precision("auto", "cuda:1")
-    assert (cuda.weights, cuda.compute) == (torch.bfloat16, None)                    # as before on GPU
-    assert resolve_precision(torch.bfloat16, "cpu").weights == torch.bfloat16        # an explicit torch dtype
+    assert (cuda.weights, cuda.compute) == (torch.bfloat16, None)  # as before on GPU
+    assert resolve_precision(torch.bfloat16, "cpu").weights == torch.bfloat16  # an explicit torch dtype
 
 
 def test_environment_pin(monkeypatch):

@@ -78,9 +78,9 @@ def test_pass_at_k_rejects_impossible_counts():
 
 
 def test_summaries_and_paired_difference():
-    counts = [0, 4, 2]   # n = 4: pass@1 per problem 0, 1, 1/2
+    counts = [0, 4, 2]  # n = 4: pass@1 per problem 0, 1, 1/2
     pass_k, zero = summarize_counts(counts, 4, ks=(1, 2, 8))
-    assert set(pass_k) == {1, 2} and set(zero) == {2}   # k = 8 > n is left out
+    assert set(pass_k) == {1, 2} and set(zero) == {2}  # k = 8 > n is left out
     assert pass_k[1][0] == pytest.approx(0.5)
     # zero-var@2: 1, 1, (1 + 1)/6
     assert zero[2] == pytest.approx((1 + 1 + 1 / 3) / 3)
@@ -88,6 +88,7 @@ def test_summaries_and_paired_difference():
     assert pass_k[1][1] == pytest.approx(1.959963984540054 * 0.5 / math.sqrt(3))
     diff, half = paired_pass_difference([1, 4, 2], counts, 4, 1)
     assert diff == pytest.approx(0.25 / 3) and half == pytest.approx(mean_ci([0.25, 0.0, 0.0])[1])
+
 
 # ----------------------------------------------------------------------------- Dr. GRPO
 
@@ -134,6 +135,7 @@ def test_dr_grpo_loss_kl_term_is_summed_too():
     _, g = grpo_loss(lp, lp, ref, torch.zeros(1, dtype=F64), mask, 0.2, beta=0.1)
     assert g["loss/kl"].item() == pytest.approx(k3)
 
+
 # ----------------------------------------------------------------------------- REINFORCE++
 
 
@@ -154,10 +156,12 @@ def test_reinforce_pp_baseline_is_the_batch_not_the_group():
     # population std sqrt(3)/4: A = [1/sqrt3, 1/sqrt3, -sqrt3, 1/sqrt3]. A group baseline would give
     # the all-correct first group 0; the batch baseline pushes it up.
     scores = torch.tensor([1.0, 1, 0, 1], dtype=F64)
-    adv = reinforce_pp_advantages(scores, torch.zeros(4, 1, dtype=F64), torch.ones(4, 1, dtype=torch.bool), 0.0,
-                                  eps=0.0)
+    adv = reinforce_pp_advantages(
+        scores, torch.zeros(4, 1, dtype=F64), torch.ones(4, 1, dtype=torch.bool), 0.0, eps=0.0
+    )
     s3 = math.sqrt(3)
     torch.testing.assert_close(adv[:, 0], torch.tensor([1 / s3, 1 / s3, -s3, 1 / s3], dtype=F64))
+
 
 # ----------------------------------------------------------------------------- the None rule
 
@@ -186,18 +190,28 @@ def test_group_baselines_with_unscored_samples():
     # group [1, None, 0, 0]: scored mean 1/3 -> Dr. GRPO [2/3, 0, -1/3, -1/3]
     r = torch.tensor([[1.0, float("nan"), 0, 0]], dtype=F64)
     filled, valid = unscored(r)
-    torch.testing.assert_close(group_mean_advantages(filled, valid), torch.tensor([[2 / 3, 0, -1 / 3, -1 / 3]], dtype=F64))
+    torch.testing.assert_close(
+        group_mean_advantages(filled, valid), torch.tensor([[2 / 3, 0, -1 / 3, -1 / 3]], dtype=F64)
+    )
     # GRPO over the three scored: std (unbiased) of (1, 0, 0) = sqrt(1/3)
     s = math.sqrt(1 / 3)
-    torch.testing.assert_close(group_normalized_valid(filled, valid, eps=0.0),
-                               torch.tensor([[2 / 3 / s, 0, -1 / 3 / s, -1 / 3 / s]], dtype=F64))
+    torch.testing.assert_close(
+        group_normalized_valid(filled, valid, eps=0.0),
+        torch.tensor([[2 / 3 / s, 0, -1 / 3 / s, -1 / 3 / s]], dtype=F64),
+    )
     full = torch.randn(5, 4, dtype=F64, generator=torch.Generator().manual_seed(1))
-    torch.testing.assert_close(group_normalized_valid(full, torch.ones_like(full, dtype=torch.bool)), group_normalized(full))
+    torch.testing.assert_close(
+        group_normalized_valid(full, torch.ones_like(full, dtype=torch.bool)), group_normalized(full)
+    )
     # REINFORCE++: the unscored row is out of the batch statistics and gets 0
-    adv = reinforce_pp_advantages(filled[0], torch.zeros(4, 1, dtype=F64), torch.ones(4, 1, dtype=torch.bool), 0.0,
-                                  valid=valid[0], eps=0.0)
-    torch.testing.assert_close(adv[:, 0], torch.tensor([2 / 3 / math.sqrt(2 / 9), 0, -1 / 3 / math.sqrt(2 / 9),
-                                                        -1 / 3 / math.sqrt(2 / 9)], dtype=F64))
+    adv = reinforce_pp_advantages(
+        filled[0], torch.zeros(4, 1, dtype=F64), torch.ones(4, 1, dtype=torch.bool), 0.0, valid=valid[0], eps=0.0
+    )
+    torch.testing.assert_close(
+        adv[:, 0],
+        torch.tensor([2 / 3 / math.sqrt(2 / 9), 0, -1 / 3 / math.sqrt(2 / 9), -1 / 3 / math.sqrt(2 / 9)], dtype=F64),
+    )
+
 
 # ----------------------------------------------------------------------------- zero variance
 

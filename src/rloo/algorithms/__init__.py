@@ -18,5 +18,13 @@ DPO is offline: rloo.training.dpo.
 from rloo.algorithms.base import Algorithm, Models, Stateless, guarded_step, score_rollout
 from rloo.algorithms.registry import REGISTRY, make_algorithm, supports_distributed
 
-__all__ = ["Algorithm", "Models", "Stateless", "guarded_step", "score_rollout", "REGISTRY", "make_algorithm",
-           "supports_distributed"]
+__all__ = [
+    "Algorithm",
+    "Models",
+    "Stateless",
+    "guarded_step",
+    "score_rollout",
+    "REGISTRY",
+    "make_algorithm",
+    "supports_distributed",
+]

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import time
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 import torch
 from torch import Tensor
@@ -33,8 +33,17 @@ class Timer:
 
 def sample_and_score(models: Models, prompts: list[str], cfg: RLConfig, gen: torch.Generator, timer: Timer):
     """1-2 of every method: K completions per prompt, their scores (N,) and reference log-probs (N,T)."""
-    roll = rollout(models.policy, models.tokenizer, prompts, cfg.k, max_prompt_len=cfg.max_prompt_tokens,
-                   max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p, generator=gen)
+    roll = rollout(
+        models.policy,
+        models.tokenizer,
+        prompts,
+        cfg.k,
+        max_prompt_len=cfg.max_prompt_tokens,
+        max_new_tokens=cfg.max_new_tokens,
+        temperature=cfg.temperature,
+        top_p=cfg.top_p,
+        generator=gen,
+    )
     timer.lap("rollout")
     scores, ref_lp = score_rollout(models, roll, cfg)
     timer.lap("score")
@@ -68,9 +77,11 @@ def mean_stats(records: Iterable[dict]) -> dict[str, float]:
 def require_scored(scores: Tensor, algorithm: str) -> None:
     """Methods without a group baseline have no rule for a reward function's None: stop clearly."""
     if torch.isnan(scores).any():
-        raise RewardError(f"the reward function could not score {int(torch.isnan(scores).sum())} completion(s) "
-                          f"(returned None); {algorithm} has no rule for that: use rloo, grpo, dr_grpo or "
-                          f"reinforce_pp, which leave unscored samples out of the baseline")
+        raise RewardError(
+            f"the reward function could not score {int(torch.isnan(scores).sum())} completion(s) "
+            f"(returned None); {algorithm} has no rule for that: use rloo, grpo, dr_grpo or "
+            f"reinforce_pp, which leave unscored samples out of the baseline"
+        )
 
 
 def kept_rows(scores: Tensor, k: int, drop: bool) -> tuple[Tensor, int]:
@@ -85,8 +96,16 @@ def kept_rows(scores: Tensor, k: int, drop: bool) -> tuple[Tensor, int]:
     return keep.nonzero().squeeze(-1), int(flat.sum())
 
 
-def clipped_updates(models: Models, opt, roll: Rollout, rows: Tensor, loss_fn, cfg: RLConfig, gen: torch.Generator,
-                    passes: tuple[int, int] | None = None):
+def clipped_updates(
+    models: Models,
+    opt,
+    roll: Rollout,
+    rows: Tensor,
+    loss_fn,
+    cfg: RLConfig,
+    gen: torch.Generator,
+    passes: tuple[int, int] | None = None,
+):
     """epochs x minibatches guarded steps over the given rows (the kept ones); passes = (epochs,
     minibatches), by default (ppo_epochs, num_minibatches). loss_fn(logprobs (n, T), rows (n,)) ->
     (loss, stats). Returns (records, max grad norm, skipped). No rows (every group dropped): no
@@ -98,8 +117,15 @@ def clipped_updates(models: Models, opt, roll: Rollout, rows: Tensor, loss_fn, c
     epochs, parts = passes or (cfg.algo.ppo_epochs, cfg.algo.num_minibatches)
     for part in minibatches(rows.numel(), parts, epochs, gen):
         r = rows[part]
-        lp = completion_logprobs(models.policy, roll.prompt_ids[r], roll.prompt_mask[r], roll.completion_ids[r],
-                                 roll.completion_mask[r], temperature=cfg.temperature, max_logits_mb=cfg.max_logits_mb)
+        lp = completion_logprobs(
+            models.policy,
+            roll.prompt_ids[r],
+            roll.prompt_mask[r],
+            roll.completion_ids[r],
+            roll.completion_mask[r],
+            temperature=cfg.temperature,
+            max_logits_mb=cfg.max_logits_mb,
+        )
         loss, stats = loss_fn(lp, r)
         norm, stepped = guarded_step(loss, params, opt, cfg.max_grad_norm)
         records.append(stats), norms.append(norm)
@@ -107,12 +133,22 @@ def clipped_updates(models: Models, opt, roll: Rollout, rows: Tensor, loss_fn, c
     return records, max(norms), skipped
 
 
-def rollout_stats(roll: Rollout, scores: Tensor, kl: Tensor, rewards: Tensor, grad_norm: float,
-                  skipped: bool, timer: Timer) -> dict[str, float]:
+def rollout_stats(
+    roll: Rollout, scores: Tensor, kl: Tensor, rewards: Tensor, grad_norm: float, skipped: bool, timer: Timer
+) -> dict[str, float]:
     """The metrics every method logs (names as in rloo_step, so curves line up across methods)."""
     lengths = roll.completion_mask.sum(-1).float()
-    return group_stats(scores, roll.group_size) | {
-        "reward/score": scored_mean(scores), "reward/kl": kl.mean().item(), "reward/total": rewards.mean().item(),
-        "kl/ref": kl.mean().item(), "grad/norm": grad_norm, "gen/length": lengths.mean().item(),
-        "gen/truncated": roll.truncated.float().mean().item(), "guard/skipped": float(skipped),
-    } | timer.laps
+    return (
+        group_stats(scores, roll.group_size)
+        | {
+            "reward/score": scored_mean(scores),
+            "reward/kl": kl.mean().item(),
+            "reward/total": rewards.mean().item(),
+            "kl/ref": kl.mean().item(),
+            "grad/norm": grad_norm,
+            "gen/length": lengths.mean().item(),
+            "gen/truncated": roll.truncated.float().mean().item(),
+            "guard/skipped": float(skipped),
+        }
+        | timer.laps
+    )

@@ -1,9 +1,9 @@
 """GRPO: group-relative policy optimization (Shao et al. 2024, DeepSeekMath sec. 4.1).
 
-  1. sample K completions per prompt and score them (the raw score: the KL is in the loss)
-  2. A_i = (score_i - mean of its group) / std of its group, the same on every token
-     (a group whose scores are all equal gets zeros, not NaN; None scores are left out and get 0)
-  3. ppo_epochs x num_minibatches steps on the clipped surrogate + beta * k3 KL to the reference
+1. sample K completions per prompt and score them (the raw score: the KL is in the loss)
+2. A_i = (score_i - mean of its group) / std of its group, the same on every token
+   (a group whose scores are all equal gets zeros, not NaN; None scores are left out and get 0)
+3. ppo_epochs x num_minibatches steps on the clipped surrogate + beta * k3 KL to the reference
 """
 
 from __future__ import annotations
@@ -29,15 +29,16 @@ def grpo_step(models: Models, opt, prompts: list[str], cfg: RLConfig, gen: torch
     timer = Timer()
     roll, scores, ref_lp = sample_and_score(models, prompts, cfg, gen, timer)
     filled, valid = unscored(scores)
-    rewards, kl = sequence_rewards(filled, roll, ref_lp, cfg)   # logged only: GRPO's KL is in the loss
+    rewards, kl = sequence_rewards(filled, roll, ref_lp, cfg)  # logged only: GRPO's KL is in the loss
     grouped, valid_g = filled.view(-1, cfg.k), valid.view(-1, cfg.k)
     advantages = (group_normalized(grouped) if valid.all() else group_normalized_valid(grouped, valid_g)).view(-1)
     roll.record(advantage=advantages)
     rows, dropped = kept_rows(scores, cfg.k, cfg.algo.drop_zero_variance)
 
     def loss_fn(lp, r):
-        return grpo_loss(lp, roll.logprobs[r], ref_lp[r], advantages[r], roll.completion_mask[r],
-                         cfg.algo.clip_eps, cfg.beta)
+        return grpo_loss(
+            lp, roll.logprobs[r], ref_lp[r], advantages[r], roll.completion_mask[r], cfg.algo.clip_eps, cfg.beta
+        )
 
     records, norm, skipped = clipped_updates(models, opt, roll, rows, loss_fn, cfg, gen)
     timer.lap("update")

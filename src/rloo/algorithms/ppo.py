@@ -49,9 +49,9 @@ def hidden_states(model, p_ids, p_mask, c_ids, c_mask, want_logits: bool):
     kw = dict(input_ids=ids, attention_mask=mask.long(), position_ids=position_ids(mask), use_cache=False)
     if want_logits:
         out = model(**kw, output_hidden_states=True, logits_to_keep=T + 1)
-        return out.hidden_states[-1][:, P - 1: P - 1 + T], out.logits[:, :-1]
+        return out.hidden_states[-1][:, P - 1 : P - 1 + T], out.logits[:, :-1]
     backbone = getattr(model, model.base_model_prefix)
-    return backbone(**kw).last_hidden_state[:, P - 1: P - 1 + T], None
+    return backbone(**kw).last_hidden_state[:, P - 1 : P - 1 + T], None
 
 
 class ValueFunction:
@@ -73,11 +73,13 @@ class ValueFunction:
             nn.init.zeros_(self.model.bias)
             params = list(self.model.parameters())
         self.params = params
-        self.opt = refresh_casts_after_step(torch.optim.AdamW(params, lr=cfg.algorithm_settings.value_lr,
-                                                              betas=(0.9, 0.95)))
+        self.opt = refresh_casts_after_step(
+            torch.optim.AdamW(params, lr=cfg.algorithm_settings.value_lr, betas=(0.9, 0.95))
+        )
 
-    def forward(self, policy, p_ids, p_mask, c_ids, c_mask, temperature: float,
-                max_logits_mb: float = MAX_LOGITS_MB) -> tuple[Tensor, Tensor]:
+    def forward(
+        self, policy, p_ids, p_mask, c_ids, c_mask, temperature: float, max_logits_mb: float = MAX_LOGITS_MB
+    ) -> tuple[Tensor, Tensor]:
         """(token log-probs (N, T), values (N, T)) in one pass of the policy (+ the value model).
         Large vocabularies: the LM head runs in chunks, as in `rloo.modeling.forward.lm_token_logprobs`."""
         chunked = chunked_head(policy, c_ids.numel(), max_logits_mb)
@@ -91,7 +93,7 @@ class ValueFunction:
         if self.kind == "head":
             return logprobs, self.model(hidden).squeeze(-1).float()
         v_hidden, _ = hidden_states(self.model, p_ids, p_mask, c_ids, c_mask, want_logits=False)
-        score = cast(nn.Module, self.model.score)   # the reward model's one-output head
+        score = cast(nn.Module, self.model.score)  # the reward model's one-output head
         return logprobs, score(v_hidden).squeeze(-1).float()
 
     def state_dict(self) -> dict:
@@ -105,7 +107,7 @@ class ValueFunction:
 class PPO:
     """`vanilla=True` is the paper's vanilla policy gradient: lambda = 1, one pass, no ratio, no clip."""
 
-    distributed = False   # the value model is neither wrapped nor sharded
+    distributed = False  # the value model is neither wrapped nor sharded
 
     def __init__(self, cfg: RLConfig, models: Models, vanilla: bool = False):
         self.vanilla = vanilla
@@ -125,8 +127,15 @@ class PPO:
         """Per-token rewards, old values, GAE advantages (whitened if configured) and returns."""
         mask = roll.completion_mask
         with torch.no_grad():
-            _, old_values = self.value.forward(models.policy, roll.prompt_ids, roll.prompt_mask,
-                                               roll.completion_ids, mask, cfg.temperature, cfg.max_logits_mb)
+            _, old_values = self.value.forward(
+                models.policy,
+                roll.prompt_ids,
+                roll.prompt_mask,
+                roll.completion_ids,
+                mask,
+                cfg.temperature,
+                cfg.max_logits_mb,
+            )
         estimator = cfg.algorithm_settings.kl_estimator
         rewards = token_level_rewards(scores, roll.logprobs, ref_lp, mask, cfg.beta, estimator)
         adv, returns = gae(rewards, old_values, mask, cfg.algorithm_settings.gamma, self.lam)
@@ -153,11 +162,17 @@ class PPO:
         records, norms, skipped = [], [], False
         policy_params = list(models.policy.parameters())
         for rows in minibatches(len(roll.prompts), self.parts, self.epochs, gen):
-            lp, values = self.value.forward(models.policy, roll.prompt_ids[rows], roll.prompt_mask[rows],
-                                            roll.completion_ids[rows], roll.completion_mask[rows], cfg.temperature,
-                                            cfg.max_logits_mb)
+            lp, values = self.value.forward(
+                models.policy,
+                roll.prompt_ids[rows],
+                roll.prompt_mask[rows],
+                roll.completion_ids[rows],
+                roll.completion_mask[rows],
+                cfg.temperature,
+                cfg.max_logits_mb,
+            )
             pl, vl, stats = self._losses(lp, values, rows, roll, adv, returns, old_values, cfg)
-            if self.value.kind == "head":   # one backward: the value loss also shapes the shared body
+            if self.value.kind == "head":  # one backward: the value loss also shapes the shared body
                 self.value.opt.zero_grad(set_to_none=True)
                 norm, ok = guarded_step(pl + cfg.algorithm_settings.vf_coef * vl, policy_params, opt, cfg.max_grad_norm)
                 if ok:

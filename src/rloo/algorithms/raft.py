@@ -30,9 +30,15 @@ def raft_step(models: Models, opt, prompts: list[str], cfg: RLConfig, gen: torch
     rewards, kl = sequence_rewards(scores, roll, ref_lp, cfg)
     rows = raft_rows(rewards, cfg.k)
     mask = roll.completion_mask[rows]
-    logprobs = completion_logprobs(models.policy, roll.prompt_ids[rows], roll.prompt_mask[rows],
-                                   roll.completion_ids[rows], mask, temperature=cfg.temperature,
-                                   max_logits_mb=cfg.max_logits_mb)
+    logprobs = completion_logprobs(
+        models.policy,
+        roll.prompt_ids[rows],
+        roll.prompt_mask[rows],
+        roll.completion_ids[rows],
+        mask,
+        temperature=cfg.temperature,
+        max_logits_mb=cfg.max_logits_mb,
+    )
     loss, stats = sft_loss(logprobs, mask)
     grad_norm, stepped = guarded_step(loss, list(models.policy.parameters()), opt, cfg.max_grad_norm)
     timer.lap("update")

@@ -23,11 +23,11 @@ from rloo.modeling.forward import completion_logprobs
 
 
 class Reinforce:
-    distributed = False   # its moving-average baseline is per process
+    distributed = False  # its moving-average baseline is per process
 
     def __init__(self, cfg: RLConfig):
         self.momentum = cfg.algorithm_settings.baseline_momentum
-        self.baseline: torch.Tensor | None = None   # None until the first batch has been seen
+        self.baseline: torch.Tensor | None = None  # None until the first batch has been seen
 
     def state_dict(self) -> dict:
         return {"baseline": self.baseline}
@@ -45,9 +45,15 @@ class Reinforce:
         baseline = rewards.mean() if self.baseline is None else self.baseline
         advantages = moving_average_advantages(rewards, baseline)
         roll.record(advantage=advantages)
-        logprobs = completion_logprobs(models.policy, roll.prompt_ids, roll.prompt_mask, roll.completion_ids,
-                                       roll.completion_mask, temperature=cfg.temperature,
-                                       max_logits_mb=cfg.max_logits_mb)
+        logprobs = completion_logprobs(
+            models.policy,
+            roll.prompt_ids,
+            roll.prompt_mask,
+            roll.completion_ids,
+            roll.completion_mask,
+            temperature=cfg.temperature,
+            max_logits_mb=cfg.max_logits_mb,
+        )
         loss, stats = policy_gradient_loss(sequence_logprobs(logprobs, roll.completion_mask), advantages)
         grad_norm, stepped = guarded_step(loss, list(models.policy.parameters()), opt, cfg.max_grad_norm)
         if stepped:  # a skipped (non-finite) step changes nothing, or NaN rewards would poison the baseline

@@ -41,8 +41,15 @@ def group_stats(scores: torch.Tensor, k: int) -> dict[str, float]:
     return out
 
 
-def rloo_step(models: Models, opt, prompts: list[str], cfg: RLConfig, gen: torch.Generator,
-              rows: tuple[int, int] | None = None, all_done=None):
+def rloo_step(
+    models: Models,
+    opt,
+    prompts: list[str],
+    cfg: RLConfig,
+    gen: torch.Generator,
+    rows: tuple[int, int] | None = None,
+    all_done=None,
+):
     """One RLOO update on `prompts`. Returns (stats dict, rollout, shaped rewards (N,)); the
     optimizer step is skipped (and counted) when the loss or the gradient is not finite.
     Under torchrun `prompts` is this process's share and `rows`/`all_done` come from
@@ -54,10 +61,21 @@ def rloo_step(models: Models, opt, prompts: list[str], cfg: RLConfig, gen: torch
     if models.sampler is not None:
         roll = models.sampler(unwrap(models.policy), prompts)
     else:
-        roll = rollout(unwrap(models.policy), models.tokenizer, prompts, cfg.k, max_prompt_len=cfg.max_prompt_tokens,
-                       max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
-                       generator=gen, share_prompt=cfg.share_prompt, keep_prefill=cfg.share_prompt and not wrapped,
-                       rows=rows, all_done=all_done)
+        roll = rollout(
+            unwrap(models.policy),
+            models.tokenizer,
+            prompts,
+            cfg.k,
+            max_prompt_len=cfg.max_prompt_tokens,
+            max_new_tokens=cfg.max_new_tokens,
+            temperature=cfg.temperature,
+            top_p=cfg.top_p,
+            generator=gen,
+            share_prompt=cfg.share_prompt,
+            keep_prefill=cfg.share_prompt and not wrapped,
+            rows=rows,
+            all_done=all_done,
+        )
     t1 = time.perf_counter()
     # 2. score, and the frozen reference's log-probs
     scores, ref_lp = score_rollout(models, roll, cfg)
@@ -67,13 +85,21 @@ def rloo_step(models: Models, opt, prompts: list[str], cfg: RLConfig, gen: torch
     filled, valid = unscored(scores)
     rewards, kl = shaped_reward(filled, roll.logprobs, ref_lp, roll.completion_mask, cfg.beta)
     grouped = rewards.view(-1, cfg.k)
-    advantages = (leave_one_out(grouped) if valid.all() else leave_one_out_valid(grouped, valid.view(-1, cfg.k))).view(-1)
+    advantages = (leave_one_out(grouped) if valid.all() else leave_one_out_valid(grouped, valid.view(-1, cfg.k))).view(
+        -1
+    )
     roll.record(score=scores, kl=kl, advantage=advantages)
     # 4. REINFORCE on the whole response (eq. 5)
     if wrapped:
-        logprobs = completion_logprobs(models.policy, roll.prompt_ids, roll.prompt_mask, roll.completion_ids,
-                                       roll.completion_mask, temperature=cfg.temperature,
-                                       max_logits_mb=cfg.max_logits_mb)
+        logprobs = completion_logprobs(
+            models.policy,
+            roll.prompt_ids,
+            roll.prompt_mask,
+            roll.completion_ids,
+            roll.completion_mask,
+            temperature=cfg.temperature,
+            max_logits_mb=cfg.max_logits_mb,
+        )
     else:
         logprobs = rollout_logprobs(models.policy, roll, cfg, prefill=roll.prefill)
     roll.prefill = None  # its graph is consumed by this backward pass; do not hold it past the step
@@ -81,11 +107,22 @@ def rloo_step(models: Models, opt, prompts: list[str], cfg: RLConfig, gen: torch
     grad_norm, finite = guarded_step(loss, models.policy.parameters(), opt, cfg.max_grad_norm)
     t3 = time.perf_counter()
     lengths = roll.completion_mask.sum(-1).float()
-    stats = {k: float(v) for k, v in stats.items()} | group_stats(scores, cfg.k) | {
-        "reward/score": scored_mean(scores), "reward/kl": kl.mean().item(), "reward/total": rewards.mean().item(),
-        "kl/ref": kl.mean().item(), "grad/norm": grad_norm, "gen/length": lengths.mean().item(),
-        "gen/truncated": roll.truncated.float().mean().item(), "guard/skipped": float(not finite),
-        "data/prompts_truncated": float(roll.prompts_truncated),
-        "time/rollout": t1 - t0, "time/score": t2 - t1, "time/update": t3 - t2,
-    }
+    stats = (
+        {k: float(v) for k, v in stats.items()}
+        | group_stats(scores, cfg.k)
+        | {
+            "reward/score": scored_mean(scores),
+            "reward/kl": kl.mean().item(),
+            "reward/total": rewards.mean().item(),
+            "kl/ref": kl.mean().item(),
+            "grad/norm": grad_norm,
+            "gen/length": lengths.mean().item(),
+            "gen/truncated": roll.truncated.float().mean().item(),
+            "guard/skipped": float(not finite),
+            "data/prompts_truncated": float(roll.prompts_truncated),
+            "time/rollout": t1 - t0,
+            "time/score": t2 - t1,
+            "time/update": t3 - t2,
+        }
+    )
     return stats, roll, rewards

@@ -44,9 +44,9 @@ def _advantages(scores, roll, ref_lp, cfg: RLConfig):
     if cfg.algo.kl_level == "token":
         require_scored(scores, "rloo with kl_level=token")
         kl_tokens = kl_per_token(roll.logprobs, ref_lp, cfg.algo.kl_estimator)
-        adv = leave_one_out_token_kl(scores, kl_tokens, roll.completion_mask, cfg.beta, cfg.k)   # (N, T)
+        adv = leave_one_out_token_kl(scores, kl_tokens, roll.completion_mask, cfg.beta, cfg.k)  # (N, T)
     else:
-        adv = leave_one_out_valid(rewards.view(-1, cfg.k), valid.view(-1, cfg.k)).view(-1)      # (N,)
+        adv = leave_one_out_valid(rewards.view(-1, cfg.k), valid.view(-1, cfg.k)).view(-1)  # (N,)
     return adv, rewards, kl
 
 
@@ -55,8 +55,9 @@ def _loss(lp, old_lp, adv, mask, cfg: RLConfig):
     if cfg.algorithm_settings.rloo_clip:
         if token:
             return ppo_clip_loss(lp, old_lp, adv, mask, cfg.algorithm_settings.clip_eps)
-        return ppo_clip_loss(sequence_logprobs(lp, mask), sequence_logprobs(old_lp, mask), adv,
-                             clip_eps=cfg.algorithm_settings.clip_eps)
+        return ppo_clip_loss(
+            sequence_logprobs(lp, mask), sequence_logprobs(old_lp, mask), adv, clip_eps=cfg.algorithm_settings.clip_eps
+        )
     if token:
         return sequence_sum_policy_gradient_loss(lp, adv, mask)
     return policy_gradient_loss(sequence_logprobs(lp, mask), adv)

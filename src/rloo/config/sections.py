@@ -111,8 +111,9 @@ class AlgorithmSettings(Strict):
         "(logged as groups/dropped).",
     )
     norm_length: int | None = Field(
-        default=None, ge=1, description="dr_grpo: the constant a completion's token sum is divided by "
-        "(null: max_new_tokens)."
+        default=None,
+        ge=1,
+        description="dr_grpo: the constant a completion's token sum is divided by (null: max_new_tokens).",
     )
     dpo_beta: float = Field(default=0.1, gt=0, description="dpo: beta of the DPO loss.")
     dpo_pairs: int = Field(default=6000, ge=1, description="dpo: preference pairs (the reward model's first pairs).")
@@ -244,6 +245,7 @@ class EvalSettings(Strict):
         "path/to/file.py:function (batched: (prompts, completions) -> floats).",
     )
     pass_samples: int = Field(
-        default=16, ge=8, description="Tasks with a checker (arithmetic): samples per held-out problem for "
-        "pass@k, k = 1, 2, 4, 8."
+        default=16,
+        ge=8,
+        description="Tasks with a checker (arithmetic): samples per held-out problem for pass@k, k = 1, 2, 4, 8.",
     )

@@ -23,8 +23,16 @@ TASK_PIPELINE_DEFAULTS: dict[str, dict] = {
     "arithmetic": {
         "max_response_tokens": 24,
         "sft": {"epochs": 12},
-        "rl": {"k": 8, "batch_size": 16, "beta": 0.0, "lr": 1e-4, "steps": 250, "max_new_tokens": 24,
-               "eval_every": 50, "eval_prompts": 64},
+        "rl": {
+            "k": 8,
+            "batch_size": 16,
+            "beta": 0.0,
+            "lr": 1e-4,
+            "steps": 250,
+            "max_new_tokens": 24,
+            "eval_every": 50,
+            "eval_prompts": 64,
+        },
         "eval": {"num_prompts": 200, "pass_samples": 16},
     },
 }

@@ -79,9 +79,7 @@ def group_normalized(rewards: Tensor, eps: float = 1e-6) -> Tensor:
     return torch.where(constant, torch.zeros_like(normalized), normalized)
 
 
-def gae(
-    rewards: Tensor, values: Tensor, mask: Tensor, gamma: float, lam: float
-) -> tuple[Tensor, Tensor]:
+def gae(rewards: Tensor, values: Tensor, mask: Tensor, gamma: float, lam: float) -> tuple[Tensor, Tensor]:
     """Generalized Advantage Estimation (Schulman et al. 2016, eq. 16).
 
     rewards, values: (N, T) per token; mask: (N, T) bool, True = real completion
@@ -147,8 +145,8 @@ def leave_one_out_token_kl(scores: Tensor, kl: Tensor, mask: Tensor, beta: float
         raise ValueError(f"scores must be (N,) = ({kl.shape[0]},), got {tuple(scores.shape)}")
     zero = torch.zeros((), dtype=kl.dtype, device=kl.device)
     kl = torch.where(mask, kl.detach(), zero)
-    to_go = kl.flip(-1).cumsum(-1).flip(-1)                       # sum_{s >= t} kl_s
-    totals = scores.detach() - beta * to_go[:, 0]                   # R_i of eq. (1)
+    to_go = kl.flip(-1).cumsum(-1).flip(-1)  # sum_{s >= t} kl_s
+    totals = scores.detach() - beta * to_go[:, 0]  # R_i of eq. (1)
     baseline = totals - leave_one_out(totals.view(-1, k)).view(-1)  # b_i = R_i - A_i
     advantages = scores.detach()[:, None] - beta * to_go - baseline[:, None]
     return torch.where(mask, advantages, zero)
@@ -165,8 +163,9 @@ def _valid_or_all(rewards: Tensor, valid: Tensor | None) -> Tensor:
     if valid is None:
         return torch.ones_like(rewards, dtype=torch.bool)
     if valid.shape != rewards.shape or valid.dtype != torch.bool:
-        raise ValueError(f"valid must be a bool tensor of shape {tuple(rewards.shape)}, got "
-                         f"{valid.dtype} {tuple(valid.shape)}")
+        raise ValueError(
+            f"valid must be a bool tensor of shape {tuple(rewards.shape)}, got {valid.dtype} {tuple(valid.shape)}"
+        )
     return valid
 
 
@@ -183,7 +182,7 @@ def leave_one_out_valid(rewards: Tensor, valid: Tensor) -> Tensor:
     valid = _valid_or_all(rewards, valid)
     r = torch.where(valid, rewards, torch.zeros_like(rewards))
     m = valid.to(rewards.dtype)
-    others = m.sum(dim=1, keepdim=True) - m                      # scored neighbours of each sample
+    others = m.sum(dim=1, keepdim=True) - m  # scored neighbours of each sample
     baseline = (r.sum(dim=1, keepdim=True) - r) / others.clamp(min=1)
     return torch.where(valid & (others > 0), r - baseline, torch.zeros_like(r))
 
@@ -215,12 +214,13 @@ def group_normalized_valid(rewards: Tensor, valid: Tensor, eps: float = 1e-6) ->
     std = (centred.pow(2).sum(dim=1, keepdim=True) / (count - 1).clamp(min=1)).sqrt()
     first = torch.where(valid, rewards, torch.full_like(rewards, float("inf"))).amin(dim=1, keepdim=True)
     last = torch.where(valid, rewards, torch.full_like(rewards, float("-inf"))).amax(dim=1, keepdim=True)
-    signal = (count >= 2) & (first != last)          # not constant (same exact-zero rule as GRPO)
+    signal = (count >= 2) & (first != last)  # not constant (same exact-zero rule as GRPO)
     return torch.where(valid & signal, centred / (std + eps), torch.zeros_like(centred))
 
 
-def reinforce_pp_advantages(scores: Tensor, kl: Tensor, mask: Tensor, beta: float,
-                            valid: Tensor | None = None, eps: float = 1e-8) -> Tensor:
+def reinforce_pp_advantages(
+    scores: Tensor, kl: Tensor, mask: Tensor, beta: float, valid: Tensor | None = None, eps: float = 1e-8
+) -> Tensor:
     """REINFORCE++ advantages (Hu 2025, "REINFORCE++: A Simple and Efficient Approach for Aligning
     Large Language Models", eq. 6-8; OpenRLHF's ``reinforce`` estimator).
 

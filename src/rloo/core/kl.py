@@ -36,9 +36,7 @@ def kl_per_token(logprobs: Tensor, ref_logprobs: Tensor, estimator: str = "k1") 
     raise ValueError(f"unknown KL estimator {estimator!r}; choose one of {', '.join(ESTIMATORS)}")
 
 
-def sequence_kl(
-    logprobs: Tensor, ref_logprobs: Tensor, mask: Tensor, estimator: str = "k1"
-) -> Tensor:
+def sequence_kl(logprobs: Tensor, ref_logprobs: Tensor, mask: Tensor, estimator: str = "k1") -> Tensor:
     """KL of a whole completion: sum of per-token estimates over real tokens.
 
     logprobs, ref_logprobs: (N, T); mask: (N, T) bool, True = real token -> (N,).

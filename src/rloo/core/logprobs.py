@@ -128,11 +128,11 @@ class _HeadLogprobs(torch.autograd.Function):
         out = hidden.new_empty(hidden.shape[0], dtype=torch.float32)
         lse = torch.empty_like(out)
         for s in range(0, hidden.shape[0], chunk):
-            z = torch.nn.functional.linear(hidden[s:s + chunk], weight, bias).float()
+            z = torch.nn.functional.linear(hidden[s : s + chunk], weight, bias).float()
             if temperature != 1.0:
                 z = z.div_(temperature)  # in place: a chunk's logits are the largest tensors here
-            lse[s:s + chunk] = z.logsumexp(-1)
-            out[s:s + chunk] = z.gather(-1, tokens[s:s + chunk, None]).squeeze(-1) - lse[s:s + chunk]
+            lse[s : s + chunk] = z.logsumexp(-1)
+            out[s : s + chunk] = z.gather(-1, tokens[s : s + chunk, None]).squeeze(-1) - lse[s : s + chunk]
         ctx.save_for_backward(hidden, weight, bias, tokens, lse)
         ctx.temperature, ctx.chunk = temperature, chunk
         return out
@@ -146,13 +146,13 @@ class _HeadLogprobs(torch.autograd.Function):
         grad_w = torch.zeros_like(weight) if need_w else None
         grad_b = torch.zeros_like(bias) if need_b else None
         for s in range(0, hidden.shape[0], chunk):
-            h, g = hidden[s:s + chunk], grad[s:s + chunk]
+            h, g = hidden[s : s + chunk], grad[s : s + chunk]
             z = torch.nn.functional.linear(h, weight, bias).float()
-            dz = z.div_(t).sub_(lse[s:s + chunk, None]).exp_().mul_(-g[:, None])  # -g * softmax, in place
-            dz.scatter_add_(-1, tokens[s:s + chunk, None], g[:, None])       # + g at the target
+            dz = z.div_(t).sub_(lse[s : s + chunk, None]).exp_().mul_(-g[:, None])  # -g * softmax, in place
+            dz.scatter_add_(-1, tokens[s : s + chunk, None], g[:, None])  # + g at the target
             dz = dz.div_(t).to(hidden.dtype)
             if grad_h is not None:
-                grad_h[s:s + chunk] = dz @ weight
+                grad_h[s : s + chunk] = dz @ weight
             if grad_w is not None:
                 grad_w.addmm_(dz.t(), h)
             if grad_b is not None:
@@ -160,8 +160,9 @@ class _HeadLogprobs(torch.autograd.Function):
         return grad_h, grad_w, grad_b, None, None, None
 
 
-def head_token_logprobs(hidden: Tensor, weight: Tensor, bias: Tensor | None, tokens: Tensor,
-                        temperature: float = 1.0, chunk: int = 1024) -> Tensor:
+def head_token_logprobs(
+    hidden: Tensor, weight: Tensor, bias: Tensor | None, tokens: Tensor, temperature: float = 1.0, chunk: int = 1024
+) -> Tensor:
     """`token_logprobs(hidden @ weight.T + bias, tokens)` without ever holding the (n, V) logits.
 
     hidden (..., H), weight (V, H), bias (V,) or None, tokens (...) long -> (...) float32.

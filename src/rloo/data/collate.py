@@ -17,7 +17,7 @@ from rloo.errors import RlooError
 
 @dataclass
 class Encoded:
-    ids: Tensor   # (N, L) long
+    ids: Tensor  # (N, L) long
     mask: Tensor  # (N, L) bool, True on real tokens
 
 
@@ -29,14 +29,16 @@ def encode_prompts(tokenizer, texts: list[str], max_len: int) -> tuple[Encoded, 
     rows = [r[-max_len:] for r in rows]
     empty = [i for i, r in enumerate(rows) if not r]
     if empty:
-        raise RlooError(f"prompt {texts[empty[0]]!r} encodes to zero tokens ({len(empty)} such prompts); "
-                        f"remove empty prompts from the data")
+        raise RlooError(
+            f"prompt {texts[empty[0]]!r} encodes to zero tokens ({len(empty)} such prompts); "
+            f"remove empty prompts from the data"
+        )
     width = max(len(r) for r in rows)
     ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
     mask = torch.zeros((len(rows), width), dtype=torch.bool)
     for i, r in enumerate(rows):
-        ids[i, width - len(r):] = torch.tensor(r, dtype=torch.long)
-        mask[i, width - len(r):] = True
+        ids[i, width - len(r) :] = torch.tensor(r, dtype=torch.long)
+        mask[i, width - len(r) :] = True
     return Encoded(ids, mask), truncated
 
 
@@ -66,7 +68,7 @@ def batches(n: int, size: int, generator: torch.Generator | None = None, shuffle
     """Index batches over range(n), shuffled with `generator`."""
     order = torch.randperm(n, generator=generator) if shuffle else torch.arange(n)
     for i in range(0, n, size):
-        yield order[i: i + size]
+        yield order[i : i + size]
 
 
 def trim_left(ids: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:

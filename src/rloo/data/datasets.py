@@ -23,8 +23,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from rloo.errors import RlooError
 from rloo.config import DatasetSettings
+from rloo.errors import RlooError
 from rloo.runtime.names import check_name
 
 FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
@@ -50,6 +50,7 @@ def _quiet_datasets(local: bool):
     """datasets logs a traceback of its own before raising on a malformed file, and shows a
     progress bar for building a local file's cache: both would bury our one-line error."""
     import datasets  # lazily: a 1-3 s import (pyarrow, pandas), needed only with a `dataset:` section
+
     level = datasets.logging.get_verbosity()
     bars = datasets.utils.are_progress_bars_disabled()
     datasets.logging.set_verbosity(datasets.logging.CRITICAL)
@@ -73,6 +74,7 @@ def _root_cause(e: BaseException) -> str:
 
 def _load_table_loud(path: str, name: str | None, split: str):
     import datasets  # lazily: a 1-3 s import (pyarrow, pandas), needed only with a `dataset:` section
+
     p = Path(path)
     try:
         if p.is_dir() and ((p / "dataset_dict.json").exists() or (p / "state.json").exists()):
@@ -98,8 +100,13 @@ def _load_table_loud(path: str, name: str | None, split: str):
         raise RlooError(f"dataset {path!r} (split {split!r}) {what}: {_root_cause(e)}") from e
 
 
-def load_records(settings: DatasetSettings, fields: tuple[str, ...], split: str | None = None,
-                 tokenizer=None, optional: tuple[str, ...] = ()) -> list[Record]:
+def load_records(
+    settings: DatasetSettings,
+    fields: tuple[str, ...],
+    split: str | None = None,
+    tokenizer=None,
+    optional: tuple[str, ...] = (),
+) -> list[Record]:
     """Records of `split` (default: the training split) with `fields` filled, in dataset order;
     `optional` fields are filled too when the dataset has them."""
     split = split or settings.split
@@ -130,8 +137,9 @@ def _is_file(s: str) -> bool:
     return Path(s).is_file() or Path(s).is_dir()
 
 
-def train_eval_records(settings: DatasetSettings, fields: tuple[str, ...], n_eval: int,
-                       tokenizer=None, optional: tuple[str, ...] = ()) -> tuple[list[Record], list[Record]]:
+def train_eval_records(
+    settings: DatasetSettings, fields: tuple[str, ...], n_eval: int, tokenizer=None, optional: tuple[str, ...] = ()
+) -> tuple[list[Record], list[Record]]:
     """Training and held-out records: the eval split when one is named (a split name, or a path to
     another file), else the last n_eval rows of the training split (never trained on)."""
     train = load_records(settings, fields, tokenizer=tokenizer, optional=optional)
@@ -139,8 +147,10 @@ def train_eval_records(settings: DatasetSettings, fields: tuple[str, ...], n_eva
         held = load_records(settings, fields, split=settings.eval_split, tokenizer=tokenizer, optional=optional)
         return train, held[:n_eval]
     if len(train) < 2:
-        raise RlooError(f"dataset {settings.path!r} has {len(train)} row(s): too few to hold out evaluation rows; "
-                        f"set dataset.eval_split")
+        raise RlooError(
+            f"dataset {settings.path!r} has {len(train)} row(s): too few to hold out evaluation rows; "
+            f"set dataset.eval_split"
+        )
     n = min(n_eval, len(train) // 2)
     return train[:-n], train[-n:]
 
@@ -156,8 +166,10 @@ def eval_records(settings: DatasetSettings, fields: tuple[str, ...], n_eval: int
 def _column(row: dict, field: str, columns: dict, cols: set, path: str, default: str | None = None):
     col = columns.get(field, default or field)
     if col not in cols:
-        raise RlooError(f"dataset {path!r} has no column {col!r} for {field!r} (columns: {', '.join(sorted(cols))}); "
-                        f"map one with dataset.columns.{field}=COLUMN")
+        raise RlooError(
+            f"dataset {path!r} has no column {col!r} for {field!r} (columns: {', '.join(sorted(cols))}); "
+            f"map one with dataset.columns.{field}=COLUMN"
+        )
     return row[col]
 
 
@@ -186,8 +198,10 @@ def _tldr(row, columns, fields, cols, path) -> Record:
         keys = set(src) if src is not row else cols
         get = lambda f: src.get(columns.get(f, f)) if columns.get(f, f) in keys else None  # noqa: E731
         if get("post") is None:
-            raise RlooError(f"dataset {path!r} (format tldr) has no 'post' or 'prompt' column (columns: "
-                            f"{', '.join(sorted(cols))}); map one with dataset.columns.post=COLUMN")
+            raise RlooError(
+                f"dataset {path!r} (format tldr) has no 'post' or 'prompt' column (columns: "
+                f"{', '.join(sorted(cols))}); map one with dataset.columns.post=COLUMN"
+            )
         prompt = tldr_prompt(get("post"), get("title"), get("subreddit"))
     rec = Record(prompt)
     if "completion" in fields:
@@ -217,7 +231,7 @@ def split_dialogue(dialogue) -> tuple[str, str]:
     i = dialogue.rfind(ASSISTANT)
     if i < 0:
         raise RlooError(f"an hh dialogue has no {ASSISTANT.strip()!r} turn: {dialogue[:60]!r}")
-    return dialogue[: i + len(ASSISTANT)], " " + dialogue[i + len(ASSISTANT):].strip()
+    return dialogue[: i + len(ASSISTANT)], " " + dialogue[i + len(ASSISTANT) :].strip()
 
 
 def _hh(row, columns, fields, cols, path) -> Record:

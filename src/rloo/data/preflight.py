@@ -32,8 +32,10 @@ def check_config(cfg, *, reward_fn=None) -> None:
     for key, value, repo_type in names:
         check_name(value, key, repo_type)
     if isinstance(cfg, SFTConfig) and cfg.dataset is not None and cfg.model is None and cfg.tokenizer is None:
-        raise ConfigError("sft on a dataset needs model=PATH (or tokenizer=PATH): the built-in word tokenizer "
-                          "only knows the built-in task's words")
+        raise ConfigError(
+            "sft on a dataset needs model=PATH (or tokenizer=PATH): the built-in word tokenizer "
+            "only knows the built-in task's words"
+        )
     if isinstance(cfg, RLConfig):
         _check_reward_source(cfg, reward_fn)
     if isinstance(cfg, (RLConfig, EvalConfig, PipelineConfig)):
@@ -68,8 +70,9 @@ def _looks_like_file(split: str) -> bool:
 def _check_reward_source(cfg, reward_fn) -> None:
     specs = [cfg.reward_fn] if isinstance(cfg.reward_fn, str) else list(cfg.reward_fn or [])
     if cfg.reward_model is None and not specs and reward_fn is None and cfg.algorithm != "dpo":
-        raise ConfigError("no reward source: set reward_model=PATH or reward_fn=module:function "
-                          "(or path/to/file.py:function)")
+        raise ConfigError(
+            "no reward source: set reward_model=PATH or reward_fn=module:function (or path/to/file.py:function)"
+        )
     if reward_fn is None:
         for spec in specs:
             load_callable(spec, "reward_fn")
@@ -87,28 +90,36 @@ def check_judge(cfg) -> None:
     has_rm = isinstance(cfg, PipelineConfig) or getattr(cfg, "reward_model", None) is not None
     if spec == "gold":
         if cfg.dataset is not None:
-            raise ConfigError("judge 'gold' is the built-in task's judge, and a dataset replaces the task; "
-                              "use judge=reward_model or judge=module:function")
+            raise ConfigError(
+                "judge 'gold' is the built-in task's judge, and a dataset replaces the task; "
+                "use judge=reward_model or judge=module:function"
+            )
     elif spec == "reward_model":
         if not has_rm:
             raise ConfigError("judge 'reward_model' needs a reward model: set reward_model=PATH")
     elif spec is not None:
         load_callable(spec, "judge")
     elif isinstance(cfg, EvalConfig) and cfg.dataset is not None and not has_rm:
-        raise ConfigError("nothing to judge the responses with: on a dataset, set judge=module:function "
-                          "(or path/to/file.py:function), or reward_model=PATH to judge with a reward model")
+        raise ConfigError(
+            "nothing to judge the responses with: on a dataset, set judge=module:function "
+            "(or path/to/file.py:function), or reward_model=PATH to judge with a reward model"
+        )
 
 
 def _check_pipeline(cfg) -> None:
     """What the pipeline's stages will need from the data, read now rather than after SFT."""
     if cfg.dataset is None:
         if cfg.reward.dataset is not None:
-            raise ConfigError("reward.dataset is set but dataset is not: the pipeline's SFT, RL and eval "
-                              "stages need dataset.path too (prompts and reference completions)")
+            raise ConfigError(
+                "reward.dataset is set but dataset is not: the pipeline's SFT, RL and eval "
+                "stages need dataset.path too (prompts and reference completions)"
+            )
         return
     if cfg.model is None and cfg.tokenizer is None:
-        raise ConfigError("a pipeline on your own dataset needs model=PATH (the causal LM SFT starts from) "
-                          "or tokenizer=PATH: the built-in word tokenizer only knows the built-in tasks' words")
+        raise ConfigError(
+            "a pipeline on your own dataset needs model=PATH (the causal LM SFT starts from) "
+            "or tokenizer=PATH: the built-in word tokenizer only knows the built-in tasks' words"
+        )
     load_records(cfg.dataset, ("prompt", "completion"))
     try:
         load_records(cfg.reward.dataset or cfg.dataset, ("prompt", "chosen", "rejected"))
@@ -116,4 +127,3 @@ def _check_pipeline(cfg) -> None:
         if cfg.reward.dataset is not None:
             raise
         raise RlooError(f"{e}; or give the reward stage its own preference data: reward.dataset.path=FILE") from e
-

@@ -18,8 +18,12 @@ def compare_paired(policy: PolicyEval, baseline: PolicyEval) -> dict | None:
     if not policy.wins or not baseline.wins:
         return None
     diff, half = paired_difference(policy.wins, baseline.wins)
-    out = {"win_rate": diff, "ci95": half, "n": len(policy.wins),
-           "same_outcomes": sum(a == b for a, b in zip(policy.wins, baseline.wins))}
+    out = {
+        "win_rate": diff,
+        "ci95": half,
+        "n": len(policy.wins),
+        "same_outcomes": sum(a == b for a, b in zip(policy.wins, baseline.wins, strict=False)),
+    }
     if policy.scores and baseline.scores:
         out["score"], out["score_ci95"] = paired_difference(policy.scores, baseline.scores)
     return out
@@ -28,13 +32,20 @@ def compare_paired(policy: PolicyEval, baseline: PolicyEval) -> dict | None:
 def describe(d: dict, judge: str) -> str:
     """The printed lines of a `compare_paired` result."""
     n = d["n"]
-    lines = [f"policy - baseline win rate: {100 * d['win_rate']:+.1f} points (95% CI {100 * (d['win_rate'] - d['ci95']):+.1f} "
-             f"to {100 * (d['win_rate'] + d['ci95']):+.1f}, paired over {n} prompts, judged by {judge})"]
+    lo, hi = 100 * (d["win_rate"] - d["ci95"]), 100 * (d["win_rate"] + d["ci95"])
+    lines = [
+        f"policy - baseline win rate: {100 * d['win_rate']:+.1f} points (95% CI {lo:+.1f} "
+        f"to {hi:+.1f}, paired over {n} prompts, judged by {judge})"
+    ]
     if d["same_outcomes"] == n:
-        lines.append(f"  every prompt had the same win/tie/loss for both policies, so that interval has no width and "
-                     f"says little; at 0 of {n} prompts differing, the share that would differ is below "
-                     f"{100 * min(1.0, 3 / n):.1f}% (95%, rule of three)")
+        lines.append(
+            f"  every prompt had the same win/tie/loss for both policies, so that interval has no width and "
+            f"says little; at 0 of {n} prompts differing, the share that would differ is below "
+            f"{100 * min(1.0, 3 / n):.1f}% (95%, rule of three)"
+        )
     if "score" in d:
-        lines.append(f"policy - baseline mean score ({judge}): {d['score']:+.3f} (95% CI {d['score'] - d['score_ci95']:+.3f} "
-                     f"to {d['score'] + d['score_ci95']:+.3f}, paired)")
+        lines.append(
+            f"policy - baseline mean score ({judge}): {d['score']:+.3f} (95% CI {d['score'] - d['score_ci95']:+.3f} "
+            f"to {d['score'] + d['score_ci95']:+.3f}, paired)"
+        )
     return "\n".join(lines)

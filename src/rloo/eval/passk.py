@@ -19,8 +19,8 @@ unparseable responses (no final answer the checker can read), counted apart from
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 import torch
 
@@ -68,17 +68,21 @@ class PassAtK:
 
     n: int
     counts: list[int]
-    pass_k: dict[int, tuple[float, float]]      # k -> (mean over problems, 95% half-width)
-    zero_variance: dict[int, float]             # k -> mean zero_variance@k (k >= 2)
-    unparseable: float                          # share of all samples with no readable answer
-    length: float                               # mean response tokens (EOS included)
+    pass_k: dict[int, tuple[float, float]]  # k -> (mean over problems, 95% half-width)
+    zero_variance: dict[int, float]  # k -> mean zero_variance@k (k >= 2)
+    unparseable: float  # share of all samples with no readable answer
+    length: float  # mean response tokens (EOS included)
     samples: list[tuple[str, str]] = field(default_factory=list)
 
     def summary(self) -> dict:
-        return {"n": self.n, "problems": len(self.counts),
-                "pass_at_k": {str(k): {"mean": m, "ci95": h} for k, (m, h) in self.pass_k.items()},
-                "zero_variance": {str(k): v for k, v in self.zero_variance.items()},
-                "unparseable": self.unparseable, "length": self.length}
+        return {
+            "n": self.n,
+            "problems": len(self.counts),
+            "pass_at_k": {str(k): {"mean": m, "ci95": h} for k, (m, h) in self.pass_k.items()},
+            "zero_variance": {str(k): v for k, v in self.zero_variance.items()},
+            "unparseable": self.unparseable,
+            "length": self.length,
+        }
 
 
 def summarize_counts(counts: Sequence[int], n: int, ks: Sequence[int] = PASS_KS) -> tuple[dict, dict]:
@@ -94,15 +98,26 @@ def paired_pass_difference(counts_a: Sequence[int], counts_b: Sequence[int], n: 
     its 95% normal half-width (pairing removes the spread of problem difficulty)."""
     if len(counts_a) != len(counts_b):
         raise ValueError(f"paired difference needs the same problems: {len(counts_a)} vs {len(counts_b)}")
-    return mean_ci([pass_at_k(n, a, k) - pass_at_k(n, b, k) for a, b in zip(counts_a, counts_b)])
+    return mean_ci([pass_at_k(n, a, k) - pass_at_k(n, b, k) for a, b in zip(counts_a, counts_b, strict=False)])
 
 
 @torch.no_grad()
-def evaluate_pass_at_k(policy, tokenizer, prompts: list[str], check: Callable[[str, str], float], *, n: int,
-                       parse: Callable[[str], object] | None = None, ks: Sequence[int] = PASS_KS,
-                       temperature: float = 1.0, max_prompt_len: int = 64, max_new_tokens: int = 32,
-                       batch_size: int = 128, generator: torch.Generator | None = None,
-                       keep_samples: int = 4) -> PassAtK:
+def evaluate_pass_at_k(
+    policy,
+    tokenizer,
+    prompts: list[str],
+    check: Callable[[str, str], float],
+    *,
+    n: int,
+    parse: Callable[[str], object] | None = None,
+    ks: Sequence[int] = PASS_KS,
+    temperature: float = 1.0,
+    max_prompt_len: int = 64,
+    max_new_tokens: int = 32,
+    batch_size: int = 128,
+    generator: torch.Generator | None = None,
+    keep_samples: int = 4,
+) -> PassAtK:
     """n sampled responses per prompt, each checked (``check(prompt, response)`` is 1 for solved);
     ``parse(response)`` returning None marks a response unparseable."""
     if n < max(ks, default=1):
@@ -112,19 +127,36 @@ def evaluate_pass_at_k(policy, tokenizer, prompts: list[str], check: Callable[[s
     was_training = policy.training
     policy.eval()
     for i in range(0, len(prompts), per_batch):
-        chunk = prompts[i: i + per_batch]
-        roll = rollout(policy, tokenizer, chunk, n, max_prompt_len=max_prompt_len, max_new_tokens=max_new_tokens,
-                       temperature=temperature, generator=generator)
-        ok = [check(p, c) for p, c in zip(roll.prompts, roll.completions)]
-        counts += [int(sum(ok[j * n:(j + 1) * n])) for j in range(len(chunk))]
+        chunk = prompts[i : i + per_batch]
+        roll = rollout(
+            policy,
+            tokenizer,
+            chunk,
+            n,
+            max_prompt_len=max_prompt_len,
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            generator=generator,
+        )
+        ok = [check(p, c) for p, c in zip(roll.prompts, roll.completions, strict=False)]
+        counts += [int(sum(ok[j * n : (j + 1) * n])) for j in range(len(chunk))]
         lengths += roll.completion_mask.sum(-1).tolist()
         if parse is not None:
             bad += sum(parse(c) is None for c in roll.completions)
-        samples += list(zip(roll.prompts[::n], roll.completions[::n]))[: max(0, keep_samples - len(samples))]
+        samples += list(zip(roll.prompts[::n], roll.completions[::n], strict=False))[
+            : max(0, keep_samples - len(samples))
+        ]
     policy.train(was_training)
     pass_k, zero = summarize_counts(counts, n, ks)
-    return PassAtK(n=n, counts=counts, pass_k=pass_k, zero_variance=zero, unparseable=bad / len(lengths),
-                   length=sum(lengths) / len(lengths), samples=samples)
+    return PassAtK(
+        n=n,
+        counts=counts,
+        pass_k=pass_k,
+        zero_variance=zero,
+        unparseable=bad / len(lengths),
+        length=sum(lengths) / len(lengths),
+        samples=samples,
+    )
 
 
 def format_pass_table(results: dict[str, PassAtK]) -> str:
@@ -132,9 +164,14 @@ def format_pass_table(results: dict[str, PassAtK]) -> str:
     first = next(iter(results.values()))
     ks = list(first.pass_k)
     zks = list(first.zero_variance)
-    rows = ["| policy | " + " | ".join(f"pass@{k}" for k in ks) + " | "
-            + " | ".join(f"zero-var@{k}" for k in zks) + " | unparseable | length |",
-            "|---" * (len(ks) + len(zks) + 3) + "|"]
+    rows = [
+        "| policy | "
+        + " | ".join(f"pass@{k}" for k in ks)
+        + " | "
+        + " | ".join(f"zero-var@{k}" for k in zks)
+        + " | unparseable | length |",
+        "|---" * (len(ks) + len(zks) + 3) + "|",
+    ]
     for name, r in results.items():
         cells = [f"{m:.3f} ± {h:.3f}" for m, h in r.pass_k.values()] + [f"{v:.3f}" for v in r.zero_variance.values()]
         rows.append(f"| {name} | " + " | ".join(cells) + f" | {r.unparseable:.3f} | {r.length:.1f} |")

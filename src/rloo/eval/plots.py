@@ -32,9 +32,11 @@ def plot_training(metrics_path: Path, out_dir: Path, title: str = "", judge: str
 
     records = read_metrics(metrics_path)
     out_dir.mkdir(parents=True, exist_ok=True)
-    panels = [("reward.png", ["reward/score", "reward/total"], "reward"),
-              ("kl.png", ["reward/kl"], "KL(pi || pi_ref) per response"),
-              ("win_rate.png", ["eval/win_rate"], f"win rate vs references ({judge})")]
+    panels = [
+        ("reward.png", ["reward/score", "reward/total"], "reward"),
+        ("kl.png", ["reward/kl"], "KL(pi || pi_ref) per response"),
+        ("win_rate.png", ["eval/win_rate"], f"win rate vs references ({judge})"),
+    ]
     written = []
     for fname, keys, ylabel in panels:
         fig, ax = plt.subplots(figsize=(6, 3.5))
@@ -43,8 +45,12 @@ def plot_training(metrics_path: Path, out_dir: Path, title: str = "", judge: str
             if not xs:
                 continue
             smooth = key.startswith("reward/")
-            ax.plot(xs, _smooth(ys, 10) if smooth else ys, marker=None if smooth else "o",
-                    label=key + (" (10-step mean)" if smooth else ""))
+            ax.plot(
+                xs,
+                _smooth(ys, 10) if smooth else ys,
+                marker=None if smooth else "o",
+                label=key + (" (10-step mean)" if smooth else ""),
+            )
         if not ax.lines:
             plt.close(fig)
             continue

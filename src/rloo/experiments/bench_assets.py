@@ -22,13 +22,13 @@ SYLLABLES = [c + v for c in "bcdfghjklmnprstvwz" for v in "aeiou"] + ["th", "sh"
 @dataclass(frozen=True)
 class Shape:
     name: str
-    tokenizer: str          # "char" or "bpe"
-    vocab_size: int         # target vocabulary (bpe); char: whatever the alphabet gives
+    tokenizer: str  # "char" or "bpe"
+    vocab_size: int  # target vocabulary (bpe); char: whatever the alphabet gives
     hidden: int
     layers: int
     heads: int
     intermediate: int
-    prompt_tokens: tuple[int, int]   # prompt length range in tokens (uniform)
+    prompt_tokens: tuple[int, int]  # prompt length range in tokens (uniform)
     max_new_tokens: int
 
     @property
@@ -68,19 +68,33 @@ def build_tokenizer(shape: Shape, words: list[str], seed: int) -> PreTrainedToke
     alphabet = sorted({ch for w in words for ch in w} | {"\u2581", ":", ";", "."})
     # char-level: a vocabulary no larger than the alphabet leaves no room for merges
     size = len(alphabet) + len(SPECIALS) if shape.tokenizer == "char" else shape.vocab_size
-    trainer = trainers.BpeTrainer(vocab_size=size, special_tokens=SPECIALS, initial_alphabet=alphabet,
-                                  show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=size, special_tokens=SPECIALS, initial_alphabet=alphabet, show_progress=False
+    )
     backend.train_from_iterator(corpus, trainer)
-    return PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", eos_token="<eos>",
-                                   unk_token="<unk>", clean_up_tokenization_spaces=False)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        pad_token="<pad>",
+        eos_token="<eos>",
+        unk_token="<unk>",
+        clean_up_tokenization_spaces=False,
+    )
 
 
 def _llama_config(shape: Shape, tok) -> LlamaConfig:
-    return LlamaConfig(vocab_size=len(tok), hidden_size=shape.hidden, intermediate_size=shape.intermediate,
-                       num_hidden_layers=shape.layers, num_attention_heads=shape.heads,
-                       num_key_value_heads=shape.heads, max_position_embeddings=1024,
-                       pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, bos_token_id=None,
-                       tie_word_embeddings=True)
+    return LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=shape.hidden,
+        intermediate_size=shape.intermediate,
+        num_hidden_layers=shape.layers,
+        num_attention_heads=shape.heads,
+        num_key_value_heads=shape.heads,
+        max_position_embeddings=1024,
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id,
+        bos_token_id=None,
+        tie_word_embeddings=True,
+    )
 
 
 def make_prompts(tok, words: list[str], shape: Shape, n: int, seed: int) -> list[str]:

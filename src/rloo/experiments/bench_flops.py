@@ -24,12 +24,17 @@ class Arch:
     layers: int
     intermediate: int
     vocab: int
-    kv_heads_ratio: float = 1.0   # num_key_value_heads / num_attention_heads
+    kv_heads_ratio: float = 1.0  # num_key_value_heads / num_attention_heads
 
     @classmethod
-    def of(cls, config) -> "Arch":
-        return cls(config.hidden_size, config.num_hidden_layers, config.intermediate_size, config.vocab_size,
-                   config.num_key_value_heads / config.num_attention_heads)
+    def of(cls, config) -> Arch:
+        return cls(
+            config.hidden_size,
+            config.num_hidden_layers,
+            config.intermediate_size,
+            config.vocab_size,
+            config.num_key_value_heads / config.num_attention_heads,
+        )
 
     def linear(self, tokens: float) -> float:
         """q, o (h x h), k, v (h x h*ratio), gate/up/down MLP, per layer."""
@@ -63,22 +68,27 @@ def bucketed(a: Arch, lengths: list[int], P: int, logits: bool) -> float:
     return total
 
 
-def rloo_step_flops(a: Arch, B: int, K: int, P: int, T: int, share_prompt: bool = True,
-                    lengths: list[int] | None = None) -> float:
+def rloo_step_flops(
+    a: Arch, B: int, K: int, P: int, T: int, share_prompt: bool = True, lengths: list[int] | None = None
+) -> float:
     """rloo_step: sample (prefill + decode), reference and reward-model forward, policy forward+backward.
     Assumes a model without dropout (rloo reuses the sampling prefill only then). `lengths`: the
     N completion lengths, when known; the shared passes then run in length buckets."""
     N = B * K
     if not share_prompt:
         plain = a.forward(N, P + T, P + T, N * T)
-        return (a.forward(N, P, P, N) + decode(a, N, P, T)            # generation
-                + plain + (plain - a.head(N * T))                     # reference, reward model (no LM head)
-                + 3 * plain)                                          # policy forward + backward
-    prompt = a.forward(B, P, P, B)                                    # each prompt once, last logit only
+        return (
+            a.forward(N, P, P, N)
+            + decode(a, N, P, T)  # generation
+            + plain
+            + (plain - a.head(N * T))  # reference, reward model (no LM head)
+            + 3 * plain
+        )  # policy forward + backward
+    prompt = a.forward(B, P, P, B)  # each prompt once, last logit only
     if lengths is None:
-        lm = prompt + a.forward(N, T - 1, P + T - 1, N * (T - 1))    # completions after the shared prompt
+        lm = prompt + a.forward(N, T - 1, P + T - 1, N * (T - 1))  # completions after the shared prompt
         rm = a.forward(B, P, P, 0) + a.forward(N, T, P + T, 0)
-    else:                                                             # the last token is not fed to the LM
+    else:  # the last token is not fed to the LM
         lm = prompt + bucketed(a, [max(n - 1, 0) for n in lengths], P, logits=True)
         rm = a.forward(B, P, P, 0) + bucketed(a, lengths, P, logits=False)
     # the policy's prompt pass of sampling is kept (with its graph) for the update: its forward is not repeated
@@ -90,5 +100,4 @@ def trl_step_flops(a: Arch, B: int, K: int, P: int, T: int) -> float:
     forward over the N joined sequences, then policy forward + backward (logits for T positions)."""
     N = B * K
     joined = a.forward(N, P + T, P + T, N * T)
-    return (a.forward(N, P, P, N) + decode(a, N, P, T)
-            + 2 * joined + (joined - a.head(N * T)) + 3 * joined)
+    return a.forward(N, P, P, N) + decode(a, N, P, T) + 2 * joined + (joined - a.head(N * T)) + 3 * joined

@@ -63,12 +63,18 @@ METHODS: dict[str, tuple[str, dict]] = {
 }
 
 QUICK = {
-    "sft": {"num_examples": 2000, "epochs": 3, "arch": {"hidden_size": 64, "num_layers": 2, "num_heads": 2,
-                                                        "intermediate_size": 128}},
+    "sft": {
+        "num_examples": 2000,
+        "epochs": 3,
+        "arch": {"hidden_size": 64, "num_layers": 2, "num_heads": 2, "intermediate_size": 128},
+    },
     "reward": {"num_pairs": 800, "eval_pairs": 100, "epochs": 1},
     "rl": {"steps": 12, "batch_size": 8, "k": 4, "eval_every": 6, "eval_prompts": 32, "save_every": None},
     "eval": {"num_prompts": 64},
-    "variance_batches": 6, "variance_samples": 16, "seeds": [0], "weak_sft_fraction": 0.1,
+    "variance_batches": 6,
+    "variance_samples": 16,
+    "seeds": [0],
+    "weak_sft_fraction": 0.1,
 }
 
 
@@ -101,21 +107,41 @@ def judge(policy, tokenizer, task, examples, cfg: CompareConfig, scorer=None, re
     gen = torch.Generator().manual_seed(10_000 + seed)
     gold, rm, kl, length = [], [], [], []
     for i in range(0, len(examples), cfg.eval.batch_size):
-        chunk = examples[i: i + cfg.eval.batch_size]
-        roll = rollout(policy, tokenizer, [e.prompt for e in chunk], 1, max_prompt_len=cfg.max_prompt_tokens,
-                       max_new_tokens=cfg.rl.max_new_tokens, temperature=cfg.eval.temperature, generator=gen)
-        gold += [task.gold_score(e.prompt, c) for e, c in zip(chunk, roll.completions)]
+        chunk = examples[i : i + cfg.eval.batch_size]
+        roll = rollout(
+            policy,
+            tokenizer,
+            [e.prompt for e in chunk],
+            1,
+            max_prompt_len=cfg.max_prompt_tokens,
+            max_new_tokens=cfg.rl.max_new_tokens,
+            temperature=cfg.eval.temperature,
+            generator=gen,
+        )
+        gold += [task.gold_score(e.prompt, c) for e, c in zip(chunk, roll.completions, strict=False)]
         length += roll.completion_mask.sum(-1).tolist()
         if scorer is not None:
             rm += scorer(roll).tolist()
         if ref is not None:
-            ref_lp = completion_logprobs(ref, roll.prompt_ids, roll.prompt_mask, roll.completion_ids,
-                                         roll.completion_mask, temperature=cfg.eval.temperature)
+            ref_lp = completion_logprobs(
+                ref,
+                roll.prompt_ids,
+                roll.prompt_mask,
+                roll.completion_ids,
+                roll.completion_mask,
+                temperature=cfg.eval.temperature,
+            )
             kl += sequence_kl(roll.logprobs, ref_lp, roll.completion_mask).tolist()
     refs = [task.gold_score(e.prompt, e.reference) for e in examples]
     mean = lambda xs: sum(xs) / len(xs) if xs else None  # noqa: E731
-    return {"gold_per_prompt": gold, "win_rate": win_rate(gold, refs), "gold": mean(gold), "reward": mean(rm),
-            "kl": mean(kl), "length": mean(length)}
+    return {
+        "gold_per_prompt": gold,
+        "win_rate": win_rate(gold, refs),
+        "gold": mean(gold),
+        "reward": mean(rm),
+        "kl": mean(kl),
+        "length": mean(length),
+    }
 
 
 def _stage_models(cfg: CompareConfig, pipe: PipelineConfig) -> None:
@@ -130,20 +156,38 @@ def _stage_models(cfg: CompareConfig, pipe: PipelineConfig) -> None:
 
 def _pass(policy, tok, task, examples, cfg: CompareConfig, seed: int) -> dict:
     """pass@k of a policy on a checker task (the same sampling noise for every method of a seed)."""
-    r = evaluate_pass_at_k(policy, tok, [e.prompt for e in examples], task.gold_score, n=cfg.eval.pass_samples,
-                           parse=getattr(task, "parse_answer", None), temperature=cfg.eval.temperature,
-                           max_prompt_len=cfg.max_prompt_tokens, max_new_tokens=cfg.rl.max_new_tokens,
-                           batch_size=max(cfg.eval.batch_size, cfg.eval.pass_samples),
-                           generator=torch.Generator().manual_seed(20_000 + seed))
+    r = evaluate_pass_at_k(
+        policy,
+        tok,
+        [e.prompt for e in examples],
+        task.gold_score,
+        n=cfg.eval.pass_samples,
+        parse=getattr(task, "parse_answer", None),
+        temperature=cfg.eval.temperature,
+        max_prompt_len=cfg.max_prompt_tokens,
+        max_new_tokens=cfg.rl.max_new_tokens,
+        batch_size=max(cfg.eval.batch_size, cfg.eval.pass_samples),
+        generator=torch.Generator().manual_seed(20_000 + seed),
+    )
     return {"pass": r.summary(), "pass_counts": r.counts}
 
 
 def run_cell(cfg: CompareConfig, task_name: str, seed: int, runs: Path) -> None:
     """Steps 1-3 for one (task, seed): writes runs/<task>/seed-<s>/<method>/result.json."""
     root = runs / task_name / f"seed-{seed}"
-    pipe = PipelineConfig(task=task_name, seed=seed, device=cfg.device, dtype=cfg.dtype, output_dir=root,
-                          sft=cfg.sft, reward=cfg.reward, rl=cfg.rl, eval=cfg.eval,
-                          max_prompt_tokens=cfg.max_prompt_tokens, max_response_tokens=cfg.max_response_tokens)
+    pipe = PipelineConfig(
+        task=task_name,
+        seed=seed,
+        device=cfg.device,
+        dtype=cfg.dtype,
+        output_dir=root,
+        sft=cfg.sft,
+        reward=cfg.reward,
+        rl=cfg.rl,
+        eval=cfg.eval,
+        max_prompt_tokens=cfg.max_prompt_tokens,
+        max_response_tokens=cfg.max_response_tokens,
+    )
     _stage_models(cfg, pipe)
     task = get_task(task_name)
     examples = task.examples("eval", cfg.eval.num_prompts, seed=seed)
@@ -169,11 +213,16 @@ def run_cell(cfg: CompareConfig, task_name: str, seed: int, runs: Path) -> None:
         seconds = time.perf_counter() - t0
         policy, _ = load_policy(str(result.model_path), device=cfg.device, dtype=cfg.dtype)
         res = judge(policy, tok, task, examples, cfg, scorer, ref, seed) | extra(policy)
-        res |= {"win_rate_vs_sft": win_rate(res["gold_per_prompt"], sft_gold), "seconds": seconds,
-                "samples": _samples(cfg, method)}
+        res |= {
+            "win_rate_vs_sft": win_rate(res["gold_per_prompt"], sft_gold),
+            "seconds": seconds,
+            "samples": _samples(cfg, method),
+        }
         (out / "result.json").write_text(json.dumps(res))
-        say(f"   {method}: win rate vs refs {res['win_rate']:.3f}, vs SFT {res['win_rate_vs_sft']:.3f}, "
-            f"KL {res['kl']:.2f}, {seconds:.0f}s")
+        say(
+            f"   {method}: win rate vs refs {res['win_rate']:.3f}, vs SFT {res['win_rate_vs_sft']:.3f}, "
+            f"KL {res['kl']:.2f}, {seconds:.0f}s"
+        )
 
 
 def _samples(cfg: CompareConfig, method: str) -> int:
@@ -192,8 +241,9 @@ def compare(cfg: CompareConfig, *, overwrite: bool = False) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     saved = out / "config.yaml"
     if saved.exists() and saved.read_text() != _dump(cfg):
-        raise RlooError(f"{out} holds a comparison with other settings; pass {option('overwrite')} or choose another "
-                        f"output_dir")
+        raise RlooError(
+            f"{out} holds a comparison with other settings; pass {option('overwrite')} or choose another output_dir"
+        )
     save_config(cfg, saved)
     t0 = time.perf_counter()
     for task_name in cfg.tasks:

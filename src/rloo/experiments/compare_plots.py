@@ -13,6 +13,7 @@ def _plt():
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     return plt
 
 
@@ -54,10 +55,10 @@ def _legend(ax):
 def frontier(plt, cfg, data, path: Path) -> Path:
     """Gold score against KL to the SFT model: training trajectory (mean over seeds) and final point."""
     fig, axes = _grid(plt, 1, len(cfg.tasks))
-    for ax, task in zip(axes[0], cfg.tasks):
+    for ax, task in zip(axes[0], cfg.tasks, strict=False):
         for name, runs in _methods_run(cfg, data, task):
             kl, gold = (_mean_curve(runs, key)[1] for key in ("eval/kl", "eval/gold"))
-            line, = ax.plot(kl, gold, alpha=0.5, label=name)
+            (line,) = ax.plot(kl, gold, alpha=0.5, label=name)
             fk = sum(r["kl"] for r in runs) / len(runs)
             fg = sum(r["gold"] for r in runs) / len(runs)
             ax.plot([fk], [fg], "o", color=line.get_color())
@@ -73,13 +74,12 @@ def learning_curves(plt, cfg, data, path: Path) -> Path:
     """Periodic-eval win rate against the references over training (x: samples, or pairs for dpo)."""
     fig, axes = _grid(plt, 1, len(cfg.tasks))
     per_step = cfg.rl.batch_size * cfg.rl.k
-    for ax, task in zip(axes[0], cfg.tasks):
+    for ax, task in zip(axes[0], cfg.tasks, strict=False):
         for name, runs in _methods_run(cfg, data, task):
             scale = cfg.rl.algorithm_settings.dpo_batch_size if name == "dpo" else per_step
             xs, ys = _mean_curve(runs, "eval/win_rate")
             ax.plot([x * scale for x in xs], ys, marker=".", label=name + (" (x: pairs)" if name == "dpo" else ""))
-        ax.set(title=f"{task}: win rate vs references during training", xlabel="generated samples",
-               ylabel="win rate")
+        ax.set(title=f"{task}: win rate vs references during training", xlabel="generated samples", ylabel="win rate")
         _legend(ax)
     return _save(plt, fig, path)
 
@@ -87,15 +87,19 @@ def learning_curves(plt, cfg, data, path: Path) -> Path:
 def clip_fraction(plt, cfg, data, path: Path) -> Path | None:
     """ppo/clipfrac per batch over training for the methods that clip."""
     fig, axes = _grid(plt, 1, len(cfg.tasks))
-    for ax, task in zip(axes[0], cfg.tasks):
+    for ax, task in zip(axes[0], cfg.tasks, strict=False):
         for name, runs in _methods_run(cfg, data, task):
-            color = None   # one colour per method, one line per seed
+            color = None  # one colour per method, one line per seed
             for run in runs:
                 pts = [(r["step"], r["ppo/clipfrac"]) for r in run["metrics"] if r.get("ppo/clipfrac") is not None]
                 if pts:
-                    line, = ax.plot(*zip(*pts), alpha=0.5, color=color, label=None if color else name)
+                    (line,) = ax.plot(*zip(*pts, strict=False), alpha=0.5, color=color, label=None if color else name)
                     color = line.get_color()
-        ax.set(title=f"{task}: fraction clipped per batch (tokens; rloo_clip: sequences)", xlabel="step", ylabel="clip fraction")
+        ax.set(
+            title=f"{task}: fraction clipped per batch (tokens; rloo_clip: sequences)",
+            xlabel="step",
+            ylabel="clip fraction",
+        )
         _legend(ax)
     if not any(ax.lines for ax in axes[0]):
         plt.close(fig)
@@ -106,7 +110,7 @@ def clip_fraction(plt, cfg, data, path: Path) -> Path | None:
 def overoptimization(plt, cfg, data, path: Path) -> Path:
     """Gold score and reward-model score against KL over training, per method (mean over seeds)."""
     fig, axes = _grid(plt, len(cfg.tasks), 2)
-    for row, task in zip(axes, cfg.tasks):
+    for row, task in zip(axes, cfg.tasks, strict=False):
         for name, runs in _methods_run(cfg, data, task):
             kl, gold, rm = (_mean_curve(runs, key)[1] for key in ("eval/kl", "eval/gold", "eval/reward"))
             row[0].plot(kl, gold, marker=".", label=name)
@@ -120,8 +124,10 @@ def overoptimization(plt, cfg, data, path: Path) -> Path:
 
 def plot_all(cfg, data, report: Path) -> list[Path]:
     plt = _plt()
-    paths = [frontier(plt, cfg, data, report / "frontier.png"),
-             learning_curves(plt, cfg, data, report / "learning_curves.png"),
-             clip_fraction(plt, cfg, data, report / "ppo_clip_fraction.png"),
-             overoptimization(plt, cfg, data, report / "overoptimization.png")]
+    paths = [
+        frontier(plt, cfg, data, report / "frontier.png"),
+        learning_curves(plt, cfg, data, report / "learning_curves.png"),
+        clip_fraction(plt, cfg, data, report / "ppo_clip_fraction.png"),
+        overoptimization(plt, cfg, data, report / "overoptimization.png"),
+    ]
     return [p for p in paths if p is not None]

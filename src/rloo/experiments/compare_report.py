@@ -15,8 +15,21 @@ from rloo.experiments.compare_plots import plot_all
 from rloo.runtime.tracking import read_metrics
 
 # two-sided 95% Student-t quantiles t_{0.975, df}; the normal 1.96 beyond df = 30
-_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
-         10: 2.228, 15: 2.131, 20: 2.086, 30: 2.042}
+_T975 = {
+    1: 12.706,
+    2: 4.303,
+    3: 3.182,
+    4: 2.776,
+    5: 2.571,
+    6: 2.447,
+    7: 2.365,
+    8: 2.306,
+    9: 2.262,
+    10: 2.228,
+    15: 2.131,
+    20: 2.086,
+    30: 2.042,
+}
 
 
 def mean_ci(xs: list[float]) -> tuple[float, float | None]:
@@ -64,9 +77,11 @@ def results_table(cfg, data: dict) -> str:
         for task in cfg.tasks:
             rs = data[task].get(name, [])
             seeds = max(seeds, len(rs))
-            cells += [_fmt([r["win_rate"] for r in rs]),
-                      "(0.5)" if name == "sft" else _fmt([r["win_rate_vs_sft"] for r in rs if "win_rate_vs_sft" in r]),
-                      _fmt([r["kl"] for r in rs])]
+            cells += [
+                _fmt([r["win_rate"] for r in rs]),
+                "(0.5)" if name == "sft" else _fmt([r["win_rate_vs_sft"] for r in rs if "win_rate_vs_sft" in r]),
+                _fmt([r["kl"] for r in rs]),
+            ]
         rows.append(f"| {name} | " + " | ".join(cells) + f" | {seeds} |")
     return "\n".join(rows)
 
@@ -78,8 +93,10 @@ def paired_differences(cfg, data: dict, base: str = "rloo") -> str:
     names = [n for n in cfg.methods if n != base]
     if base not in cfg.methods or not names:
         return "(needs rloo and another method)"
-    rows = ["| method | " + " | ".join(f"{t}: win vs refs − {base} | {t}: seeds ahead" for t in cfg.tasks) + " |",
-            "|---" * (2 * len(cfg.tasks) + 1) + "|"]
+    rows = [
+        "| method | " + " | ".join(f"{t}: win vs refs − {base} | {t}: seeds ahead" for t in cfg.tasks) + " |",
+        "|---" * (2 * len(cfg.tasks) + 1) + "|",
+    ]
     for name in names:
         cells = []
         for task in cfg.tasks:
@@ -105,8 +122,11 @@ def variance_table(out: Path, cfg) -> str:
             continue
         v = json.loads(f.read_text())
         if not rows:
-            rows = ["| task | estimator | tr Cov(g) at SFT | noise/signal at SFT | tr Cov(g) at weak | "
-                    "noise/signal at weak |", "|---|---|---|---|---|---|"]
+            rows = [
+                "| task | estimator | tr Cov(g) at SFT | noise/signal at SFT | tr Cov(g) at weak | "
+                "noise/signal at weak |",
+                "|---|---|---|---|---|---|",
+            ]
         for est in v["sft"]:
             s, w = v["sft"][est], v["weak"][est]
             ns = lambda d: "-" if d["noise_to_signal"] is None else f"{d['noise_to_signal']:.2f}"  # noqa: E731
@@ -118,7 +138,9 @@ def ppo_lambda_table(cfg, data: dict) -> str:
     names = [n for n in ("ppo", "ppo_lambda1", "vanilla_pg") if n in cfg.methods]
     rows = ["| task | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
     for task in cfg.tasks:
-        rows.append(f"| {task} | " + " | ".join(_fmt([r["win_rate"] for r in data[task].get(n, [])]) for n in names) + " |")
+        rows.append(
+            f"| {task} | " + " | ".join(_fmt([r["win_rate"] for r in data[task].get(n, [])]) for n in names) + " |"
+        )
     return "\n".join(rows)
 
 
@@ -128,24 +150,37 @@ def pass_table(cfg, data: dict, task: str) -> str:
     first = next(r for rs in data[task].values() for r in rs if "pass" in r)
     ks = list(first["pass"]["pass_at_k"])
     zk = str(cfg.rl.k) if str(cfg.rl.k) in first["pass"]["zero_variance"] else None
-    head = [f"pass@{k}" for k in ks] + ([f"zero-var@{zk} (eval)"] if zk else []) + \
-        ["zero-var (training)", "unparseable", "length", "seeds"]
+    head = (
+        [f"pass@{k}" for k in ks]
+        + ([f"zero-var@{zk} (eval)"] if zk else [])
+        + ["zero-var (training)", "unparseable", "length", "seeds"]
+    )
     rows = ["| method | " + " | ".join(head) + " |", "|---" * (len(head) + 1) + "|"]
     for name in ["sft", *cfg.methods]:
         rs = [r for r in data[task].get(name, []) if "pass" in r]
         if not rs:
             continue
-        if len(rs) == 1:   # one seed: the interval over problems (it leaves out training-seed noise)
-            cells = [f'{r["pass"]["pass_at_k"][k]["mean"]:.3f} ± {r["pass"]["pass_at_k"][k]["ci95"]:.3f}*'
-                     for r in rs for k in ks]
+        if len(rs) == 1:  # one seed: the interval over problems (it leaves out training-seed noise)
+            cells = [
+                f"{r['pass']['pass_at_k'][k]['mean']:.3f} ± {r['pass']['pass_at_k'][k]['ci95']:.3f}*"
+                for r in rs
+                for k in ks
+            ]
         else:
             cells = [_fmt([r["pass"]["pass_at_k"][k]["mean"] for r in rs]) for k in ks]
         if zk:
             cells.append(_fmt([r["pass"]["zero_variance"][zk] for r in rs]))
-        train_zero = [sum(v) / len(v) for r in rs if (v := [m["groups/zero_variance"] for m in r["metrics"]
-                                                            if "groups/zero_variance" in m])]
-        cells += [_fmt(train_zero), _fmt([r["pass"]["unparseable"] for r in rs]),
-                  _fmt([r["pass"]["length"] for r in rs]), str(len(rs))]
+        train_zero = [
+            sum(v) / len(v)
+            for r in rs
+            if (v := [m["groups/zero_variance"] for m in r["metrics"] if "groups/zero_variance" in m])
+        ]
+        cells += [
+            _fmt(train_zero),
+            _fmt([r["pass"]["unparseable"] for r in rs]),
+            _fmt([r["pass"]["length"] for r in rs]),
+            str(len(rs)),
+        ]
         rows.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(rows)
 
@@ -156,8 +191,10 @@ def pass_differences(cfg, data: dict, task: str, base: str = "rloo") -> str:
     names = [n for n in ["sft", *cfg.methods] if n != base]
     ref = {r["seed"]: r["pass"]["pass_at_k"] for r in data[task].get(base, []) if "pass" in r}
     ks = [k for k in ("1", "8") if ref and k in next(iter(ref.values()))]
-    rows = ["| method | " + " | ".join(f"pass@{k} − {base} | seeds ahead" for k in ks) + " |",
-            "|---" * (2 * len(ks) + 1) + "|"]
+    rows = [
+        "| method | " + " | ".join(f"pass@{k} − {base} | seeds ahead" for k in ks) + " |",
+        "|---" * (2 * len(ks) + 1) + "|",
+    ]
     counts = {r["seed"]: r.get("pass_counts") for r in data[task].get(base, []) if "pass" in r}
     for name in names:
         cells = []
@@ -175,17 +212,29 @@ def pass_differences(cfg, data: dict, task: str, base: str = "rloo") -> str:
 
 
 def pass_section(cfg, data: dict, tasks: list[str]) -> list[str]:
-    text = ["## pass@k on the tasks scored by a checker", "",
-            f"{cfg.eval.pass_samples} samples per held-out problem ({cfg.eval.num_prompts} distinct problems), the "
-            "unbiased estimator 1 − C(n−c,k)/C(n,k) averaged over problems; mean ± 95% t-interval over seeds. "
-            f"zero-var@{cfg.rl.k} (eval): the estimated share of groups of k = {cfg.rl.k} samples whose rewards are "
-            "all equal (no gradient for any group baseline); zero-var (training): the same share measured on the "
-            "training batches (groups/zero_variance), averaged over the run. With one seed, values marked * "
-            "carry the 95% normal interval over problems instead (differences paired over problems): it "
-            "covers the evaluation's sampling of problems and responses, not the randomness of training.", ""]
+    text = [
+        "## pass@k on the tasks scored by a checker",
+        "",
+        f"{cfg.eval.pass_samples} samples per held-out problem ({cfg.eval.num_prompts} distinct problems), the "
+        "unbiased estimator 1 − C(n−c,k)/C(n,k) averaged over problems; mean ± 95% t-interval over seeds. "
+        f"zero-var@{cfg.rl.k} (eval): the estimated share of groups of k = {cfg.rl.k} samples whose rewards are "
+        "all equal (no gradient for any group baseline); zero-var (training): the same share measured on the "
+        "training batches (groups/zero_variance), averaged over the run. With one seed, values marked * "
+        "carry the 95% normal interval over problems instead (differences paired over problems): it "
+        "covers the evaluation's sampling of problems and responses, not the randomness of training.",
+        "",
+    ]
     for task in tasks:
-        text += [f"### {task}", "", pass_table(cfg, data, task), "",
-                 "Differences from rloo, paired by seed:", "", pass_differences(cfg, data, task), ""]
+        text += [
+            f"### {task}",
+            "",
+            pass_table(cfg, data, task),
+            "",
+            "Differences from rloo, paired by seed:",
+            "",
+            pass_differences(cfg, data, task),
+            "",
+        ]
     return text
 
 
@@ -195,33 +244,62 @@ def write_report(cfg, out: Path) -> Path:
     report.mkdir(parents=True, exist_ok=True)
     data = collect(cfg, out)
     plots = plot_all(cfg, data, report)
-    (report / "results.json").write_text(json.dumps(
-        {t: {m: [{k: v for k, v in r.items() if k not in ("metrics", "gold_per_prompt", "pass_counts")} for r in rs]
-             for m, rs in d.items()} for t, d in data.items()}, indent=1))
+    (report / "results.json").write_text(
+        json.dumps(
+            {
+                t: {
+                    m: [
+                        {k: v for k, v in r.items() if k not in ("metrics", "gold_per_prompt", "pass_counts")}
+                        for r in rs
+                    ]
+                    for m, rs in d.items()
+                }
+                for t, d in data.items()
+            },
+            indent=1,
+        )
+    )
     checked = [t for t in cfg.tasks if any("pass" in r for rs in data[t].values() for r in rs)]
     budget = cfg.rl.steps * cfg.rl.batch_size * cfg.rl.k
     text = [
-        "# RLOO and the methods it is compared with, on the built-in tasks", "",
+        "# RLOO and the methods it is compared with, on the built-in tasks",
+        "",
         f"Tasks {', '.join(cfg.tasks)}; seeds {cfg.seeds}; every online method trained on {budget} generated "
         f"samples ({cfg.rl.steps} steps x {cfg.rl.batch_size} prompts x k={cfg.rl.k}; rloo_k2 uses "
         f"{cfg.rl.batch_size * cfg.rl.k // 2} prompts x 2); dpo trained offline on the reward model's "
         f"{cfg.reward.num_pairs} pairs. Win rates by the task's gold judge on {cfg.eval.num_prompts} held-out "
         "prompts, one sample each; mean ± 95% t-interval over seeds (no interval with one seed). "
         "'win vs SFT' is head to head against the SFT model's sample for the same prompt (ties count half). "
-        "KL: mean sum_t log pi/pi_sft of the evaluated samples.", "",
-        results_table(cfg, data), "",
+        "KL: mean sum_t log pi/pi_sft of the evaluated samples.",
+        "",
+        results_table(cfg, data),
+        "",
         *(pass_section(cfg, data, checked) if checked else []),
-        "## Differences from RLOO, paired by seed", "",
+        "## Differences from RLOO, paired by seed",
+        "",
         "Method minus rloo in win rate against the references, per seed (same SFT model, reward model, eval "
         "prompts and eval sampling noise), mean ± 95% t-interval over seeds; 'seeds ahead': seeds where the "
-        "method won more often than rloo.", "", paired_differences(cfg, data), "",
-        "## PPO: GAE lambda 0.95 vs 1.0 (final win rate vs references)", "", ppo_lambda_table(cfg, data), "",
-        "## Gradient variance at a fixed snapshot", "",
+        "method won more often than rloo.",
+        "",
+        paired_differences(cfg, data),
+        "",
+        "## PPO: GAE lambda 0.95 vs 1.0 (final win rate vs references)",
+        "",
+        ppo_lambda_table(cfg, data),
+        "",
+        "## Gradient variance at a fixed snapshot",
+        "",
         f"{cfg.variance_batches} independent batches of {cfg.variance_samples} completions per estimator; "
         "tr Cov(g) = E||g - Eg||^2 of the policy gradient of the reward-model score; noise/signal = "
         "tr Cov(g) / ||E g||^2 (debiased). 'weak' = SFT on "
-        f"{cfg.weak_sft_fraction:.0%} of the SFT data for one epoch.", "", variance_table(out, cfg), "",
-        "## Plots", "", *[f"![{p.stem}]({p.name})" for p in plots], "",
+        f"{cfg.weak_sft_fraction:.0%} of the SFT data for one epoch.",
+        "",
+        variance_table(out, cfg),
+        "",
+        "## Plots",
+        "",
+        *[f"![{p.stem}]({p.name})" for p in plots],
+        "",
     ]
     (report / "report.md").write_text("\n".join(text))
     return report

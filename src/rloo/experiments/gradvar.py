@@ -26,12 +26,17 @@ from rloo.modeling.forward import completion_logprobs
 from rloo.modeling.loading import frozen, load_policy, load_reward_model
 from rloo.rewards import RewardModelScorer
 from rloo.rollout import rollout
-from rloo.tasks import get_task
 from rloo.runtime.tracking import say
+from rloo.tasks import get_task
 from rloo.training.sft import sft
 
-ESTIMATORS = ("no baseline", "moving-average baseline", "leave-one-out k=2", "leave-one-out k=4",
-              "PPO GAE (lambda 0.95)")
+ESTIMATORS = (
+    "no baseline",
+    "moving-average baseline",
+    "leave-one-out k=2",
+    "leave-one-out k=4",
+    "PPO GAE (lambda 0.95)",
+)
 
 
 class _Snapshot:
@@ -48,17 +53,30 @@ class _Snapshot:
     def batch(self, n_prompts: int, k: int):
         if self.pos + n_prompts > len(self.prompts):
             self.pos = 0
-        prompts = self.prompts[self.pos: self.pos + n_prompts]
+        prompts = self.prompts[self.pos : self.pos + n_prompts]
         self.pos += n_prompts
-        roll = rollout(self.policy, self.tok, prompts, k, max_prompt_len=self.cfg.max_prompt_tokens,
-                       max_new_tokens=self.cfg.rl.max_new_tokens, temperature=self.cfg.rl.temperature,
-                       generator=self.gen)
+        roll = rollout(
+            self.policy,
+            self.tok,
+            prompts,
+            k,
+            max_prompt_len=self.cfg.max_prompt_tokens,
+            max_new_tokens=self.cfg.rl.max_new_tokens,
+            temperature=self.cfg.rl.temperature,
+            generator=self.gen,
+        )
         return roll, self.scorer(roll)
 
     def gradient(self, roll, advantages) -> torch.Tensor:
         """Flattened gradient of the common form above; advantages (N,) or (N, T)."""
-        lp = completion_logprobs(self.policy, roll.prompt_ids, roll.prompt_mask, roll.completion_ids,
-                                 roll.completion_mask, temperature=self.cfg.rl.temperature)
+        lp = completion_logprobs(
+            self.policy,
+            roll.prompt_ids,
+            roll.prompt_mask,
+            roll.completion_ids,
+            roll.completion_mask,
+            temperature=self.cfg.rl.temperature,
+        )
         if advantages.dim() == 1:
             advantages = advantages[:, None].expand_as(lp)
         loss, _ = sequence_sum_policy_gradient_loss(lp, advantages, roll.completion_mask)
@@ -68,16 +86,18 @@ class _Snapshot:
 
 def _fit_value(snap: _Snapshot, cfg: CompareConfig, rm_path: str, steps: int) -> ValueFunction:
     """A separate value model (from the reward model, as PPO's) regressed on Monte-Carlo returns."""
-    vcfg = RLConfig(policy="unused", reward_model=rm_path, device=cfg.device,
-                    algorithm_settings={"value_model": "separate"})
+    vcfg = RLConfig(
+        policy="unused", reward_model=rm_path, device=cfg.device, algorithm_settings={"value_model": "separate"}
+    )
     value = ValueFunction(vcfg, models=None)
     for _ in range(steps):
         roll, scores = snap.batch(cfg.variance_samples, 1)
         with torch.no_grad():
             rewards = token_level_rewards(scores, roll.logprobs, roll.logprobs, roll.completion_mask, 0.0)
             _, returns = gae(rewards, torch.zeros_like(rewards), roll.completion_mask, 1.0, 1.0)
-        v_hidden, _ = hidden_states(value.model, roll.prompt_ids, roll.prompt_mask, roll.completion_ids,
-                              roll.completion_mask, want_logits=False)
+        v_hidden, _ = hidden_states(
+            value.model, roll.prompt_ids, roll.prompt_mask, roll.completion_ids, roll.completion_mask, want_logits=False
+        )
         loss, _ = value_loss(value.model.score(v_hidden).squeeze(-1).float(), returns, roll.completion_mask)
         value.opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -119,8 +139,8 @@ def measure(snap: _Snapshot, cfg: CompareConfig, rm_path: str) -> dict[str, dict
             total = g if total is None else total + g
             sq += float(g.pow(2).sum())
         mean = total / R
-        var = (sq - R * float(mean.pow(2).sum())) / (R - 1)   # tr Cov, unbiased
-        signal = float(mean.pow(2).sum()) - var / R             # ||E g||^2, debiased
+        var = (sq - R * float(mean.pow(2).sum())) / (R - 1)  # tr Cov, unbiased
+        signal = float(mean.pow(2).sum()) - var / R  # ||E g||^2, debiased
         out[name] = {"variance": var, "signal": signal, "noise_to_signal": var / signal if signal > 0 else None}
     return out
 
@@ -132,9 +152,16 @@ def variance_cell(cfg: CompareConfig, task_name: str, seed: int, runs: Path) -> 
     out_file = root / "gradient_variance.json"
     if out_file.exists():
         return json.loads(out_file.read_text())
-    pipe = PipelineConfig(task=task_name, seed=seed, device=cfg.device, output_dir=root, sft=cfg.sft,
-                          reward=cfg.reward, max_prompt_tokens=cfg.max_prompt_tokens,
-                          max_response_tokens=cfg.max_response_tokens)
+    pipe = PipelineConfig(
+        task=task_name,
+        seed=seed,
+        device=cfg.device,
+        output_dir=root,
+        sft=cfg.sft,
+        reward=cfg.reward,
+        max_prompt_tokens=cfg.max_prompt_tokens,
+        max_response_tokens=cfg.max_response_tokens,
+    )
     sft_cfg = pipe.stage_configs()[0]
     weak_dir = root / "weak_sft"
     if not (weak_dir / "model").exists():

@@ -18,8 +18,11 @@ _FLAG = "_rloo_dropout_disabled"
 
 def _rate_attrs(module: torch.nn.Module) -> list[str]:
     """Float attributes that are dropout rates read at call time (e.g. Llama's attention_dropout)."""
-    return [k for k, v in vars(module).items()
-            if "dropout" in k.lower() and isinstance(v, float) and not isinstance(v, bool)]
+    return [
+        k
+        for k, v in vars(module).items()
+        if "dropout" in k.lower() and isinstance(v, float) and not isinstance(v, bool)
+    ]
 
 
 def disable_dropout(model: torch.nn.Module) -> torch.nn.Module:
@@ -51,5 +54,8 @@ def has_dropout(model: torch.nn.Module) -> bool:
         return False
     config = getattr(model, "config", None)
     items = config.to_dict().items() if config is not None else ()
-    return any(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
-               for key, v in items if "dropout" in key or "pdrop" in key)
+    return any(
+        isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+        for key, v in items
+        if "dropout" in key or "pdrop" in key
+    )

@@ -34,8 +34,14 @@ def chunked_head(model, positions: int, max_logits_mb: float = MAX_LOGITS_MB):
     return head, max(1, int(max_logits_mb * 2**20 // (4 * head.weight.shape[0])))
 
 
-def lm_token_logprobs(model, targets: Tensor, temperature: float = 1.0, max_logits_mb: float = MAX_LOGITS_MB,
-                      skip_last: bool = False, **inputs) -> Tensor:
+def lm_token_logprobs(
+    model,
+    targets: Tensor,
+    temperature: float = 1.0,
+    max_logits_mb: float = MAX_LOGITS_MB,
+    skip_last: bool = False,
+    **inputs,
+) -> Tensor:
     """log pi(targets) predicted by the last W positions of model(**inputs) (the W before the
     last one with skip_last). targets (N,W) -> (N,W).
 
@@ -58,9 +64,15 @@ def _joined(prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor, com
     return ids, mask, position_ids(mask)
 
 
-def completion_logprobs(model, prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor,
-                        completion_mask: Tensor, temperature: float = 1.0,
-                        max_logits_mb: float = MAX_LOGITS_MB) -> Tensor:
+def completion_logprobs(
+    model,
+    prompt_ids: Tensor,
+    prompt_mask: Tensor,
+    completion_ids: Tensor,
+    completion_mask: Tensor,
+    temperature: float = 1.0,
+    max_logits_mb: float = MAX_LOGITS_MB,
+) -> Tensor:
     """log pi(y_t | x, y_<t) for every completion token. (N,P),(N,P),(N,T),(N,T) -> (N,T).
 
     Only the logits that predict completion tokens are computed (`logits_to_keep`), so the LM
@@ -69,12 +81,22 @@ def completion_logprobs(model, prompt_ids: Tensor, prompt_mask: Tensor, completi
     """
     ids, mask, pos = _joined(prompt_ids, prompt_mask, completion_ids, completion_mask)
     # The logit at position P-1+t predicts completion token t: the last T+1 positions but the final one.
-    return lm_token_logprobs(model, completion_ids, temperature, max_logits_mb, skip_last=True, input_ids=ids,
-                             attention_mask=mask.long(), position_ids=pos, use_cache=False)
+    return lm_token_logprobs(
+        model,
+        completion_ids,
+        temperature,
+        max_logits_mb,
+        skip_last=True,
+        input_ids=ids,
+        attention_mask=mask.long(),
+        position_ids=pos,
+        use_cache=False,
+    )
 
 
-def reward_scores(reward_model, prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor,
-                  completion_mask: Tensor) -> Tensor:
+def reward_scores(
+    reward_model, prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor, completion_mask: Tensor
+) -> Tensor:
     """Scalar reward of each (prompt, completion): the one-output head applied at the last real
     token (the EOS when there is one). (N,P),(N,P),(N,T),(N,T) -> (N,).
 

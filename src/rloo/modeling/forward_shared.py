@@ -57,7 +57,7 @@ def _group_rows(cache: DynamicCache, groups: Tensor) -> DynamicCache:
     """A new cache whose row r is row groups[r] of `cache` (B prompts -> n rows). Indexing is an
     autograd op: the gradients of a prompt's copies are summed back into its single copy. Its layers
     are PrefixLayers, so a checkpointed layer's replay in backward sees the same keys/values."""
-    return prefix_cache([(l.keys[groups], l.values[groups]) for l in cache.layers])
+    return prefix_cache([(layer.keys[groups], layer.values[groups]) for layer in cache.layers])
 
 
 def _reuse(prefill: Prefill, p_ids: Tensor, p_mask: Tensor) -> Prefill:
@@ -68,16 +68,24 @@ def _reuse(prefill: Prefill, p_ids: Tensor, p_mask: Tensor) -> Prefill:
 
 def _continued(model, cache, full_mask: Tensor, ids: Tensor) -> dict:
     """Inputs that run `ids` (N,L) after the cached prompt; full_mask (N, P+L) covers prompt and ids."""
-    pos = position_ids(full_mask)[:, full_mask.shape[1] - ids.shape[1]:]
-    return dict(input_ids=ids, attention_mask=full_mask.long(), position_ids=pos, use_cache=True,
-                **{cache_kwarg(model): cache})
+    pos = position_ids(full_mask)[:, full_mask.shape[1] - ids.shape[1] :]
+    return dict(
+        input_ids=ids, attention_mask=full_mask.long(), position_ids=pos, use_cache=True, **{cache_kwarg(model): cache}
+    )
 
 
-def completion_logprobs_shared(model, prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor,
-                               completion_mask: Tensor, k: int, temperature: float = 1.0,
-                               prefill: Prefill | None = None,
-                               bucket_overhead: int | None = None,
-                               max_logits_mb: float = MAX_LOGITS_MB) -> Tensor:
+def completion_logprobs_shared(
+    model,
+    prompt_ids: Tensor,
+    prompt_mask: Tensor,
+    completion_ids: Tensor,
+    completion_mask: Tensor,
+    k: int,
+    temperature: float = 1.0,
+    prefill: Prefill | None = None,
+    bucket_overhead: int | None = None,
+    max_logits_mb: float = MAX_LOGITS_MB,
+) -> Tensor:
     """Same as `rloo.modeling.forward.completion_logprobs`, prompts computed once per group of k.
     (N,P),(N,P),(N,T),(N,T) -> (N,T). Values at masked positions are meaningless.
 
@@ -87,22 +95,42 @@ def completion_logprobs_shared(model, prompt_ids: Tensor, prompt_mask: Tensor, c
     on, when gradients are wanted) and unchanged since; it is reused instead of recomputed."""
     p_ids, p_mask = group_prompts(prompt_ids, prompt_mask, k)
     if not supports_shared_checkpointing(model):
-        say_once(f"gradient checkpointing of {type(model).__name__} cannot keep the prompt's KV cache: "
-                 "its policy pass runs every (prompt, completion) in full (share_prompt has no effect there)")
-        return completion_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask,
-                                   temperature=temperature, max_logits_mb=max_logits_mb)
+        say_once(
+            f"gradient checkpointing of {type(model).__name__} cannot keep the prompt's KV cache: "
+            "its policy pass runs every (prompt, completion) in full (share_prompt has no effect there)"
+        )
+        return completion_logprobs(
+            model,
+            prompt_ids,
+            prompt_mask,
+            completion_ids,
+            completion_mask,
+            temperature=temperature,
+            max_logits_mb=max_logits_mb,
+        )
     with cache_keeping_checkpointing(model):
-        return _shared_logprobs(model, p_ids, p_mask, completion_ids, completion_mask, k, temperature,
-                                _reuse(prefill, p_ids, p_mask) if prefill is not None else None,
-                                bucket_overhead, max_logits_mb)
+        return _shared_logprobs(
+            model,
+            p_ids,
+            p_mask,
+            completion_ids,
+            completion_mask,
+            k,
+            temperature,
+            _reuse(prefill, p_ids, p_mask) if prefill is not None else None,
+            bucket_overhead,
+            max_logits_mb,
+        )
 
 
-def _shared_logprobs(model, p_ids, p_mask, completion_ids, completion_mask, k, temperature, prefill,
-                     bucket_overhead, max_logits_mb) -> Tensor:
+def _shared_logprobs(
+    model, p_ids, p_mask, completion_ids, completion_mask, k, temperature, prefill, bucket_overhead, max_logits_mb
+) -> Tensor:
     """completion_logprobs_shared on the B distinct prompts (B,P) -> (N,T)."""
     pre = prefill if prefill is not None else prefill_prompts(model, p_ids, p_mask)
-    first = token_logprobs(pre.last_logits[:, None].float().repeat_interleave(k, dim=0), completion_ids[:, :1],
-                           temperature=temperature)
+    first = token_logprobs(
+        pre.last_logits[:, None].float().repeat_interleave(k, dim=0), completion_ids[:, :1], temperature=temperature
+    )
     N, T = completion_ids.shape
     rest = first.new_zeros(N, T - 1)
     fed = (completion_mask.sum(-1) - 1).clamp(min=0)  # tokens fed: all but the last of each completion
@@ -110,13 +138,20 @@ def _shared_logprobs(model, p_ids, p_mask, completion_ids, completion_mask, k, t
         W, groups = int(fed[rows].max()), rows // k
         full = torch.cat([p_mask[groups], completion_mask[rows, :W]], dim=1)
         inputs = _continued(model, _group_rows(pre.cache, groups), full, completion_ids[rows, :W])
-        lp = lm_token_logprobs(model, completion_ids[rows, 1:W + 1], temperature, max_logits_mb, **inputs)
+        lp = lm_token_logprobs(model, completion_ids[rows, 1 : W + 1], temperature, max_logits_mb, **inputs)
         rest = rest.index_put((rows[:, None], torch.arange(W, device=rows.device)[None]), lp)
     return torch.cat([first, rest], dim=1)
 
 
-def reward_scores_shared(reward_model, prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor,
-                         completion_mask: Tensor, k: int, bucket_overhead: int | None = None) -> Tensor:
+def reward_scores_shared(
+    reward_model,
+    prompt_ids: Tensor,
+    prompt_mask: Tensor,
+    completion_ids: Tensor,
+    completion_mask: Tensor,
+    k: int,
+    bucket_overhead: int | None = None,
+) -> Tensor:
     """Same as `rloo.modeling.forward.reward_scores`, prompts computed once per group of k. -> (N,).
 
     Pooled at the last real token: completion position len-1, or the prompt's last token for an
@@ -124,9 +159,14 @@ def reward_scores_shared(reward_model, prompt_ids: Tensor, prompt_mask: Tensor, 
     backbone = getattr(reward_model, reward_model.base_model_prefix)
     p_ids, p_mask = group_prompts(prompt_ids, prompt_mask, k)
     cache = prefix_cache()
-    out = backbone(input_ids=p_ids, attention_mask=p_mask.long(), position_ids=position_ids(p_mask),
-                   use_cache=True, **{cache_kwarg(backbone): cache})
-    pooled = out.last_hidden_state[:, -1].repeat_interleave(k, dim=0)                  # (N,H)
+    out = backbone(
+        input_ids=p_ids,
+        attention_mask=p_mask.long(),
+        position_ids=position_ids(p_mask),
+        use_cache=True,
+        **{cache_kwarg(backbone): cache},
+    )
+    pooled = out.last_hidden_state[:, -1].repeat_interleave(k, dim=0)  # (N,H)
     lengths = completion_mask.sum(-1)
     for rows in length_buckets(lengths, bucket_overhead):
         W, groups = int(lengths[rows].max()), rows // k

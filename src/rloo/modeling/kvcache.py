@@ -36,14 +36,14 @@ class PreallocatedLayer(DynamicLayer):
         self._view()
 
     def _view(self) -> None:
-        self.keys, self.values = self._k[:, :, :self.length], self._v[:, :, :self.length]
+        self.keys, self.values = self._k[:, :, : self.length], self._v[:, :, : self.length]
 
     def update(self, key_states, value_states, *args, **kwargs):
         new = key_states.shape[-2]
         if self.length + new > self._k.shape[2]:  # out of room: fall back to growing
             return super().update(key_states, value_states)
-        self._k[:, :, self.length:self.length + new] = key_states
-        self._v[:, :, self.length:self.length + new] = value_states
+        self._k[:, :, self.length : self.length + new] = key_states
+        self._v[:, :, self.length : self.length + new] = value_states
         self.length += new
         self._view()
         return self.keys, self.values
@@ -78,8 +78,14 @@ def prefill_prompts(model, ids: Tensor, mask: Tensor) -> Prefill:
     """The model's pass over the prompts (B,P). Its cache layers are PrefixLayers (replay-safe under
     rloo.modeling.layer_checkpoint); sampling decodes into a fresh copy (`expanded`), never into this one."""
     cache = prefix_cache()
-    out = model(input_ids=ids, attention_mask=mask.long(), position_ids=position_ids(mask), use_cache=True,
-                logits_to_keep=1, **{cache_kwarg(model): cache})
+    out = model(
+        input_ids=ids,
+        attention_mask=mask.long(),
+        position_ids=position_ids(mask),
+        use_cache=True,
+        logits_to_keep=1,
+        **{cache_kwarg(model): cache},
+    )
     return Prefill(ids, mask, cache, out.logits[:, -1])
 
 

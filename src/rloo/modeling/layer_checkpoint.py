@@ -95,6 +95,7 @@ def _checkpointed_forward(layer: GradientCheckpointingLayer):
             # non-reentrant: gradients also reach the cache's prefix tensors, which are no arguments
             return checkpoint(partial(plain, layer, **kwargs), *args, use_reentrant=False)
         return plain(layer, *args, **kwargs)
+
     return forward
 
 

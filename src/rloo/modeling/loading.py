@@ -7,7 +7,6 @@ import shutil
 from pathlib import Path
 
 import torch
-from transformers.utils import logging as hf_logging
 from transformers import (
     AutoModelForCausalLM,
     AutoModelForSequenceClassification,
@@ -15,12 +14,13 @@ from transformers import (
     LlamaConfig,
     LlamaForCausalLM,
 )
+from transformers.utils import logging as hf_logging
 
-from rloo.runtime.atomic import WriteError, describe_write_failure, fsync_dir, sync_and_hash
 from rloo.config import ArchConfig
 from rloo.errors import RlooError
-from rloo.runtime.precision import resolve_precision
+from rloo.runtime.atomic import WriteError, describe_write_failure, fsync_dir, sync_and_hash
 from rloo.runtime.names import check_name
+from rloo.runtime.precision import resolve_precision
 
 # Our own progress bars cover the long work; per-file load/save bars of tiny models are noise.
 hf_logging.disable_progress_bar()
@@ -62,8 +62,11 @@ def resolve_dtype(name: str | torch.dtype, device: str) -> torch.dtype:
 
 def model_options(cfg) -> dict:
     """Keyword arguments for the loaders below from a stage config's dtype/device/remote-code keys."""
-    return {"device": cfg.device, "dtype": resolve_dtype(cfg.dtype, cfg.device),
-            "trust_remote_code": cfg.trust_remote_code}
+    return {
+        "device": cfg.device,
+        "dtype": resolve_dtype(cfg.dtype, cfg.device),
+        "trust_remote_code": cfg.trust_remote_code,
+    }
 
 
 def load_tokenizer(path: str, trust_remote_code: bool = False):
@@ -89,25 +92,30 @@ def _load(cls, path: str, what: str, device: str, dtype, trust_remote_code: bool
     return model.to(device), load_tokenizer(path, trust_remote_code)
 
 
-def load_policy(path: str, device: str = "cpu", dtype: torch.dtype | str = torch.float32,
-                trust_remote_code: bool = False):
+def load_policy(
+    path: str, device: str = "cpu", dtype: torch.dtype | str = torch.float32, trust_remote_code: bool = False
+):
     """A causal LM and its tokenizer from a local folder or Hub name."""
     return _load(AutoModelForCausalLM, path, "causal LM", device, dtype, trust_remote_code)
 
 
-def load_reward_model(path: str, device: str = "cpu", dtype: torch.dtype | str = torch.float32,
-                      trust_remote_code: bool = False):
+def load_reward_model(
+    path: str, device: str = "cpu", dtype: torch.dtype | str = torch.float32, trust_remote_code: bool = False
+):
     """A sequence-classification model with one output (the reward)."""
-    return _load(AutoModelForSequenceClassification, path, "reward model", device, dtype, trust_remote_code,
-                 num_labels=1)
+    return _load(
+        AutoModelForSequenceClassification, path, "reward model", device, dtype, trust_remote_code, num_labels=1
+    )
 
 
-def load_value_model(path: str, device: str = "cpu", dtype: torch.dtype | str = torch.float32,
-                     trust_remote_code: bool = False):
+def load_value_model(
+    path: str, device: str = "cpu", dtype: torch.dtype | str = torch.float32, trust_remote_code: bool = False
+):
     """A separate value model V(x, y<=t): a one-output head on any checkpoint (methods with a critic;
     RLOO itself needs none)."""
-    model, tok = _load(AutoModelForSequenceClassification, path, "value model", device, dtype, trust_remote_code,
-                       num_labels=1)
+    model, tok = _load(
+        AutoModelForSequenceClassification, path, "value model", device, dtype, trust_remote_code, num_labels=1
+    )
     model.config.pad_token_id = tok.pad_token_id
     return model, tok
 
@@ -115,7 +123,8 @@ def load_value_model(path: str, device: str = "cpu", dtype: torch.dtype | str = 
 def enable_gradient_checkpointing(model) -> None:
     """Trade compute for memory: activations are recomputed in backward. transformers drops the KV
     cache inside checkpointed layers; the passes that need one (the shared-prompt passes of
-    rloo.modeling.forward_shared) checkpoint the layers themselves with the cache kept (rloo.modeling.layer_checkpoint)."""
+    rloo.modeling.forward_shared) checkpoint the layers themselves with the cache kept
+    (rloo.modeling.layer_checkpoint)."""
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if hasattr(model, "enable_input_require_grads"):
         model.enable_input_require_grads()  # frozen embeddings (LoRA) would otherwise cut the graph

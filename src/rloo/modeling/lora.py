@@ -8,8 +8,8 @@ from pathlib import Path
 
 import torch
 
-from rloo.errors import RlooError
 from rloo.config import LoraSettings
+from rloo.errors import RlooError
 
 
 def _peft():
@@ -26,8 +26,13 @@ def add_lora(model, settings: LoraSettings, adapter_path: str | Path | None = No
     peft = _peft()
     if adapter_path is not None:
         return peft.PeftModel.from_pretrained(model, str(adapter_path), is_trainable=True)
-    cfg = peft.LoraConfig(r=settings.r, lora_alpha=settings.alpha, lora_dropout=settings.dropout,
-                          target_modules=settings.target_modules, task_type="CAUSAL_LM")
+    cfg = peft.LoraConfig(
+        r=settings.r,
+        lora_alpha=settings.alpha,
+        lora_dropout=settings.dropout,
+        target_modules=settings.target_modules,
+        task_type="CAUSAL_LM",
+    )
     return peft.get_peft_model(model, cfg)
 
 
@@ -47,8 +52,10 @@ class AdapterDisabled:
     def forward(self):
         """Calls with adapters off; carries the base model's signature (callers inspect it to name
         the KV-cache argument)."""
+
         def fn(*args, **kwargs):
             return self(*args, **kwargs)
+
         fn.__signature__ = inspect.signature(self.model.get_base_model().forward)
         return fn
 

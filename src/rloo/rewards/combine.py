@@ -3,7 +3,7 @@ reward source (`reward_model`, `reward_fn` (one or several), or both)."""
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -24,8 +24,10 @@ class WeightedReward:
         weights = weights or {}
         unknown = set(weights) - set(sources)
         if unknown:
-            raise RlooError(f"reward_weights names {', '.join(sorted(unknown))}, which is not a reward source "
-                            f"(sources: {', '.join(sources)})")
+            raise RlooError(
+                f"reward_weights names {', '.join(sorted(unknown))}, which is not a reward source "
+                f"(sources: {', '.join(sources)})"
+            )
         self.sources, self.weights = sources, {n: float(weights.get(n, 1.0)) for n in sources}
         self.last_parts: dict[str, float] = {}
 
@@ -42,8 +44,9 @@ class WeightedReward:
         return {f"reward/part/{n}": v for n, v in self.last_parts.items()} if len(self.sources) > 1 else {}
 
     def score_texts(self, prompts: list[str], completions: list[str]) -> Tensor:
-        parts = [self.weights[n] * src.score_texts(prompts, completions).float().cpu()
-                 for n, src in self.sources.items()]
+        parts = [
+            self.weights[n] * src.score_texts(prompts, completions).float().cpu() for n, src in self.sources.items()
+        ]
         return torch.stack(parts).sum(0)
 
     @property
@@ -58,9 +61,13 @@ def build_reward(cfg, policy_tokenizer, reward_fn: Callable | None = None, load_
     sources: dict[str, object] = {}
     if cfg.reward_model is not None:
         rm, rm_tok = load_rm(cfg.reward_model)
-        sources["reward_model"] = RewardModelScorer(rm, rm_tok, policy_tokenizer=policy_tokenizer,
-                                                    max_len=cfg.max_prompt_tokens + cfg.max_new_tokens,
-                                                    share_prompt=cfg.share_prompt)
+        sources["reward_model"] = RewardModelScorer(
+            rm,
+            rm_tok,
+            policy_tokenizer=policy_tokenizer,
+            max_len=cfg.max_prompt_tokens + cfg.max_new_tokens,
+            share_prompt=cfg.share_prompt,
+        )
     if reward_fn is not None:
         sources[getattr(reward_fn, "__name__", "reward_fn")] = FunctionReward(reward_fn)
     else:

@@ -14,7 +14,7 @@ re-tokenization need not give the sampled ids back): the same samples would get 
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from rloo.errors import RlooError
 from rloo.rewards.sources import FunctionReward, load_function
@@ -43,7 +43,9 @@ class Judge:
 
 
 def task_judge(task) -> Judge:
-    return Judge(f"gold judge ({task.name})", lambda ps, cs: [task.gold_score(p, c) for p, c in zip(ps, cs)])
+    return Judge(
+        f"gold judge ({task.name})", lambda ps, cs: [task.gold_score(p, c) for p, c in zip(ps, cs, strict=False)]
+    )
 
 
 def scorer_judge(scorer, name: str) -> Judge:
@@ -51,8 +53,9 @@ def scorer_judge(scorer, name: str) -> Judge:
     return Judge(name, scorer.score_texts, score_rollout=scorer if callable(scorer) else None)
 
 
-def make_judge(spec: str | None, *, task=None, reward_scorer=None, use_task: bool = True,
-               reward_name: str = "reward model") -> Judge | None:
+def make_judge(
+    spec: str | None, *, task=None, reward_scorer=None, use_task: bool = True, reward_name: str = "reward model"
+) -> Judge | None:
     """`spec`: None (the task's gold judge when `use_task`, else the reward model when there is one),
     'gold', 'reward_model', or a callable's spec. Returns None when nothing can judge."""
     if spec is None:

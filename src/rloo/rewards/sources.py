@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor
@@ -44,9 +44,13 @@ class FunctionReward:
         try:
             values = list(out)
         except TypeError:
-            raise RewardError(f"reward function {self.name} returned {type(out).__name__}, expected a list of floats") from None
+            raise RewardError(
+                f"reward function {self.name} returned {type(out).__name__}, expected a list of floats"
+            ) from None
         if len(values) != len(completions):
-            raise RewardError(f"reward function {self.name} returned {len(values)} scores for {len(completions)} completions")
+            raise RewardError(
+                f"reward function {self.name} returned {len(values)} scores for {len(completions)} completions"
+            )
         out = []
         for v in values:
             if isinstance(v, torch.Tensor) and v.numel() == 1:
@@ -68,8 +72,15 @@ class RewardModelScorer:
     (unstripped: `Rollout.raw_completions`).
     share_prompt: score a rollout's groups of k with each prompt computed once (same scores)."""
 
-    def __init__(self, model, tokenizer, policy_tokenizer=None, max_len: int = 1024, batch_size: int = 256,
-                 share_prompt: bool = True):
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        policy_tokenizer=None,
+        max_len: int = 1024,
+        batch_size: int = 256,
+        share_prompt: bool = True,
+    ):
         self.model, self.tokenizer, self.max_len, self.batch_size = model, tokenizer, max_len, batch_size
         self.share_prompt = share_prompt
         self.same_tokenizer = policy_tokenizer is not None and tokenizer.get_vocab() == policy_tokenizer.get_vocab()
@@ -92,10 +103,15 @@ class RewardModelScorer:
 
     def _chunked(self, p_ids, p_mask, c_ids, c_mask, k: int = 1) -> Tensor:
         size = max(k, self.batch_size // k * k)  # chunks hold whole groups of k
-        score = (lambda *a: reward_scores_shared(self.model, *a, k=k)) if k > 1 else (
-            lambda *a: reward_scores(self.model, *a))
-        out = [score(p_ids[i:i + size], p_mask[i:i + size], c_ids[i:i + size], c_mask[i:i + size])
-               for i in range(0, p_ids.shape[0], size)]
+        score = (
+            (lambda *a: reward_scores_shared(self.model, *a, k=k))
+            if k > 1
+            else (lambda *a: reward_scores(self.model, *a))
+        )
+        out = [
+            score(p_ids[i : i + size], p_mask[i : i + size], c_ids[i : i + size], c_mask[i : i + size])
+            for i in range(0, p_ids.shape[0], size)
+        ]
         return torch.cat(out).cpu()
 
 

@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from rloo.data.collate import encode_prompts, position_ids
-from rloo.modeling.kvcache import Prefill, expanded, has_dropout, prefill_prompts, preallocate
+from rloo.modeling.kvcache import Prefill, expanded, has_dropout, preallocate, prefill_prompts
 from rloo.modeling.kvcache import cache_kwarg as _cache_kwarg
 from rloo.modeling.layer_checkpoint import cache_keeping_checkpointing
 
@@ -21,16 +21,16 @@ from rloo.modeling.layer_checkpoint import cache_keeping_checkpointing
 class Rollout:
     """N = B*K completions; rows k*i .. k*i+K-1 belong to prompt i."""
 
-    prompts: list[str]          # (N,) prompt text of each row
-    completions: list[str]      # (N,) decoded completion text (special tokens dropped), stripped
-    prompt_ids: Tensor          # (N, P) left-padded
-    prompt_mask: Tensor         # (N, P) bool
-    completion_ids: Tensor      # (N, T) right-padded
-    completion_mask: Tensor     # (N, T) bool, True up to and including the first EOS
-    logprobs: Tensor            # (N, T) log pi(y_t|...) at sampling time, 0 where mask is False
-    truncated: Tensor           # (N,) bool, hit max_new_tokens without EOS
+    prompts: list[str]  # (N,) prompt text of each row
+    completions: list[str]  # (N,) decoded completion text (special tokens dropped), stripped
+    prompt_ids: Tensor  # (N, P) left-padded
+    prompt_mask: Tensor  # (N, P) bool
+    completion_ids: Tensor  # (N, T) right-padded
+    completion_mask: Tensor  # (N, T) bool, True up to and including the first EOS
+    logprobs: Tensor  # (N, T) log pi(y_t|...) at sampling time, 0 where mask is False
+    truncated: Tensor  # (N,) bool, hit max_new_tokens without EOS
     prompts_truncated: int = 0  # prompts cut to fit the prompt-length limit
-    group_size: int = 1         # K: rows come in runs of K sharing one prompt
+    group_size: int = 1  # K: rows come in runs of K sharing one prompt
     prefill: Prefill | None = None  # the policy's graph-carrying prompt pass, when kept for the update
     # (N,) decoded text before stripping: what a reward model on another tokenizer reads, in the
     # layout it was trained on (datasets give responses as " text"); None: same as `completions`
@@ -64,9 +64,11 @@ def top_p_bias_note(top_p: float) -> str | None:
     """
     if top_p >= 1.0:
         return None
-    return (f"note: top_p={top_p} samples from the nucleus-renormalised distribution, but the log-probs, the KL "
-            f"term and the gradient are the full distribution's (a bias, larger for smaller top_p); top_p=1 "
-            f"trains on exactly what it samples (README, 'Sampling and top_p')")
+    return (
+        f"note: top_p={top_p} samples from the nucleus-renormalised distribution, but the log-probs, the KL "
+        f"term and the gradient are the full distribution's (a bias, larger for smaller top_p); top_p=1 "
+        f"trains on exactly what it samples (README, 'Sampling and top_p')"
+    )
 
 
 def _draw(probs: Tensor, generator: torch.Generator | None) -> Tensor:
@@ -88,11 +90,22 @@ def _inverse_cdf(probs: Tensor, u: Tensor) -> Tensor:
 
 
 @torch.no_grad()
-def sample(model, prompt_ids: Tensor, prompt_mask: Tensor, *, max_new_tokens: int, eos_id: int,
-           pad_id: int, temperature: float = 1.0, top_p: float = 1.0,
-           generator: torch.Generator | None = None, k: int = 1,
-           prefill: Prefill | None = None, rows: tuple[int, int] | None = None,
-           all_done=None) -> tuple[Tensor, Tensor, Tensor]:
+def sample(
+    model,
+    prompt_ids: Tensor,
+    prompt_mask: Tensor,
+    *,
+    max_new_tokens: int,
+    eos_id: int,
+    pad_id: int,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    generator: torch.Generator | None = None,
+    k: int = 1,
+    prefill: Prefill | None = None,
+    rows: tuple[int, int] | None = None,
+    all_done=None,
+) -> tuple[Tensor, Tensor, Tensor]:
     """Sample completions. (B,P),(B,P) -> ids (N,T), mask (N,T), logprobs (N,T); N = B*k, T <= max_new_tokens.
 
     With k > 1 each prompt is prefilled once and its KV cache repeated k times (rows k*i ..
@@ -113,7 +126,7 @@ def sample(model, prompt_ids: Tensor, prompt_mask: Tensor, *, max_new_tokens: in
     noise = None
     if rows is not None:
         offset, total = rows
-        noise = torch.rand(max_new_tokens, total, generator=generator)[:, offset: offset + N].to(prompt_ids.device)
+        noise = torch.rand(max_new_tokens, total, generator=generator)[:, offset : offset + N].to(prompt_ids.device)
     kw, pos = _cache_kwarg(model), position_ids(prompt_mask)
     pre = prefill if prefill is not None else prefill_prompts(model, prompt_ids, prompt_mask)
     cache, logits = expanded(pre.cache, k), pre.last_logits.detach().float()
@@ -138,16 +151,31 @@ def sample(model, prompt_ids: Tensor, prompt_mask: Tensor, *, max_new_tokens: in
         if finished or len(ids) == max_new_tokens:  # the last token's forward would be wasted
             break
         mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
-        logits = model(input_ids=tok[:, None], attention_mask=mask, position_ids=next_pos, use_cache=True,
-                       **{kw: cache}).logits[:, -1].float()
+        logits = (
+            model(input_ids=tok[:, None], attention_mask=mask, position_ids=next_pos, use_cache=True, **{kw: cache})
+            .logits[:, -1]
+            .float()
+        )
         next_pos = next_pos + 1
     return torch.stack(ids, 1), torch.stack(masks, 1), torch.stack(lps, 1)
 
 
-def rollout(model, tokenizer, prompts: list[str], k: int, *, max_prompt_len: int, max_new_tokens: int,
-            temperature: float = 1.0, top_p: float = 1.0, generator: torch.Generator | None = None,
-            share_prompt: bool = True, keep_prefill: bool = False, rows: tuple[int, int] | None = None,
-            all_done=None) -> Rollout:
+def rollout(
+    model,
+    tokenizer,
+    prompts: list[str],
+    k: int,
+    *,
+    max_prompt_len: int,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    generator: torch.Generator | None = None,
+    share_prompt: bool = True,
+    keep_prefill: bool = False,
+    rows: tuple[int, int] | None = None,
+    all_done=None,
+) -> Rollout:
     """k completions for each prompt, rows grouped by prompt. share_prompt: prefill each prompt
     once and share its KV cache among its k samples (same distribution, less compute).
     keep_prefill (with share_prompt): run that prompt pass with autograd on and return it in the
@@ -164,16 +192,37 @@ def rollout(model, tokenizer, prompts: list[str], k: int, *, max_prompt_len: int
     if share_prompt and keep_prefill and not has_dropout(model):
         with torch.enable_grad(), cache_keeping_checkpointing(model):  # checkpointed when the model asks
             pre = prefill_prompts(model, src_ids, src_mask)
-    c_ids, c_mask, lps = sample(model, src_ids, src_mask, max_new_tokens=max_new_tokens,
-                                eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
-                                temperature=temperature, top_p=top_p, generator=generator, k=g, prefill=pre,
-                                rows=rows, all_done=all_done)
+    c_ids, c_mask, lps = sample(
+        model,
+        src_ids,
+        src_mask,
+        max_new_tokens=max_new_tokens,
+        eos_id=tokenizer.eos_token_id,
+        pad_id=tokenizer.pad_token_id,
+        temperature=temperature,
+        top_p=top_p,
+        generator=generator,
+        k=g,
+        prefill=pre,
+        rows=rows,
+        all_done=all_done,
+    )
     model.train(was_training)
     ended = ((c_ids == tokenizer.eos_token_id) & c_mask).any(-1)
-    texts = tokenizer.batch_decode(c_ids.masked_fill(~c_mask, tokenizer.pad_token_id).tolist(),
-                                   skip_special_tokens=True)
+    texts = tokenizer.batch_decode(
+        c_ids.masked_fill(~c_mask, tokenizer.pad_token_id).tolist(), skip_special_tokens=True
+    )
     return Rollout(
-        prompts=[p for p in prompts for _ in range(k)], completions=[t.strip() for t in texts],
-        prompt_ids=p_ids, prompt_mask=p_mask, completion_ids=c_ids, completion_mask=c_mask,
-        logprobs=lps, truncated=~ended, prompts_truncated=n_trunc, group_size=k, prefill=pre, raw_completions=texts,
+        prompts=[p for p in prompts for _ in range(k)],
+        completions=[t.strip() for t in texts],
+        prompt_ids=p_ids,
+        prompt_mask=p_mask,
+        completion_ids=c_ids,
+        completion_mask=c_mask,
+        logprobs=lps,
+        truncated=~ended,
+        prompts_truncated=n_trunc,
+        group_size=k,
+        prefill=pre,
+        raw_completions=texts,
     )

@@ -36,15 +36,38 @@ class VLLMSampler:
     """Rollouts with the layout of `rollout()`: rows grouped by prompt, left-padded prompts,
     right-padded completions ending at the first EOS."""
 
-    def __init__(self, model_path: str, tokenizer, *, k: int, max_prompt_len: int, max_new_tokens: int,
-                 temperature: float, top_p: float, seed: int, gpu_memory_utilization: float, dtype: str = "auto"):
+    def __init__(
+        self,
+        model_path: str,
+        tokenizer,
+        *,
+        k: int,
+        max_prompt_len: int,
+        max_new_tokens: int,
+        temperature: float,
+        top_p: float,
+        seed: int,
+        gpu_memory_utilization: float,
+        dtype: str = "auto",
+    ):
         vllm = _require_vllm()
         self.tokenizer, self.k, self.max_prompt_len = tokenizer, k, max_prompt_len
-        self.llm = vllm.LLM(model=model_path, tokenizer=model_path, seed=seed, dtype=dtype,
-                            gpu_memory_utilization=gpu_memory_utilization,
-                            max_model_len=max_prompt_len + max_new_tokens)
-        self.params = vllm.SamplingParams(n=k, temperature=temperature, top_p=top_p, max_tokens=max_new_tokens,
-                                          stop_token_ids=[tokenizer.eos_token_id], seed=None)
+        self.llm = vllm.LLM(
+            model=model_path,
+            tokenizer=model_path,
+            seed=seed,
+            dtype=dtype,
+            gpu_memory_utilization=gpu_memory_utilization,
+            max_model_len=max_prompt_len + max_new_tokens,
+        )
+        self.params = vllm.SamplingParams(
+            n=k,
+            temperature=temperature,
+            top_p=top_p,
+            max_tokens=max_new_tokens,
+            stop_token_ids=[tokenizer.eos_token_id],
+            seed=None,
+        )
 
     @torch.no_grad()
     def sync(self, policy) -> None:
@@ -55,27 +78,37 @@ class VLLMSampler:
         else:  # older vLLM: reach the model through the in-process driver worker
             self.llm.llm_engine.model_executor.driver_worker.model_runner.model.load_weights(weights)
         if hasattr(self.llm, "reset_prefix_cache"):
-            self.llm.reset_prefix_cache()   # cached KV of the old weights must not be reused
+            self.llm.reset_prefix_cache()  # cached KV of the old weights must not be reused
 
     @torch.no_grad()
     def __call__(self, policy, prompts: list[str]) -> Rollout:
         from vllm.inputs import TokensPrompt
+
         device = next(policy.parameters()).device
         enc, n_trunc = encode_prompts(self.tokenizer, prompts, self.max_prompt_len)
-        inputs = [TokensPrompt(prompt_token_ids=row[m].tolist()) for row, m in zip(enc.ids, enc.mask)]
+        inputs = [TokensPrompt(prompt_token_ids=row[m].tolist()) for row, m in zip(enc.ids, enc.mask, strict=False)]
         outs = self.llm.generate(inputs, self.params, use_tqdm=False)
         pad = self.tokenizer.pad_token_id
         c_ids, c_mask, ended = completion_tensors(outs, pad)
         p_ids = enc.ids.repeat_interleave(self.k, 0).to(device)
         p_mask = enc.mask.repeat_interleave(self.k, 0).to(device)
         c_ids, c_mask = c_ids.to(device), c_mask.to(device)
-        lps = completion_logprobs(policy, p_ids, p_mask, c_ids, c_mask,
-                                  temperature=self.params.temperature).masked_fill(~c_mask, 0.0)
+        lps = completion_logprobs(
+            policy, p_ids, p_mask, c_ids, c_mask, temperature=self.params.temperature
+        ).masked_fill(~c_mask, 0.0)
         texts = self.tokenizer.batch_decode(c_ids.masked_fill(~c_mask, pad).tolist(), skip_special_tokens=True)
-        return Rollout(prompts=[p for p in prompts for _ in range(self.k)], completions=[t.strip() for t in texts],
-                       prompt_ids=p_ids, prompt_mask=p_mask, completion_ids=c_ids, completion_mask=c_mask,
-                       logprobs=lps, truncated=~ended.to(device), prompts_truncated=n_trunc,
-                       raw_completions=texts)
+        return Rollout(
+            prompts=[p for p in prompts for _ in range(self.k)],
+            completions=[t.strip() for t in texts],
+            prompt_ids=p_ids,
+            prompt_mask=p_mask,
+            completion_ids=c_ids,
+            completion_mask=c_mask,
+            logprobs=lps,
+            truncated=~ended.to(device),
+            prompts_truncated=n_trunc,
+            raw_completions=texts,
+        )
 
 
 def completion_tensors(outputs, pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -23,9 +23,17 @@ def describe_write_failure(e: BaseException, folder: Path) -> str:
     """What went wrong while saving, in one line. A full disk does not always arrive as an
     OSError(ENOSPC): safetensors reports it as SafetensorError("... os error 28") and torch.save
     as RuntimeError("unexpected pos ..."), so the free space of `folder` is checked too."""
-    text = (e.strerror if isinstance(e, OSError) and e.strerror else str(e)).splitlines()[0] if str(e) else type(e).__name__
-    full = (isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT)) or "os error 28" in str(e) \
-        or "No space left" in str(e) or _nearly_full(folder)
+    text = (
+        (e.strerror if isinstance(e, OSError) and e.strerror else str(e)).splitlines()[0]
+        if str(e)
+        else type(e).__name__
+    )
+    full = (
+        (isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT))
+        or "os error 28" in str(e)
+        or "No space left" in str(e)
+        or _nearly_full(folder)
+    )
     if full:
         return f"no space left on device ({text}); free space or choose another output_dir"
     return f"{type(e).__name__}: {text}"

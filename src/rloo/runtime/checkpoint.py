@@ -24,7 +24,14 @@ import numpy as np
 import torch
 
 from rloo.errors import RlooError, option
-from rloo.runtime.atomic import WriteError, check_manifest, describe_write_failure, fsync_dir, remove_tree, sync_and_hash
+from rloo.runtime.atomic import (
+    WriteError,
+    check_manifest,
+    describe_write_failure,
+    fsync_dir,
+    remove_tree,
+    sync_and_hash,
+)
 from rloo.runtime.tracking import say, say_once
 
 MARKER = "COMPLETE"
@@ -36,13 +43,18 @@ RESUME_FIXED = ("policy", "task", "seed", "algorithm", "k", "batch_size", "rewar
 
 # ---- RNG state -------------------------------------------------------------------------------
 
+
 def rng_state(generator: torch.Generator) -> dict:
     """Every random stream the loop draws from, as tensors and plain numbers (weights_only-safe)."""
     np_state = np.random.get_state()
     return {
         "python": list(_tuple_to_list(random.getstate())),
-        "numpy": {"key": torch.from_numpy(np_state[1].astype(np.int64)), "pos": int(np_state[2]),
-                  "has_gauss": int(np_state[3]), "cached": float(np_state[4])},
+        "numpy": {
+            "key": torch.from_numpy(np_state[1].astype(np.int64)),
+            "pos": int(np_state[2]),
+            "has_gauss": int(np_state[3]),
+            "cached": float(np_state[4]),
+        },
         "torch": torch.get_rng_state(),
         "sampler": generator.get_state(),
     }
@@ -65,6 +77,7 @@ def set_rng_state(state: dict, generator: torch.Generator) -> None:
 
 
 # ---- writing ---------------------------------------------------------------------------------
+
 
 def step_of(ckpt: Path) -> int:
     return int(Path(ckpt).name.split("-")[-1])
@@ -90,9 +103,10 @@ def save_checkpoint(run_dir: Path, step: int, model, tokenizer, state: dict, kee
         why = describe_write_failure(e, root)
         remove_tree(tmp)
         prev = list_checkpoints(run_dir)
-        raise WriteError(f"could not write checkpoint {final}: {why}. Nothing was overwritten: "
-                         f"{'the previous checkpoint ' + str(prev[-1]) + ' is intact' if prev else 'there is no earlier checkpoint'}"
-                         ) from e
+        raise WriteError(
+            f"could not write checkpoint {final}: {why}. Nothing was overwritten: "
+            f"{'the previous checkpoint ' + str(prev[-1]) + ' is intact' if prev else 'there is no earlier checkpoint'}"
+        ) from e
     _replace_dir(tmp, final)
     fsync_dir(root)
     for old in list_checkpoints(run_dir)[:-keep]:
@@ -122,6 +136,7 @@ def _replace_dir(src: Path, dst: Path) -> None:
 
 
 # ---- reading ---------------------------------------------------------------------------------
+
 
 def list_checkpoints(run_dir: Path) -> list[Path]:
     """Checkpoint folders that were finished (COMPLETE written), oldest first; not yet verified."""
@@ -168,6 +183,7 @@ def load_state(ckpt: Path) -> dict:
 
 # ---- resume checks ---------------------------------------------------------------------------
 
+
 def _flat(d: dict, prefix: str = "") -> dict:
     out = {}
     for k, v in d.items():
@@ -182,10 +198,15 @@ def check_resume_config(saved: dict, current: dict) -> list[str]:
     fixed = [k for k in RESUME_FIXED if k in a and a.get(k) != b.get(k)]
     if fixed:
         diff = ", ".join(f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in fixed)
-        raise RlooError(f"cannot resume with different {', '.join(fixed)} ({diff}); use the run's original "
-                        f"settings, or pass {option('overwrite')} to start a new run")
-    return [f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in sorted(set(a) | set(b))
-            if a.get(k) != b.get(k) and k != "output_dir"]
+        raise RlooError(
+            f"cannot resume with different {', '.join(fixed)} ({diff}); use the run's original "
+            f"settings, or pass {option('overwrite')} to start a new run"
+        )
+    return [
+        f"{k}: {a.get(k)!r} -> {b.get(k)!r}"
+        for k in sorted(set(a) | set(b))
+        if a.get(k) != b.get(k) and k != "output_dir"
+    ]
 
 
 def prompts_digest(prompts: list[str]) -> str:
@@ -204,12 +225,18 @@ def truncate_metrics(run_dir: Path, nbytes: int) -> None:
 
 def snapshot(step: int, counters: dict, gen: torch.Generator, sched, stream, metrics_path: Path) -> dict:
     """The loop's small state at a step boundary (everything except weights and optimizer)."""
-    return {"step": step, "counters": dict(counters), "rng": copy.deepcopy(rng_state(gen)),
-            "scheduler": copy.deepcopy(sched.state_dict()), "stream": list(stream.position()),
-            "metrics_bytes": metrics_path.stat().st_size if metrics_path.exists() else 0}
+    return {
+        "step": step,
+        "counters": dict(counters),
+        "rng": copy.deepcopy(rng_state(gen)),
+        "scheduler": copy.deepcopy(sched.state_dict()),
+        "stream": list(stream.position()),
+        "metrics_bytes": metrics_path.stat().st_size if metrics_path.exists() else 0,
+    }
 
 
 # ---- the online loop's state -----------------------------------------------------------------
+
 
 class Checkpointer:
     """Saves and restores the online loop's whole state: weights, optimizer, scheduler, RNG,
@@ -221,8 +248,21 @@ class Checkpointer:
     this is how a checkpoint "from before the problem" is written after the problem.
     """
 
-    def __init__(self, out: Path, cfg, policy, tokenizer, opt, sched, gen, stream, prompts: list[str], algo=None,
-                 writes: bool = True, skip_note: str | None = None):
+    def __init__(
+        self,
+        out: Path,
+        cfg,
+        policy,
+        tokenizer,
+        opt,
+        sched,
+        gen,
+        stream,
+        prompts: list[str],
+        algo=None,
+        writes: bool = True,
+        skip_note: str | None = None,
+    ):
         self.out, self.cfg, self.policy, self.tokenizer = Path(out), cfg, policy, tokenizer
         # who writes is decided by the caller (under torchrun: rank 0 only; none under FSDP, with
         # `skip_note` said once); a process that does not write returns None from save()
@@ -233,7 +273,7 @@ class Checkpointer:
         self.opt, self.sched, self.gen, self.stream = opt, sched, gen, stream
         self.prompts_sha = prompts_digest(prompts)
         self.counters = {"updates": 0, "skipped_in_row": 0, "skipped_total": 0, "prompts_truncated": 0}
-        self.streak_start: dict | None = None   # snapshot before the first step of a non-finite streak
+        self.streak_start: dict | None = None  # snapshot before the first step of a non-finite streak
 
     def snapshot(self, step: int) -> dict:
         snap = snapshot(step, self.counters, self.gen, self.sched, self.stream, self.out / "metrics.jsonl")
@@ -246,11 +286,15 @@ class Checkpointer:
             return None
         if snap["counters"]["updates"] != self.counters["updates"]:
             raise AssertionError("the weights changed since this snapshot; it cannot be saved with them")
-        state = snap | {"optimizer": self.opt.state_dict(), "prompts_sha": self.prompts_sha,
-                        "algorithm": self.algo.state_dict() if self.algo is not None else {},
-                        "config": json.dumps(self.cfg.model_dump(mode="json"))}
-        return save_checkpoint(self.out, snap["step"], self.policy, self.tokenizer, state,
-                               keep=self.cfg.keep_checkpoints)
+        state = snap | {
+            "optimizer": self.opt.state_dict(),
+            "prompts_sha": self.prompts_sha,
+            "algorithm": self.algo.state_dict() if self.algo is not None else {},
+            "config": json.dumps(self.cfg.model_dump(mode="json")),
+        }
+        return save_checkpoint(
+            self.out, snap["step"], self.policy, self.tokenizer, state, keep=self.cfg.keep_checkpoints
+        )
 
     def drop_newer_than(self, step: int) -> None:
         for ckpt in list_checkpoints(self.out):
@@ -260,14 +304,16 @@ class Checkpointer:
     def restore(self, state: dict) -> int:
         """Load `state` into the live objects; returns the step to continue from."""
         if state.get("prompts_sha") != self.prompts_sha:
-            raise RlooError("cannot resume: the training prompts differ from the ones this run was started "
-                            f"with; pass the same prompts, or {option('overwrite')} to start a new run")
+            raise RlooError(
+                "cannot resume: the training prompts differ from the ones this run was started "
+                f"with; pass the same prompts, or {option('overwrite')} to start a new run"
+            )
         self.opt.load_state_dict(state["optimizer"])
         self.sched.load_state_dict(state["scheduler"])
         # lr may have been changed on resume (e.g. lowered after the non-finite guard): the
         # scheduler's base comes from the config, its progress from the checkpoint.
         self.sched.base_lrs = [self.cfg.lr for _ in self.sched.base_lrs]
-        for group, base, f in zip(self.opt.param_groups, self.sched.base_lrs, self.sched.lr_lambdas):
+        for group, base, f in zip(self.opt.param_groups, self.sched.base_lrs, self.sched.lr_lambdas, strict=False):
             group["lr"] = base * f(self.sched.last_epoch)
         self.sched._last_lr = [g["lr"] for g in self.opt.param_groups]
         set_rng_state(state["rng"], self.gen)

@@ -36,7 +36,7 @@ class Dist:
     world: int = 1
     local_rank: int = 0
     parallel: str = "ddp"
-    owns_group: bool = False     # we created the process group, so we destroy it
+    owns_group: bool = False  # we created the process group, so we destroy it
 
     @property
     def enabled(self) -> bool:
@@ -54,7 +54,7 @@ class Dist:
         """This process's block of the global prompt batch, and its rows (offset, total) of the
         B*K completions."""
         n = len(prompts) // self.world
-        local = prompts[self.rank * n: (self.rank + 1) * n]
+        local = prompts[self.rank * n : (self.rank + 1) * n]
         return local, (self.rank * n * k, len(prompts) * k)
 
     def wrap(self, model):
@@ -76,7 +76,7 @@ class Dist:
         keys = sorted(stats)
         t = torch.tensor([float(stats[k]) for k in keys], dtype=torch.float64)
         dist.all_reduce(t)
-        return {k: float(v) / self.world for k, v in zip(keys, t.tolist())}
+        return {k: float(v) / self.world for k, v in zip(keys, t.tolist(), strict=False)}
 
     def all_done(self, done: torch.Tensor) -> bool:
         """Stop sampling only when every process is done: FSDP forward passes are collectives."""
@@ -161,8 +161,10 @@ def init(device: str, parallel: str, batch_size: int) -> Dist:
     if world == 1:
         return Dist(parallel=parallel)
     if batch_size % world:
-        raise RlooError(f"batch_size={batch_size} prompts must divide evenly over {world} processes "
-                        f"(the global batch is split by prompt, keeping each prompt's k samples together)")
+        raise RlooError(
+            f"batch_size={batch_size} prompts must divide evenly over {world} processes "
+            f"(the global batch is split by prompt, keeping each prompt's k samples together)"
+        )
     rank, local = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
     owns = not dist.is_initialized()
     if owns:

@@ -27,8 +27,22 @@ from rloo.errors import RlooError
 # Known suffixes of the files a user names (data, weights, configs); any other short lower-case
 # alphabetic suffix counts as a file suffix too (`.jsnl`), while a Hub name's dotted version part
 # (`Qwen2.5-0.5B`, `Llama-3.1-8B`) has digits and does not.
-FILE_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet", ".arrow", ".txt", ".safetensors", ".bin", ".pt",
-                 ".yaml", ".yml", ".py", ".gz", ".zip")
+FILE_SUFFIXES = (
+    ".jsonl",
+    ".json",
+    ".csv",
+    ".parquet",
+    ".arrow",
+    ".txt",
+    ".safetensors",
+    ".bin",
+    ".pt",
+    ".yaml",
+    ".yml",
+    ".py",
+    ".gz",
+    ".zip",
+)
 _HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")
 
 
@@ -72,8 +86,11 @@ def missing_path_error(value: str, what: str) -> RlooError:
         hint = f"closest in {where}: {', '.join(close)}"
     else:
         entries = list_entries(folder)
-        hint = (f"nothing similar in {where}, which holds: {', '.join(entries[:5])}" + (", ..." if len(entries) > 5 else "")
-                if entries else f"{where} is empty")
+        hint = (
+            f"nothing similar in {where}, which holds: {', '.join(entries[:5])}" + (", ..." if len(entries) > 5 else "")
+            if entries
+            else f"{where} is empty"
+        )
     return RlooError(f"{what} {value!r} does not exist; {hint}")
 
 
@@ -106,8 +123,11 @@ def hub_problem(repo_id: str, repo_type: str = "model") -> str | None:
             cached = {(r.repo_id, r.repo_type) for r in scan_cache_dir().repos}
         except (CacheNotFound, OSError):
             cached = set()
-        return None if (repo_id, repo_type) in cached else \
-            f"is not in the local Hub cache (HF_HUB_OFFLINE is set, so the Hub is not asked)"
+        return (
+            None
+            if (repo_id, repo_type) in cached
+            else "is not in the local Hub cache (HF_HUB_OFFLINE is set, so the Hub is not asked)"
+        )
 
     try:
         HfApi().repo_info(repo_id, repo_type=repo_type, timeout=constants.HF_HUB_ETAG_TIMEOUT)
@@ -117,6 +137,8 @@ def hub_problem(repo_id: str, repo_type: str = "model") -> str | None:
         return f"no {repo_type} of that name is on the Hub ({constants.ENDPOINT}), or it is private"
     except Exception as e:  # noqa: BLE001 - connection refused, DNS, timeout, proxy: all one line
         why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        return (f"the Hub ({constants.ENDPOINT}) could not be reached: {type(e).__name__}: {why[:160]}; "
-                f"check the name, or set HF_HUB_OFFLINE=1 to use only cached downloads")
+        return (
+            f"the Hub ({constants.ENDPOINT}) could not be reached: {type(e).__name__}: {why[:160]}; "
+            f"check the name, or set HF_HUB_OFFLINE=1 to use only cached downloads"
+        )
     return None

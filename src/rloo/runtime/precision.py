@@ -82,7 +82,7 @@ def time_matmuls(shape=PROBE_SHAPE, reps: int = PROBE_REPS) -> tuple[float, floa
     gen = torch.Generator().manual_seed(0)
     a, b = torch.randn(m, k, generator=gen), torch.randn(k, n, generator=gen)
     a16, b16 = a.bfloat16(), b.bfloat16()
-    _time_once(a, b), _time_once(a16, b16)   # warm-up: kernel selection, oneDNN's JIT
+    _time_once(a, b), _time_once(a16, b16)  # warm-up: kernel selection, oneDNN's JIT
     fp32, bf16 = [], []
     for _ in range(reps):
         fp32.append(_time_once(a, b))
@@ -96,12 +96,18 @@ def time_matmuls(shape=PROBE_SHAPE, reps: int = PROBE_REPS) -> tuple[float, floa
 def cpu_bf16_probe() -> dict:
     """Once per process: {"fp32_ms", "bf16_ms", "speedup", "bf16": bool}; the decision is logged."""
     fp32_s, bf16_s = time_matmuls()
-    out = {"fp32_ms": 1e3 * fp32_s, "bf16_ms": 1e3 * bf16_s, "speedup": fp32_s / bf16_s,
-           "bf16": choose_bf16(fp32_s, bf16_s)}
+    out = {
+        "fp32_ms": 1e3 * fp32_s,
+        "bf16_ms": 1e3 * bf16_s,
+        "speedup": fp32_s / bf16_s,
+        "bf16": choose_bf16(fp32_s, bf16_s),
+    }
     m, k, n = PROBE_SHAPE
-    say(f"precision: CPU matmul {m}x{k}x{n} fp32 {out['fp32_ms']:.2f} ms, bf16 {out['bf16_ms']:.2f} ms "
+    say(
+        f"precision: CPU matmul {m}x{k}x{n} fp32 {out['fp32_ms']:.2f} ms, bf16 {out['bf16_ms']:.2f} ms "
         f"({out['speedup']:.2f}x); dtype=auto uses {'bf16 autocast' if out['bf16'] else 'float32'} "
-        f"(bf16 needs >= {MIN_SPEEDUP}x)")
+        f"(bf16 needs >= {MIN_SPEEDUP}x)"
+    )
     return out
 
 
@@ -137,10 +143,12 @@ def resolve_precision(name: str | torch.dtype, device: str | torch.device = "cpu
 
 def stage_precision(fn):
     """Decorator for a stage `fn(cfg, ...)`: runs it under the autocast of cfg.dtype on cfg.device."""
+
     @functools.wraps(fn)
     def run(cfg, *args, **kwargs):
         with resolve_precision(cfg.dtype, cfg.device).autocast():
             return fn(cfg, *args, **kwargs)
+
     return run
 
 

@@ -22,8 +22,9 @@ def check_wandb_installed(names) -> None:
         try:
             import wandb  # noqa: F401  (optional dependency: rloo[wandb])
         except ImportError:
-            raise ConfigError("report_to=wandb needs the wandb package: pip install 'rloo[wandb]' "
-                              "(or report_to=tensorboard)") from None
+            raise ConfigError(
+                "report_to=wandb needs the wandb package: pip install 'rloo[wandb]' (or report_to=tensorboard)"
+            ) from None
 
 
 class TensorBoardTracker:
@@ -52,11 +53,19 @@ class WandbTracker:
         self.wandb = wandb
         name = f"{out_dir.parent.name}/{out_dir.name}" if out_dir.parent.name else out_dir.name
         try:
-            self.run = wandb.init(project=os.environ.get("WANDB_PROJECT", "rloo"), dir=str(out_dir), name=name,
-                                  config=config or {}, reinit="finish_previous")
+            self.run = wandb.init(
+                project=os.environ.get("WANDB_PROJECT", "rloo"),
+                dir=str(out_dir),
+                name=name,
+                config=config or {},
+                reinit="finish_previous",
+            )
         except Exception as e:  # noqa: BLE001 - login, network, settings: one line that says what to do
-            raise RlooError(f"wandb could not start a run: {type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}; "
-                            f"log in (wandb login), or set WANDB_MODE=offline to write the run locally") from e
+            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            raise RlooError(
+                f"wandb could not start a run: {type(e).__name__}: {first}; "
+                f"log in (wandb login), or set WANDB_MODE=offline to write the run locally"
+            ) from e
 
     def scalars(self, step: int, metrics: dict[str, float]) -> None:
         self.run.log({k: v for k, v in metrics.items() if v is not None}, step=step)
@@ -72,8 +81,7 @@ class WandbTracker:
 def start_trackers(names: list[str], out_dir: Path, purge_step: int | None = None, config: dict | None = None):
     out = []
     for n in names:
-        out.append(TensorBoardTracker(out_dir, purge_step) if n == "tensorboard" else
-                   WandbTracker(out_dir, config))
+        out.append(TensorBoardTracker(out_dir, purge_step) if n == "tensorboard" else WandbTracker(out_dir, config))
     return out
 
 
@@ -97,5 +105,6 @@ def markdown_table(rows: list[dict]) -> str:
         if isinstance(v, float):
             return f"{v:.3f}"
         return str(v).replace("|", "\\|").replace("\n", " ")
+
     head = "| " + " | ".join(SAMPLE_COLUMNS) + " |\n|" + "---|" * len(SAMPLE_COLUMNS)
     return head + "".join("\n| " + " | ".join(cell(r.get(c)) for c in SAMPLE_COLUMNS) + " |" for r in rows)

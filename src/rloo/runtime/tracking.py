@@ -23,8 +23,14 @@ class MetricsLogger:
     first cuts the file back to its checkpoint (rloo.runtime.checkpoint.truncate_metrics).
     """
 
-    def __init__(self, out_dir: Path, tensorboard: bool = True, purge_step: int | None = None,
-                 report_to: str | list[str] = "tensorboard", config: dict | None = None):
+    def __init__(
+        self,
+        out_dir: Path,
+        tensorboard: bool = True,
+        purge_step: int | None = None,
+        report_to: str | list[str] = "tensorboard",
+        config: dict | None = None,
+    ):
         out_dir.mkdir(parents=True, exist_ok=True)
         self.path = out_dir / "metrics.jsonl"
         self._file = self.path.open("a")

@@ -13,8 +13,8 @@ import importlib
 import importlib.util
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from rloo.errors import RlooError
 from rloo.runtime.names import missing_path_error
@@ -39,8 +39,10 @@ def load_callable(spec: str, what: str = "reward function") -> Callable:
     fn = getattr(module, name, None)
     if not callable(fn):
         public = sorted(n for n, v in vars(module).items() if callable(v) and not n.startswith("_"))
-        raise RlooError(f"{what} {spec!r}: {target!r} has no callable {name!r}"
-                        + (f" (it has: {', '.join(public[:8])})" if public else ""))
+        raise RlooError(
+            f"{what} {spec!r}: {target!r} has no callable {name!r}"
+            + (f" (it has: {', '.join(public[:8])})" if public else "")
+        )
     return fn
 
 
@@ -51,8 +53,10 @@ def _import(module: str, spec: str, what: str):
     try:
         return importlib.import_module(module)
     except ImportError as e:
-        raise RlooError(f"{what} {spec!r}: cannot import {module!r} from {cwd} or the installed packages "
-                        f"({e}); give a file instead: path/to/file.py:function") from e
+        raise RlooError(
+            f"{what} {spec!r}: cannot import {module!r} from {cwd} or the installed packages "
+            f"({e}); give a file instead: path/to/file.py:function"
+        ) from e
 
 
 def _load_file(target: str, spec: str, what: str):

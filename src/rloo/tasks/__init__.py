@@ -13,6 +13,7 @@ of policy responses against the references, judged by the gold judge.
 
 from __future__ import annotations
 
+from rloo.tasks.arithmetic import ArithmeticTask
 from rloo.tasks.base import (
     DEFAULT_LABEL_TEMPERATURE,
     SPLITS,
@@ -21,7 +22,6 @@ from rloo.tasks.base import (
     task_stats,
     win_rate,
 )
-from rloo.tasks.arithmetic import ArithmeticTask
 from rloo.tasks.dialogue import DialogueTask
 from rloo.tasks.summarize import SummarizeTask
 

@@ -28,9 +28,9 @@ expression; 219 distinct, mostly add2 and chain) are never in the other splits.
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from functools import lru_cache
 from itertools import product
-from typing import Sequence
 
 from rloo.config import CHECKER_TASKS, TASK_PIPELINE_DEFAULTS
 from rloo.tasks.base import Example, SyntheticTask, check_split, stable_hash
@@ -73,15 +73,19 @@ def expression(prompt: str) -> list[str]:
     expr = words[2:-1]
     ops = [i for i, w in enumerate(expr) if w in OPS]
     bounds = [-1, *ops, len(expr)]
-    if (words[:2] != ["q", ":"] or words[-1:] != ["="] or any(w not in DIGITS and w not in OPS for w in expr)
-            or any(b - a < 2 for a, b in zip(bounds, bounds[1:]))):
+    if (
+        words[:2] != ["q", ":"]
+        or words[-1:] != ["="]
+        or any(w not in DIGITS and w not in OPS for w in expr)
+        or any(b - a < 2 for a, b in zip(bounds, bounds[1:], strict=False))
+    ):
         raise ValueError(f"not an arithmetic prompt: {prompt!r}")
     return expr
 
 
 def evaluate(tokens: Sequence[str]) -> int:
     """Value of an expression of digit-token numbers and + - * (``*`` binds tighter)."""
-    terms: list[int] = []      # the sum's terms, signed
+    terms: list[int] = []  # the sum's terms, signed
     number: list[str] = []
     sign, product = 1, None
     for tok in [*tokens, "+"]:
@@ -109,7 +113,7 @@ def parse_answer(response: str) -> int | None:
     if ANSWER not in words:
         return None
     last = len(words) - 1 - words[::-1].index(ANSWER)
-    return _number(words[last + 1:])
+    return _number(words[last + 1 :])
 
 
 def check(prompt: str, response: str) -> float:
@@ -124,7 +128,7 @@ def check(prompt: str, response: str) -> float:
 
 def reward(prompts: list[str], completions: list[str]) -> list[float]:
     """The checker as a batched reward function: ``reward_fn=rloo.tasks.arithmetic:reward``."""
-    return [check(p, c) for p, c in zip(prompts, completions)]
+    return [check(p, c) for p, c in zip(prompts, completions, strict=False)]
 
 
 def _problem(kind: str, rng: random.Random) -> list[str]:
@@ -132,14 +136,18 @@ def _problem(kind: str, rng: random.Random) -> list[str]:
     values = [rng.choice(r) for r in _ranges(kind)]
     ops = {"add1": ["+"], "add2": ["+"], "mul": ["*"], "chain": ["+", "-"]}[kind]
     expr = digits(values[0])
-    for op, v in zip(ops, values[1:]):
+    for op, v in zip(ops, values[1:], strict=False):
         expr += [op, *digits(v)]
     return expr
 
 
 def _ranges(kind: str) -> list[range]:
-    return {"add1": [range(10)] * 2, "add2": [range(10, 100), range(10)], "mul": [range(2, 10)] * 2,
-            "chain": [range(10)] * 3}[kind]
+    return {
+        "add1": [range(10)] * 2,
+        "add2": [range(10, 100), range(10)],
+        "mul": [range(2, 10)] * 2,
+        "chain": [range(10)] * 3,
+    }[kind]
 
 
 def _held_out(expr: Sequence[str]) -> bool:
@@ -154,7 +162,7 @@ def held_out_count() -> int:
     for kind in KINDS:
         for values in product(*_ranges(kind)):
             expr = [*digits(values[0])]
-            for op, v in zip(ops[kind], values[1:]):
+            for op, v in zip(ops[kind], values[1:], strict=False):
                 expr += [op, *digits(v)]
             count += _held_out(expr)
     return count
@@ -180,7 +188,7 @@ def _wrong(value: int, rng: random.Random) -> int:
         return value + rng.choice((-10, 10) if abs(value) >= 10 else (-2, 2))
     text = str(abs(value))
     i = rng.randrange(len(text))
-    return int(text[:i] + text[i + 1:]) * (-1 if value < 0 else 1)
+    return int(text[:i] + text[i + 1 :]) * (-1 if value < 0 else 1)
 
 
 def _worked(expr: list[str], final: int) -> list[str]:
@@ -196,14 +204,14 @@ class ArithmeticTask(SyntheticTask):
     """Small integer problems with a checker as the reward (RLVR stand-in; no reward model)."""
 
     name = "arithmetic"
-    max_prompt_words = 2 + 7 + 1    # "q :" + the longest expression (2-digit + 1-digit, or a chain) + "="
+    max_prompt_words = 2 + 7 + 1  # "q :" + the longest expression (2-digit + 1-digit, or a chain) + "="
     max_response_words = 20
     has_checker = True
     reward_fn = CHECKER_TASKS["arithmetic"]
     pipeline_defaults = PIPELINE_DEFAULTS
 
     def sample_prompt(self, rng: random.Random, held_out: bool) -> str:
-        kinds, weights = zip(*KINDS.items())
+        kinds, weights = zip(*KINDS.items(), strict=False)
         while True:
             expr = _problem(rng.choices(kinds, weights)[0], rng)
             if _held_out(expr) == held_out:

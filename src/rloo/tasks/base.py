@@ -21,8 +21,9 @@ from __future__ import annotations
 import math
 import random
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 SPLITS: tuple[str, ...] = ("sft", "pref", "train", "eval")
 """sft: SFT data; pref: prompts for preference pairs; train: RL prompts; eval: held-out prompts."""
@@ -158,22 +159,19 @@ class SyntheticTask:
         return (a, b) if rng.random() < p_a else (b, a)
 
 
-def win_rate(
-    task: Task, prompts: Sequence[str], responses: Sequence[str], references: Sequence[str]
-) -> float:
+def win_rate(task: Task, prompts: Sequence[str], responses: Sequence[str], references: Sequence[str]) -> float:
     """Fraction of prompts where ``gold(response) > gold(reference)``; a tie counts one half.
 
     Scores within ``TIE_TOLERANCE`` are ties, so float noise in the judge never decides a win.
     """
     if not (len(prompts) == len(responses) == len(references)):
         raise ValueError(
-            f"lengths differ: {len(prompts)} prompts, {len(responses)} responses, "
-            f"{len(references)} references"
+            f"lengths differ: {len(prompts)} prompts, {len(responses)} responses, {len(references)} references"
         )
     if not prompts:
         raise ValueError("win_rate needs at least one prompt")
     total = 0.0
-    for prompt, response, reference in zip(prompts, responses, references):
+    for prompt, response, reference in zip(prompts, responses, references, strict=False):
         diff = task.gold_score(prompt, response) - task.gold_score(prompt, reference)
         total += 0.5 if abs(diff) <= TIE_TOLERANCE else float(diff > 0)
     return total / len(prompts)
@@ -199,8 +197,8 @@ def task_stats(
     refs = [ex.reference for ex in examples]
     ideals = [task.ideal_response(p) for p in prompts]
     fresh = [task.sample_reference(p, rng) for p in prompts]
-    ref_gold = [task.gold_score(p, r) for p, r in zip(prompts, refs)]
-    ideal_gold = [task.gold_score(p, r) for p, r in zip(prompts, ideals)]
+    ref_gold = [task.gold_score(p, r) for p, r in zip(prompts, refs, strict=False)]
+    ideal_gold = [task.gold_score(p, r) for p, r in zip(prompts, ideals, strict=False)]
     agree, expected, ties = 0, 0.0, 0
     for p in prompts:
         a, b = task.sample_reference(p, rng), task.sample_reference(p, rng)
@@ -215,8 +213,7 @@ def task_stats(
     return {
         "gold/reference": sum(ref_gold) / n,
         "gold/ideal": sum(ideal_gold) / n,
-        "reference/ideal_frac": sum(r >= i - TIE_TOLERANCE for r, i in zip(ref_gold, ideal_gold))
-        / n,
+        "reference/ideal_frac": sum(r >= i - TIE_TOLERANCE for r, i in zip(ref_gold, ideal_gold, strict=False)) / n,
         "win/fresh_vs_reference": win_rate(task, prompts, fresh, refs),
         "win/ideal_vs_reference": win_rate(task, prompts, ideals, refs),
         "label/agreement": agree / untied,

@@ -38,18 +38,25 @@ def prepare_output_dir(cfg, resume: bool = False, overwrite: bool = False, can_r
     current = cfg.model_dump(mode="json")
     held = _held_run(out, current)
     if held == "foreign":
-        raise RlooError(f"{out} is not empty and does not hold an rloo {type(cfg).__name__} run; choose another "
-                        f"output_dir (nothing was deleted)")
+        raise RlooError(
+            f"{out} is not empty and does not hold an rloo {type(cfg).__name__} run; choose another "
+            f"output_dir (nothing was deleted)"
+        )
     if held is not None and resume:
         check_resume_config(held, current)
     elif held is not None and overwrite:
         shutil.rmtree(out)
     elif held is not None:
-        same = {k: v for k, v in held.items() if k != "output_dir"} == {k: v for k, v in current.items() if k != "output_dir"}
+        same = {k: v for k, v in held.items() if k != "output_dir"} == {
+            k: v for k, v in current.items() if k != "output_dir"
+        }
         what = "this run" if same else "a different run"
         # named as the caller spells them: --resume on the command line, resume=True in Python
-        how = (f"pass {option('resume')} to continue it or {option('overwrite')} to replace it" if can_resume
-               else f"pass {option('overwrite')} to replace it")
+        how = (
+            f"pass {option('resume')} to continue it or {option('overwrite')} to replace it"
+            if can_resume
+            else f"pass {option('overwrite')} to replace it"
+        )
         raise RlooError(f"{out} already holds {what}; {how}, or choose another output_dir")
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "config.yaml", yaml.safe_dump(current, sort_keys=False))
@@ -73,8 +80,9 @@ def _held_run(out: Path, current: dict):
 def adamw(params, lr: float, weight_decay: float = 0.0) -> torch.optim.AdamW:
     """AdamW over the trainable parameters; its state has their (fp32 master) dtype. Each step
     drops autocast's bf16 copies of the weights, which the step makes stale."""
-    return refresh_casts_after_step(torch.optim.AdamW([p for p in params if p.requires_grad], lr=lr,
-                                                      weight_decay=weight_decay, betas=(0.9, 0.95)))
+    return refresh_casts_after_step(
+        torch.optim.AdamW([p for p in params if p.requires_grad], lr=lr, weight_decay=weight_decay, betas=(0.9, 0.95))
+    )
 
 
 def supervised_step(model, opt, sched, loss, max_grad_norm: float = 1.0) -> float:
@@ -91,11 +99,13 @@ def supervised_step(model, opt, sched, loss, max_grad_norm: float = 1.0) -> floa
 
 def warmup_cosine(opt, total: int, warmup: int, floor: float = 0.1):
     """Linear warm-up then cosine decay to `floor` x the peak learning rate."""
+
     def f(step: int) -> float:
         if step < warmup:
             return (step + 1) / warmup
         t = (step - warmup) / max(1, total - warmup)
         return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, t)))
+
     return torch.optim.lr_scheduler.LambdaLR(opt, f)
 
 

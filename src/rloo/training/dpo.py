@@ -44,7 +44,7 @@ def _pair_logprobs(model, prompts, comps, idx, device):
     c_mask = c_mask.to(device)
     lp = completion_logprobs(model, p_ids.to(device), p_mask.to(device), c_ids.to(device), c_mask)
     seq = sequence_logprobs(lp, c_mask)
-    return seq[: len(idx)], seq[len(idx):]
+    return seq[: len(idx)], seq[len(idx) :]
 
 
 def load_pairs(cfg: RLConfig, task) -> list[tuple[str, str, str]]:
@@ -53,8 +53,10 @@ def load_pairs(cfg: RLConfig, task) -> list[tuple[str, str, str]]:
     if path is not None and path.exists():
         pairs = [tuple(json.loads(line)) for line in path.read_text().splitlines() if line.strip()]
         return pairs[: cfg.algorithm_settings.dpo_pairs]
-    say(f"dpo: no reward-model pairs found{f' at {path}' if path else ''}; labeling "
-        f"{cfg.algorithm_settings.dpo_pairs} fresh reference pairs")
+    say(
+        f"dpo: no reward-model pairs found{f' at {path}' if path else ''}; labeling "
+        f"{cfg.algorithm_settings.dpo_pairs} fresh reference pairs"
+    )
     return preference_pairs(task, cfg.algorithm_settings.dpo_pairs, cfg.seed)
 
 
@@ -62,7 +64,7 @@ def _load(cfg: RLConfig) -> Models:
     policy, tok = load_policy(cfg.policy, device=cfg.device)
     ref = frozen(load_policy(cfg.policy, device=cfg.device)[0])
     scorer = None
-    if cfg.reward_model is not None:   # only for the RM score in evaluations; DPO never reads it
+    if cfg.reward_model is not None:  # only for the RM score in evaluations; DPO never reads it
         rm, rm_tok = load_reward_model(cfg.reward_model, device=cfg.device)
         scorer = RewardModelScorer(frozen(rm), rm_tok, policy_tokenizer=tok)
     # DPO's loss compares the policy's and the reference's log-probs of the same pairs as one function
@@ -80,10 +82,12 @@ def check_dpo_arguments(prompts, reward_fn) -> None:
     """
     given = [name for name, v in (("prompts", prompts), ("reward_fn", reward_fn)) if v is not None]
     if given:
-        raise ConfigError(f"algorithm='dpo' trains offline on preference pairs (the reward model's pairs.jsonl, "
-                          f"or the task's) and samples nothing, so train({', '.join(g + '=...' for g in given)}) "
-                          f"would be ignored; call train(cfg) without {' and '.join(given)}, or pick an online "
-                          f"method (algorithm='rloo', 'ppo', 'grpo', ...) to train on them")
+        raise ConfigError(
+            f"algorithm='dpo' trains offline on preference pairs (the reward model's pairs.jsonl, "
+            f"or the task's) and samples nothing, so train({', '.join(g + '=...' for g in given)}) "
+            f"would be ignored; call train(cfg) without {' and '.join(given)}, or pick an online "
+            f"method (algorithm='rloo', 'ppo', 'grpo', ...) to train on them"
+        )
 
 
 @stage_precision
@@ -102,15 +106,21 @@ def train_dpo(cfg: RLConfig, *, resume: bool = False, overwrite: bool = False) -
     pairs = load_pairs(cfg, task)
     prompts, comps = encode_pairs(models.tokenizer, pairs, cfg)
     with torch.no_grad():
-        ref = [_pair_logprobs(models.ref, prompts, comps, idx, device)
-               for idx in batches(len(pairs), 256, shuffle=False)]
+        ref = [
+            _pair_logprobs(models.ref, prompts, comps, idx, device) for idx in batches(len(pairs), 256, shuffle=False)
+        ]
     ref_c, ref_r = torch.cat([c for c, _ in ref]), torch.cat([r for _, r in ref])
     eval_set = EvalSet.of_task(task, task.examples("eval", cfg.eval_prompts, seed=cfg.seed))
     # 2. DPO epochs
     total = cfg.algorithm_settings.dpo_epochs * -(-len(pairs) // cfg.algorithm_settings.dpo_batch_size)
     opt = adamw(models.policy.parameters(), cfg.algorithm_settings.dpo_lr)
     sched = warmup_constant(opt, cfg.warmup_steps)
-    log, history, bar, step = MetricsLogger(out, report_to=cfg.report_to, config=cfg.model_dump(mode="json")), [], progress(total, "dpo"), 0
+    log, history, bar, step = (
+        MetricsLogger(out, report_to=cfg.report_to, config=cfg.model_dump(mode="json")),
+        [],
+        progress(total, "dpo"),
+        0,
+    )
 
     def record(s, metrics):
         log.log(s, metrics)

@@ -46,8 +46,13 @@ def evaluate(cfg: EvalConfig, *, overwrite: bool = False) -> dict[str, PolicyEva
         examples = [Example(r.prompt, r.completion) for r in recs]
     else:
         examples = task.examples("eval", cfg.num_prompts, seed=cfg.seed)
-    judge = make_judge(cfg.judge, task=task, reward_scorer=scorer, use_task=cfg.dataset is None,
-                       reward_name=f"reward model ({cfg.reward_model})")
+    judge = make_judge(
+        cfg.judge,
+        task=task,
+        reward_scorer=scorer,
+        use_task=cfg.dataset is None,
+        reward_name=f"reward model ({cfg.reward_model})",
+    )
     if judge is None:  # rloo.data.preflight refuses this config first; kept for API callers that skip it
         raise RlooError("nothing to judge the responses with: set judge=module:function or reward_model=PATH")
     out = prepare_output_dir(cfg, overwrite=overwrite)
@@ -56,12 +61,23 @@ def evaluate(cfg: EvalConfig, *, overwrite: bool = False) -> dict[str, PolicyEva
         model.eval()
         # the same sampling noise for every policy: a paired comparison
         results[name] = evaluate_policy(
-            model, tok, [e.prompt for e in examples], references=[e.reference for e in examples],
-            judge=judge, reward_scorer=scorer, ref_model=ref, temperature=cfg.temperature,
-            max_prompt_len=cfg.max_prompt_tokens, max_new_tokens=cfg.max_new_tokens,
-            batch_size=cfg.batch_size, generator=torch.Generator().manual_seed(cfg.seed + 7), keep_samples=5)
-    summary = {"judge": judge.name} | {k: {kk: vv for kk, vv in asdict(v).items() if kk not in ("wins", "scores", "passk")}
-                                       for k, v in results.items()}
+            model,
+            tok,
+            [e.prompt for e in examples],
+            references=[e.reference for e in examples],
+            judge=judge,
+            reward_scorer=scorer,
+            ref_model=ref,
+            temperature=cfg.temperature,
+            max_prompt_len=cfg.max_prompt_tokens,
+            max_new_tokens=cfg.max_new_tokens,
+            batch_size=cfg.batch_size,
+            generator=torch.Generator().manual_seed(cfg.seed + 7),
+            keep_samples=5,
+        )
+    summary = {"judge": judge.name} | {
+        k: {kk: vv for kk, vv in asdict(v).items() if kk not in ("wins", "scores", "passk")} for k, v in results.items()
+    }
     table = format_table(results, judge.name)
     diff = compare_paired(results["policy"], results["baseline"]) if "baseline" in results else None
     if diff is not None:
@@ -74,7 +90,7 @@ def evaluate(cfg: EvalConfig, *, overwrite: bool = False) -> dict[str, PolicyEva
         for name, r in passes.items():
             summary[name]["pass"] = r.summary()
         summary.setdefault("difference", {}).update(pass_summary)
-        for name, r in passes.items():   # kept on the result for callers (the pipeline's summary)
+        for name, r in passes.items():  # kept on the result for callers (the pipeline's summary)
             results[name].passk = r
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     data = cfg.dataset.path if cfg.dataset is not None else cfg.task
@@ -86,29 +102,43 @@ def evaluate(cfg: EvalConfig, *, overwrite: bool = False) -> dict[str, PolicyEva
 def format_table(results: dict[str, PolicyEval], judge: str) -> str:
     """Markdown table: one row per policy; the header names the judge of the win rate and score."""
     fmt = lambda v, p=3: "-" if v is None else f"{v:.{p}f}"  # noqa: E731
-    rows = [f"| policy | win rate vs refs ({judge}) | score ({judge}) | RM score | KL to ref | length | truncated |",
-            "|---|---|---|---|---|---|---|"]
+    rows = [
+        f"| policy | win rate vs refs ({judge}) | score ({judge}) | RM score | KL to ref | length | truncated |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for name, r in results.items():
-        rows.append(f"| {name} | {fmt(r.win_rate)} | {fmt(r.gold)} | {fmt(r.reward)} | {fmt(r.kl)} | "
-                    f"{fmt(r.length, 1)} | {fmt(r.truncated, 2)} |")
+        rows.append(
+            f"| {name} | {fmt(r.win_rate)} | {fmt(r.gold)} | {fmt(r.reward)} | {fmt(r.kl)} | "
+            f"{fmt(r.length, 1)} | {fmt(r.truncated, 2)} |"
+        )
     return "\n".join(rows)
 
 
 def _pass_at_k(model, tok, task, examples, cfg: EvalConfig) -> PassAtK:
     """pass@k of one policy: cfg.pass_samples samples per problem, the same noise for every policy."""
-    return evaluate_pass_at_k(model, tok, [e.prompt for e in examples], task.gold_score, n=cfg.pass_samples,
-                              parse=getattr(task, "parse_answer", None), temperature=cfg.temperature,
-                              max_prompt_len=cfg.max_prompt_tokens, max_new_tokens=cfg.max_new_tokens,
-                              batch_size=max(cfg.batch_size, cfg.pass_samples),
-                              generator=torch.Generator().manual_seed(cfg.seed + 11))
+    return evaluate_pass_at_k(
+        model,
+        tok,
+        [e.prompt for e in examples],
+        task.gold_score,
+        n=cfg.pass_samples,
+        parse=getattr(task, "parse_answer", None),
+        temperature=cfg.temperature,
+        max_prompt_len=cfg.max_prompt_tokens,
+        max_new_tokens=cfg.max_new_tokens,
+        batch_size=max(cfg.batch_size, cfg.pass_samples),
+        generator=torch.Generator().manual_seed(cfg.seed + 11),
+    )
 
 
 def pass_report(passes: dict[str, PassAtK]) -> tuple[str, dict]:
     """The pass@k table (markdown) and, with a baseline, policy - baseline pass@1 paired over problems."""
     first = next(iter(passes.values()))
-    text = (f"pass@k on {len(first.counts)} held-out problems, {first.n} samples each (unbiased estimator, "
-            f"mean ± 95% interval over problems; zero-var@k: share of groups of k whose rewards are all equal)"
-            f"\n\n{format_pass_table(passes)}")
+    text = (
+        f"pass@k on {len(first.counts)} held-out problems, {first.n} samples each (unbiased estimator, "
+        f"mean ± 95% interval over problems; zero-var@k: share of groups of k whose rewards are all equal)"
+        f"\n\n{format_pass_table(passes)}"
+    )
     if "baseline" not in passes:
         return text, {}
     pol, base = passes["policy"], passes["baseline"]
@@ -117,6 +147,8 @@ def pass_report(passes: dict[str, PassAtK]) -> tuple[str, dict]:
         diff, half = paired_pass_difference(pol.counts, base.counts, pol.n, k)
         out[f"pass@{k}"] = {"diff": diff, "ci95": half}
     d = out["pass@1"]
-    text += (f"\n\npolicy - baseline pass@1: {100 * d['diff']:+.1f} points (95% CI {100 * (d['diff'] - d['ci95']):+.1f} "
-             f"to {100 * (d['diff'] + d['ci95']):+.1f}, paired over {len(pol.counts)} problems)")
+    text += (
+        f"\n\npolicy - baseline pass@1: {100 * d['diff']:+.1f} points (95% CI {100 * (d['diff'] - d['ci95']):+.1f} "
+        f"to {100 * (d['diff'] + d['ci95']):+.1f}, paired over {len(pol.counts)} problems)"
+    )
     return text, out

@@ -63,8 +63,13 @@ def loop(cfg, dist, models, ck: Checkpointer, eval_set, start: int) -> RLResult:
     out, opt, sched, stream = ck.out, ck.opt, ck.sched, ck.stream
     guard = NonFiniteGuard(ck, cfg.max_skipped_steps)
     step_kwargs = dist.step_kwargs if ck.algo.distributed else lambda rows: {}
-    log = MetricsLogger(out, purge_step=start + 1 if start else None, report_to=cfg.report_to,
-                        config=cfg.model_dump(mode="json")) if dist.is_main else None
+    log = (
+        MetricsLogger(
+            out, purge_step=start + 1 if start else None, report_to=cfg.report_to, config=cfg.model_dump(mode="json")
+        )
+        if dist.is_main
+        else None
+    )
     # no plain lines from the bar: _show prints its own, with the scores
     bar = progress(cfg.steps, f"{cfg.algorithm}", initial=start, disable=not dist.is_main, plain_lines=False)
     history = []
@@ -125,7 +130,9 @@ def loop(cfg, dist, models, ck: Checkpointer, eval_set, start: int) -> RLResult:
 def _failed_step(ck: Checkpointer, pre: dict, step: int, e: RlooError) -> RlooError:
     """Save the state from before step `step` (1-based), which failed, and say how to continue."""
     path = ck.save(pre)
-    return type(e)(f"{e} (at step {step}; checkpoint from before it: {path}; fix the cause and rerun with {option('resume')})")
+    return type(e)(
+        f"{e} (at step {step}; checkpoint from before it: {path}; fix the cause and rerun with {option('resume')})"
+    )
 
 
 def _interrupted(ck: Checkpointer, signum: int, step: int, steps: int) -> Interrupted:

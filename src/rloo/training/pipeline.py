@@ -12,7 +12,6 @@ from rloo.config import PipelineConfig
 from rloo.data.preflight import check_config
 from rloo.eval.paired import compare_paired, describe
 from rloo.eval.passk import paired_pass_difference
-from rloo.eval.plots import plot_training
 from rloo.runtime.tracking import say
 from rloo.tasks import get_task, has_checker
 from rloo.training.common import prepare_output_dir
@@ -53,13 +52,18 @@ def pipeline(cfg: PipelineConfig, *, overwrite: bool = False) -> dict:
     plots = rl.plots
     judge = results["policy"].judge
     summary = {
-        "task": cfg.task, "dataset": cfg.dataset.path if cfg.dataset else None, "seed": cfg.seed,
-        "algorithm": cfg.rl.algorithm, "judge": judge,
-        "reward_model": None if rm is None else {"accuracy_vs_labeler": rm.accuracy_vs_labeler,
-                                                 "accuracy_vs_gold": rm.accuracy_vs_gold},
+        "task": cfg.task,
+        "dataset": cfg.dataset.path if cfg.dataset else None,
+        "seed": cfg.seed,
+        "algorithm": cfg.rl.algorithm,
+        "judge": judge,
+        "reward_model": None
+        if rm is None
+        else {"accuracy_vs_labeler": rm.accuracy_vs_labeler, "accuracy_vs_gold": rm.accuracy_vs_gold},
         "eval": {k: _eval_summary(v) for k, v in results.items()},
         "difference": _difference(results),
-        "seconds": times, "plots": [str(p) for p in plots],
+        "seconds": times,
+        "plots": [str(p) for p in plots],
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     _print_summary(summary)
@@ -89,13 +93,17 @@ def _print_summary(s: dict) -> None:
     pol, base = s["eval"]["policy"], s["eval"].get("baseline")
     if s["reward_model"] is not None:
         gold = s["reward_model"]["accuracy_vs_gold"]
-        say(f"\nreward model accuracy (held-out pairs): {s['reward_model']['accuracy_vs_labeler']:.3f} vs labels"
-            + (f", {gold:.3f} vs gold judge" if gold is not None else ""))
+        say(
+            f"\nreward model accuracy (held-out pairs): {s['reward_model']['accuracy_vs_labeler']:.3f} vs labels"
+            + (f", {gold:.3f} vs gold judge" if gold is not None else "")
+        )
     if base is not None and "pass" in pol and "pass" in base:
         _print_pass(s)
     if base is not None and base["win_rate"] is not None and pol["win_rate"] is not None:
-        say(f"win rate vs references (judge: {s['judge']}): SFT {base['win_rate']:.3f} -> {s['algorithm'].upper()} "
-            f"{pol['win_rate']:.3f} (seed {s['seed']})\n" + describe(s["difference"], s["judge"]))
+        say(
+            f"win rate vs references (judge: {s['judge']}): SFT {base['win_rate']:.3f} -> {s['algorithm'].upper()} "
+            f"{pol['win_rate']:.3f} (seed {s['seed']})\n" + describe(s["difference"], s["judge"])
+        )
     say("time: " + ", ".join(f"{k} {v:.0f}s" for k, v in s["seconds"].items()) + f"; plots in {', '.join(s['plots'])}")
 
 
@@ -105,7 +113,11 @@ def _print_pass(s: dict) -> None:
     say(f"\npass@k on {pol['problems']} held-out problems ({pol['n']} samples each):")
     for k, p in pol["pass_at_k"].items():
         b, d = base["pass_at_k"][k], diff[f"pass@{k}"]
-        say(f"  pass@{k}: SFT {b['mean']:.3f} -> {name} {p['mean']:.3f} ({100 * d['diff']:+.1f} points, paired 95% CI "
-            f"{100 * (d['diff'] - d['ci95']):+.1f} to {100 * (d['diff'] + d['ci95']):+.1f})")
-    say(f"  unparseable: SFT {base['unparseable']:.3f} -> {name} {pol['unparseable']:.3f}; "
-        f"length {base['length']:.1f} -> {pol['length']:.1f}")
+        say(
+            f"  pass@{k}: SFT {b['mean']:.3f} -> {name} {p['mean']:.3f} ({100 * d['diff']:+.1f} points, paired 95% CI "
+            f"{100 * (d['diff'] - d['ci95']):+.1f} to {100 * (d['diff'] + d['ci95']):+.1f})"
+        )
+    say(
+        f"  unparseable: SFT {base['unparseable']:.3f} -> {name} {pol['unparseable']:.3f}; "
+        f"length {base['length']:.1f} -> {pol['length']:.1f}"
+    )

@@ -13,25 +13,36 @@ from rloo.core.losses import bradley_terry_loss
 from rloo.data.collate import batches, trim_left, trim_right
 from rloo.data.datasets import train_eval_records
 from rloo.data.preferences import encode_pairs, preference_pairs
+from rloo.data.preflight import check_config
 from rloo.modeling.dropout import maybe_disable_dropout
 from rloo.modeling.forward import reward_scores
-from rloo.modeling.loading import (enable_gradient_checkpointing, load_policy, load_reward_model, model_options,
-                         save_pretrained_atomic)
+from rloo.modeling.loading import (
+    enable_gradient_checkpointing,
+    load_policy,
+    load_reward_model,
+    model_options,
+    save_pretrained_atomic,
+)
 from rloo.rollout import rollout
-from rloo.training.common import (adamw, check_device, prepare_output_dir, seed_everything, supervised_step,
-                                 warmup_cosine)
-from rloo.tasks import get_task
 from rloo.runtime.precision import stage_precision
-from rloo.data.preflight import check_config
 from rloo.runtime.tracking import MetricsLogger, progress, say
+from rloo.tasks import get_task
+from rloo.training.common import (
+    adamw,
+    check_device,
+    prepare_output_dir,
+    seed_everything,
+    supervised_step,
+    warmup_cosine,
+)
 
 
 @dataclass
 class RewardResult:
     model_path: Path
-    accuracy_vs_labeler: float   # held-out pairs: RM agrees with the simulated labeler's choice
+    accuracy_vs_labeler: float  # held-out pairs: RM agrees with the simulated labeler's choice
     accuracy_vs_gold: float | None  # held-out pairs with distinct gold scores: RM ranks like the gold judge
-                                    # (None with a dataset: there is no gold judge)
+    # (None with a dataset: there is no gold judge)
 
 
 def policy_sampler(model_path: str, cfg, generator: torch.Generator):
@@ -42,9 +53,17 @@ def policy_sampler(model_path: str, cfg, generator: torch.Generator):
     def sample(prompts: list[str]) -> list[str]:
         out = []
         for i in range(0, len(prompts), 512):
-            out += rollout(policy, tok, prompts[i:i + 512], 1, max_prompt_len=cfg.max_prompt_tokens,
-                           max_new_tokens=cfg.max_response_tokens, generator=generator).completions
+            out += rollout(
+                policy,
+                tok,
+                prompts[i : i + 512],
+                1,
+                max_prompt_len=cfg.max_prompt_tokens,
+                max_new_tokens=cfg.max_response_tokens,
+                generator=generator,
+            ).completions
         return out
+
     return sample
 
 
@@ -55,7 +74,7 @@ def _score(model, prompts, comps, idx, device):
     p_ids, p_mask = trim_left(prompts.ids[rows], prompts.mask[rows])
     c_ids, c_mask = trim_right(comps.ids[rows], comps.mask[rows])
     s = reward_scores(model, p_ids.to(device), p_mask.to(device), c_ids.to(device), c_mask.to(device))
-    return s[: len(idx)], s[len(idx):]
+    return s[: len(idx)], s[len(idx) :]
 
 
 @torch.no_grad()
@@ -90,15 +109,16 @@ def train_reward(cfg: RewardConfig, *, overwrite: bool = False) -> RewardResult:
     # 1. preference pairs, the last eval_pairs held out (a dataset: its eval split or its tail,
     #    loaded before anything is written so that a bad dataset leaves no run folder)
     if cfg.dataset is not None:
-        train_recs, held_recs = train_eval_records(cfg.dataset, ("prompt", "chosen", "rejected"), cfg.eval_pairs,
-                                                   tokenizer=tokenizer)
+        train_recs, held_recs = train_eval_records(
+            cfg.dataset, ("prompt", "chosen", "rejected"), cfg.eval_pairs, tokenizer=tokenizer
+        )
         train_pairs, held_out = ([(r.prompt, r.chosen, r.rejected) for r in rs] for rs in (train_recs, held_recs))
         task = None
     out = prepare_output_dir(cfg, overwrite=overwrite)
     if cfg.dataset is None:
         sampler = policy_sampler(cfg.sft_model, cfg, gen) if cfg.policy_pairs > 0 else None
         pairs = preference_pairs(task, cfg.num_pairs + cfg.eval_pairs, cfg.seed, sampler, cfg.policy_pairs)
-        train_pairs, held_out = pairs[: cfg.num_pairs], pairs[cfg.num_pairs:]
+        train_pairs, held_out = pairs[: cfg.num_pairs], pairs[cfg.num_pairs :]
     # kept so that DPO can train on exactly these pairs (rloo.training.dpo)
     (out / "pairs.jsonl").write_text("".join(json.dumps(p) + "\n" for p in train_pairs))
     prompts, comps = encode_pairs(tokenizer, train_pairs, cfg)
@@ -106,7 +126,11 @@ def train_reward(cfg: RewardConfig, *, overwrite: bool = False) -> RewardResult:
     total = cfg.epochs * -(-len(train_pairs) // cfg.batch_size)
     opt = adamw(model.parameters(), cfg.lr)
     sched = warmup_cosine(opt, total, warmup=max(1, total // 20))
-    log, bar, step = MetricsLogger(out, report_to=cfg.report_to, config=cfg.model_dump(mode="json")), progress(total, "reward model"), 0
+    log, bar, step = (
+        MetricsLogger(out, report_to=cfg.report_to, config=cfg.model_dump(mode="json")),
+        progress(total, "reward model"),
+        0,
+    )
     for _ in range(cfg.epochs):
         model.train()
         for idx in batches(len(train_pairs), cfg.batch_size, gen):
@@ -120,7 +144,10 @@ def train_reward(cfg: RewardConfig, *, overwrite: bool = False) -> RewardResult:
     bar.close()
     # 3. held-out accuracy against the labeler and against the gold judge
     acc_label, acc_gold = evaluate_reward_model(model, tokenizer, task, held_out, cfg, device)
-    log.log(step, {"eval/accuracy_vs_labeler": acc_label} | ({"eval/accuracy_vs_gold": acc_gold} if acc_gold is not None else {}))
+    log.log(
+        step,
+        {"eval/accuracy_vs_labeler": acc_label} | ({"eval/accuracy_vs_gold": acc_gold} if acc_gold is not None else {}),
+    )
     log.close()
     save_pretrained_atomic(model, tokenizer, out / "model")
     (out / "accuracy.json").write_text(json.dumps({"vs_labeler": acc_label, "vs_gold": acc_gold}, indent=2))

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import torch
 
@@ -17,8 +17,8 @@ from rloo.config import OFFLINE_ALGORITHMS, RLConfig, upgrade_saved_config
 from rloo.data.preflight import check_config
 from rloo.data.prompts import PromptStream
 from rloo.errors import RlooError, option
-from rloo.modeling.loading import enable_gradient_checkpointing, frozen, load_policy, load_reward_model, model_options
 from rloo.modeling.dropout import maybe_disable_dropout
+from rloo.modeling.loading import enable_gradient_checkpointing, frozen, load_policy, load_reward_model, model_options
 from rloo.modeling.lora import AdapterDisabled, add_lora
 from rloo.rewards import build_reward
 from rloo.rollout import rollout
@@ -36,8 +36,14 @@ from rloo.training.loop import RLResult, loop
 
 
 @stage_precision
-def train(cfg: RLConfig, *, prompts: list[str] | None = None, reward_fn: Callable | None = None,
-          resume: bool = False, overwrite: bool = False) -> RLResult:
+def train(
+    cfg: RLConfig,
+    *,
+    prompts: list[str] | None = None,
+    reward_fn: Callable | None = None,
+    resume: bool = False,
+    overwrite: bool = False,
+) -> RLResult:
     """RL fine-tuning of `cfg.policy`. `prompts` and `reward_fn(prompts, completions) -> floats`
     replace the built-in task's prompts and the reward model; without them the task provides both
     prompts and a gold judge for periodic evaluation. `resume` continues from the newest whole
@@ -51,8 +57,9 @@ def train(cfg: RLConfig, *, prompts: list[str] | None = None, reward_fn: Callabl
     try:
         if dist.enabled:
             if not supports_distributed(cfg):
-                raise RlooError(f"torchrun training supports plain algorithm=rloo (no ablation settings); "
-                                f"got {cfg.algorithm}")
+                raise RlooError(
+                    f"torchrun training supports plain algorithm=rloo (no ablation settings); got {cfg.algorithm}"
+                )
             distributed.check_supported(cfg, resume)
             cfg = cfg.model_copy(update={"device": dist.device(cfg.device)})
         return _train(cfg, dist, prompts, reward_fn, resume, overwrite)
@@ -79,10 +86,22 @@ def _train(cfg, dist, prompts, reward_fn, resume, overwrite) -> RLResult:
     models.policy = dist.wrap(models.policy)
     opt = adamw(models.policy.parameters(), cfg.lr)
     sched = warmup_constant(opt, cfg.warmup_steps)
-    algo = make_algorithm(cfg, models)   # the method's step, and its state (value model, baseline)
+    algo = make_algorithm(cfg, models)  # the method's step, and its state (value model, baseline)
     writes, skip_note = dist.checkpoint_role()
-    ck = Checkpointer(out, cfg, unwrap(models.policy), models.tokenizer, opt, sched, gen, stream, stream.prompts,
-                      algo=algo, writes=writes, skip_note=skip_note)
+    ck = Checkpointer(
+        out,
+        cfg,
+        unwrap(models.policy),
+        models.tokenizer,
+        opt,
+        sched,
+        gen,
+        stream,
+        stream.prompts,
+        algo=algo,
+        writes=writes,
+        skip_note=skip_note,
+    )
     start = 0
     if state is not None:
         start = ck.restore(state)
@@ -137,15 +156,31 @@ def _vllm_sampler(cfg: RLConfig, tokenizer, policy_path: str | None):
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 or cfg.lora is not None:
         raise RlooError("generation=vllm runs in a single process without lora; use generation=sampler")
     from rloo.rollout.vllm import VLLMSampler  # optional: imports vllm (GPU only, the `vllm` extra)
-    return VLLMSampler(policy_path or cfg.policy, tokenizer, k=cfg.k, max_prompt_len=cfg.max_prompt_tokens,
-                       max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
-                       seed=cfg.seed, gpu_memory_utilization=cfg.vllm_gpu_memory_utilization)
+
+    return VLLMSampler(
+        policy_path or cfg.policy,
+        tokenizer,
+        k=cfg.k,
+        max_prompt_len=cfg.max_prompt_tokens,
+        max_new_tokens=cfg.max_new_tokens,
+        temperature=cfg.temperature,
+        top_p=cfg.top_p,
+        seed=cfg.seed,
+        gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
+    )
 
 
 def _preflight(models: Models, prompt: str, cfg: RLConfig) -> None:
     """Score one prompt's k samples before anything is written, so a reward source that is
     broken from the start fails with its error and leaves no half-made run folder behind."""
-    roll = rollout(models.policy, models.tokenizer, [prompt], cfg.k, max_prompt_len=cfg.max_prompt_tokens,
-                   max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
-                   generator=torch.Generator().manual_seed(cfg.seed))
+    roll = rollout(
+        models.policy,
+        models.tokenizer,
+        [prompt],
+        cfg.k,
+        max_prompt_len=cfg.max_prompt_tokens,
+        max_new_tokens=cfg.max_new_tokens,
+        temperature=cfg.temperature,
+        generator=torch.Generator().manual_seed(cfg.seed),
+    )
     models.scorer(roll)

@@ -5,23 +5,33 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
 from rloo.config import SFTConfig
 from rloo.core.losses import sft_loss
 from rloo.data.collate import batches, encode_completions, encode_prompts, trim_left, trim_right
-from rloo.modeling.forward import completion_logprobs
 from rloo.data.datasets import load_records
 from rloo.data.preflight import check_config
 from rloo.errors import RlooError
-from rloo.modeling.loading import (build_llama, enable_gradient_checkpointing, load_policy, load_tokenizer, model_options,
-                         save_pretrained_atomic)
-from rloo.training.common import (adamw, check_device, prepare_output_dir, seed_everything, supervised_step,
-                                 warmup_cosine)
-from rloo.tasks import Example, get_task
-from rloo.tasks.tokenizer import build_tokenizer
+from rloo.modeling.forward import completion_logprobs
+from rloo.modeling.loading import (
+    build_llama,
+    enable_gradient_checkpointing,
+    load_policy,
+    load_tokenizer,
+    model_options,
+    save_pretrained_atomic,
+)
 from rloo.runtime.precision import stage_precision
 from rloo.runtime.tracking import MetricsLogger, progress, say
+from rloo.tasks import Example, get_task
+from rloo.tasks.tokenizer import build_tokenizer
+from rloo.training.common import (
+    adamw,
+    check_device,
+    prepare_output_dir,
+    seed_everything,
+    supervised_step,
+    warmup_cosine,
+)
 
 
 @dataclass
@@ -45,15 +55,19 @@ def sft(cfg: SFTConfig, *, overwrite: bool = False) -> SFTResult:
         if cfg.gradient_checkpointing:
             enable_gradient_checkpointing(model)
     elif cfg.dataset is not None and tokenizer is None:
-        raise RlooError("sft on a dataset needs model=PATH (or tokenizer=PATH): the built-in word tokenizer "
-                        "only knows the built-in task's words")
+        raise RlooError(
+            "sft on a dataset needs model=PATH (or tokenizer=PATH): the built-in word tokenizer "
+            "only knows the built-in task's words"
+        )
     else:
         tokenizer = tokenizer or build_tokenizer(task)
         model = build_llama(cfg.arch, tokenizer, cfg.seed).to(device)
     # 2. data: the dataset's (prompt, completion) pairs, or the task's mixed-quality references
     if cfg.dataset is not None:
-        examples = [Example(r.prompt, r.completion)
-                    for r in load_records(cfg.dataset, ("prompt", "completion"), tokenizer=tokenizer)]
+        examples = [
+            Example(r.prompt, r.completion)
+            for r in load_records(cfg.dataset, ("prompt", "completion"), tokenizer=tokenizer)
+        ]
     else:
         examples = task.examples("sft", cfg.num_examples, seed=cfg.seed)
     out = prepare_output_dir(cfg, overwrite=overwrite)
@@ -64,7 +78,12 @@ def sft(cfg: SFTConfig, *, overwrite: bool = False) -> SFTResult:
     total = cfg.epochs * steps_per_epoch
     opt = adamw(model.parameters(), cfg.lr, cfg.weight_decay)
     sched = warmup_cosine(opt, total, warmup=max(1, total // 20))
-    log, bar, step, loss_ema = MetricsLogger(out, report_to=cfg.report_to, config=cfg.model_dump(mode="json")), progress(total, "sft"), 0, None
+    log, bar, step, loss_ema = (
+        MetricsLogger(out, report_to=cfg.report_to, config=cfg.model_dump(mode="json")),
+        progress(total, "sft"),
+        0,
+        None,
+    )
     model.train()
     for _ in range(cfg.epochs):
         for idx in batches(len(examples), cfg.batch_size, gen):
