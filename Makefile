@@ -5,8 +5,14 @@ STAMP := $(VENV)/.installed-stamp
 
 .PHONY: demo test lint bench clean
 
+# The CPU build of torch, installed first so that rloo's `torch>=2.6` is already met and pip does not
+# pull a multi-GB CUDA build. GPU users install their CUDA torch first instead (README).
+TORCH ?= torch==2.13.0+cpu
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check '$(TORCH)' --extra-index-url $(TORCH_INDEX)
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 	touch $(STAMP)
 

@@ -33,7 +33,9 @@ def check(committed: dict, rerun: dict) -> tuple[list[str], int]:
             for metric in METRICS:
                 m, h = mean_ci([r[metric] for r in runs])
                 m2 = sum(r[metric] for r in again) / len(again)
-                same = len(again) == len(runs) and all(a[metric] == b[metric] for a, b in zip(again, runs, strict=False))
+                same = len(again) == len(runs) and all(
+                    a[metric] == b[metric] for a, b in zip(again, runs, strict=False)
+                )
                 inside = h is not None and abs(m2 - m) <= h
                 outside += not inside
                 rows.append(

@@ -36,7 +36,7 @@ def main(threads: int = 2) -> None:
         cells = []
         for rows in (32, 128, 2048):
             x = torch.randn(rows, i)
-            ms = _ms(lambda: F.linear(x, w))
+            ms = _ms(lambda x=x, w=w: F.linear(x, w))
             cells += [f"{ms:.2f}", f"{2 * rows * i * o / ms / 1e6:.0f}"]
         print(f"| ({i}, {o}) | {w.numel() * 4 / 1e6:.1f} | " + " | ".join(cells) + " |")
     x = torch.randn(25_000_000)

@@ -1,10 +1,11 @@
 """Does each reliability test fail without the behaviour it checks?
 
 For every behaviour of issue 6, this script copies `src/` to a temporary folder, removes the
-behaviour there with one textual edit (or two, where one line alone cannot remove it) (a "mutant"), runs the test that is meant to catch it against
-the mutated copy, and reports whether that test failed (caught) or passed (a test that could not
-fail). The edit must match the source exactly once, so a mutant that no longer applies is reported
-as stale instead of silently testing nothing. The real source is never touched.
+behaviour there with one textual edit (or two, where one line alone cannot remove it) (a
+"mutant"), runs the test that is meant to catch it against the mutated copy, and reports
+whether that test failed (caught) or passed (a test that could not fail). The edit must match
+the source exactly once, so a mutant that no longer applies is reported as stale instead of
+silently testing nothing. The real source is never touched.
 
     python benchmarks/mutation_check.py                 # all mutants, ~5-10 min on 2 cores
     python benchmarks/mutation_check.py guard rng       # only these

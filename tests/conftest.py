@@ -13,6 +13,12 @@ from rloo.modeling.loading import build_llama
 from rloo.tasks import get_task
 from rloo.tasks.tokenizer import build_tokenizer
 
+# dtype=auto would pick bf16 autocast on a CPU with fast bf16 matmuls (rloo.runtime.precision); the tests
+# compare fast paths with plain ones in fp32 and must mean the same on every CPU, so auto is pinned to
+# float32 here (the environment is inherited by the CLI subprocesses the tests start). The bf16 paths
+# are tested with an explicit dtype (tests/equivalence/test_precision.py). Set RLOO_AUTO_DTYPE to override.
+os.environ.setdefault("RLOO_AUTO_DTYPE", "float32")
+
 # The test tiers are folders; each test gets its folder's marker (`pytest -m unit`, `-m "not integration"`).
 TIERS = ("unit", "equivalence", "integration", "reliability")
 

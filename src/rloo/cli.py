@@ -93,6 +93,9 @@ COMMANDS = {
 }
 
 
+PREFLIGHT = ("pipeline", "sft", "reward", "train", "eval")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="rloo", description="RLHF with REINFORCE Leave-One-Out (Ahmadian et al. 2024).")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
@@ -137,6 +140,10 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load_config(cls, args.config, args.overrides)
         if getattr(cfg, "output_dir", None) is not None:  # before the slow imports of the stage
             refuse_if_busy(cfg.output_dir)
+        if args.command in PREFLIGHT:
+            from rloo.data.preflight import check_config  # lazy like the subcommands: fast --help
+
+            check_config(cfg)  # before the heavy imports below: a typo costs a second, not a model load
         with cli_options():  # error messages name --resume/--overwrite, not resume=/overwrite=
             run(cfg, args)
     except RlooError as e:
@@ -148,9 +155,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.debug:
             raise
         where = f" ({e.filename})" if e.filename else ""
+        what = describe_write_failure(e, Path(e.filename).parent if e.filename else Path("."))
         print(
-            f"rloo {args.command}: error: {describe_write_failure(e, Path(e.filename).parent if e.filename else Path('.'))}{where}; rerun with --debug "
-            f"for the traceback",
+            f"rloo {args.command}: error: {what}{where}; rerun with --debug for the traceback",
             file=sys.stderr,
         )
         return 2

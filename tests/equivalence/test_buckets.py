@@ -31,7 +31,7 @@ def _brute_force(lengths, overhead):
 
 def test_buckets_partition_non_empty_rows_and_are_optimal():
     g = torch.Generator().manual_seed(0)
-    for trial in range(30):
+    for _ in range(30):
         lengths = torch.randint(0, 12, (int(torch.randint(1, 20, (1,), generator=g)),), generator=g)
         for overhead in (0, 5, 40, 10**6):
             buckets = length_buckets(lengths, overhead)

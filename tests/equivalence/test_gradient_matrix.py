@@ -69,7 +69,10 @@ RATIO_METHODS = ("ppo", "grpo", "rloo_clip")
 
 def reward_fn(prompts, completions):
     """Deterministic, depends on the tokens: what the reference recomputes from the same texts."""
-    return [len(c.split()) / 4 - 0.5 * c.count(":") + 0.1 * len(p.split()) for p, c in zip(prompts, completions, strict=False)]
+    return [
+        len(c.split()) / 4 - 0.5 * c.count(":") + 0.1 * len(p.split())
+        for p, c in zip(prompts, completions, strict=False)
+    ]
 
 
 @dataclass(frozen=True)

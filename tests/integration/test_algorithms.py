@@ -18,7 +18,7 @@ from rloo.tasks import get_task
 from rloo.tasks.tokenizer import build_tokenizer
 from tolerance import ELEMENTWISE, TINY_MODEL_FORWARD, tolerance
 
-ONLINE = ["rloo", "reinforce", "vanilla_pg", "ppo", "grpo", "raft"]
+ONLINE = ["rloo", "reinforce", "vanilla_pg", "ppo", "grpo", "raft", "dr_grpo", "reinforce_pp"]
 PROMPTS = ["post : job rent tl;dr :", "post : exam car tl;dr :", "post : loan sister tl;dr :"]
 
 

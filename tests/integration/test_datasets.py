@@ -41,7 +41,10 @@ def data_dir(tmp_path_factory):
         for p, s in zip(POSTS, SUMMARIES, strict=False):
             f.write(json.dumps({"question": f"post : {p} tl;dr :", "answer": s}) + "\n")
     Dataset.from_list(
-        [{"subreddit": "advice", "title": "help", "post": p, "summary": s} for p, s in zip(POSTS, SUMMARIES, strict=False)]
+        [
+            {"subreddit": "advice", "title": "help", "post": p, "summary": s}
+            for p, s in zip(POSTS, SUMMARIES, strict=False)
+        ]
     ).to_parquet(str(d / "tldr.parquet"))
     Dataset.from_list(
         [

@@ -85,15 +85,20 @@ def test_weighted_sum_of_sources():
 
 def test_judges(tmp_path, monkeypatch):
     task = get_task("summarize")
-    assert make_judge(None, task=task) == task.gold_score
+    gold = make_judge(None, task=task)
+    assert gold.name == "gold judge (summarize)"
+    ex = task.examples("eval", 3, seed=0)
+    assert [gold(e.prompt, e.reference) for e in ex] == [task.gold_score(e.prompt, e.reference) for e in ex]
     (tmp_path / "myjudge.py").write_text(
         "def words(prompts, completions):\n    return [len(c.split()) for c in completions]\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     assert make_judge("myjudge:words")("p", "a b c") == 3.0
+    assert make_judge("myjudge:words").name == "myjudge:words"
     fn = FunctionReward(lambda p, c: [7.0] * len(c))
     assert make_judge(None, task=task, reward_scorer=fn, use_task=False)("p", "x") == 7.0
     assert make_judge("reward_model", reward_scorer=fn)("p", "x") == 7.0
+    assert make_judge("reward_model", reward_scorer=fn, reward_name="reward model (rm/)").name == "reward model (rm/)"
     assert make_judge(None, use_task=False) is None
 
 
@@ -101,5 +106,9 @@ def test_model_options(tiny_model_dir):
     assert resolve_dtype("auto", "cpu") == torch.float32 and resolve_dtype("auto", "cuda:0") == torch.bfloat16
     value, _ = load_value_model(str(tiny_model_dir))
     assert value.config.num_labels == 1
+    # dtype=bfloat16 on CPU is mixed precision: fp32 master weights (rloo.runtime.precision);
+    # a torch dtype is taken as is
     m, _ = load_policy(str(tiny_model_dir), dtype="bfloat16")
+    assert next(m.parameters()).dtype == torch.float32
+    m, _ = load_policy(str(tiny_model_dir), dtype=torch.bfloat16)
     assert next(m.parameters()).dtype == torch.bfloat16

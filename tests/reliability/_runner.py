@@ -76,7 +76,7 @@ def _child(argv, log, fault):
 
 def _install(kind: str, at: str, log: str = "") -> None:
     import rloo.runtime.checkpoint as ck
-    import rloo.training.loop as online  # the loop logs through MetricsLogger (rloo.runtime.tracking)
+    import rloo.runtime.tracking as tracking
 
     at = int(at)
     me = os.getpid()
@@ -96,7 +96,7 @@ def _install(kind: str, at: str, log: str = "") -> None:
     elif kind == "pause":
         import time
 
-        real_log = online.MetricsLogger.log
+        real_log = tracking.MetricsLogger.log
 
         def log_then_pause(self, step, metrics):
             real_log(self, step, metrics)
@@ -104,17 +104,17 @@ def _install(kind: str, at: str, log: str = "") -> None:
                 Path(log + ".paused").write_text(str(me))
                 time.sleep(4)
 
-        online.MetricsLogger.log = log_then_pause
+        tracking.MetricsLogger.log = log_then_pause
     elif kind in ("term", "int", "kill"):
         sig = {"term": signal.SIGTERM, "int": signal.SIGINT, "kill": signal.SIGKILL}[kind]
-        real_log = online.MetricsLogger.log
+        real_log = tracking.MetricsLogger.log
 
         def log(self, step, metrics):
             real_log(self, step, metrics)
             if step == at and "loss/policy" in metrics:
                 os.kill(me, sig)
 
-        online.MetricsLogger.log = log
+        tracking.MetricsLogger.log = log
     elif kind == "kill-ckpt":
         real_state = ck.write_state
 

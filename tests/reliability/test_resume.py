@@ -10,7 +10,7 @@ import signal
 import pytest
 
 import rloo.algorithms.rloo as rl
-import rloo.training.loop as online  # the loop logs through MetricsLogger
+import rloo.runtime.tracking as tracking
 from rloo import train
 from rloo.errors import Interrupted, RlooError
 from rloo.runtime.checkpoint import latest_checkpoint, list_checkpoints, load_state, step_of
@@ -134,14 +134,14 @@ def test_stateful_algorithms_resume_exactly(algorithm, tiny_model_dir, tmp_path,
     ref = tmp_path / "ref"
     train(_cfg(tiny_model_dir, ref, **kw), prompts=PROMPTS, reward_fn=reward_short)
     out = tmp_path / "run"
-    real_log = online.MetricsLogger.log
+    real_log = tracking.MetricsLogger.log
 
     def log(self, step, metrics):
         real_log(self, step, metrics)
         if step == 3 and "reward/score" in metrics:
             os.kill(os.getpid(), signal.SIGTERM)
 
-    monkeypatch.setattr(online.MetricsLogger, "log", log)
+    monkeypatch.setattr(tracking.MetricsLogger, "log", log)
     with pytest.raises(Interrupted, match="stopped at step 3/4"):
         train(_cfg(tiny_model_dir, out, **kw), prompts=PROMPTS, reward_fn=reward_short)
     monkeypatch.undo()

@@ -37,3 +37,74 @@ def test_preference_pairs_mix_policy_samples_and_references():
     assert len(pairs) == 40
     # without a sampler every pair compares two references
     assert not any("zzz-policy" in (c, r) for _, c, r in preference_pairs(task, 40, seed=0))
+
+
+def test_reward_model_judge_scores_samples_as_training_does(tiny_model_dir):
+    """With a reward model on the policy's tokenizer, the eval's judge score of the sampled responses
+    equals the reward-model score (the one training optimises: the sampled token ids), not a score of
+    the decoded, stripped and re-tokenized text, which gave other numbers for the same samples."""
+    import torch
+
+    from rloo.eval.judge import evaluate_policy
+    from rloo.modeling.loading import frozen, load_policy, load_reward_model
+    from rloo.rewards import RewardModelScorer
+    from rloo.rewards.judges import make_judge
+    from rloo.rollout import rollout
+    from rloo.tasks import get_task
+
+    policy, tok = load_policy(str(tiny_model_dir))
+    rm, rm_tok = load_reward_model(str(tiny_model_dir))
+    scorer = RewardModelScorer(frozen(rm), rm_tok, policy_tokenizer=tok)
+    assert scorer.same_tokenizer
+    judge = make_judge("reward_model", reward_scorer=scorer, reward_name="reward model (tiny)")
+    ex = get_task("summarize").examples("eval", 12, seed=0)
+    prompts, refs = [e.prompt for e in ex], [e.reference for e in ex]
+    # max_new_tokens=3: most samples are cut without EOS, where the text path appends one
+    roll = rollout(
+        policy, tok, prompts, 1, max_prompt_len=64, max_new_tokens=3, generator=torch.Generator().manual_seed(0)
+    )
+    assert judge.score(roll) == scorer(roll).tolist()
+    text_path = scorer.score_texts(roll.prompts, roll.completions).tolist()
+    assert text_path != scorer(roll).tolist(), "the old path (re-tokenized text) scores these samples differently"
+    res = evaluate_policy(
+        policy,
+        tok,
+        prompts,
+        references=refs,
+        judge=judge,
+        reward_scorer=scorer,
+        max_new_tokens=3,
+        generator=torch.Generator().manual_seed(0),
+    )
+    assert res.judge == "reward model (tiny)"
+    assert res.gold == res.reward  # the same scores, averaged in the same order
+
+
+def test_paired_report_says_when_the_win_rate_cannot_separate():
+    """Same outcome on every prompt: the win-rate interval has no width, and the report says so and
+    gives the paired score difference. Hand-derived: score differences [1, 0, 1, 0] have mean 0.5,
+    sample variance 1/3, standard error sqrt(1/3 / 4) = 0.2887, half-width 1.96 x 0.2887 = 0.566."""
+    from rloo.eval.judge import PolicyEval
+    from rloo.eval.paired import compare_paired, describe
+
+    def ev(wins, scores):
+        return PolicyEval(
+            win_rate=sum(wins) / len(wins),
+            gold=sum(scores) / len(scores),
+            reward=None,
+            kl=None,
+            length=1.0,
+            truncated=0.0,
+            wins=wins,
+            scores=scores,
+            judge="j",
+        )
+
+    d = compare_paired(ev([0.0, 0.0, 1.0, 0.0], [1.0, 0.0, 3.0, 0.0]), ev([0.0, 0.0, 1.0, 0.0], [0.0, 0.0, 2.0, 0.0]))
+    assert d["win_rate"] == 0.0 and d["ci95"] == 0.0 and d["same_outcomes"] == 4
+    assert abs(d["score"] - 0.5) < 1e-12 and abs(d["score_ci95"] - 1.96 * (1 / 12) ** 0.5) < 1e-12
+    text = describe(d, "j")
+    assert "+0.0 points (95% CI +0.0 to +0.0" in text and "same win/tie/loss" in text and "below 75.0%" in text
+    assert "mean score (j): +0.500 (95% CI -0.066 to +1.066, paired)" in text
+    d = compare_paired(ev([1.0, 0.0, 1.0, 0.5], [1.0] * 4), ev([0.0, 0.0, 1.0, 0.5], [0.0] * 4))
+    assert d["same_outcomes"] == 3 and "same win/tie/loss" not in describe(d, "j")

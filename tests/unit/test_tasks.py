@@ -8,7 +8,7 @@ import random
 import pytest
 from transformers import AutoTokenizer
 
-from rloo.tasks import TASKS, Example, Task, get_task, task_stats, win_rate
+from rloo.tasks import TASKS, Example, Task, get_task, has_checker, task_stats, win_rate
 from rloo.tasks.base import DEFAULT_LABEL_TEMPERATURE, SPLITS, sigmoid
 from rloo.tasks.dialogue import BENIGN_TOPICS, HARMFUL_TOPICS, DialogueTask, find_topic
 from rloo.tasks.summarize import SummarizeTask
@@ -20,11 +20,17 @@ def task(request) -> Task:
     return get_task(request.param)
 
 
+@pytest.fixture(params=[t for t in TASKS if not has_checker(get_task(t))])
+def graded_task(request) -> Task:
+    """The RLHF tasks, whose gold judge grades quality (arithmetic's checker is 1/0: tests/test_arithmetic.py)."""
+    return get_task(request.param)
+
+
 # --- registry -----------------------------------------------------------------------------
 
 
 def test_get_task_names_and_default():
-    assert TASKS == ("summarize", "dialogue")
+    assert TASKS == ("summarize", "dialogue", "arithmetic")
     assert isinstance(get_task(), SummarizeTask)
     assert isinstance(get_task("dialogue"), DialogueTask)
     for name in TASKS:
@@ -89,7 +95,8 @@ def test_texts_use_task_words_and_fit_lengths(task):
                 assert len(response) <= task.max_response_words
             # single spaces, no padding: texts equal their re-joined words
             assert " ".join(prompt) == ex.prompt and " ".join(ref) == ex.reference
-            assert ex.prompt.endswith(":")
+            # ends with the response cue: "tl;dr :", "assistant :", arithmetic's "="
+            assert ex.prompt.endswith("=" if task.name == "arithmetic" else ":")
 
 
 # --- gold judge ---------------------------------------------------------------------------
@@ -133,18 +140,18 @@ def test_dialogue_gold_hand_computed():
     assert task.gold_score(harmful, "") == pytest.approx(0.0)
 
 
-def test_gold_ranks_ideal_over_reference_over_garbage(task):
-    examples = task.examples("eval", 300)
-    vocab = task.words()
+def test_gold_ranks_ideal_over_reference_over_garbage(graded_task):
+    examples = graded_task.examples("eval", 300)
+    vocab = graded_task.words()
     rng = random.Random(1)
     flawed = 0
     for ex in examples:
-        ideal = task.gold_score(ex.prompt, task.ideal_response(ex.prompt))
-        ref = task.gold_score(ex.prompt, ex.reference)
-        garbage = " ".join(rng.choice(vocab) for _ in range(task.max_response_words))
+        ideal = graded_task.gold_score(ex.prompt, graded_task.ideal_response(ex.prompt))
+        ref = graded_task.gold_score(ex.prompt, ex.reference)
+        garbage = " ".join(rng.choice(vocab) for _ in range(graded_task.max_response_words))
         assert ideal == pytest.approx(1.0)
         assert ref <= ideal + 1e-9
-        assert task.gold_score(ex.prompt, garbage) < ref
+        assert graded_task.gold_score(ex.prompt, garbage) < ref
         flawed += ref < ideal - 1e-9
     assert flawed > 0.6 * len(examples)
 
@@ -193,10 +200,10 @@ def test_labeler_temperature_limits(task):
 # --- design targets -----------------------------------------------------------------------
 
 
-def test_design_targets(task):
+def test_design_targets(graded_task):
     """References leave room for RL; preferences are informative but noisy."""
-    stats = task_stats(task, n=1500)
-    print(task.name, {k: round(v, 3) for k, v in stats.items()})
+    stats = task_stats(graded_task, n=1500)
+    print(graded_task.name, {k: round(v, 3) for k, v in stats.items()})
     assert 0.12 <= stats["reference/ideal_frac"] <= 0.3
     assert stats["gold/reference"] < stats["gold/ideal"] - 0.4
     assert 0.44 <= stats["win/fresh_vs_reference"] <= 0.56
@@ -229,13 +236,13 @@ def test_win_rate_wins_losses_and_ties():
         win_rate(task, [], [], [])
 
 
-def test_win_rate_ideal_beats_references(task):
-    examples = task.examples("eval", 200)
+def test_win_rate_ideal_beats_references(graded_task):
+    examples = graded_task.examples("eval", 200)
     prompts = [ex.prompt for ex in examples]
     refs = [ex.reference for ex in examples]
-    assert win_rate(task, prompts, refs, refs) == 0.5
-    assert win_rate(task, prompts, [task.ideal_response(p) for p in prompts], refs) > 0.75
-    assert win_rate(task, prompts, [""] * len(prompts), refs) < 0.25
+    assert win_rate(graded_task, prompts, refs, refs) == 0.5
+    assert win_rate(graded_task, prompts, [graded_task.ideal_response(p) for p in prompts], refs) > 0.75
+    assert win_rate(graded_task, prompts, [""] * len(prompts), refs) < 0.25
 
 
 # --- tokenizer ----------------------------------------------------------------------------

@@ -10,6 +10,9 @@ DPO is offline: rloo.training.dpo.
     ppo          GAE(gamma, lambda) with a value model       clipped surrogate, several epochs
     grpo         (R - group mean) / group std                clipped surrogate + beta k3-KL in loss
     raft         keep argmax_k R                             SFT on the kept samples
+    dr_grpo      R - group mean (no std)                     clipped surrogate + k3-KL, token sum / constant
+    reinforce_pp (G_t - batch mean) / batch std, G_t the      clipped surrogate, token mean
+                 score minus the KL-to-go
 """
 
 from rloo.algorithms.base import Algorithm, Models, Stateless, guarded_step, score_rollout

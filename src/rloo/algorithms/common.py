@@ -9,9 +9,13 @@ from collections.abc import Iterable, Iterator
 import torch
 from torch import Tensor
 
-from rloo.algorithms.base import Models, score_rollout
+from rloo.algorithms.base import Models, guarded_step, score_rollout
+from rloo.algorithms.rloo import group_stats, scored_mean
 from rloo.config import RLConfig
+from rloo.core.advantages import unscored, zero_variance_groups
 from rloo.core.kl import shaped_reward
+from rloo.errors import RewardError
+from rloo.modeling.forward import completion_logprobs
 from rloo.rollout import Rollout, rollout
 
 
@@ -49,7 +53,9 @@ def sample_and_score(models: Models, prompts: list[str], cfg: RLConfig, gen: tor
 def sequence_rewards(scores: Tensor, roll: Rollout, ref_lp: Tensor, cfg: RLConfig) -> tuple[Tensor, Tensor]:
     """Eq. (1) with the configured KL estimator: (rewards (N,), kl (N,))."""
     estimator = cfg.algorithm_settings.kl_estimator
-    return shaped_reward(scores, roll.logprobs, ref_lp, roll.completion_mask, cfg.beta, estimator)
+    rewards, kl = shaped_reward(scores, roll.logprobs, ref_lp, roll.completion_mask, cfg.beta, estimator)
+    roll.record(score=scores, kl=kl)
+    return rewards, kl
 
 
 def minibatches(n: int, num_minibatches: int, epochs: int, gen: torch.Generator) -> Iterator[Tensor]:
@@ -68,18 +74,81 @@ def mean_stats(records: Iterable[dict]) -> dict[str, float]:
     return {k: sum(v) / len(v) for k, v in acc.items()}
 
 
+def require_scored(scores: Tensor, algorithm: str) -> None:
+    """Methods without a group baseline have no rule for a reward function's None: stop clearly."""
+    if torch.isnan(scores).any():
+        raise RewardError(
+            f"the reward function could not score {int(torch.isnan(scores).sum())} completion(s) "
+            f"(returned None); {algorithm} has no rule for that: use rloo, grpo, dr_grpo or "
+            f"reinforce_pp, which leave unscored samples out of the baseline"
+        )
+
+
+def kept_rows(scores: Tensor, k: int, drop: bool) -> tuple[Tensor, int]:
+    """Rows that enter the update, and how many groups were dropped: every row, or (drop=True)
+    the rows of groups whose scores are not all equal (``zero_variance_groups``)."""
+    n = scores.shape[0]
+    if not drop or k < 2:
+        return torch.arange(n, device=scores.device), 0
+    _, valid = unscored(scores)
+    flat = zero_variance_groups(scores.view(-1, k), valid.view(-1, k))
+    keep = (~flat).repeat_interleave(k)
+    return keep.nonzero().squeeze(-1), int(flat.sum())
+
+
+def clipped_updates(
+    models: Models,
+    opt,
+    roll: Rollout,
+    rows: Tensor,
+    loss_fn,
+    cfg: RLConfig,
+    gen: torch.Generator,
+    passes: tuple[int, int] | None = None,
+):
+    """epochs x minibatches guarded steps over the given rows (the kept ones); passes = (epochs,
+    minibatches), by default (ppo_epochs, num_minibatches). loss_fn(logprobs (n, T), rows (n,)) ->
+    (loss, stats). Returns (records, max grad norm, skipped). No rows (every group dropped): no
+    step, and nothing is counted as skipped."""
+    records, norms, skipped = [], [0.0], False
+    params = list(models.policy.parameters())
+    if rows.numel() == 0:
+        return records, 0.0, False
+    epochs, parts = passes or (cfg.algo.ppo_epochs, cfg.algo.num_minibatches)
+    for part in minibatches(rows.numel(), parts, epochs, gen):
+        r = rows[part]
+        lp = completion_logprobs(
+            models.policy,
+            roll.prompt_ids[r],
+            roll.prompt_mask[r],
+            roll.completion_ids[r],
+            roll.completion_mask[r],
+            temperature=cfg.temperature,
+            max_logits_mb=cfg.max_logits_mb,
+        )
+        loss, stats = loss_fn(lp, r)
+        norm, stepped = guarded_step(loss, params, opt, cfg.max_grad_norm)
+        records.append(stats), norms.append(norm)
+        skipped |= not stepped
+    return records, max(norms), skipped
+
+
 def rollout_stats(
     roll: Rollout, scores: Tensor, kl: Tensor, rewards: Tensor, grad_norm: float, skipped: bool, timer: Timer
 ) -> dict[str, float]:
     """The metrics every method logs (names as in rloo_step, so curves line up across methods)."""
     lengths = roll.completion_mask.sum(-1).float()
-    return {
-        "reward/score": scores.mean().item(),
-        "reward/kl": kl.mean().item(),
-        "reward/total": rewards.mean().item(),
-        "kl/ref": kl.mean().item(),
-        "grad/norm": grad_norm,
-        "gen/length": lengths.mean().item(),
-        "gen/truncated": roll.truncated.float().mean().item(),
-        "guard/skipped": float(skipped),
-    } | timer.laps
+    return (
+        group_stats(scores, roll.group_size)
+        | {
+            "reward/score": scored_mean(scores),
+            "reward/kl": kl.mean().item(),
+            "reward/total": rewards.mean().item(),
+            "kl/ref": kl.mean().item(),
+            "grad/norm": grad_norm,
+            "gen/length": lengths.mean().item(),
+            "gen/truncated": roll.truncated.float().mean().item(),
+            "guard/skipped": float(skipped),
+        }
+        | timer.laps
+    )

@@ -2,7 +2,7 @@
 
 1. sample K completions per prompt and score them (the raw score: the KL is in the loss)
 2. A_i = (score_i - mean of its group) / std of its group, the same on every token
-   (a group whose scores are all equal gets zeros, not NaN)
+   (a group whose scores are all equal gets zeros, not NaN; None scores are left out and get 0)
 3. ppo_epochs x num_minibatches steps on the clipped surrogate + beta * k3 KL to the reference
 """
 
@@ -10,38 +10,37 @@ from __future__ import annotations
 
 import torch
 
-from rloo.algorithms.base import Models, guarded_step
-from rloo.algorithms.common import Timer, mean_stats, minibatches, rollout_stats, sample_and_score, sequence_rewards
+from rloo.algorithms.base import Models
+from rloo.algorithms.common import (
+    Timer,
+    clipped_updates,
+    kept_rows,
+    mean_stats,
+    rollout_stats,
+    sample_and_score,
+    sequence_rewards,
+)
 from rloo.config import RLConfig
-from rloo.core.advantages import group_normalized
+from rloo.core.advantages import group_normalized, group_normalized_valid, unscored
 from rloo.core.losses import grpo_loss
-from rloo.modeling.forward import completion_logprobs
 
 
 def grpo_step(models: Models, opt, prompts: list[str], cfg: RLConfig, gen: torch.Generator):
     timer = Timer()
     roll, scores, ref_lp = sample_and_score(models, prompts, cfg, gen, timer)
-    rewards, kl = sequence_rewards(scores, roll, ref_lp, cfg)  # logged only: GRPO's KL is in the loss
-    advantages = group_normalized(scores.view(-1, cfg.k)).view(-1)
-    old_lp, records, norms, skipped = roll.logprobs, [], [], False
-    params = list(models.policy.parameters())
-    s = cfg.algorithm_settings
-    for rows in minibatches(len(roll.prompts), s.num_minibatches, s.ppo_epochs, gen):
-        mask = roll.completion_mask[rows]
-        lp = completion_logprobs(
-            models.policy,
-            roll.prompt_ids[rows],
-            roll.prompt_mask[rows],
-            roll.completion_ids[rows],
-            mask,
-            temperature=cfg.temperature,
-            max_logits_mb=cfg.max_logits_mb,
+    filled, valid = unscored(scores)
+    rewards, kl = sequence_rewards(filled, roll, ref_lp, cfg)  # logged only: GRPO's KL is in the loss
+    grouped, valid_g = filled.view(-1, cfg.k), valid.view(-1, cfg.k)
+    advantages = (group_normalized(grouped) if valid.all() else group_normalized_valid(grouped, valid_g)).view(-1)
+    roll.record(advantage=advantages)
+    rows, dropped = kept_rows(scores, cfg.k, cfg.algo.drop_zero_variance)
+
+    def loss_fn(lp, r):
+        return grpo_loss(
+            lp, roll.logprobs[r], ref_lp[r], advantages[r], roll.completion_mask[r], cfg.algo.clip_eps, cfg.beta
         )
-        loss, stats = grpo_loss(lp, old_lp[rows], ref_lp[rows], advantages[rows], mask, s.clip_eps, cfg.beta)
-        norm, stepped = guarded_step(loss, params, opt, cfg.max_grad_norm)
-        records.append(stats)
-        norms.append(norm)
-        skipped |= not stepped
+
+    records, norm, skipped = clipped_updates(models, opt, roll, rows, loss_fn, cfg, gen)
     timer.lap("update")
-    stats = mean_stats(records) | {"adv/std": advantages.std().item()}
-    return stats | rollout_stats(roll, scores, kl, rewards, max(norms), skipped, timer), roll, rewards
+    stats = mean_stats(records) | {"adv/std": advantages.std().item(), "groups/dropped": float(dropped)}
+    return stats | rollout_stats(roll, scores, kl, rewards, norm, skipped, timer), roll, rewards

@@ -20,7 +20,15 @@ from torch import Tensor, nn
 from transformers import PretrainedConfig
 
 from rloo.algorithms.base import Models, guarded_step
-from rloo.algorithms.common import Timer, mean_stats, minibatches, rollout_stats, sample_and_score, sequence_rewards
+from rloo.algorithms.common import (
+    Timer,
+    mean_stats,
+    minibatches,
+    require_scored,
+    rollout_stats,
+    sample_and_score,
+    sequence_rewards,
+)
 from rloo.config import RLConfig
 from rloo.core.advantages import gae, whiten
 from rloo.core.kl import token_level_rewards
@@ -30,6 +38,7 @@ from rloo.data.collate import position_ids
 from rloo.modeling.dropout import maybe_disable_dropout
 from rloo.modeling.forward import MAX_LOGITS_MB, chunked_head
 from rloo.modeling.loading import load_reward_model
+from rloo.runtime.precision import refresh_casts_after_step
 
 
 def hidden_states(model, p_ids, p_mask, c_ids, c_mask, want_logits: bool):
@@ -64,7 +73,9 @@ class ValueFunction:
             nn.init.zeros_(self.model.bias)
             params = list(self.model.parameters())
         self.params = params
-        self.opt = torch.optim.AdamW(params, lr=cfg.algorithm_settings.value_lr, betas=(0.9, 0.95))
+        self.opt = refresh_casts_after_step(
+            torch.optim.AdamW(params, lr=cfg.algorithm_settings.value_lr, betas=(0.9, 0.95))
+        )
 
     def forward(
         self, policy, p_ids, p_mask, c_ids, c_mask, temperature: float, max_logits_mb: float = MAX_LOGITS_MB
@@ -145,6 +156,7 @@ class PPO:
     def step(self, models: Models, opt, prompts: list[str], cfg: RLConfig, gen: torch.Generator):
         timer = Timer()
         roll, scores, ref_lp = sample_and_score(models, prompts, cfg, gen, timer)
+        require_scored(scores, cfg.algorithm)
         seq_rewards, kl = sequence_rewards(scores, roll, ref_lp, cfg)
         adv, returns, old_values = self.advantages(models, roll, scores, ref_lp, cfg)
         records, norms, skipped = [], [], False

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from rloo.algorithms.base import Models, guarded_step
-from rloo.algorithms.common import Timer, rollout_stats, sample_and_score, sequence_rewards
+from rloo.algorithms.common import Timer, require_scored, rollout_stats, sample_and_score, sequence_rewards
 from rloo.config import RLConfig
 from rloo.core.losses import raft_select, sft_loss
 from rloo.modeling.forward import completion_logprobs
@@ -26,6 +26,7 @@ def raft_rows(rewards: torch.Tensor, k: int) -> torch.Tensor:
 def raft_step(models: Models, opt, prompts: list[str], cfg: RLConfig, gen: torch.Generator):
     timer = Timer()
     roll, scores, ref_lp = sample_and_score(models, prompts, cfg, gen, timer)
+    require_scored(scores, "raft")
     rewards, kl = sequence_rewards(scores, roll, ref_lp, cfg)
     rows = raft_rows(rewards, cfg.k)
     mask = roll.completion_mask[rows]

@@ -9,10 +9,12 @@ from dataclasses import dataclass
 
 from rloo.algorithms import rloo as rloo_module
 from rloo.algorithms.base import Algorithm, Models, Stateless
+from rloo.algorithms.dr_grpo import dr_grpo_step
 from rloo.algorithms.grpo import grpo_step
 from rloo.algorithms.ppo import PPO
 from rloo.algorithms.raft import raft_step
 from rloo.algorithms.reinforce import Reinforce
+from rloo.algorithms.reinforce_pp import reinforce_pp_step
 from rloo.algorithms.rloo_ablations import is_plain_rloo, rloo_ablation_step
 from rloo.config import ONLINE_ALGORITHMS, RLConfig
 
@@ -41,6 +43,8 @@ REGISTRY: dict[str, Entry] = {
     "ppo": Entry(lambda cfg, models: PPO(cfg, models)),
     "grpo": Entry(lambda cfg, models: Stateless(grpo_step)),
     "raft": Entry(lambda cfg, models: Stateless(raft_step)),
+    "dr_grpo": Entry(lambda cfg, models: Stateless(dr_grpo_step)),
+    "reinforce_pp": Entry(lambda cfg, models: Stateless(reinforce_pp_step)),
 }
 if set(REGISTRY) != set(ONLINE_ALGORITHMS):  # the config's choices and the code must name the same methods
     raise ImportError(

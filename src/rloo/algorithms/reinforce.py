@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from rloo.algorithms.base import Models, guarded_step
-from rloo.algorithms.common import Timer, rollout_stats, sample_and_score, sequence_rewards
+from rloo.algorithms.common import Timer, require_scored, rollout_stats, sample_and_score, sequence_rewards
 from rloo.config import RLConfig
 from rloo.core.advantages import moving_average_advantages, moving_average_update
 from rloo.core.logprobs import sequence_logprobs
@@ -38,11 +38,13 @@ class Reinforce:
     def step(self, models: Models, opt, prompts: list[str], cfg: RLConfig, gen: torch.Generator):
         timer = Timer()
         roll, scores, ref_lp = sample_and_score(models, prompts, cfg, gen, timer)
+        require_scored(scores, "reinforce")
         rewards, kl = sequence_rewards(scores, roll, ref_lp, cfg)
         # The first batch has no past: it is centred on its own mean (a one-off warm start),
         # afterwards the baseline only holds earlier batches, so it is independent of the samples.
         baseline = rewards.mean() if self.baseline is None else self.baseline
         advantages = moving_average_advantages(rewards, baseline)
+        roll.record(advantage=advantages)
         logprobs = completion_logprobs(
             models.policy,
             roll.prompt_ids,

@@ -16,13 +16,29 @@ import torch
 
 from rloo.algorithms.base import Models, guarded_step, rollout_logprobs, score_rollout
 from rloo.config import RLConfig
-from rloo.core.advantages import leave_one_out
+from rloo.core.advantages import leave_one_out, leave_one_out_valid, unscored, zero_variance_groups
 from rloo.core.kl import shaped_reward
 from rloo.core.logprobs import sequence_logprobs
 from rloo.core.losses import policy_gradient_loss
 from rloo.modeling.forward import completion_logprobs
 from rloo.rollout import rollout
 from rloo.runtime.distributed import is_wrapped, unwrap
+
+
+def scored_mean(scores: torch.Tensor) -> float:
+    """Mean of the scored samples (a None score is NaN); 0 when none was scored (reward/unscored = 1)."""
+    filled, valid = unscored(scores)
+    return (filled.sum() / valid.sum().clamp(min=1)).item()
+
+
+def group_stats(scores: torch.Tensor, k: int) -> dict[str, float]:
+    """groups/zero_variance: share of prompts whose k scores (the scored ones) are all equal, the
+    groups no group baseline draws a gradient from; reward/unscored: share of None scores (NaN)."""
+    _, valid = unscored(scores)
+    out = {"reward/unscored": 1.0 - valid.float().mean().item()}
+    if k > 1:
+        out["groups/zero_variance"] = zero_variance_groups(scores.view(-1, k), valid.view(-1, k)).float().mean().item()
+    return out
 
 
 def rloo_step(
@@ -64,9 +80,15 @@ def rloo_step(
     # 2. score, and the frozen reference's log-probs
     scores, ref_lp = score_rollout(models, roll, cfg)
     t2 = time.perf_counter()
-    # 3. shaped reward (eq. 1) and leave-one-out advantages (eq. 4)
-    rewards, kl = shaped_reward(scores, roll.logprobs, ref_lp, roll.completion_mask, cfg.beta)
-    advantages = leave_one_out(rewards.view(-1, cfg.k)).view(-1)
+    # 3. shaped reward (eq. 1) and leave-one-out advantages (eq. 4); a None score (NaN) is left out
+    # of its group's baselines and gets advantage 0
+    filled, valid = unscored(scores)
+    rewards, kl = shaped_reward(filled, roll.logprobs, ref_lp, roll.completion_mask, cfg.beta)
+    grouped = rewards.view(-1, cfg.k)
+    advantages = (leave_one_out(grouped) if valid.all() else leave_one_out_valid(grouped, valid.view(-1, cfg.k))).view(
+        -1
+    )
+    roll.record(score=scores, kl=kl, advantage=advantages)
     # 4. REINFORCE on the whole response (eq. 5)
     if wrapped:
         logprobs = completion_logprobs(
@@ -85,18 +107,22 @@ def rloo_step(
     grad_norm, finite = guarded_step(loss, models.policy.parameters(), opt, cfg.max_grad_norm)
     t3 = time.perf_counter()
     lengths = roll.completion_mask.sum(-1).float()
-    stats = {k: float(v) for k, v in stats.items()} | {
-        "reward/score": scores.mean().item(),
-        "reward/kl": kl.mean().item(),
-        "reward/total": rewards.mean().item(),
-        "kl/ref": kl.mean().item(),
-        "grad/norm": grad_norm,
-        "gen/length": lengths.mean().item(),
-        "gen/truncated": roll.truncated.float().mean().item(),
-        "guard/skipped": float(not finite),
-        "data/prompts_truncated": float(roll.prompts_truncated),
-        "time/rollout": t1 - t0,
-        "time/score": t2 - t1,
-        "time/update": t3 - t2,
-    }
+    stats = (
+        {k: float(v) for k, v in stats.items()}
+        | group_stats(scores, cfg.k)
+        | {
+            "reward/score": scored_mean(scores),
+            "reward/kl": kl.mean().item(),
+            "reward/total": rewards.mean().item(),
+            "kl/ref": kl.mean().item(),
+            "grad/norm": grad_norm,
+            "gen/length": lengths.mean().item(),
+            "gen/truncated": roll.truncated.float().mean().item(),
+            "guard/skipped": float(not finite),
+            "data/prompts_truncated": float(roll.prompts_truncated),
+            "time/rollout": t1 - t0,
+            "time/score": t2 - t1,
+            "time/update": t3 - t2,
+        }
+    )
     return stats, roll, rewards

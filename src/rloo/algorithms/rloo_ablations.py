@@ -7,34 +7,46 @@
 - rloo_clip: PPO's ratio to the sampling policy and its clipping on top of the leave-one-out
   advantage (ppo_epochs x num_minibatches updates per batch). The sequence-level ratio is used
   with sequence-level KL, the token-level ratio with token-level KL.
+- drop_zero_variance: groups whose k scores are all equal leave the update (with beta > 0 their
+  leave-one-out advantages are not zero: they hold only the KL term, which dropping gives up).
 """
 
 from __future__ import annotations
 
 import torch
 
-from rloo.algorithms.base import Models, guarded_step
-from rloo.algorithms.common import Timer, mean_stats, minibatches, rollout_stats, sample_and_score, sequence_rewards
+from rloo.algorithms.base import Models
+from rloo.algorithms.common import (
+    Timer,
+    clipped_updates,
+    kept_rows,
+    mean_stats,
+    require_scored,
+    rollout_stats,
+    sample_and_score,
+    sequence_rewards,
+)
 from rloo.config import RLConfig
-from rloo.core.advantages import leave_one_out, leave_one_out_token_kl
+from rloo.core.advantages import leave_one_out_token_kl, leave_one_out_valid, unscored
 from rloo.core.kl import kl_per_token
 from rloo.core.logprobs import sequence_logprobs
 from rloo.core.losses import policy_gradient_loss, ppo_clip_loss, sequence_sum_policy_gradient_loss
-from rloo.modeling.forward import completion_logprobs
 
 
 def is_plain_rloo(cfg: RLConfig) -> bool:
-    a = cfg.algorithm_settings
-    return a.kl_estimator == "k1" and a.kl_level == "sequence" and not a.rloo_clip
+    a = cfg.algo
+    return a.kl_estimator == "k1" and a.kl_level == "sequence" and not a.rloo_clip and not a.drop_zero_variance
 
 
 def _advantages(scores, roll, ref_lp, cfg: RLConfig):
-    rewards, kl = sequence_rewards(scores, roll, ref_lp, cfg)
-    if cfg.algorithm_settings.kl_level == "token":
-        kl_tokens = kl_per_token(roll.logprobs, ref_lp, cfg.algorithm_settings.kl_estimator)
+    filled, valid = unscored(scores)
+    rewards, kl = sequence_rewards(filled, roll, ref_lp, cfg)
+    if cfg.algo.kl_level == "token":
+        require_scored(scores, "rloo with kl_level=token")
+        kl_tokens = kl_per_token(roll.logprobs, ref_lp, cfg.algo.kl_estimator)
         adv = leave_one_out_token_kl(scores, kl_tokens, roll.completion_mask, cfg.beta, cfg.k)  # (N, T)
     else:
-        adv = leave_one_out(rewards.view(-1, cfg.k)).view(-1)  # (N,)
+        adv = leave_one_out_valid(rewards.view(-1, cfg.k), valid.view(-1, cfg.k)).view(-1)  # (N,)
     return adv, rewards, kl
 
 
@@ -55,25 +67,13 @@ def rloo_ablation_step(models: Models, opt, prompts: list[str], cfg: RLConfig, g
     timer = Timer()
     roll, scores, ref_lp = sample_and_score(models, prompts, cfg, gen, timer)
     adv, rewards, kl = _advantages(scores, roll, ref_lp, cfg)
-    s = cfg.algorithm_settings
-    epochs, parts = (s.ppo_epochs, s.num_minibatches) if s.rloo_clip else (1, 1)
-    records, norms, skipped = [], [], False
-    params = list(models.policy.parameters())
-    for rows in minibatches(len(roll.prompts), parts, epochs, gen):
-        mask = roll.completion_mask[rows]
-        lp = completion_logprobs(
-            models.policy,
-            roll.prompt_ids[rows],
-            roll.prompt_mask[rows],
-            roll.completion_ids[rows],
-            mask,
-            temperature=cfg.temperature,
-            max_logits_mb=cfg.max_logits_mb,
-        )
-        loss, stats = _loss(lp, roll.logprobs[rows], adv[rows], mask, cfg)
-        norm, stepped = guarded_step(loss, params, opt, cfg.max_grad_norm)
-        records.append(stats)
-        norms.append(norm)
-        skipped |= not stepped
+    rows, dropped = kept_rows(scores, cfg.k, cfg.algo.drop_zero_variance)
+    passes = (cfg.algo.ppo_epochs, cfg.algo.num_minibatches) if cfg.algo.rloo_clip else (1, 1)
+
+    def loss_fn(lp, r):
+        return _loss(lp, roll.logprobs[r], adv[r], roll.completion_mask[r], cfg)
+
+    records, norm, skipped = clipped_updates(models, opt, roll, rows, loss_fn, cfg, gen, passes)
     timer.lap("update")
-    return mean_stats(records) | rollout_stats(roll, scores, kl, rewards, max(norms), skipped, timer), roll, rewards
+    stats = mean_stats(records) | {"groups/dropped": float(dropped)}
+    return stats | rollout_stats(roll, scores, kl, rewards, norm, skipped, timer), roll, rewards

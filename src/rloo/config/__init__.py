@@ -2,7 +2,8 @@
 
 The lowest layer of rloo: it imports nothing of rloo but `rloo.errors`, so every other package may
 use it. `from rloo.config import RLConfig` is the stable import path; the modules are
-    base.py      Strict, the base of every section (unknown keys, inf/nan and bool/str -> number are errors)
+    base.py      Strict, the base of every section (unknown keys and bad values: one-line ConfigError;
+                 inf/nan and bool/str -> number are errors), the tracker names of report_to
     confcheck.py reading YAML (duplicate keys, binary files) and the no-coercion check of Strict
     sections.py  the stage sections: model shape, SFT, reward model, RL (+ methods, LoRA), evaluation
     dataset.py   the `dataset:` section (your own data)
@@ -11,7 +12,7 @@ use it. `from rloo.config import RLConfig` is the stable import path; the module
     loading.py   YAML + key=value overrides -> a config; one-line errors; --help-config
 """
 
-from rloo.config.base import MAX_BETA, MAX_GRAD_NORM, MAX_LR, Strict
+from rloo.config.base import MAX_BETA, MAX_GRAD_NORM, MAX_LR, TRACKERS, Strict, normalize_report_to
 from rloo.config.dataset import FIELDS, DatasetSettings
 from rloo.config.loading import (
     describe_fields,
@@ -36,7 +37,16 @@ from rloo.config.sections import (
     RLSettings,
     SFTSettings,
 )
-from rloo.config.stages import EvalConfig, PipelineConfig, RewardConfig, RLConfig, SFTConfig
+from rloo.config.stages import (
+    CHECKER_TASKS,
+    TASK_PIPELINE_DEFAULTS,
+    EvalConfig,
+    PipelineConfig,
+    PipelineRewardSettings,
+    RewardConfig,
+    RLConfig,
+    SFTConfig,
+)
 from rloo.config.tools import COMPARE_METHODS, BenchConfig, CompareConfig
 
 __all__ = [
@@ -44,6 +54,9 @@ __all__ = [
     "MAX_BETA",
     "MAX_GRAD_NORM",
     "MAX_LR",
+    "TRACKERS",
+    "normalize_report_to",
+    "PipelineRewardSettings",
     "FIELDS",
     "DatasetSettings",
     "LoraSettings",
@@ -53,6 +66,8 @@ __all__ = [
     "OFFLINE_ALGORITHMS",
     "ONLINE_ALGORITHMS",
     "TASK_NAMES",
+    "CHECKER_TASKS",
+    "TASK_PIPELINE_DEFAULTS",
     "Algorithm",
     "AlgorithmSettings",
     "ArchConfig",

@@ -1,10 +1,13 @@
-"""The base of every config section: unknown keys are errors, assignments are validated."""
+"""The base of every config section: unknown keys are errors, assignments are validated, and an
+invalid value raises `ConfigError` (an `RlooError`) with one line per problem, never a raw pydantic
+ValidationError, from the CLI and the Python API alike. Also the tracker names of `report_to`."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from rloo.config.confcheck import reject_coercions
+from rloo.errors import ConfigError
 
 # Bounds beyond which a setting is a typo, not an experiment (an AdamW step moves each weight by
 # about lr, so lr > 1 no longer fine-tunes; `lr=1e308` or `beta=inf` used to start a run that
@@ -14,11 +17,61 @@ MAX_BETA = 1e3
 MAX_GRAD_NORM = 1e6
 
 
+def describe_validation_error(e: ValidationError, cls: type) -> str:
+    """One clause per problem, naming the key and what is wrong; the offending value is shown only
+    when it is a scalar (a model-level check's input is the whole config, which says nothing)."""
+    msgs = []
+    for err in e.errors():
+        key = ".".join(str(p) for p in err["loc"])
+        msg = err["msg"].removeprefix("Value error, ")
+        got = err.get("input")
+        if err["type"] == "extra_forbidden":
+            msgs.append(f"unknown key {key!r} for {cls.__name__}")
+        elif err["type"] == "missing":
+            msgs.append(f"missing required key {key!r}")
+        elif not key:
+            msgs.append(msg)
+        elif isinstance(got, (dict, list, tuple, set)) or got is None:
+            msgs.append(f"{key}: {msg}")
+        else:
+            shown = repr(got)
+            msgs.append(f"{key}: {msg} (got {shown[:80] + '...' if len(shown) > 80 else shown})")
+    return "invalid config: " + "; ".join(msgs)
+
+
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, protected_namespaces=(), allow_inf_nan=False)
+
+    def __init__(self, **data):
+        try:
+            super().__init__(**data)
+        except ValidationError as e:
+            raise ConfigError(describe_validation_error(e, type(self))) from None
+
+    # Nested sections are validated by pydantic directly (errors keep their full dotted key), not
+    # through this __init__: pydantic only calls an __init__ for nested data when it is "custom".
+    __init__.__pydantic_base_init__ = True
+
+    def __setattr__(self, name, value):
+        try:
+            super().__setattr__(name, value)
+        except ValidationError as e:
+            raise ConfigError(describe_validation_error(e, type(self))) from None
 
     @model_validator(mode="before")
     @classmethod
     def _no_coercion(cls, data):
         # YAML `seed: true` or `steps: "5"` are mistakes, not numbers: no silent bool/str -> number
         return reject_coercions(cls, data)
+
+
+TRACKERS = ("tensorboard", "wandb", "none")
+
+
+def normalize_report_to(value) -> list[str]:
+    """'tensorboard' | 'wandb' | 'none' | a list of them -> the trackers to start (none: [])."""
+    names = [value] if isinstance(value, str) else list(value)
+    bad = [n for n in names if n not in TRACKERS]
+    if bad or not names:
+        raise ValueError(f"report_to must be among {', '.join(TRACKERS)} (or a list of them), got {value!r}")
+    return [n for n in dict.fromkeys(names) if n != "none"]

@@ -11,6 +11,7 @@ from typing import Any, TypeVar, get_args
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from rloo.config.base import describe_validation_error
 from rloo.config.confcheck import read_yaml_mapping
 from rloo.errors import ConfigError
 
@@ -54,23 +55,6 @@ def load_config(cls: type[C], path: str | Path | None = None, overrides: list[st
         raise ConfigError(describe_validation_error(e, cls)) from e
 
 
-def describe_validation_error(e: ValidationError, cls: type) -> str:
-    """One line per problem, naming the key and what is wrong."""
-    msgs = []
-    for err in e.errors():
-        key = ".".join(str(p) for p in err["loc"]) or "(config)"
-        if err["type"] == "extra_forbidden":
-            msgs.append(f"unknown key {key!r} for {cls.__name__}")
-        elif err["type"] == "value_error" and isinstance(err.get("input"), dict):  # a model-level check
-            where = ".".join(str(p) for p in err["loc"])
-            msgs.append((where + "." if where else "") + err["msg"].removeprefix("Value error, "))
-        elif err["type"] == "missing":
-            msgs.append(f"missing required key {key!r}")
-        else:
-            msgs.append(f"{key}: {err['msg']} (got {err.get('input')!r})")
-    return "invalid config: " + "; ".join(msgs)
-
-
 def describe_fields(cls: type[BaseModel], prefix: str = "") -> list[str]:
     """Lines `key (default): description` for every field, nested sections expanded."""
     lines = []
@@ -80,7 +64,7 @@ def describe_fields(cls: type[BaseModel], prefix: str = "") -> list[str]:
         ann = next((a for a in get_args(ann) if isinstance(a, type) and issubclass(a, BaseModel)), ann)
         if isinstance(ann, type) and issubclass(ann, BaseModel):
             if not f.is_required() and f.get_default(call_default_factory=True) is None:
-                lines.append(f"{prefix}{name} = None: {f.description or ''} Set any {name}.* key to enable it.")
+                lines.append(f"{prefix}{name} = None: {f.description or ''} Set any {prefix}{name}.* key to enable it.")
             lines += describe_fields(ann, prefix + name + ".")
             continue
         default = "required" if f.is_required() else repr(f.get_default(call_default_factory=True))

@@ -11,7 +11,7 @@ from pydantic import AliasChoices, Field, model_validator
 
 from rloo.config.base import MAX_BETA, MAX_GRAD_NORM, MAX_LR, Strict
 
-TASK_NAMES = ("summarize", "dialogue")
+TASK_NAMES = ("summarize", "dialogue", "arithmetic")
 
 
 class ArchConfig(Strict):
@@ -49,6 +49,11 @@ class RewardSettings(Strict):
     epochs: int = Field(default=2, ge=1)
     batch_size: int = Field(default=64, ge=1)
     lr: float = Field(default=1e-3, gt=0, le=MAX_LR)
+    model: str | None = Field(
+        default=None,
+        description="Model the reward model starts from (any architecture and tokenizer; a one-output "
+        "head is added); null: the SFT model.",
+    )
     disable_dropout: bool = Field(
         default=True,
         description="Dropout off in the reward model while it trains (chosen and rejected are scored "
@@ -56,13 +61,13 @@ class RewardSettings(Strict):
     )
 
 
-Algorithm = Literal["rloo", "reinforce", "vanilla_pg", "ppo", "grpo", "raft", "dpo"]
+Algorithm = Literal["rloo", "reinforce", "vanilla_pg", "ppo", "grpo", "raft", "dpo", "dr_grpo", "reinforce_pp"]
 """The methods: their names are written here only (rloo.algorithms.registry maps each online one
 to its code and checks at import that none is missing)."""
 ALGORITHMS: tuple[str, ...] = get_args(Algorithm)
 OFFLINE_ALGORITHMS = ("dpo",)  # trained on preference pairs, not on samples (rloo.training.dpo)
 ONLINE_ALGORITHMS = tuple(a for a in ALGORITHMS if a not in OFFLINE_ALGORITHMS)
-GROUP_ALGORITHMS = ("rloo", "grpo")  # their baselines come from the other samples of the same prompt
+GROUP_ALGORITHMS = ("rloo", "grpo", "dr_grpo")  # their baselines come from the other samples of the same prompt
 
 
 class AlgorithmSettings(Strict):
@@ -102,6 +107,16 @@ class AlgorithmSettings(Strict):
     )
     value_clip_eps: float | None = Field(default=0.2, description="ppo: value clipping range (null: off).")
     whiten_advantages: bool = Field(default=True, description="ppo/vanilla_pg: normalise GAE advantages per batch.")
+    drop_zero_variance: bool = Field(
+        default=False,
+        description="rloo/grpo/dr_grpo/reinforce_pp: leave groups whose k scores are all equal out of the update "
+        "(logged as groups/dropped).",
+    )
+    norm_length: int | None = Field(
+        default=None,
+        ge=1,
+        description="dr_grpo: the constant a completion's token sum is divided by (null: max_new_tokens).",
+    )
     dpo_beta: float = Field(default=0.1, gt=0, le=MAX_BETA, description="dpo: beta of the DPO loss.")
     dpo_pairs: int = Field(default=6000, ge=1, description="dpo: preference pairs (the reward model's first pairs).")
     dpo_epochs: int = Field(default=1, ge=1, description="dpo: passes over the pairs.")
@@ -127,7 +142,8 @@ class RLSettings(Strict):
     algorithm: Algorithm = Field(
         default="rloo",
         description="The method: rloo (the paper's, default), reinforce (moving-average baseline), "
-        "vanilla_pg, ppo, grpo, raft, dpo (offline, on the reward model's pairs).",
+        "vanilla_pg, ppo, grpo, raft, dpo (offline, on the reward model's pairs), dr_grpo (group mean, no std, "
+        "constant length norm), reinforce_pp (batch-level baseline).",
     )
     algorithm_settings: AlgorithmSettings = Field(
         default_factory=AlgorithmSettings,
@@ -176,6 +192,8 @@ class RLSettings(Strict):
                 "mean of the other k-1)",
                 "grpo": "grpo needs k >= 2 samples per prompt (each advantage is normalised by the mean and "
                 "std of its prompt's group)",
+                "dr_grpo": "dr_grpo needs k >= 2 samples per prompt (each advantage subtracts the mean of its "
+                "prompt's group)",
             }[self.algorithm]
             raise ValueError(f"{why}, got k={self.k}")
         return self
@@ -185,8 +203,15 @@ class RLSettings(Strict):
         """The section's old name, read-only, so code written against `cfg.algo` keeps running."""
         return self.algorithm_settings
 
-    sample_every: int = Field(default=50, ge=1, description="Steps between printed sample completions.")
-    eval_every: int | None = Field(default=20, ge=1, description="Steps between gold-judge evals (null: off).")
+    sample_every: int = Field(
+        default=50,
+        ge=1,
+        description="Steps between sample tables (prompt, completion, score, KL, advantage) in the trackers "
+        "and printed samples.",
+    )
+    eval_every: int | None = Field(
+        default=20, ge=1, description="Steps between evals by eval.judge, one printed line each (null: off)."
+    )
     eval_prompts: int = Field(default=128, ge=1, description="Held-out prompts used by the periodic eval.")
     save_every: int | None = Field(default=100, ge=1, description="Steps between checkpoints (null: only at the end).")
     keep_checkpoints: int = Field(default=2, ge=1, description="Newest checkpoints kept on disk.")
@@ -225,5 +250,11 @@ class EvalSettings(Strict):
     judge: str | None = Field(
         default=None,
         description="Who judges responses against references: null (the task's gold judge; the reward "
-        "model when a dataset replaces the task), 'reward_model', or a module:function.",
+        "model when a dataset replaces the task), 'gold', 'reward_model', module:function or "
+        "path/to/file.py:function (batched: (prompts, completions) -> floats).",
+    )
+    pass_samples: int = Field(
+        default=16,
+        ge=8,
+        description="Tasks with a checker (arithmetic): samples per held-out problem for pass@k, k = 1, 2, 4, 8.",
     )

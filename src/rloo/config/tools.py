@@ -5,17 +5,25 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from rloo.config.base import MAX_BETA, MAX_LR, Strict
 from rloo.config.sections import EvalSettings, RewardSettings, RLSettings, SFTSettings
+from rloo.config.stages import CHECKER_TASKS
 
 
 class BenchConfig(Strict):
     """`rloo bench`: rloo's RL step against TRL's RLOOTrainer, side by side (needs the `bench` extra)."""
 
-    shapes: list[Literal["S", "M", "L"]] = Field(
-        default=["S", "M", "L"], description="Benchmark shapes (see rloo.experiments.bench_assets)."
+    shapes: list[Literal["S", "M", "L", "1B"]] = Field(
+        default=["S", "M", "L"],
+        description="Benchmark shapes (see rloo.experiments.bench_assets; 1B: Pythia-1B-sized).",
+    )
+    device: str = Field(default="cpu", description="cpu or cuda: both trainers run there.")
+    dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        default="float32",
+        description="Both trainers: float32, or bf16 mixed precision (TRL's bf16=True); auto as in "
+        "the stages (rloo.runtime.precision).",
     )
     warmup: int = Field(default=2, ge=0, description="Untimed steps per trainer before measuring.")
     steps: int | None = Field(default=None, ge=1, description="Timed steps per trainer (null: 10, or 5 for L).")
@@ -43,6 +51,8 @@ COMPARE_METHODS = (
     "rloo_token_kl",
     "rloo_k3_kl",
     "rloo_clip",
+    "dr_grpo",
+    "reinforce_pp",
 )
 """Methods `rloo compare` knows: an algorithm plus overrides (rloo.experiments.compare.METHODS)."""
 
@@ -53,7 +63,7 @@ class CompareConfig(Strict):
     methods: list[str] = Field(
         default=list(COMPARE_METHODS), description="Methods to compare: " + ", ".join(COMPARE_METHODS)
     )
-    tasks: list[Literal["summarize", "dialogue"]] = Field(
+    tasks: list[Literal["summarize", "dialogue", "arithmetic"]] = Field(
         default=["summarize", "dialogue"], description="Built-in tasks."
     )
     seeds: list[int] = Field(
@@ -62,6 +72,10 @@ class CompareConfig(Strict):
     quick: bool = Field(default=False, description="Tiny settings (smoke run, minutes): overrides the sections below.")
     output_dir: Path = Field(default=Path("runs/compare"), description="Runs in runs/, the report in report/.")
     device: str = Field(default="cpu", description="torch device.")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        default="auto",
+        description="As in every stage: auto is bf16 on GPU; on CPU bf16 autocast where bf16 matmul is fast.",
+    )
     max_prompt_tokens: int = Field(default=64, ge=1)
     max_response_tokens: int = Field(default=32, ge=1)
     sft: SFTSettings = Field(default_factory=SFTSettings)
@@ -88,3 +102,13 @@ class CompareConfig(Strict):
         if bad or not v:
             raise ValueError(f"unknown method(s) {bad}; choose from {', '.join(COMPARE_METHODS)}")
         return v
+
+    @model_validator(mode="after")
+    def _dpo_needs_pairs(self):
+        checked = [t for t in self.tasks if t in CHECKER_TASKS]
+        if "dpo" in self.methods and checked:
+            raise ValueError(
+                f"dpo trains on a reward model's preference pairs, which {', '.join(checked)} (scored by a "
+                f"checker) does not have; drop dpo from methods"
+            )
+        return self

@@ -150,3 +150,108 @@ def leave_one_out_token_kl(scores: Tensor, kl: Tensor, mask: Tensor, beta: float
     baseline = totals - leave_one_out(totals.view(-1, k)).view(-1)  # b_i = R_i - A_i
     advantages = scores.detach()[:, None] - beta * to_go - baseline[:, None]
     return torch.where(mask, advantages, zero)
+
+
+def unscored(scores: Tensor) -> tuple[Tensor, Tensor]:
+    """Split scores where NaN marks "could not score" (a reward function's None):
+    (scores with 0 in those places, valid: True where scored). Any shape."""
+    valid = ~torch.isnan(scores)
+    return torch.where(valid, scores, torch.zeros_like(scores)), valid
+
+
+def _valid_or_all(rewards: Tensor, valid: Tensor | None) -> Tensor:
+    if valid is None:
+        return torch.ones_like(rewards, dtype=torch.bool)
+    if valid.shape != rewards.shape or valid.dtype != torch.bool:
+        raise ValueError(
+            f"valid must be a bool tensor of shape {tuple(rewards.shape)}, got {valid.dtype} {tuple(valid.shape)}"
+        )
+    return valid
+
+
+def leave_one_out_valid(rewards: Tensor, valid: Tensor) -> Tensor:
+    """RLOO advantages (eq. 4) when some rewards could not be scored (``valid`` False).
+
+    rewards, valid: (B, K) -> (B, K). An unscored sample is left out of every baseline and gets
+    advantage 0; a scored sample's baseline is the mean of the *other scored* samples of its group,
+    A_i = R_i - mean_{j != i, valid_j} R_j, and 0 when it has no scored neighbour (no baseline
+    exists, so it carries no signal). With every sample valid this is ``leave_one_out``.
+    Unscored rewards may hold anything (NaN included): they are never read.
+    """
+    _check_groups(rewards, "leave-one-out")
+    valid = _valid_or_all(rewards, valid)
+    r = torch.where(valid, rewards, torch.zeros_like(rewards))
+    m = valid.to(rewards.dtype)
+    others = m.sum(dim=1, keepdim=True) - m  # scored neighbours of each sample
+    baseline = (r.sum(dim=1, keepdim=True) - r) / others.clamp(min=1)
+    return torch.where(valid & (others > 0), r - baseline, torch.zeros_like(r))
+
+
+def group_mean_advantages(rewards: Tensor, valid: Tensor | None = None) -> Tensor:
+    """Dr. GRPO advantages (Liu et al. 2025, "Understanding R1-Zero-Like Training: A Critical
+    Perspective", sec. 3.2): A_i = R_i - mean of its group, *without* GRPO's division by the
+    group std (which up-weights groups that are almost all right or all wrong).
+
+    rewards: (B, K) -> (B, K). ``valid`` (B, K) bool: unscored samples are left out of the mean and
+    get 0 (as in ``leave_one_out_valid``); a group with no scored sample is all zeros. Equals
+    (K-1)/K times the leave-one-out advantage when every sample is scored.
+    """
+    _check_groups(rewards, "group mean")
+    valid = _valid_or_all(rewards, valid)
+    r = torch.where(valid, rewards, torch.zeros_like(rewards))
+    count = valid.sum(dim=1, keepdim=True).clamp(min=1).to(rewards.dtype)
+    mean = r.sum(dim=1, keepdim=True) / count
+    return torch.where(valid, r - mean, torch.zeros_like(r))
+
+
+def group_normalized_valid(rewards: Tensor, valid: Tensor, eps: float = 1e-6) -> Tensor:
+    """``group_normalized`` (GRPO) over the scored samples of each group only; unscored samples
+    and groups with fewer than two scored samples (no std) get 0. rewards, valid: (B, K) -> (B, K)."""
+    _check_groups(rewards, "group normalization")
+    valid = _valid_or_all(rewards, valid)
+    centred = group_mean_advantages(rewards, valid)
+    count = valid.sum(dim=1, keepdim=True).to(rewards.dtype)
+    std = (centred.pow(2).sum(dim=1, keepdim=True) / (count - 1).clamp(min=1)).sqrt()
+    first = torch.where(valid, rewards, torch.full_like(rewards, float("inf"))).amin(dim=1, keepdim=True)
+    last = torch.where(valid, rewards, torch.full_like(rewards, float("-inf"))).amax(dim=1, keepdim=True)
+    signal = (count >= 2) & (first != last)  # not constant (same exact-zero rule as GRPO)
+    return torch.where(valid & signal, centred / (std + eps), torch.zeros_like(centred))
+
+
+def reinforce_pp_advantages(
+    scores: Tensor, kl: Tensor, mask: Tensor, beta: float, valid: Tensor | None = None, eps: float = 1e-8
+) -> Tensor:
+    """REINFORCE++ advantages (Hu 2025, "REINFORCE++: A Simple and Efficient Approach for Aligning
+    Large Language Models", eq. 6-8; OpenRLHF's ``reinforce`` estimator).
+
+    scores: (N,) reward-source scores; kl: (N, T) per-token KL estimates; mask: (N, T) bool, True =
+    real token; valid: (N,) bool or None (unscored rows get 0 and are left out of the statistics).
+        G_{i,t} = score_i - beta * sum_{s >= t} kl_{i,s}    (KL as a per-token reward, reward-to-go)
+        A_{i,t} = (G_{i,t} - mean G) / std G                 (mean, std over every real token of
+                                                              every scored row of the whole batch)
+    No critic and no per-prompt baseline: the baseline and the scale are the batch's. -> (N, T),
+    zero on padding. The std is the population std over those tokens.
+    """
+    _check_mask(kl, mask)
+    if scores.shape != kl.shape[:1]:
+        raise ValueError(f"scores must be (N,) = ({kl.shape[0]},), got {tuple(scores.shape)}")
+    valid = torch.ones_like(scores, dtype=torch.bool) if valid is None else valid
+    zero = torch.zeros((), dtype=kl.dtype, device=kl.device)
+    kl = torch.where(mask, kl.detach(), zero)
+    s = torch.where(valid, scores.detach(), torch.zeros_like(scores))
+    returns = s[:, None] - beta * kl.flip(-1).cumsum(-1).flip(-1)
+    keep = mask & valid[:, None]
+    if not keep.any():
+        return torch.zeros_like(returns)
+    return whiten(returns, keep, eps)
+
+
+def zero_variance_groups(scores: Tensor, valid: Tensor | None = None) -> Tensor:
+    """Groups whose scored samples all have the same score (or fewer than two are scored): no
+    group baseline gives them a gradient from the score. scores, valid: (B, K) -> (B,) bool."""
+    if scores.dim() != 2:
+        raise ValueError(f"expects scores of shape (B, K), got shape {tuple(scores.shape)}")
+    valid = _valid_or_all(scores, valid)
+    hi = torch.where(valid, scores, torch.full_like(scores, float("-inf"))).amax(dim=1)
+    lo = torch.where(valid, scores, torch.full_like(scores, float("inf"))).amin(dim=1)
+    return (valid.sum(dim=1) < 2) | (hi == lo)

@@ -240,3 +240,43 @@ def grpo_loss(
     log_ratio = ref_logprobs.detach() - logprobs
     kl = masked_mean(torch.expm1(log_ratio) - log_ratio, mask)  # k3, Schulman 2020
     return policy_loss + beta * kl, stats | {"loss/kl": kl.detach()}
+
+
+def dr_grpo_loss(
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    ref_logprobs: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    clip_eps: float,
+    beta: float,
+    norm_length: float,
+) -> tuple[Tensor, Stats]:
+    """Dr. GRPO objective (Liu et al. 2025, "Understanding R1-Zero-Like Training", eq. 3 and their
+    reference code), negated for descent: GRPO's clipped surrogate and k3 KL, but each completion's
+    token terms are *summed* and divided by one constant ``norm_length`` (the generation budget),
+    not by the completion's own length, so a wrong answer is not pushed down less per token for
+    being long:
+
+        loss = -1/(N L) sum_i sum_{t <= |y_i|} [min(ratio A_i, clip(ratio) A_i) - beta k3_t]
+
+    logprobs, old_logprobs, ref_logprobs, mask: (N, T), mask bool True = real token; advantages
+    (N,) (``group_mean_advantages``), shared by a completion's tokens; L = norm_length > 0.
+    stats: "loss/policy", "loss/kl" (the k3 sum / (N L), before beta), "ppo/clipfrac".
+    """
+    if clip_eps <= 0 or norm_length <= 0:
+        raise ValueError(f"clip_eps and norm_length must be > 0, got {clip_eps}, {norm_length}")
+    _check_same_shape(logprobs=logprobs, old_logprobs=old_logprobs, ref_logprobs=ref_logprobs)
+    if advantages.shape != logprobs.shape[:1]:
+        raise ValueError(f"advantages must be (N,) = ({logprobs.shape[0]},), got {tuple(advantages.shape)}")
+    adv = advantages.detach()[:, None]
+    ratio = torch.exp(logprobs - old_logprobs.detach())
+    unclipped, clipped = ratio * adv, ratio.clamp(1.0 - clip_eps, 1.0 + clip_eps) * adv
+    zero = torch.zeros((), dtype=logprobs.dtype, device=logprobs.device)
+    scale = logprobs.shape[0] * norm_length
+    policy = -torch.where(mask, torch.minimum(unclipped, clipped), zero).sum() / scale
+    log_ratio = ref_logprobs.detach() - logprobs
+    kl = torch.where(mask, torch.expm1(log_ratio) - log_ratio, zero).sum() / scale  # k3, Schulman 2020
+    with torch.no_grad():
+        clipfrac = masked_mean((clipped < unclipped).to(ratio.dtype), mask)
+    return policy + beta * kl, {"loss/policy": policy.detach(), "loss/kl": kl.detach(), "ppo/clipfrac": clipfrac}

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from rloo.config import DatasetSettings
 from rloo.errors import RlooError
+from rloo.runtime.names import check_name
 
 FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
 HUMAN, ASSISTANT = "\n\nHuman:", "\n\nAssistant:"
@@ -91,8 +92,7 @@ def _load_table_loud(path: str, name: str | None, split: str):
             if builder is None:
                 raise RlooError(f"dataset file {path!r}: unknown type {p.suffix!r} (use .jsonl, .json, .csv, .parquet)")
             return datasets.load_dataset(builder, data_files=str(p), split="train")
-        if path.startswith(("/", ".", "~")) or p.suffix.lower() in FILE_BUILDERS:
-            raise RlooError(f"dataset path {path!r} does not exist")
+        check_name(path, "dataset.path", repo_type="dataset")  # a typo fails here, not after Hub retries
         return datasets.load_dataset(path, name, split=split)
     except RlooError:
         raise

@@ -14,13 +14,16 @@ from rloo.rollout import rollout
 @dataclass
 class PolicyEval:
     win_rate: float | None  # judge(policy) > judge(reference): 1, tie: 1/2
-    gold: float | None  # mean judge score of the policy's responses
+    gold: float | None  # mean judge score of the policy's responses (the judge named below)
     reward: float | None  # mean reward-model score
     kl: float | None  # mean sum_t log pi/pi_ref over the response (k1, on-policy samples)
     length: float  # mean completion tokens (EOS included)
     truncated: float  # fraction that hit the length limit
     samples: list[tuple[str, str]] = field(default_factory=list)  # (prompt, completion), first few
     wins: list[float] = field(default_factory=list, repr=False)  # per prompt: 1 win, 1/2 tie, 0 loss
+    scores: list[float] = field(default_factory=list, repr=False)  # per prompt: the judge's score of the response
+    judge: str | None = None  # who produced win_rate and gold: "gold judge (summarize)", "reward model", ...
+    passk: object = field(default=None, repr=False)  # rloo.eval.passk.PassAtK (checker tasks)
 
     def as_metrics(self, prefix: str = "eval/") -> dict[str, float]:
         d = {
@@ -36,7 +39,10 @@ class PolicyEval:
 
 def wins(judge_policy: list[float], judge_reference: list[float], tol: float = 1e-9) -> list[float]:
     """Per prompt: 1 if the policy's response beats the reference, 1/2 for a tie, else 0."""
-    return [1.0 if a > b + tol else 0.5 if abs(a - b) <= tol else 0.0 for a, b in zip(judge_policy, judge_reference, strict=False)]
+    return [
+        1.0 if a > b + tol else 0.5 if abs(a - b) <= tol else 0.0
+        for a, b in zip(judge_policy, judge_reference, strict=False)
+    ]
 
 
 def win_rate(judge_policy: list[float], judge_reference: list[float], tol: float = 1e-9) -> float:
@@ -89,9 +95,9 @@ def evaluate_policy(
         lengths += roll.completion_mask.sum(-1).tolist()
         truncs += roll.truncated.float().tolist()
         if judge is not None:
-            gold += [judge(p, c) for p, c in zip(chunk, roll.completions, strict=False)]
+            gold += _judge_samples(judge, roll)
             if references is not None:
-                refs_gold += [judge(p, r) for p, r in zip(chunk, references[i : i + batch_size], strict=False)]
+                refs_gold += _judge_texts(judge, chunk, references[i : i + batch_size])
         if reward_scorer is not None:
             rm += reward_scorer(roll).tolist()
         if ref_model is not None:
@@ -115,4 +121,19 @@ def evaluate_policy(
         truncated=mean(truncs),
         samples=samples,
         wins=wins(gold, refs_gold) if refs_gold else [],
+        scores=list(gold),
+        judge=None if judge is None else getattr(judge, "name", getattr(judge, "__name__", "judge")),
     )
+
+
+def _judge_samples(judge, roll) -> list[float]:
+    """Scores of sampled responses: as training scored them when the judge can (rloo.rewards.judges)."""
+    if hasattr(judge, "score"):
+        return judge.score(roll)
+    return [judge(p, c) for p, c in zip(roll.prompts, roll.completions, strict=False)]
+
+
+def _judge_texts(judge, prompts: list[str], texts: list[str]) -> list[float]:
+    if hasattr(judge, "score_texts"):
+        return judge.score_texts(prompts, texts)
+    return [judge(p, t) for p, t in zip(prompts, texts, strict=False)]

@@ -20,8 +20,9 @@ def _smooth(ys: list[float], window: int) -> list[float]:
     return out
 
 
-def plot_training(metrics_path: Path, out_dir: Path, title: str = "") -> list[Path]:
-    """reward.png, kl.png and win_rate.png from a run's metrics.jsonl; returns the files written."""
+def plot_training(metrics_path: Path, out_dir: Path, title: str = "", judge: str = "gold judge") -> list[Path]:
+    """reward.png, kl.png and win_rate.png from a run's metrics.jsonl; returns the files written.
+    `judge` names who produced the win rate (the eval set's judge)."""
     # imported here, not at the top: the file backend must be chosen before pyplot loads, and
     # only when plotting (importing this module must not change a notebook's backend)
     import matplotlib
@@ -34,7 +35,7 @@ def plot_training(metrics_path: Path, out_dir: Path, title: str = "") -> list[Pa
     panels = [
         ("reward.png", ["reward/score", "reward/total"], "reward"),
         ("kl.png", ["reward/kl"], "KL(pi || pi_ref) per response"),
-        ("win_rate.png", ["eval/win_rate"], "win rate vs references (gold judge)"),
+        ("win_rate.png", ["eval/win_rate"], f"win rate vs references ({judge})"),
     ]
     written = []
     for fname, keys, ylabel in panels:

@@ -6,7 +6,11 @@ beta, learning rate and AdamW settings. The parent makes them take turns, one st
 first mover alternates), so load from elsewhere on the machine hits both alike. After `warmup`
 steps each, `steps` steps each are timed. FLOPs executed per step are counted from the step's padded shapes
 (rloo.experiments.bench_flops, checked against torch's FLOP counter in the tests); divided by the step time
-they give achieved FLOP/s, reported as a fraction of the fp32 matmul peak measured here at start.
+they give achieved FLOP/s, reported as a fraction of the matmul peak measured here at start in the
+run's dtype (on a GPU: its model FLOPs utilisation, MFU).
+
+`dtype=bfloat16`: rloo runs under its own mixed precision (rloo.runtime.precision: bf16 autocast over fp32
+master weights on CPU, bf16 weights on CUDA) and TRL with `bf16=True` (autocast over fp32 weights).
 """
 
 from __future__ import annotations
@@ -34,7 +38,8 @@ from rloo.config import RLConfig
 from rloo.errors import RlooError
 from rloo.experiments.bench_assets import SHAPES, Shape, build_assets, load_words, make_prompts
 from rloo.experiments.bench_flops import Arch, rloo_step_flops, trl_step_flops
-from rloo.training.common import adamw, seed_everything
+from rloo.runtime.precision import resolve_precision
+from rloo.training.common import adamw, check_device, seed_everything
 from rloo.training.rl import load_models
 
 
@@ -46,17 +51,29 @@ def peak_rss_gb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
 
 
-def matmul_peak_flops(threads: int, seconds: float = 2.0) -> float:
-    """Best fp32 matmul rate (FLOP/s) over a few square sizes: the machine's practical peak."""
+def peak_memory_gb(device: str) -> float:
+    """Peak memory of this process on `device`: GPU memory allocated by torch, or resident memory."""
+    if device.startswith("cuda"):
+        return torch.cuda.max_memory_allocated() / 1e9
+    return peak_rss_gb()
+
+
+def matmul_peak_flops(
+    threads: int, seconds: float = 2.0, dtype: torch.dtype = torch.float32, device: str = "cpu"
+) -> float:
+    """Best matmul rate (FLOP/s) over a few square sizes in `dtype`: the machine's practical peak."""
     torch.set_num_threads(threads)
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     best = 0.0
-    for n in (512, 1024, 2048):
-        a, b = torch.randn(n, n), torch.randn(n, n)
+    for n in (512, 1024, 2048) if device == "cpu" else (2048, 4096, 8192):
+        a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
         a @ b
+        sync()
         reps, t0 = 0, time.perf_counter()
         while time.perf_counter() - t0 < seconds / 3:
             a @ b
             reps += 1
+            sync()
         best = max(best, 2 * n**3 * reps / (time.perf_counter() - t0))
     return best
 
@@ -79,24 +96,28 @@ def _rloo_worker(conn, job: dict) -> None:
         share_prompt=job["share_prompt"],
         seed=job["seed"],
         gradient_checkpointing=job.get("gradient_checkpointing", False),
-        dtype="float32",
+        device=job["device"],
+        dtype=job["dtype"],
     )
     gen = seed_everything(cfg.seed)
     models = load_models(cfg)
     opt = adamw(models.policy.parameters(), cfg.lr)
-    conn.send({"ready": True, "rss_gb": peak_rss_gb()})
+    conn.send({"ready": True, "rss_gb": peak_memory_gb(cfg.device)})
+    sync = torch.cuda.synchronize if cfg.device.startswith("cuda") else (lambda: None)
     for i, _ in enumerate(iter(conn.recv, "stop")):
         t0 = time.perf_counter()
         batch = job["batches"][i]
-        # rows=: sample as `rloo train` does (one uniform per row, see rloo.runtime.distributed.step_kwargs)
-        stats, roll, _ = rloo_step(models, opt, batch, cfg, gen, rows=(0, len(batch) * cfg.k))
+        # as `rloo train` runs it: under the stage's precision, rows= as in rloo.runtime.distributed.step_kwargs
+        with resolve_precision(cfg.dtype, cfg.device).autocast():
+            stats, roll, _ = rloo_step(models, opt, batch, cfg, gen, rows=(0, len(batch) * cfg.k))
+        sync()
         conn.send(
             {
                 "time": time.perf_counter() - t0,
                 "tokens": int(roll.completion_mask.sum()),
                 "lengths": roll.completion_mask.sum(-1).tolist(),
                 "width": roll.completion_ids.shape[1],
-                "rss_gb": peak_rss_gb(),
+                "rss_gb": peak_memory_gb(cfg.device),
                 "phases": {k: v for k, v in stats.items() if k.startswith("time/")},
             }
         )
@@ -119,6 +140,8 @@ def _trl_worker(conn, job: dict) -> None:
             self.t0 = time.perf_counter()
 
         def on_step_end(self, args, state, control, **kw):
+            if job["device"].startswith("cuda"):
+                torch.cuda.synchronize()
             dt = time.perf_counter() - self.t0
             m = trainer._metrics["train"]
             conn.send(
@@ -126,7 +149,7 @@ def _trl_worker(conn, job: dict) -> None:
                     "time": dt,
                     "tokens": int(round(m["completions/mean_length"][-1] * job["batch_size"] * job["k"])),
                     "width": int(m["completions/max_length"][-1]),
-                    "rss_gb": peak_rss_gb(),
+                    "rss_gb": peak_memory_gb(job["device"]),
                     "phases": {},
                 }
             )
@@ -154,9 +177,9 @@ def _trl_worker(conn, job: dict) -> None:
         shuffle_dataset=False,
         seed=job["seed"],
         gradient_checkpointing=False,
-        bf16=False,
+        bf16=job["dtype"] == "bfloat16",
         fp16=False,
-        use_cpu=True,
+        use_cpu=not job["device"].startswith("cuda"),
         report_to="none",
         logging_steps=10**6,
         save_strategy="no",
@@ -176,7 +199,7 @@ def _trl_worker(conn, job: dict) -> None:
         reward_processing_classes=tok,
         callbacks=[Pace()],
     )
-    conn.send({"ready": True, "rss_gb": peak_rss_gb()})
+    conn.send({"ready": True, "rss_gb": peak_memory_gb(job["device"])})
     trainer.train()
     conn.recv()  # "stop"
 
@@ -228,6 +251,8 @@ def bench_shape(
     peak: float,
     trainers: list[str],
     share_prompt: bool = True,
+    device: str = "cpu",
+    dtype: str = "float32",
     log=print,
 ) -> dict:
     """Alternate the trainers step by step on one shape; return per-trainer summaries."""
@@ -249,6 +274,8 @@ def bench_shape(
         threads=threads,
         share_prompt=share_prompt,
         tmp=tempfile.mkdtemp(prefix="rloo-bench-"),
+        device=device,
+        dtype=dtype,
         batches=[prompts[i * batch_size : (i + 1) * batch_size] for i in range(total)],
     )
     targets = {"rloo": _rloo_worker, "trl": _trl_worker}
@@ -271,11 +298,13 @@ def bench_shape(
             )
             if i >= warmup:
                 results[name].append(r)
-    for name, (proc, conn, _) in workers.items():
+    for proc, conn, _ in workers.values():
         conn.send("stop")
         proc.join(timeout=60)
     out = {
         "shape": shape.name,
+        "device": device,
+        "dtype": dtype,
         "prompt_tokens": shape.prompt_tokens,
         "max_new_tokens": shape.max_new_tokens,
         "k": k,
@@ -313,7 +342,8 @@ def machine() -> dict:
 
 def format_table(report: dict) -> str:
     lines = [
-        f"machine: {report['machine']}; fp32 matmul peak {report['matmul_peak_gflops']:.1f} GFLOP/s",
+        f"machine: {report['machine']}; {report.get('device', 'cpu')} {report.get('dtype', 'float32')} "
+        f"matmul peak {report['matmul_peak_gflops']:.1f} GFLOP/s",
         "shape trainer  s/step   tok/s  peak GB  GFLOP/step  GFLOP/s  %peak  speedup  mem ratio",
     ]
     for s in report["shapes"]:
@@ -328,6 +358,13 @@ def format_table(report: dict) -> str:
     return "\n".join(lines)
 
 
+def bench_dtype(name: str, device: str) -> str:
+    """The dtype both trainers run in: float32, or bfloat16 (mixed precision) where `name` resolves to it."""
+    check_device(device)
+    p = resolve_precision(name, device)
+    return "bfloat16" if torch.bfloat16 in (p.compute, p.weights) else "float32"
+
+
 def run_bench(cfg, log=print) -> dict:
     """Run every shape in cfg.shapes; write cfg.output_dir/bench.json; return the report."""
     trainers = ["rloo", "trl"] if cfg.trl else ["rloo"]
@@ -336,11 +373,19 @@ def run_bench(cfg, log=print) -> dict:
             import trl  # noqa: F401  (optional: the `bench` extra; checked before any work)
         except ImportError:
             raise RlooError("TRL is not installed: pip install 'rloo[bench]' (or run with trl=false)") from None
+    dtype = bench_dtype(cfg.dtype, cfg.device)
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    peak = matmul_peak_flops(cfg.threads)
-    log(f"fp32 matmul peak: {peak / 1e9:.1f} GFLOP/s on {cfg.threads} threads")
-    report = {"machine": machine(), "threads": cfg.threads, "matmul_peak_gflops": peak / 1e9, "shapes": []}
+    peak = matmul_peak_flops(cfg.threads, dtype=getattr(torch, dtype), device=cfg.device)
+    log(f"{dtype} matmul peak: {peak / 1e9:.1f} GFLOP/s on {cfg.device} ({cfg.threads} threads)")
+    report = {
+        "machine": machine(),
+        "threads": cfg.threads,
+        "device": cfg.device,
+        "dtype": dtype,
+        "matmul_peak_gflops": peak / 1e9,
+        "shapes": [],
+    }
     for name in cfg.shapes:
         steps = cfg.steps if cfg.steps is not None else (5 if name == "L" else 10)
         report["shapes"].append(
@@ -358,6 +403,8 @@ def run_bench(cfg, log=print) -> dict:
                 peak=peak,
                 trainers=trainers,
                 share_prompt=cfg.share_prompt,
+                device=cfg.device,
+                dtype=dtype,
                 log=log,
             )
         )

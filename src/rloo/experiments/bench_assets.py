@@ -40,6 +40,9 @@ SHAPES = {
     "S": Shape("S", "char", 0, 256, 4, 4, 688, (16, 48), 32),
     "M": Shape("M", "bpe", 8192, 512, 6, 8, 1376, (16, 48), 64),
     "L": Shape("L", "bpe", 8192, 512, 6, 8, 1376, (400, 460), 32),
+    # Pythia-1B's width, depth and heads (hidden 2048, 16 layers, 8 heads) as a Llama with M's tokenizer;
+    # Pythia's two-matrix 4h MLP becomes a three-matrix one of the same FLOPs (3 * 5472 ~ 2 * 8192).
+    "1B": Shape("1B", "bpe", 8192, 2048, 16, 8, 5472, (16, 48), 64),
 }
 
 

@@ -28,15 +28,17 @@ from rloo.config import CompareConfig, PipelineConfig, RLConfig, save_config
 from rloo.core.kl import sequence_kl
 from rloo.errors import RlooError, option
 from rloo.eval.judge import win_rate
+from rloo.eval.passk import evaluate_pass_at_k
 from rloo.experiments.compare_report import write_report
 from rloo.experiments.gradvar import variance_cell
 from rloo.modeling.forward import completion_logprobs
 from rloo.modeling.loading import frozen, load_policy, load_reward_model
 from rloo.rewards import RewardModelScorer
 from rloo.rollout import rollout
+from rloo.runtime.precision import stage_precision
 from rloo.runtime.runlock import RunFolderBusy, run_folder
 from rloo.runtime.tracking import say
-from rloo.tasks import get_task
+from rloo.tasks import get_task, has_checker
 from rloo.training.reward import train_reward
 from rloo.training.rl import train
 from rloo.training.sft import sft
@@ -56,6 +58,8 @@ METHODS: dict[str, tuple[str, dict]] = {
     "rloo_token_kl": ("rloo", {"algorithm_settings": {"kl_level": "token"}}),
     "rloo_k3_kl": ("rloo", {"algorithm_settings": {"kl_estimator": "k3"}}),
     "rloo_clip": ("rloo", {"algorithm_settings": {"rloo_clip": True}}),
+    "dr_grpo": ("dr_grpo", {}),
+    "reinforce_pp": ("reinforce_pp", {}),
 }
 
 QUICK = {
@@ -141,12 +145,31 @@ def judge(policy, tokenizer, task, examples, cfg: CompareConfig, scorer=None, re
 
 
 def _stage_models(cfg: CompareConfig, pipe: PipelineConfig) -> None:
-    """SFT and reward model of one (task, seed), skipped when already there."""
+    """SFT and reward model of one (task, seed), skipped when already there (no reward model for a
+    task scored by a checker)."""
     sft_cfg, rm_cfg, _, _ = pipe.stage_configs()
     if not (sft_cfg.output_dir / "model").exists():
         sft(sft_cfg, overwrite=True)
-    if not (rm_cfg.output_dir / "model").exists():
+    if not has_checker(get_task(pipe.task)) and not (rm_cfg.output_dir / "model").exists():
         train_reward(rm_cfg, overwrite=True)
+
+
+def _pass(policy, tok, task, examples, cfg: CompareConfig, seed: int) -> dict:
+    """pass@k of a policy on a checker task (the same sampling noise for every method of a seed)."""
+    r = evaluate_pass_at_k(
+        policy,
+        tok,
+        [e.prompt for e in examples],
+        task.gold_score,
+        n=cfg.eval.pass_samples,
+        parse=getattr(task, "parse_answer", None),
+        temperature=cfg.eval.temperature,
+        max_prompt_len=cfg.max_prompt_tokens,
+        max_new_tokens=cfg.rl.max_new_tokens,
+        batch_size=max(cfg.eval.batch_size, cfg.eval.pass_samples),
+        generator=torch.Generator().manual_seed(20_000 + seed),
+    )
+    return {"pass": r.summary(), "pass_counts": r.counts}
 
 
 def run_cell(cfg: CompareConfig, task_name: str, seed: int, runs: Path) -> None:
@@ -156,6 +179,7 @@ def run_cell(cfg: CompareConfig, task_name: str, seed: int, runs: Path) -> None:
         task=task_name,
         seed=seed,
         device=cfg.device,
+        dtype=cfg.dtype,
         output_dir=root,
         sft=cfg.sft,
         reward=cfg.reward,
@@ -168,13 +192,16 @@ def run_cell(cfg: CompareConfig, task_name: str, seed: int, runs: Path) -> None:
     task = get_task(task_name)
     examples = task.examples("eval", cfg.eval.num_prompts, seed=seed)
     sft_path, rm_path = str(root / "sft" / "model"), str(root / "reward" / "model")
-    ref, tok = load_policy(sft_path, device=cfg.device)
+    ref, tok = load_policy(sft_path, device=cfg.device, dtype=cfg.dtype)
     ref = frozen(ref)
-    rm, rm_tok = load_reward_model(rm_path, device=cfg.device)
-    scorer = RewardModelScorer(frozen(rm), rm_tok, policy_tokenizer=tok)
+    checker, scorer = has_checker(task), None
+    if not checker:
+        rm, rm_tok = load_reward_model(rm_path, device=cfg.device, dtype=cfg.dtype)
+        scorer = RewardModelScorer(frozen(rm), rm_tok, policy_tokenizer=tok)
+    extra = (lambda model: _pass(model, tok, task, examples, cfg, seed)) if checker else (lambda model: {})
     sft_file = root / "sft" / "result.json"
     if not sft_file.exists():
-        sft_file.write_text(json.dumps(judge(ref, tok, task, examples, cfg, scorer, ref, seed)))
+        sft_file.write_text(json.dumps(judge(ref, tok, task, examples, cfg, scorer, ref, seed) | extra(ref)))
     sft_gold = json.loads(sft_file.read_text())["gold_per_prompt"]
     for method in cfg.methods:
         out = root / method
@@ -184,8 +211,8 @@ def run_cell(cfg: CompareConfig, task_name: str, seed: int, runs: Path) -> None:
         t0 = time.perf_counter()
         result = train(method_config(cfg, pipe, method, out), overwrite=True)
         seconds = time.perf_counter() - t0
-        policy, _ = load_policy(str(result.model_path), device=cfg.device)
-        res = judge(policy, tok, task, examples, cfg, scorer, ref, seed)
+        policy, _ = load_policy(str(result.model_path), device=cfg.device, dtype=cfg.dtype)
+        res = judge(policy, tok, task, examples, cfg, scorer, ref, seed) | extra(policy)
         res |= {
             "win_rate_vs_sft": win_rate(res["gold_per_prompt"], sft_gold),
             "seconds": seconds,
@@ -203,6 +230,7 @@ def _samples(cfg: CompareConfig, method: str) -> int:
     return 0 if method == "dpo" else cfg.rl.steps * cfg.rl.batch_size * cfg.rl.k
 
 
+@stage_precision
 def compare(cfg: CompareConfig, *, overwrite: bool = False) -> Path:
     """Run (or continue) the comparison and write the report; returns the report folder."""
     if cfg.quick:
@@ -223,7 +251,7 @@ def compare(cfg: CompareConfig, *, overwrite: bool = False) -> Path:
             with _claim(out / "runs" / task_name / f"seed-{seed}") as mine:
                 if mine:
                     run_cell(cfg, task_name, seed, out / "runs")
-        if cfg.variance_batches >= 2:
+        if cfg.variance_batches >= 2 and not has_checker(get_task(task_name)):  # it measures the RM's gradient
             with _claim(out / "runs" / task_name / "variance") as mine:
                 if mine:
                     variance_cell(cfg, task_name, cfg.seeds[0], out / "runs")

@@ -10,6 +10,7 @@ import json
 import math
 from pathlib import Path
 
+from rloo.eval.passk import paired_pass_difference
 from rloo.experiments.compare_plots import plot_all
 from rloo.runtime.tracking import read_metrics
 
@@ -143,6 +144,100 @@ def ppo_lambda_table(cfg, data: dict) -> str:
     return "\n".join(rows)
 
 
+def pass_table(cfg, data: dict, task: str) -> str:
+    """pass@k per method on a checker task: mean ± 95% t-interval over seeds, plus the zero-variance
+    share of groups of k = rl.k at evaluation and during training (mean of groups/zero_variance)."""
+    first = next(r for rs in data[task].values() for r in rs if "pass" in r)
+    ks = list(first["pass"]["pass_at_k"])
+    zk = str(cfg.rl.k) if str(cfg.rl.k) in first["pass"]["zero_variance"] else None
+    head = (
+        [f"pass@{k}" for k in ks]
+        + ([f"zero-var@{zk} (eval)"] if zk else [])
+        + ["zero-var (training)", "unparseable", "length", "seeds"]
+    )
+    rows = ["| method | " + " | ".join(head) + " |", "|---" * (len(head) + 1) + "|"]
+    for name in ["sft", *cfg.methods]:
+        rs = [r for r in data[task].get(name, []) if "pass" in r]
+        if not rs:
+            continue
+        if len(rs) == 1:  # one seed: the interval over problems (it leaves out training-seed noise)
+            cells = [
+                f"{r['pass']['pass_at_k'][k]['mean']:.3f} ± {r['pass']['pass_at_k'][k]['ci95']:.3f}*"
+                for r in rs
+                for k in ks
+            ]
+        else:
+            cells = [_fmt([r["pass"]["pass_at_k"][k]["mean"] for r in rs]) for k in ks]
+        if zk:
+            cells.append(_fmt([r["pass"]["zero_variance"][zk] for r in rs]))
+        train_zero = [
+            sum(v) / len(v)
+            for r in rs
+            if (v := [m["groups/zero_variance"] for m in r["metrics"] if "groups/zero_variance" in m])
+        ]
+        cells += [
+            _fmt(train_zero),
+            _fmt([r["pass"]["unparseable"] for r in rs]),
+            _fmt([r["pass"]["length"] for r in rs]),
+            str(len(rs)),
+        ]
+        rows.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+def pass_differences(cfg, data: dict, task: str, base: str = "rloo") -> str:
+    """Each method's pass@1 and pass@8 minus `base`'s, paired by seed (same SFT model, problems and
+    evaluation noise), mean ± 95% t-interval over seeds, and the seeds where it is ahead."""
+    names = [n for n in ["sft", *cfg.methods] if n != base]
+    ref = {r["seed"]: r["pass"]["pass_at_k"] for r in data[task].get(base, []) if "pass" in r}
+    ks = [k for k in ("1", "8") if ref and k in next(iter(ref.values()))]
+    rows = [
+        "| method | " + " | ".join(f"pass@{k} − {base} | seeds ahead" for k in ks) + " |",
+        "|---" * (2 * len(ks) + 1) + "|",
+    ]
+    counts = {r["seed"]: r.get("pass_counts") for r in data[task].get(base, []) if "pass" in r}
+    for name in names:
+        cells = []
+        for k in ks:
+            rs = [r for r in data[task].get(name, []) if "pass" in r and r["seed"] in ref]
+            d = [r["pass"]["pass_at_k"][k]["mean"] - ref[r["seed"]][k]["mean"] for r in rs]
+            if len(rs) == 1 and rs[0].get("pass_counts") and counts.get(rs[0]["seed"]):
+                # one seed: paired over problems (same problems and evaluation noise)
+                m, h = paired_pass_difference(rs[0]["pass_counts"], counts[rs[0]["seed"]], rs[0]["pass"]["n"], int(k))
+                cells += [f"{m:+.3f} ± {h:.3f}*", f"{sum(x > 0 for x in d)}/{len(d)}"]
+                continue
+            cells += [_fmt_signed(d), f"{sum(x > 0 for x in d)}/{len(d)}" if d else "-"]
+        rows.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+def pass_section(cfg, data: dict, tasks: list[str]) -> list[str]:
+    text = [
+        "## pass@k on the tasks scored by a checker",
+        "",
+        f"{cfg.eval.pass_samples} samples per held-out problem ({cfg.eval.num_prompts} distinct problems), the "
+        "unbiased estimator 1 − C(n−c,k)/C(n,k) averaged over problems; mean ± 95% t-interval over seeds. "
+        f"zero-var@{cfg.rl.k} (eval): the estimated share of groups of k = {cfg.rl.k} samples whose rewards are "
+        "all equal (no gradient for any group baseline); zero-var (training): the same share measured on the "
+        "training batches (groups/zero_variance), averaged over the run. With one seed, values marked * "
+        "carry the 95% normal interval over problems instead (differences paired over problems): it "
+        "covers the evaluation's sampling of problems and responses, not the randomness of training.",
+        "",
+    ]
+    for task in tasks:
+        text += [
+            f"### {task}",
+            "",
+            pass_table(cfg, data, task),
+            "",
+            "Differences from rloo, paired by seed:",
+            "",
+            pass_differences(cfg, data, task),
+            "",
+        ]
+    return text
+
+
 def write_report(cfg, out: Path) -> Path:
 
     report = out / "report"
@@ -153,7 +248,10 @@ def write_report(cfg, out: Path) -> Path:
         json.dumps(
             {
                 t: {
-                    m: [{k: v for k, v in r.items() if k not in ("metrics", "gold_per_prompt")} for r in rs]
+                    m: [
+                        {k: v for k, v in r.items() if k not in ("metrics", "gold_per_prompt", "pass_counts")}
+                        for r in rs
+                    ]
                     for m, rs in d.items()
                 }
                 for t, d in data.items()
@@ -161,6 +259,7 @@ def write_report(cfg, out: Path) -> Path:
             indent=1,
         )
     )
+    checked = [t for t in cfg.tasks if any("pass" in r for rs in data[t].values() for r in rs)]
     budget = cfg.rl.steps * cfg.rl.batch_size * cfg.rl.k
     text = [
         "# RLOO and the methods it is compared with, on the built-in tasks",
@@ -175,6 +274,7 @@ def write_report(cfg, out: Path) -> Path:
         "",
         results_table(cfg, data),
         "",
+        *(pass_section(cfg, data, checked) if checked else []),
         "## Differences from RLOO, paired by seed",
         "",
         "Method minus rloo in win rate against the references, per seed (same SFT model, reward model, eval "

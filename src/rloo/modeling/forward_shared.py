@@ -57,7 +57,7 @@ def _group_rows(cache: DynamicCache, groups: Tensor) -> DynamicCache:
     """A new cache whose row r is row groups[r] of `cache` (B prompts -> n rows). Indexing is an
     autograd op: the gradients of a prompt's copies are summed back into its single copy. Its layers
     are PrefixLayers, so a checkpointed layer's replay in backward sees the same keys/values."""
-    return prefix_cache([(l.keys[groups], l.values[groups]) for l in cache.layers])
+    return prefix_cache([(layer.keys[groups], layer.values[groups]) for layer in cache.layers])
 
 
 def _reuse(prefill: Prefill, p_ids: Tensor, p_mask: Tensor) -> Prefill:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 import shutil
 from pathlib import Path
 
@@ -20,6 +19,8 @@ from transformers.utils import logging as hf_logging
 from rloo.config import ArchConfig
 from rloo.errors import RlooError
 from rloo.runtime.atomic import WriteError, describe_write_failure, fsync_dir, sync_and_hash
+from rloo.runtime.names import check_name
+from rloo.runtime.precision import resolve_precision
 
 # Our own progress bars cover the long work; per-file load/save bars of tiny models are noise.
 hf_logging.disable_progress_bar()
@@ -47,25 +48,16 @@ def build_llama(arch: ArchConfig, tokenizer, seed: int) -> LlamaForCausalLM:
     return LlamaForCausalLM(cfg)
 
 
-_HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
-
-
 def _check_dir(path: str, what: str) -> None:
-    """A local path must exist; anything shaped like a Hub name (`org/name`) is left to the Hub."""
-    p = Path(path)
-    if p.exists() or (_HUB_NAME.match(str(path)) and not str(path).startswith((".", "~"))):
-        return
-    raise RlooError(f"{what} path {path!r} does not exist (expected a Hugging Face model folder or Hub name)")
+    """A missing local path fails at once; a Hub name is looked up once, without retries (rloo.runtime.names)."""
+    check_name(str(path), what)
 
 
 def resolve_dtype(name: str | torch.dtype, device: str) -> torch.dtype:
-    """`auto` is bfloat16 on GPU (the memory and speed of half precision without float16's range
-    problems) and float32 on CPU (where bf16 matmuls are slow and imprecise)."""
-    if isinstance(name, torch.dtype):
-        return name
-    if name == "auto":
-        return torch.bfloat16 if str(device).startswith("cuda") else torch.float32
-    return getattr(torch, name)
+    """The dtype weights are stored in under `dtype=name` (rloo.runtime.precision): bfloat16 on GPU for
+    auto/bfloat16 (the memory and speed of half precision without float16's range problems);
+    float32 on CPU, where bf16 is mixed precision (fp32 master weights, bf16 autocast)."""
+    return resolve_precision(name, device).weights
 
 
 def model_options(cfg) -> dict:
@@ -150,7 +142,8 @@ def load_value_model(
 def enable_gradient_checkpointing(model) -> None:
     """Trade compute for memory: activations are recomputed in backward. transformers drops the KV
     cache inside checkpointed layers; the passes that need one (the shared-prompt passes of
-    rloo.modeling.forward_shared) checkpoint the layers themselves with the cache kept (rloo.modeling.layer_checkpoint)."""
+    rloo.modeling.forward_shared) checkpoint the layers themselves with the cache kept
+    (rloo.modeling.layer_checkpoint)."""
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if hasattr(model, "enable_input_require_grads"):
         model.enable_input_require_grads()  # frozen embeddings (LoRA) would otherwise cut the graph

@@ -35,7 +35,7 @@ class WeightedReward:
         total = None
         for name, src in self.sources.items():
             s = src(batch).float().cpu()
-            self.last_parts[name] = s.mean().item()
+            self.last_parts[name] = s.nanmean().item()  # unscored (None -> NaN) samples left out
             total = self.weights[name] * s if total is None else total + self.weights[name] * s
         return total
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import math
 import numbers
 from collections.abc import Callable, Sequence
@@ -14,6 +13,7 @@ from rloo.data.collate import encode_completions, encode_prompts
 from rloo.errors import RewardError, RlooError, StopNow
 from rloo.modeling.forward import reward_scores
 from rloo.modeling.forward_shared import reward_scores_shared
+from rloo.runtime.user_code import load_callable
 
 RewardFn = Callable[[list[str], list[str]], Sequence[float]]
 
@@ -22,7 +22,10 @@ class FunctionReward:
     """A batched Python reward: fn(prompts, completions) -> one float per completion.
 
     Its output is checked every call: a reward that raises, returns the wrong number of scores,
-    non-numbers or NaN/inf stops training with a RewardError naming the problem.
+    non-numbers or NaN/inf stops training with a RewardError naming the problem. ``None`` means
+    "could not score" (a checker that found nothing to check): it comes out as NaN, and the group
+    algorithms leave such a sample out of its group's baseline and give it advantage 0 (the rule
+    of ``rloo.core.advantages.leave_one_out_valid``); the others stop with a RewardError.
     """
 
     def __init__(self, fn: RewardFn, name: str | None = None):
@@ -52,19 +55,25 @@ class FunctionReward:
             raise RewardError(
                 f"reward function {self.name} returned {len(values)} scores for {len(completions)} completions"
             )
+        out = []
         for v in values:
             if isinstance(v, torch.Tensor) and v.numel() == 1:
                 v = v.item()
+            if v is None:  # "could not score": NaN marks it (see rloo.core.advantages.unscored)
+                out.append(math.nan)
+                continue
             if isinstance(v, bool) or not isinstance(v, numbers.Real):
                 raise RewardError(f"reward function {self.name} returned a non-number: {v!r}")
             if not math.isfinite(float(v)):
                 raise RewardError(f"reward function {self.name} returned a non-finite score: {v!r}")
-        return torch.tensor([float(v) for v in values], dtype=torch.float32)
+            out.append(float(v))
+        return torch.tensor(out, dtype=torch.float32)
 
 
 class RewardModelScorer:
     """A sequence-classification reward model. With the policy's own tokenizer it scores the
-    rollout's token ids directly; with a different tokenizer it decodes and re-tokenizes.
+    rollout's token ids directly; with a different tokenizer it re-tokenizes the decoded text
+    (unstripped: `Rollout.raw_completions`).
     share_prompt: score a rollout's groups of k with each prompt computed once (same scores)."""
 
     def __init__(
@@ -85,7 +94,9 @@ class RewardModelScorer:
         if self.same_tokenizer:
             k = getattr(batch, "group_size", 1) if self.share_prompt else 1
             return self._chunked(batch.prompt_ids, batch.prompt_mask, batch.completion_ids, batch.completion_mask, k)
-        return self.score_texts(batch.prompts, batch.completions)
+        # the decoded text as sampled (leading space kept): a reward model reads responses in the
+        # layout of its training pairs (" text"), in training and in evaluation alike
+        return self.score_texts(batch.prompts, getattr(batch, "raw_completions", None) or batch.completions)
 
     @torch.no_grad()
     def score_texts(self, prompts: list[str], completions: list[str]) -> Tensor:
@@ -109,15 +120,5 @@ class RewardModelScorer:
 
 
 def load_function(spec: str) -> RewardFn:
-    """`package.module:function` -> the function, with a clear error when it is not there."""
-    if ":" not in spec:
-        raise RlooError(f"reward function {spec!r} must be given as module:function")
-    mod_name, fn_name = spec.split(":", 1)
-    try:
-        mod = importlib.import_module(mod_name)
-    except ImportError as e:
-        raise RlooError(f"cannot import module {mod_name!r} for reward function {spec!r}: {e}") from e
-    fn = getattr(mod, fn_name, None)
-    if not callable(fn):
-        raise RlooError(f"module {mod_name!r} has no callable {fn_name!r}")
-    return fn
+    """`package.module:function` or `path/to/file.py:function` -> the function (rloo.runtime.user_code)."""
+    return load_callable(spec, "reward function")

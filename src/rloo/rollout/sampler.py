@@ -6,7 +6,7 @@ the KL term (they are log pi_theta of the policy that sampled, eq. 1).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -22,7 +22,7 @@ class Rollout:
     """N = B*K completions; rows k*i .. k*i+K-1 belong to prompt i."""
 
     prompts: list[str]  # (N,) prompt text of each row
-    completions: list[str]  # (N,) decoded completion text (special tokens dropped)
+    completions: list[str]  # (N,) decoded completion text (special tokens dropped), stripped
     prompt_ids: Tensor  # (N, P) left-padded
     prompt_mask: Tensor  # (N, P) bool
     completion_ids: Tensor  # (N, T) right-padded
@@ -32,6 +32,15 @@ class Rollout:
     prompts_truncated: int = 0  # prompts cut to fit the prompt-length limit
     group_size: int = 1  # K: rows come in runs of K sharing one prompt
     prefill: Prefill | None = None  # the policy's graph-carrying prompt pass, when kept for the update
+    # (N,) decoded text before stripping: what a reward model on another tokenizer reads, in the
+    # layout it was trained on (datasets give responses as " text"); None: same as `completions`
+    raw_completions: list[str] | None = None
+    # (N,) values a training step recorded per completion (score, kl, advantage), for sample tables
+    per_sample: dict[str, Tensor] = field(default_factory=dict)
+
+    def record(self, **values: Tensor) -> None:
+        """Keep detached (N,) copies of per-completion values (rloo.runtime.trackers.sample_rows shows them)."""
+        self.per_sample.update({k: v.detach().float().cpu() for k, v in values.items()})
 
 
 def _top_p_filter(logits: Tensor, top_p: float) -> Tensor:
@@ -215,4 +224,5 @@ def rollout(
         prompts_truncated=n_trunc,
         group_size=k,
         prefill=pre,
+        raw_completions=texts,
     )

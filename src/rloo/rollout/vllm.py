@@ -107,6 +107,7 @@ class VLLMSampler:
             logprobs=lps,
             truncated=~ended.to(device),
             prompts_truncated=n_trunc,
+            raw_completions=texts,
         )
 
 

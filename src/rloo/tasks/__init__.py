@@ -2,6 +2,8 @@
 
 - ``summarize`` (default): Reddit TL;DR stand-in, summarize a post by listing its key words.
 - ``dialogue``: Anthropic HH stand-in, help with benign requests and refuse harmful ones.
+- ``arithmetic``: small integer problems scored by a checker (RL with verifiable rewards): no
+  reward model, the checker is the reward and the gold judge; success is a rising pass@k.
 
 Each task gives prompts with mixed-quality references (SFT data), a deterministic gold judge
 (``gold_score``, the stand-in for the paper's GPT-4 judge), and a Bradley-Terry labeler built on
@@ -11,6 +13,7 @@ of policy responses against the references, judged by the gold judge.
 
 from __future__ import annotations
 
+from rloo.tasks.arithmetic import ArithmeticTask
 from rloo.tasks.base import (
     DEFAULT_LABEL_TEMPERATURE,
     SPLITS,
@@ -22,7 +25,7 @@ from rloo.tasks.base import (
 from rloo.tasks.dialogue import DialogueTask
 from rloo.tasks.summarize import SummarizeTask
 
-TASKS: tuple[str, ...] = ("summarize", "dialogue")
+TASKS: tuple[str, ...] = ("summarize", "dialogue", "arithmetic")
 
 
 def get_task(name: str = "summarize") -> Task:
@@ -31,10 +34,18 @@ def get_task(name: str = "summarize") -> Task:
         return SummarizeTask()
     if name == "dialogue":
         return DialogueTask()
+    if name == "arithmetic":
+        return ArithmeticTask()
     raise ValueError(f"unknown task {name!r}; available: {', '.join(TASKS)}")
 
 
+def has_checker(task) -> bool:
+    """Whether a task is scored by a checker (reward = checker, no reward model, pass@k eval)."""
+    return bool(getattr(task, "has_checker", False))
+
+
 __all__ = [
+    "ArithmeticTask",
     "DEFAULT_LABEL_TEMPERATURE",
     "SPLITS",
     "TASKS",
@@ -43,6 +54,7 @@ __all__ = [
     "SummarizeTask",
     "Task",
     "get_task",
+    "has_checker",
     "task_stats",
     "win_rate",
 ]

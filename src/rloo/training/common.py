@@ -16,6 +16,7 @@ from rloo.errors import RlooError, option
 from rloo.runtime.atomic import atomic_write_text
 from rloo.runtime.checkpoint import check_resume_config
 from rloo.runtime.fingerprint import refuse_inputs_inside
+from rloo.runtime.precision import refresh_casts_after_step
 from rloo.runtime.runlock import LOCK_NAME, is_lock_file, lock_now
 
 
@@ -98,8 +99,10 @@ def clear_folder(out: Path) -> None:
 
 
 def adamw(params, lr: float, weight_decay: float = 0.0) -> torch.optim.AdamW:
-    return torch.optim.AdamW(
-        [p for p in params if p.requires_grad], lr=lr, weight_decay=weight_decay, betas=(0.9, 0.95)
+    """AdamW over the trainable parameters; its state has their (fp32 master) dtype. Each step
+    drops autocast's bf16 copies of the weights, which the step makes stale."""
+    return refresh_casts_after_step(
+        torch.optim.AdamW([p for p in params if p.requires_grad], lr=lr, weight_decay=weight_decay, betas=(0.9, 0.95))
     )
 
 

@@ -27,6 +27,7 @@ from rloo.modeling.dropout import maybe_disable_dropout
 from rloo.modeling.forward import completion_logprobs
 from rloo.modeling.loading import frozen, load_policy, load_reward_model, save_pretrained_atomic
 from rloo.rewards import RewardModelScorer
+from rloo.runtime.precision import stage_precision
 from rloo.runtime.tracking import MetricsLogger, progress, say
 from rloo.tasks import get_task
 from rloo.training.common import adamw, check_device, prepare_output_dir, seed_everything, warmup_constant
@@ -89,6 +90,7 @@ def check_dpo_arguments(prompts, reward_fn) -> None:
         )
 
 
+@stage_precision
 def train_dpo(cfg: RLConfig, *, resume: bool = False, overwrite: bool = False) -> RLResult:
     """Fine-tune cfg.policy with DPO; returns the online loop's RLResult (history, final eval)."""
     if resume:
@@ -113,7 +115,12 @@ def train_dpo(cfg: RLConfig, *, resume: bool = False, overwrite: bool = False) -
     total = cfg.algorithm_settings.dpo_epochs * -(-len(pairs) // cfg.algorithm_settings.dpo_batch_size)
     opt = adamw(models.policy.parameters(), cfg.algorithm_settings.dpo_lr)
     sched = warmup_constant(opt, cfg.warmup_steps)
-    log, history, bar, step = MetricsLogger(out), [], progress(total, "dpo"), 0
+    log, history, bar, step = (
+        MetricsLogger(out, report_to=cfg.report_to, config=cfg.model_dump(mode="json")),
+        [],
+        progress(total, "dpo"),
+        0,
+    )
 
     def record(s, metrics):
         log.log(s, metrics)
@@ -123,7 +130,7 @@ def train_dpo(cfg: RLConfig, *, resume: bool = False, overwrite: bool = False) -
         for _ in range(cfg.algorithm_settings.dpo_epochs):
             for idx in batches(len(pairs), cfg.algorithm_settings.dpo_batch_size, gen):
                 if cfg.eval_every and step % cfg.eval_every == 0:
-                    record(step, eval_metrics(models, eval_set, cfg))
+                    record(step, eval_metrics(models, eval_set, cfg, step))
                 pc, pr = _pair_logprobs(models.policy, prompts, comps, idx, device)
                 loss, stats = dpo_loss(pc, pr, ref_c[idx], ref_r[idx], cfg.algorithm_settings.dpo_beta)
                 grad_norm, _ = guarded_step(loss, models.policy.parameters(), opt, cfg.max_grad_norm)
@@ -132,7 +139,7 @@ def train_dpo(cfg: RLConfig, *, resume: bool = False, overwrite: bool = False) -
                 if step % cfg.log_every == 0:
                     record(step, {k: float(v) for k, v in stats.items()} | {"grad/norm": grad_norm})
                 bar.update()
-        final = eval_metrics(models, eval_set, cfg)
+        final = eval_metrics(models, eval_set, cfg, step)
         record(step, final)
         save_pretrained_atomic(models.policy, models.tokenizer, out / "model")
     finally:

@@ -12,8 +12,9 @@ from rloo.algorithms.base import Models
 from rloo.config import RLConfig
 from rloo.data.datasets import train_eval_records
 from rloo.eval.judge import evaluate_policy
-from rloo.rewards.judges import make_judge
+from rloo.rewards.judges import make_judge, task_judge
 from rloo.runtime.distributed import unwrap
+from rloo.runtime.tracking import say
 
 
 @dataclass
@@ -25,11 +26,11 @@ class EvalSet:
     @classmethod
     def of_task(cls, task, examples) -> EvalSet:
         """A built-in task's held-out examples, judged by its gold judge."""
-        return cls([e.prompt for e in examples], [e.reference for e in examples], task.gold_score)
+        return cls([e.prompt for e in examples], [e.reference for e in examples], task_judge(task))
 
 
-def eval_metrics(models: Models, ev: EvalSet, cfg: RLConfig) -> dict[str, float]:
-    """Periodic evaluation of the policy on `ev`."""
+def eval_metrics(models: Models, ev: EvalSet, cfg: RLConfig, step: int) -> dict[str, float]:
+    """Periodic evaluation of the policy on `ev`; one printed line per eval (rank 0)."""
     # A fixed generator per eval: every eval sees the same sampling noise, so curves are smoother.
     policy = unwrap(models.policy)
     res = evaluate_policy(
@@ -47,7 +48,20 @@ def eval_metrics(models: Models, ev: EvalSet, cfg: RLConfig) -> dict[str, float]
         generator=torch.Generator().manual_seed(cfg.seed + 1),
     )
     policy.train()
+    say(eval_line(step, cfg.steps, res, len(ev.prompts)))
     return res.as_metrics()
+
+
+def eval_line(step: int, steps: int, res, n: int) -> str:
+    """`eval at step 20/100 (64 prompts): win rate 0.160 vs references, score -1.234 (judge: ...), KL 0.5`."""
+    parts = []
+    if res.win_rate is not None:
+        parts.append(f"win rate {res.win_rate:.3f} vs references")
+    if res.gold is not None:
+        parts.append(f"score {res.gold:.3f}")
+    judged = f" (judge: {res.judge})" if res.judge else " (no judge)"
+    kl = f", KL {res.kl:.3f}" if res.kl is not None else ""
+    return f"eval at step {step}/{steps} ({n} prompts): {', '.join(parts) or 'no judge scores'}{judged}{kl}"
 
 
 def train_and_eval_prompts(
@@ -59,14 +73,15 @@ def train_and_eval_prompts(
     if prompts is not None:
         return prompts, None
     rm = getattr(models.scorer, "reward_model", None)
+    rm_name = f"reward model ({cfg.reward_model})"
     if cfg.dataset is not None:
         train_recs, eval_recs = train_eval_records(
             cfg.dataset, ("prompt",), cfg.eval_prompts, models.tokenizer, optional=("completion",)
         )
         refs = [r.completion for r in eval_recs] if eval_recs[0].completion is not None else None
-        judge = make_judge(cfg.eval.judge, task=task, reward_scorer=rm, use_task=False)
+        judge = make_judge(cfg.eval.judge, task=task, reward_scorer=rm, use_task=False, reward_name=rm_name)
         return [r.prompt for r in train_recs], EvalSet([r.prompt for r in eval_recs], refs, judge)
     examples = task.examples("eval", cfg.eval_prompts, seed=cfg.seed)
-    judge = make_judge(cfg.eval.judge, task=task, reward_scorer=rm)
+    judge = make_judge(cfg.eval.judge, task=task, reward_scorer=rm, reward_name=rm_name)
     train_prompts = [e.prompt for e in task.examples("train", (steps or cfg.steps) * cfg.batch_size, seed=cfg.seed)]
     return train_prompts, EvalSet([e.prompt for e in examples], [e.reference for e in examples], judge)

@@ -9,20 +9,27 @@ import torch
 
 from rloo.config import EvalConfig
 from rloo.data.datasets import eval_records
-from rloo.eval.judge import PolicyEval, evaluate_policy, paired_difference
+from rloo.data.preflight import check_config
+from rloo.errors import RlooError
+from rloo.eval.judge import PolicyEval, evaluate_policy
+from rloo.eval.paired import compare_paired, describe
+from rloo.eval.passk import PassAtK, evaluate_pass_at_k, format_pass_table, paired_pass_difference
 from rloo.modeling.loading import frozen, load_policy, load_reward_model, model_options
 from rloo.rewards import RewardModelScorer
 from rloo.rewards.judges import make_judge
+from rloo.runtime.precision import stage_precision
 from rloo.runtime.runlock import holds_run_folder
 from rloo.runtime.tracking import say
-from rloo.tasks import Example, get_task
+from rloo.tasks import Example, get_task, has_checker
 from rloo.training.common import check_device, prepare_output_dir, seed_everything
 
 
 @holds_run_folder
+@stage_precision
 def evaluate(cfg: EvalConfig, *, overwrite: bool = False) -> dict[str, PolicyEval]:
     """Win rate against the task's references by its gold judge, gold and reward-model scores,
     KL to the reference model and length, for `policy` (and `baseline` when given)."""
+    check_config(cfg)
     check_device(cfg.device)
     seed_everything(cfg.seed)
     task = get_task(cfg.task)
@@ -41,7 +48,15 @@ def evaluate(cfg: EvalConfig, *, overwrite: bool = False) -> dict[str, PolicyEva
         examples = [Example(r.prompt, r.completion) for r in recs]
     else:
         examples = task.examples("eval", cfg.num_prompts, seed=cfg.seed)
-    judge = make_judge(cfg.judge, task=task, reward_scorer=scorer, use_task=cfg.dataset is None)
+    judge = make_judge(
+        cfg.judge,
+        task=task,
+        reward_scorer=scorer,
+        use_task=cfg.dataset is None,
+        reward_name=f"reward model ({cfg.reward_model})",
+    )
+    if judge is None:  # rloo.data.preflight refuses this config first; kept for API callers that skip it
+        raise RlooError("nothing to judge the responses with: set judge=module:function or reward_model=PATH")
     out = prepare_output_dir(cfg, overwrite=overwrite)
     results = {}
     for name, (model, tok) in loaded.items():
@@ -62,15 +77,23 @@ def evaluate(cfg: EvalConfig, *, overwrite: bool = False) -> dict[str, PolicyEva
             generator=torch.Generator().manual_seed(cfg.seed + 7),
             keep_samples=5,
         )
-    summary = {k: {kk: vv for kk, vv in asdict(v).items() if kk != "wins"} for k, v in results.items()}
-    table = format_table(results)
-    if "baseline" in results and results["policy"].wins:
-        diff, half = paired_difference(results["policy"].wins, results["baseline"].wins)
-        summary["difference"] = {"win_rate": diff, "ci95": half}
-        table += (
-            f"\n\npolicy - baseline win rate: {100 * diff:+.1f} points "
-            f"(95% CI {100 * (diff - half):+.1f} to {100 * (diff + half):+.1f}, paired over {len(examples)} prompts)"
-        )
+    summary = {"judge": judge.name} | {
+        k: {kk: vv for kk, vv in asdict(v).items() if kk not in ("wins", "scores", "passk")} for k, v in results.items()
+    }
+    table = format_table(results, judge.name)
+    diff = compare_paired(results["policy"], results["baseline"]) if "baseline" in results else None
+    if diff is not None:
+        summary["difference"] = diff
+        table += "\n\n" + describe(diff, judge.name)
+    if has_checker(task) and cfg.dataset is None:
+        passes = {name: _pass_at_k(model, tok, task, examples, cfg) for name, (model, tok) in loaded.items()}
+        text, pass_summary = pass_report(passes)
+        table += "\n\n" + text
+        for name, r in passes.items():
+            summary[name]["pass"] = r.summary()
+        summary.setdefault("difference", {}).update(pass_summary)
+        for name, r in passes.items():  # kept on the result for callers (the pipeline's summary)
+            results[name].passk = r
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     data = cfg.dataset.path if cfg.dataset is not None else cfg.task
     (out / "report.md").write_text(f"# Evaluation on {len(examples)} held-out {data} prompts\n\n{table}\n")
@@ -78,11 +101,11 @@ def evaluate(cfg: EvalConfig, *, overwrite: bool = False) -> dict[str, PolicyEva
     return results
 
 
-def format_table(results: dict[str, PolicyEval]) -> str:
-    """Markdown table: one row per policy."""
+def format_table(results: dict[str, PolicyEval], judge: str) -> str:
+    """Markdown table: one row per policy; the header names the judge of the win rate and score."""
     fmt = lambda v, p=3: "-" if v is None else f"{v:.{p}f}"  # noqa: E731
     rows = [
-        "| policy | win rate vs refs | gold score | RM score | KL to ref | length | truncated |",
+        f"| policy | win rate vs refs ({judge}) | score ({judge}) | RM score | KL to ref | length | truncated |",
         "|---|---|---|---|---|---|---|",
     ]
     for name, r in results.items():
@@ -91,3 +114,43 @@ def format_table(results: dict[str, PolicyEval]) -> str:
             f"{fmt(r.length, 1)} | {fmt(r.truncated, 2)} |"
         )
     return "\n".join(rows)
+
+
+def _pass_at_k(model, tok, task, examples, cfg: EvalConfig) -> PassAtK:
+    """pass@k of one policy: cfg.pass_samples samples per problem, the same noise for every policy."""
+    return evaluate_pass_at_k(
+        model,
+        tok,
+        [e.prompt for e in examples],
+        task.gold_score,
+        n=cfg.pass_samples,
+        parse=getattr(task, "parse_answer", None),
+        temperature=cfg.temperature,
+        max_prompt_len=cfg.max_prompt_tokens,
+        max_new_tokens=cfg.max_new_tokens,
+        batch_size=max(cfg.batch_size, cfg.pass_samples),
+        generator=torch.Generator().manual_seed(cfg.seed + 11),
+    )
+
+
+def pass_report(passes: dict[str, PassAtK]) -> tuple[str, dict]:
+    """The pass@k table (markdown) and, with a baseline, policy - baseline pass@1 paired over problems."""
+    first = next(iter(passes.values()))
+    text = (
+        f"pass@k on {len(first.counts)} held-out problems, {first.n} samples each (unbiased estimator, "
+        f"mean ± 95% interval over problems; zero-var@k: share of groups of k whose rewards are all equal)"
+        f"\n\n{format_pass_table(passes)}"
+    )
+    if "baseline" not in passes:
+        return text, {}
+    pol, base = passes["policy"], passes["baseline"]
+    out = {}
+    for k in pol.pass_k:
+        diff, half = paired_pass_difference(pol.counts, base.counts, pol.n, k)
+        out[f"pass@{k}"] = {"diff": diff, "ci95": half}
+    d = out["pass@1"]
+    text += (
+        f"\n\npolicy - baseline pass@1: {100 * d['diff']:+.1f} points (95% CI {100 * (d['diff'] - d['ci95']):+.1f} "
+        f"to {100 * (d['diff'] + d['ci95']):+.1f}, paired over {len(pol.counts)} problems)"
+    )
+    return text, out

@@ -8,14 +8,18 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from rloo.errors import Interrupted, NonFiniteError, RlooError, StopNow, option
+from rloo.eval.plots import plot_training
 from rloo.modeling.loading import save_pretrained_atomic
 from rloo.modeling.lora import for_saving
 from rloo.runtime.checkpoint import Checkpointer
 from rloo.runtime.distributed import unwrap
+from rloo.runtime.progress_text import progress_suffix
+from rloo.runtime.trackers import sample_rows
 from rloo.runtime.tracking import MetricsLogger, progress, say
 from rloo.training.evalset import eval_metrics
 from rloo.training.guard import NonFiniteGuard, check_update
@@ -26,6 +30,7 @@ class RLResult:
     model_path: Path
     history: list[dict] = field(default_factory=list)  # the logged metrics, one dict per record
     final_eval: dict = field(default_factory=dict)
+    plots: list[Path] = field(default_factory=list)  # reward.png, kl.png, win_rate.png under output_dir/plots
 
 
 class StopFlag:
@@ -58,20 +63,29 @@ def loop(cfg, dist, models, ck: Checkpointer, eval_set, start: int) -> RLResult:
     out, opt, sched, stream = ck.out, ck.opt, ck.sched, ck.stream
     guard = NonFiniteGuard(ck, cfg.max_skipped_steps)
     step_kwargs = dist.step_kwargs if ck.algo.distributed else lambda rows: {}
-    log = MetricsLogger(out, purge_step=start + 1 if start else None) if dist.is_main else None
-    bar, history = progress(cfg.steps, f"{cfg.algorithm}", initial=start, disable=not dist.is_main), []
+    log = (
+        MetricsLogger(
+            out, purge_step=start + 1 if start else None, report_to=cfg.report_to, config=cfg.model_dump(mode="json")
+        )
+        if dist.is_main
+        else None
+    )
+    # no plain lines from the bar: _show prints its own, with the scores
+    bar = progress(cfg.steps, f"{cfg.algorithm}", initial=start, disable=not dist.is_main, plain_lines=False)
+    history = []
 
     def record(step, metrics):
         if log is not None:
             log.log(step, metrics)
         history.append({"step": step, **metrics})
 
+    clock = (time.perf_counter(), start)  # for the ETA of plain-text progress lines
     try:
         with StopFlag() as stop:
             for step in range(start, cfg.steps):
                 pre = ck.snapshot(step)  # the state before this step, for a checkpoint if it fails
                 if eval_set is not None and cfg.eval_every and step % cfg.eval_every == 0:
-                    record(step, eval_metrics(models, eval_set, cfg))
+                    record(step, eval_metrics(models, eval_set, cfg, step))
                 # this process's prompts of the global batch, and its rows of the B*K completions
                 prompts, rows = dist.shard(stream.next(), cfg.k)
                 lr = opt.param_groups[0]["lr"]  # the rate this step's update uses (sched.step() sets the next)
@@ -90,7 +104,9 @@ def loop(cfg, dist, models, ck: Checkpointer, eval_set, start: int) -> RLResult:
                 stats |= guard.after_step(bool(stats["guard/skipped"]), pre, step, undone)
                 if (step + 1) % cfg.log_every == 0:
                     record(step + 1, stats | {"lr": lr})
-                _show(bar, cfg, step, stats, roll, rewards)
+                _show(bar, cfg, step, stats, roll, rewards, clock)
+                if log is not None and (step + 1) % cfg.sample_every == 0:
+                    log.log_samples(step + 1, sample_rows(roll))
                 if stop.signum is not None:
                     raise _interrupted(ck, stop.signum, step + 1, cfg.steps)
                 if cfg.save_every and (step + 1) % cfg.save_every == 0:
@@ -102,7 +118,7 @@ def loop(cfg, dist, models, ck: Checkpointer, eval_set, start: int) -> RLResult:
                     f"max_grad_norm, or check the reward"
                 )
             # past the last step a signal no longer interrupts: finishing is quicker than resuming
-            final = eval_metrics(models, eval_set, cfg) if eval_set is not None else {}
+            final = eval_metrics(models, eval_set, cfg, cfg.steps) if eval_set is not None else {}
             if final:
                 record(cfg.steps, final)
             _save_final(cfg, dist, models, out / "model")
@@ -110,10 +126,14 @@ def loop(cfg, dist, models, ck: Checkpointer, eval_set, start: int) -> RLResult:
         bar.close()
         if log is not None:
             log.close()
+    plots = []
     if dist.is_main:
+        judge = getattr(eval_set.judge, "name", "judge") if eval_set is not None and eval_set.judge else "judge"
+        data = cfg.dataset.path if cfg.dataset else cfg.task
+        plots = plot_training(out / "metrics.jsonl", out / "plots", title=f"{cfg.algorithm} on {data}", judge=judge)
         win = f" (win rate {final['eval/win_rate']:.3f})" if "eval/win_rate" in final else ""
-        say(f"{cfg.algorithm}: saved {out / 'model'}{win}")
-    return RLResult(out / "model", history, final)
+        say(f"{cfg.algorithm}: saved {out / 'model'}{win}; plots in {out / 'plots'}")
+    return RLResult(out / "model", history, final, plots)
 
 
 def _failed_step(ck: Checkpointer, pre: dict, step: int, e: RlooError) -> RlooError:
@@ -160,13 +180,15 @@ def _periodic_checkpoint(ck: Checkpointer, guard: NonFiniteGuard, step: int) -> 
     ck.save(ck.snapshot(step))
 
 
-def _show(bar, cfg, step, stats, roll, rewards) -> None:
+def _show(bar, cfg, step, stats, roll, rewards, clock) -> None:
     bar.set_postfix(score=f"{stats['reward/score']:.3f}", kl=f"{stats['reward/kl']:.3f}")
     bar.update()
-    if bar.disable and (step + 1) % max(1, cfg.steps // 10) == 0:
+    if bar.disable and (step + 1) % max(1, cfg.steps // 10) == 0:  # no terminal: a line with an ETA
+        t0, start = clock
+        eta = progress_suffix(step + 1 - start, cfg.steps - start, time.perf_counter() - t0)
         say(
             f"{cfg.algorithm} step {step + 1}/{cfg.steps}: score {stats['reward/score']:.3f} "
-            f"kl {stats['reward/kl']:.3f}"
+            f"kl {stats['reward/kl']:.3f} ({eta})"
         )
     if (step + 1) % cfg.sample_every == 0:
         _print_samples(step + 1, roll, rewards)

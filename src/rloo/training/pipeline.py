@@ -1,4 +1,6 @@
-"""`rloo pipeline`: SFT -> reward model -> RLOO -> evaluation, one output folder."""
+"""`rloo pipeline`: SFT -> reward model -> RLOO -> evaluation, one output folder. A task with a
+checker (arithmetic) has no reward-model stage: the checker is the reward, and the evaluation adds
+pass@k."""
 
 from __future__ import annotations
 
@@ -7,10 +9,12 @@ import time
 from dataclasses import asdict
 
 from rloo.config import PipelineConfig
-from rloo.eval.judge import paired_difference
-from rloo.eval.plots import plot_training
+from rloo.data.preflight import check_config
+from rloo.eval.paired import compare_paired, describe
+from rloo.eval.passk import paired_pass_difference
 from rloo.runtime.runlock import holds_run_folder
 from rloo.runtime.tracking import say
+from rloo.tasks import get_task, has_checker
 from rloo.training.common import prepare_output_dir
 from rloo.training.evaluate import evaluate
 from rloo.training.reward import train_reward
@@ -20,32 +24,45 @@ from rloo.training.sft import sft
 
 @holds_run_folder
 def pipeline(cfg: PipelineConfig, *, overwrite: bool = False) -> dict:
-    """Run the four stages in order; returns the summary also written to summary.json."""
-    out = prepare_output_dir(cfg, overwrite=overwrite)
+    """Run the four stages in order; returns the summary also written to summary.json. The whole
+    config (names, data columns, reward and judge) is checked before any stage starts or any file
+    is written (rloo.data.preflight)."""
+    check_config(cfg)
     sft_cfg, rm_cfg, rl_cfg, ev_cfg = cfg.stage_configs()
+    out = prepare_output_dir(cfg, overwrite=overwrite)
     times = {}
     t = time.perf_counter()
-    say(f"[1/4] SFT on {cfg.task} -> {sft_cfg.output_dir}")
+    data = cfg.dataset.path if cfg.dataset is not None else cfg.task
+    say(f"[1/4] SFT of {cfg.model or 'a small Llama'} on {data} -> {sft_cfg.output_dir}")
     sft(sft_cfg, overwrite=True)
     times["sft"], t = time.perf_counter() - t, time.perf_counter()
-    say(f"[2/4] reward model -> {rm_cfg.output_dir}")
-    rm = train_reward(rm_cfg, overwrite=True)
-    times["reward"], t = time.perf_counter() - t, time.perf_counter()
+    checker = has_checker(get_task(cfg.task))
+    if checker:
+        say(f"[2/4] no reward model: {cfg.task}'s checker is the reward ({rl_cfg.reward_fn})")
+        rm = None
+    else:
+        pref = rm_cfg.dataset.path if rm_cfg.dataset is not None else f"{cfg.task} labeler pairs"
+        say(f"[2/4] reward model from {rm_cfg.model or 'the SFT model'} on {pref} -> {rm_cfg.output_dir}")
+        rm = train_reward(rm_cfg, overwrite=True)
+        times["reward"], t = time.perf_counter() - t, time.perf_counter()
     say(f"[3/4] {cfg.rl.algorithm} for {cfg.rl.steps} steps, k={cfg.rl.k}, beta={cfg.rl.beta} -> {rl_cfg.output_dir}")
-    train(rl_cfg, overwrite=True)
+    rl = train(rl_cfg, overwrite=True)
     times["rl"], t = time.perf_counter() - t, time.perf_counter()
     say(f"[4/4] evaluation on {cfg.eval.num_prompts} held-out prompts -> {ev_cfg.output_dir}")
     results = evaluate(ev_cfg, overwrite=True)
     times["eval"] = time.perf_counter() - t
-    plots = plot_training(rl_cfg.output_dir / "metrics.jsonl", out / "plots", title=f"{cfg.rl.algorithm} on {cfg.task}")
+    plots = rl.plots
+    judge = results["policy"].judge
     summary = {
         "task": cfg.task,
+        "dataset": cfg.dataset.path if cfg.dataset else None,
         "seed": cfg.seed,
         "algorithm": cfg.rl.algorithm,
-        "reward_model": {"accuracy_vs_labeler": rm.accuracy_vs_labeler, "accuracy_vs_gold": rm.accuracy_vs_gold},
-        "eval": {
-            k: {kk: vv for kk, vv in asdict(v).items() if kk not in ("samples", "wins")} for k, v in results.items()
-        },
+        "judge": judge,
+        "reward_model": None
+        if rm is None
+        else {"accuracy_vs_labeler": rm.accuracy_vs_labeler, "accuracy_vs_gold": rm.accuracy_vs_gold},
+        "eval": {k: _eval_summary(v) for k, v in results.items()},
         "difference": _difference(results),
         "seconds": times,
         "plots": [str(p) for p in plots],
@@ -55,23 +72,54 @@ def pipeline(cfg: PipelineConfig, *, overwrite: bool = False) -> dict:
     return summary
 
 
+def _eval_summary(v) -> dict:
+    out = {k: x for k, x in asdict(v).items() if k not in ("samples", "wins", "scores", "passk")}
+    return out | ({"pass": v.passk.summary()} if v.passk is not None else {})
+
+
 def _difference(results) -> dict | None:
-    if "baseline" not in results or not results["policy"].wins:
+    """Policy minus baseline, paired by prompt: win rate and judge score (`compare_paired`), and
+    pass@k on checker tasks."""
+    if "baseline" not in results:
         return None
-    diff, half = paired_difference(results["policy"].wins, results["baseline"].wins)
-    return {"win_rate": diff, "ci95": half}
+    out = compare_paired(results["policy"], results["baseline"]) or {}
+    pol, base = results["policy"].passk, results["baseline"].passk
+    if pol is not None and base is not None:
+        for k in pol.pass_k:
+            d, h = paired_pass_difference(pol.counts, base.counts, pol.n, k)
+            out[f"pass@{k}"] = {"diff": d, "ci95": h}
+    return out or None
 
 
 def _print_summary(s: dict) -> None:
     pol, base = s["eval"]["policy"], s["eval"].get("baseline")
-    gold = s["reward_model"]["accuracy_vs_gold"]
-    say(
-        f"\nreward model accuracy (held-out pairs): {s['reward_model']['accuracy_vs_labeler']:.3f} vs labels"
-        + (f", {gold:.3f} vs gold judge" if gold is not None else "")
-    )
+    if s["reward_model"] is not None:
+        gold = s["reward_model"]["accuracy_vs_gold"]
+        say(
+            f"\nreward model accuracy (held-out pairs): {s['reward_model']['accuracy_vs_labeler']:.3f} vs labels"
+            + (f", {gold:.3f} vs gold judge" if gold is not None else "")
+        )
+    if base is not None and "pass" in pol and "pass" in base:
+        _print_pass(s)
     if base is not None and base["win_rate"] is not None and pol["win_rate"] is not None:
         say(
-            f"win rate vs references: SFT {base['win_rate']:.3f} -> {s['algorithm'].upper()} {pol['win_rate']:.3f} "
-            f"({100 * s['difference']['win_rate']:+.1f} points, 95% CI +/- {100 * s['difference']['ci95']:.1f}; seed {s['seed']})"
+            f"win rate vs references (judge: {s['judge']}): SFT {base['win_rate']:.3f} -> {s['algorithm'].upper()} "
+            f"{pol['win_rate']:.3f} (seed {s['seed']})\n" + describe(s["difference"], s["judge"])
         )
     say("time: " + ", ".join(f"{k} {v:.0f}s" for k, v in s["seconds"].items()) + f"; plots in {', '.join(s['plots'])}")
+
+
+def _print_pass(s: dict) -> None:
+    pol, base, diff = s["eval"]["policy"]["pass"], s["eval"]["baseline"]["pass"], s["difference"]
+    name = s["algorithm"].upper()
+    say(f"\npass@k on {pol['problems']} held-out problems ({pol['n']} samples each):")
+    for k, p in pol["pass_at_k"].items():
+        b, d = base["pass_at_k"][k], diff[f"pass@{k}"]
+        say(
+            f"  pass@{k}: SFT {b['mean']:.3f} -> {name} {p['mean']:.3f} ({100 * d['diff']:+.1f} points, paired 95% CI "
+            f"{100 * (d['diff'] - d['ci95']):+.1f} to {100 * (d['diff'] + d['ci95']):+.1f})"
+        )
+    say(
+        f"  unparseable: SFT {base['unparseable']:.3f} -> {name} {pol['unparseable']:.3f}; "
+        f"length {base['length']:.1f} -> {pol['length']:.1f}"
+    )

@@ -13,6 +13,7 @@ from rloo.core.losses import bradley_terry_loss
 from rloo.data.collate import batches, trim_left, trim_right
 from rloo.data.datasets import train_eval_records
 from rloo.data.preferences import encode_pairs, preference_pairs
+from rloo.data.preflight import check_config
 from rloo.modeling.dropout import maybe_disable_dropout
 from rloo.modeling.forward import reward_scores
 from rloo.modeling.loading import (
@@ -23,6 +24,7 @@ from rloo.modeling.loading import (
     save_pretrained_atomic,
 )
 from rloo.rollout import rollout
+from rloo.runtime.precision import stage_precision
 from rloo.runtime.runlock import holds_run_folder
 from rloo.runtime.tracking import MetricsLogger, progress, say
 from rloo.tasks import get_task
@@ -94,12 +96,14 @@ def evaluate_reward_model(model, tokenizer, task, pairs, cfg, device) -> tuple[f
 
 
 @holds_run_folder
+@stage_precision
 def train_reward(cfg: RewardConfig, *, overwrite: bool = False) -> RewardResult:
     """Train r_psi(x, y) from the SFT model: loss = -log sigmoid(r(x, y_c) - r(x, y_r))."""
+    check_config(cfg)
     device = check_device(cfg.device)
     task = get_task(cfg.task)
     gen = seed_everything(cfg.seed)
-    model, tokenizer = load_reward_model(cfg.sft_model, **model_options(cfg))
+    model, tokenizer = load_reward_model(cfg.model or cfg.sft_model, **model_options(cfg))
     model.config.pad_token_id = tokenizer.pad_token_id
     maybe_disable_dropout(model, cfg.disable_dropout)
     if cfg.gradient_checkpointing:
@@ -124,7 +128,11 @@ def train_reward(cfg: RewardConfig, *, overwrite: bool = False) -> RewardResult:
     total = cfg.epochs * -(-len(train_pairs) // cfg.batch_size)
     opt = adamw(model.parameters(), cfg.lr)
     sched = warmup_cosine(opt, total, warmup=max(1, total // 20))
-    log, bar, step = MetricsLogger(out), progress(total, "reward model"), 0
+    log, bar, step = (
+        MetricsLogger(out, report_to=cfg.report_to, config=cfg.model_dump(mode="json")),
+        progress(total, "reward model"),
+        0,
+    )
     for _ in range(cfg.epochs):
         model.train()
         for idx in batches(len(train_pairs), cfg.batch_size, gen):

@@ -14,6 +14,7 @@ import torch
 from rloo.algorithms import make_algorithm, supports_distributed
 from rloo.algorithms.base import Models
 from rloo.config import OFFLINE_ALGORITHMS, RLConfig, upgrade_saved_config
+from rloo.data.preflight import check_config
 from rloo.data.prompts import PromptStream
 from rloo.errors import RlooError, option
 from rloo.modeling.dropout import maybe_disable_dropout
@@ -27,6 +28,7 @@ from rloo.runtime.checkpoint import Checkpointer, check_resume_config, latest_ch
 from rloo.runtime.distributed import unwrap
 from rloo.runtime.fingerprint import check_inputs_unchanged, fingerprints
 from rloo.runtime.paramguard import ParamGuard
+from rloo.runtime.precision import stage_precision
 from rloo.runtime.resumecheck import check_prompts_unchanged, describe_changes
 from rloo.runtime.runlock import holds_run_folder
 from rloo.runtime.tracking import say
@@ -38,6 +40,7 @@ from rloo.training.loop import RLResult, loop
 
 
 @holds_run_folder  # one process per run folder, for the whole run (rloo.runtime.runlock)
+@stage_precision
 def train(
     cfg: RLConfig,
     *,
@@ -50,6 +53,7 @@ def train(
     replace the built-in task's prompts and the reward model; without them the task provides both
     prompts and a gold judge for periodic evaluation. `resume` continues from the newest whole
     checkpoint in `cfg.output_dir` (exactly: same parameters as a run that never stopped)."""
+    check_config(cfg, reward_fn=reward_fn)  # before any model loads
     if cfg.algorithm in OFFLINE_ALGORITHMS:  # dpo: trains on preference pairs, not on samples
         check_dpo_arguments(prompts, reward_fn)
         return train_dpo(cfg, resume=resume, overwrite=overwrite)

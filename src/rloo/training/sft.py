@@ -9,6 +9,7 @@ from rloo.config import SFTConfig
 from rloo.core.losses import sft_loss
 from rloo.data.collate import batches, encode_completions, encode_prompts, trim_left, trim_right
 from rloo.data.datasets import load_records
+from rloo.data.preflight import check_config
 from rloo.errors import RlooError
 from rloo.modeling.forward import completion_logprobs
 from rloo.modeling.loading import (
@@ -19,6 +20,7 @@ from rloo.modeling.loading import (
     model_options,
     save_pretrained_atomic,
 )
+from rloo.runtime.precision import stage_precision
 from rloo.runtime.runlock import holds_run_folder
 from rloo.runtime.tracking import MetricsLogger, progress, say
 from rloo.tasks import Example, get_task
@@ -40,8 +42,10 @@ class SFTResult:
 
 
 @holds_run_folder
+@stage_precision
 def sft(cfg: SFTConfig, *, overwrite: bool = False) -> SFTResult:
     """Fine-tune a causal LM on (prompt, reference) pairs; loss on response tokens only."""
+    check_config(cfg)
     device = check_device(cfg.device)
     task = get_task(cfg.task)
     gen = seed_everything(cfg.seed)
@@ -76,7 +80,12 @@ def sft(cfg: SFTConfig, *, overwrite: bool = False) -> SFTResult:
     total = cfg.epochs * steps_per_epoch
     opt = adamw(model.parameters(), cfg.lr, cfg.weight_decay)
     sched = warmup_cosine(opt, total, warmup=max(1, total // 20))
-    log, bar, step, loss_ema = MetricsLogger(out), progress(total, "sft"), 0, None
+    log, bar, step, loss_ema = (
+        MetricsLogger(out, report_to=cfg.report_to, config=cfg.model_dump(mode="json")),
+        progress(total, "sft"),
+        0,
+        None,
+    )
     model.train()
     for _ in range(cfg.epochs):
         for idx in batches(len(examples), cfg.batch_size, gen):

@@ -1,0 +1,159 @@
+"""Which floating-point precision a run computes in, per device (`dtype=` of every stage).
+
+- `float32`: weights and compute in fp32.
+- `bfloat16`: on CUDA the weights are stored in bf16 (as before). On CPU it is *mixed* precision:
+  weights, gradients and AdamW state stay fp32 (the master copy), and the forward passes run
+  under `torch.autocast("cpu", torch.bfloat16)`, which computes matmuls/linear layers/attention in
+  bf16 and everything else in the dtype of its inputs.
+- `auto`: bf16 on CUDA; on CPU a short probe (`cpu_bf16_probe`, once per process) times one bf16
+  and one fp32 matmul of a training-sized shape and picks bf16 autocast when bf16 is at least
+  `MIN_SPEEDUP` times faster (CPUs with AVX512_BF16 or AMX), else fp32 (AVX2-only CPUs, where
+  bf16 matmuls are emulated and ~100x slower). The decision and its timings are logged once.
+  `RLOO_AUTO_DTYPE=float32|bfloat16` in the environment fixes what `auto` means on CPU without
+  probing (the test suite pins float32 this way, see tests/conftest.py).
+
+What stays fp32 under autocast (and why it is safe): log-softmax/log-probs upcast the logits
+(`rloo.core.logprobs`), reward scores are cast with `.float()` (`rloo.modeling.forward`), and the KL,
+advantages and loss reductions only see those fp32 tensors (autocast casts only matmul-like ops).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+import os
+import time
+from dataclasses import dataclass
+
+import torch
+
+from rloo.errors import RlooError
+from rloo.runtime.tracking import say
+
+MIN_SPEEDUP = 1.5
+# (tokens, in, out) of the probe's matmul: a projection of a 512-wide model on 128 tokens, 67 MFLOP:
+# under 1 ms in fp32 at the ~100 GFLOP/s of two modern cores, and ~70 ms per bf16 try on an
+# AVX2-only CPU (~1 GFLOP/s), where the probe stops after the first.
+PROBE_SHAPE = (128, 512, 512)
+PROBE_REPS = 5
+
+
+@dataclass(frozen=True)
+class Precision:
+    """weights: the dtype parameters are stored and optimised in; compute: the autocast dtype
+    (None = no autocast: ops run in the weights' dtype); why: how it was chosen (for the log)."""
+
+    device_type: str
+    weights: torch.dtype
+    compute: torch.dtype | None = None
+    why: str = ""
+
+    @property
+    def name(self) -> str:
+        """The dtype the matmuls run in: what `dtype=` resolved to."""
+        return str(self.compute or self.weights).removeprefix("torch.")
+
+    def autocast(self):
+        """The context the forward passes run in: torch.autocast, or a no-op without mixed precision."""
+        if self.compute is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device_type, dtype=self.compute)
+
+
+def choose_bf16(fp32_s: float, bf16_s: float, min_speedup: float = MIN_SPEEDUP) -> bool:
+    """The probe's rule: bf16 when its matmul takes at most 1/min_speedup of the fp32 time."""
+    if not (fp32_s > 0 and bf16_s > 0 and math.isfinite(fp32_s) and math.isfinite(bf16_s)):
+        return False
+    return fp32_s / bf16_s >= min_speedup
+
+
+def _time_once(a: torch.Tensor, b: torch.Tensor) -> float:
+    t0 = time.perf_counter()
+    a @ b
+    return time.perf_counter() - t0
+
+
+def time_matmuls(shape=PROBE_SHAPE, reps: int = PROBE_REPS) -> tuple[float, float]:
+    """(fp32 s, bf16 s): the fastest of `reps` alternating timings of one (m,k)@(k,n) matmul each.
+    The minimum, not the median: on a loaded machine preemption only ever adds time. Stops early
+    once bf16 is slower than fp32 (an AVX2-only CPU: each bf16 matmul there takes ~0.3 s)."""
+    m, k, n = shape
+    gen = torch.Generator().manual_seed(0)
+    a, b = torch.randn(m, k, generator=gen), torch.randn(k, n, generator=gen)
+    a16, b16 = a.bfloat16(), b.bfloat16()
+    _time_once(a, b), _time_once(a16, b16)  # warm-up: kernel selection, oneDNN's JIT
+    fp32, bf16 = [], []
+    for _ in range(reps):
+        fp32.append(_time_once(a, b))
+        bf16.append(_time_once(a16, b16))
+        if min(bf16) > min(fp32):
+            break
+    return min(fp32), min(bf16)
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_bf16_probe() -> dict:
+    """Once per process: {"fp32_ms", "bf16_ms", "speedup", "bf16": bool}; the decision is logged."""
+    fp32_s, bf16_s = time_matmuls()
+    out = {
+        "fp32_ms": 1e3 * fp32_s,
+        "bf16_ms": 1e3 * bf16_s,
+        "speedup": fp32_s / bf16_s,
+        "bf16": choose_bf16(fp32_s, bf16_s),
+    }
+    m, k, n = PROBE_SHAPE
+    say(
+        f"precision: CPU matmul {m}x{k}x{n} fp32 {out['fp32_ms']:.2f} ms, bf16 {out['bf16_ms']:.2f} ms "
+        f"({out['speedup']:.2f}x); dtype=auto uses {'bf16 autocast' if out['bf16'] else 'float32'} "
+        f"(bf16 needs >= {MIN_SPEEDUP}x)"
+    )
+    return out
+
+
+def _auto_cpu() -> tuple[bool, str]:
+    """(use bf16?, why) for dtype=auto on CPU: the environment's pin, else the probe."""
+    pinned = os.environ.get("RLOO_AUTO_DTYPE", "").strip()
+    if pinned:
+        if pinned not in ("float32", "bfloat16"):
+            raise RlooError(f"RLOO_AUTO_DTYPE={pinned!r}: expected float32 or bfloat16 (or unset it)")
+        return pinned == "bfloat16", f"RLOO_AUTO_DTYPE={pinned}"
+    p = cpu_bf16_probe()
+    return p["bf16"], f"probe: bf16 matmul {p['speedup']:.2f}x fp32"
+
+
+def resolve_precision(name: str | torch.dtype, device: str | torch.device = "cpu") -> Precision:
+    """What `dtype=name` means on `device` (see the module docstring)."""
+    dev = torch.device(device).type
+    if isinstance(name, torch.dtype):
+        return Precision(dev, name, None, "given")
+    if name not in ("auto", "float32", "bfloat16", "float16"):
+        raise RlooError(f"dtype={name!r}: expected auto, float32, bfloat16 or float16")
+    if name == "auto" and dev == "cuda":
+        return Precision(dev, torch.bfloat16, None, "auto on CUDA")
+    if name == "auto" and dev == "cpu":
+        bf16, why = _auto_cpu()
+        return Precision(dev, torch.float32, torch.bfloat16 if bf16 else None, why)
+    if name == "auto":
+        return Precision(dev, torch.float32, None, f"auto on {dev}")
+    if name == "bfloat16" and dev == "cpu":
+        return Precision(dev, torch.float32, torch.bfloat16, "dtype=bfloat16 (CPU: fp32 master weights)")
+    return Precision(dev, getattr(torch, name), None, f"dtype={name}")
+
+
+def stage_precision(fn):
+    """Decorator for a stage `fn(cfg, ...)`: runs it under the autocast of cfg.dtype on cfg.device."""
+
+    @functools.wraps(fn)
+    def run(cfg, *args, **kwargs):
+        with resolve_precision(cfg.dtype, cfg.device).autocast():
+            return fn(cfg, *args, **kwargs)
+
+    return run
+
+
+def refresh_casts_after_step(opt: torch.optim.Optimizer) -> torch.optim.Optimizer:
+    """Autocast keeps one bf16 copy of each trainable weight for as long as its context is open;
+    after an optimizer step those copies are stale, so they are dropped (a no-op without autocast)."""
+    opt.register_step_post_hook(lambda *_: torch.clear_autocast_cache())
+    return opt

@@ -1,0 +1,80 @@
+"""The user's Python callables named in a config: `module:function` or `path/to/file.py:function`.
+
+`module:function` is found as `python -m` finds a module: from the current folder first, then the
+installed packages, so `reward_fn=mypkg.rewards:fn` works from the folder that holds `mypkg/`
+without PYTHONPATH. `file.py:function` loads that file (its folder is put on the path too, so it
+can import its neighbours, as `python file.py` allows).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from rloo.errors import RlooError
+from rloo.runtime.names import missing_path_error
+
+
+def is_file_spec(target: str) -> bool:
+    return target.endswith(".py") or "/" in target or os.sep in target
+
+
+def split_spec(spec: str, what: str) -> tuple[str, str]:
+    """'a.b:fn' -> ('a.b', 'fn'); a clear error for anything else."""
+    target, sep, name = spec.rpartition(":")
+    if not sep or not target or not name.isidentifier():
+        raise RlooError(f"{what} {spec!r} must be given as module:function or path/to/file.py:function")
+    return target, name
+
+
+def load_callable(spec: str, what: str = "reward function") -> Callable:
+    """The callable `spec` names; one RlooError line when the file, module or name is missing."""
+    target, name = split_spec(spec, what)
+    module = _load_file(target, spec, what) if is_file_spec(target) else _import(target, spec, what)
+    fn = getattr(module, name, None)
+    if not callable(fn):
+        public = sorted(n for n, v in vars(module).items() if callable(v) and not n.startswith("_"))
+        raise RlooError(
+            f"{what} {spec!r}: {target!r} has no callable {name!r}"
+            + (f" (it has: {', '.join(public[:8])})" if public else "")
+        )
+    return fn
+
+
+def _import(module: str, spec: str, what: str):
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)  # what `python -m` does; the rloo CLI entry point does not
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        raise RlooError(
+            f"{what} {spec!r}: cannot import {module!r} from {cwd} or the installed packages "
+            f"({e}); give a file instead: path/to/file.py:function"
+        ) from e
+
+
+def _load_file(target: str, spec: str, what: str):
+    path = Path(target).expanduser().resolve()
+    if not path.is_file():
+        raise missing_path_error(target, f"{what} file")
+    # one module per file: the same file named twice is loaded once
+    mod_name = f"_rloo_user_{path.stem}_{hashlib.sha1(str(path).encode()).hexdigest()[:8]}"
+    if mod_name in sys.modules:
+        return sys.modules[mod_name]
+    if str(path.parent) not in sys.path:
+        sys.path.insert(0, str(path.parent))
+    loader_spec = importlib.util.spec_from_file_location(mod_name, path)
+    module = importlib.util.module_from_spec(loader_spec)
+    sys.modules[mod_name] = module
+    try:
+        loader_spec.loader.exec_module(module)
+    except Exception as e:  # noqa: BLE001 - the user's file failed to run: say where and why, in one line
+        del sys.modules[mod_name]
+        raise RlooError(f"{what} {spec!r}: running {target} raised {type(e).__name__}: {e}") from e
+    return module
