@@ -183,7 +183,8 @@ def test_full_disk_while_writing_metrics(tiny_model_dir, tmp_path, monkeypatch, 
         def log_then_fill(self, step, metrics):
             real(self, step, metrics)
             if step == 1:
-                self._tb.flush()
+                for t in self._trackers:
+                    t.writer.flush()
                 with open(mnt / "filler", "wb", buffering=0) as fh:
                     try:
                         while True:

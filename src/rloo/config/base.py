@@ -31,6 +31,8 @@ def describe_validation_error(e: ValidationError, cls: type) -> str:
             msgs.append(f"missing required key {key!r}")
         elif not key:
             msgs.append(msg)
+        elif isinstance(got, dict) and msg.split(": ", 1)[0] in got:  # a section's check naming its key
+            msgs.append(f"{key}.{msg}")
         elif isinstance(got, (dict, list, tuple, set)) or got is None:
             msgs.append(f"{key}: {msg}")
         else:

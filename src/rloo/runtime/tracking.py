@@ -6,6 +6,7 @@ import json
 import math
 import os
 import sys
+import threading
 from pathlib import Path
 
 from tqdm.auto import tqdm
@@ -37,6 +38,9 @@ class MetricsLogger:
         self._file = self.path.open("a")
         names = normalize_report_to(report_to) if tensorboard else []
         self.failed = False
+        _TB_FAILED.clear()
+        if "tensorboard" in names:
+            _quiet_tensorboard_errors()
         self._trackers = start_trackers(names, out_dir, purge_step, config)
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
@@ -46,6 +50,8 @@ class MetricsLogger:
             self._file.flush()
         except OSError as e:  # a full disk: one clear line, not a traceback
             self._fail(e, self.path)
+        if _TB_FAILED:
+            self._fail(_TB_FAILED[-1], self.path.parent / "tensorboard")
         for t in self._trackers:
             try:
                 t.scalars(step, clean)
@@ -79,6 +85,28 @@ def read_metrics(path: Path) -> list[dict]:
     if not Path(path).exists():
         return []
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+# TensorBoard writes events from a background thread; a full disk there would print that thread's
+# traceback. Its OSErrors are kept here instead and reported by the next MetricsLogger.log.
+_TB_FAILED: list[BaseException] = []
+
+
+def _quiet_tensorboard_errors() -> None:
+    """Chain a hook in front of the current threading.excepthook (installed when a logger opens,
+    so a hook set earlier by a test runner or an application is kept for everything else)."""
+    previous = threading.excepthook
+    if getattr(previous, "_rloo_quiet_tb", False):
+        return
+
+    def hook(args) -> None:
+        if type(args.thread).__name__ == "_AsyncWriterThread" and isinstance(args.exc_value, OSError):
+            _TB_FAILED.append(args.exc_value)
+            return
+        previous(args)
+
+    hook._rloo_quiet_tb = True
+    threading.excepthook = hook
 
 
 def progress(total: int, desc: str, initial: int = 0, disable: bool = False, plain_lines: bool = True):
