@@ -157,7 +157,7 @@ def _config(c: Combo, path: Path, out: Path, algorithm: str = "rloo") -> RLConfi
         dtype="float32",
         share_prompt=c.share,
         gradient_checkpointing=c.checkpointing,
-        max_grad_norm=1e9,
+        max_grad_norm=1e6,  # the largest allowed (issue 16); a tiny model's gradient norm is far below: no clipping
         max_logits_mb=1e-3 if c.chunked else 256,
         algorithm="rloo" if algorithm == "rloo_clip" else algorithm,
         algorithm_settings=algo,
