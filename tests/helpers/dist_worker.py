@@ -4,6 +4,7 @@ one-process reference): a few RLOO steps on a tiny model for each parallel mode 
 from __future__ import annotations
 
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 # every prompt is the same number of tokens, so each process pads its prompts exactly as the
@@ -41,23 +42,31 @@ def config(model_dir: str, out: Path, parallel: str):
     )
 
 
-def _sgd_instead_of_adamw() -> None:
+@contextmanager
+def _sgd_instead_of_adamw():
     """Plain SGD for the comparison: its update lr * g is as well-conditioned as g, while AdamW's
     first update lr * g / (|g| + 1e-8) turns float32 rounding in near-zero gradient entries
-    into parameter differences of up to lr (tests/tolerance.py)."""
+    into parameter differences of up to lr (tests/tolerance.py). Restored on exit: the one-process
+    reference runs inside pytest, and a leaked SGD made later tests that expect AdamW fail
+    (no learning in test_reward_fn_cli, no optimizer moments in test_param_guard)."""
     import torch
 
     import rloo.training.rl as rl
 
+    adamw = rl.adamw
     rl.adamw = lambda params, lr: torch.optim.SGD([p for p in params if p.requires_grad], lr=lr)
+    try:
+        yield
+    finally:
+        rl.adamw = adamw
 
 
 def run(model_dir: str, out_root: str, modes: list[str]) -> None:
     from rloo import train
 
-    _sgd_instead_of_adamw()
-    for mode in modes:
-        train(config(model_dir, Path(out_root) / mode, mode), prompts=PROMPTS, reward_fn=reward_short)
+    with _sgd_instead_of_adamw():
+        for mode in modes:
+            train(config(model_dir, Path(out_root) / mode, mode), prompts=PROMPTS, reward_fn=reward_short)
 
 
 if __name__ == "__main__":
