@@ -8,7 +8,6 @@ import json
 import math
 
 import pytest
-from pydantic import ValidationError
 
 from rloo import ConfigError, RLConfig, RlooError, SFTConfig, sft, train
 from rloo.training.common import prepare_output_dir
@@ -58,10 +57,10 @@ def test_dpo_refuses_prompts_and_reward_fn_instead_of_ignoring_them(given, tiny_
 
 
 def test_grpo_k1_error_names_grpo():
-    with pytest.raises(ValidationError, match=r"grpo needs k >= 2 .*got k=1") as exc:
+    with pytest.raises(ConfigError, match=r"grpo needs k >= 2 .*got k=1") as exc:
         RLConfig(policy="p", algorithm="grpo", k=1)
     assert "leave-one-out" not in str(exc.value)
-    with pytest.raises(ValidationError, match=r"leave-one-out needs k >= 2 .*got k=1"):
+    with pytest.raises(ConfigError, match=r"leave-one-out needs k >= 2 .*got k=1"):
         RLConfig(policy="p", algorithm="rloo", k=1)
 
 

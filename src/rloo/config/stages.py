@@ -181,7 +181,7 @@ class PipelineConfig(_Run):
         )
         rm = RewardConfig(
             **self.reward.model_dump(exclude={"dataset"}),
-            **(run | {"dataset": self.reward.dataset or self.dataset}),
+            **{**run, "dataset": self.reward.dataset or self.dataset},
             output_dir=out / "reward",
             sft_model=str(out / "sft" / "model"),
         )
