@@ -1,5 +1,5 @@
 """Peak memory and step time of rloo's RL step with gradient checkpointing off and on, side by
-side in one run: two worker processes (rloo.experiments.bench._rloo_worker) on the same shape, prompts and
+side in one run: two worker processes (rloo.experiments.bench_workers._rloo_worker) on the same shape, prompts and
 seed, taking turns one step at a time (the first mover alternates). share_prompt=true (the
 default), so checkpointing runs through rloo.modeling.layer_checkpoint. Results: docs/bench.md.
 
@@ -12,8 +12,8 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from rloo.experiments.bench import _rloo_worker, _start
 from rloo.experiments.bench_assets import SHAPES, build_assets, load_words, make_prompts
+from rloo.experiments.bench_workers import _rloo_worker, _start
 
 
 def run_shape(name: str, root: Path, steps: int, warmup: int, k: int = 4, batch_size: int = 8) -> dict:

@@ -98,7 +98,8 @@ def bench(shapes: list, device: str, dtype: str, trl: bool, steps: int, root: Pa
     trainers."""
     import torch
 
-    from rloo.experiments.bench import bench_dtype, bench_shape, machine, matmul_peak_flops
+    from rloo.experiments.bench import bench_dtype, bench_shape
+    from rloo.experiments.bench_machine import machine, matmul_peak_flops
 
     dtype = bench_dtype(dtype, device)
     peak = matmul_peak_flops(threads=min(16, os.cpu_count() or 1), dtype=getattr(torch, dtype), device=device)

@@ -22,7 +22,7 @@ def worker(budget: float) -> dict:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from rloo.experiments.bench import peak_rss_gb
+    from rloo.experiments.bench_machine import peak_rss_gb
     from rloo.modeling.forward import completion_logprobs
 
     torch.set_num_threads(2)

@@ -10,8 +10,9 @@ import dataclasses
 import json
 from pathlib import Path
 
-from rloo.experiments.bench import bench_shape, matmul_peak_flops
+from rloo.experiments.bench import bench_shape
 from rloo.experiments.bench_assets import SHAPES
+from rloo.experiments.bench_machine import matmul_peak_flops
 
 POINTS = [(2, (400, 460)), (4, (400, 460)), (8, (400, 460)), (4, (40, 60)), (4, (200, 230))]
 

@@ -27,13 +27,13 @@ R = "tests/reliability/"
 # name: (file under src/rloo, original text, replacement, test that must fail)
 MUTANTS = {
     "manifest": (
-        "runtime/checkpoint.py",
+        "runtime/checkpoint_verify.py",
         "    return check_manifest(ckpt, files)",
         "    return None",
         R + "test_checkpoints.py::test_corrupt_checkpoint_is_reported_and_skipped",
     ),
     "weights_only": (
-        "runtime/checkpoint.py",
+        "runtime/checkpoint_verify.py",
         'state.pt", weights_only=True)',
         'state.pt", weights_only=False)',
         R + "test_checkpoints.py::test_pickled_code_in_state_is_never_run",

@@ -10,7 +10,7 @@ import pytest
 from rloo.cli import main
 from rloo.config import CompareConfig, PipelineConfig
 from rloo.experiments.compare import METHODS, compare, method_config
-from rloo.experiments.compare_report import mean_ci
+from rloo.experiments.compare_tables import mean_ci
 
 TINY = dict(
     sft={
@@ -86,7 +86,7 @@ def test_compare_quick_finishes_within_ten_minutes(tmp_path):
 
 
 def test_paired_differences_pair_by_seed():
-    from rloo.experiments.compare_report import paired_differences
+    from rloo.experiments.compare_tables import paired_differences
 
     cfg = CompareConfig(methods=["rloo", "ppo"], tasks=["summarize"], seeds=[0, 1, 2])
     # ppo beats rloo by exactly 0.1 on every seed, though the seeds' levels differ a lot; seed 2 of

@@ -8,7 +8,8 @@ Layout: `<run>/checkpoints/step-000120/` with
   COMPLETE    written last: JSON {"step", "files": {path: [size, sha256]}}
 A checkpoint is written into `.tmp-step-*` and renamed into place, so a crash or `kill -9` while
 writing leaves the previous checkpoints untouched. On resume a folder without COMPLETE, or whose
-files do not match its manifest (truncated, corrupted), is reported and skipped.
+files do not match its manifest (truncated, corrupted), is reported and skipped: that check, and
+the listing, loading and pruning of checkpoints, are in rloo.runtime.checkpoint_verify.
 """
 
 from __future__ import annotations
@@ -21,26 +22,23 @@ from pathlib import Path
 import torch
 
 from rloo.errors import RlooError, option
-from rloo.runtime.atomic import (
-    WriteError,
-    check_manifest,
-    describe_write_failure,
-    fsync_dir,
-    remove_tree,
-    remove_tree_reporting,
-    sync_and_hash,
+from rloo.runtime.atomic import WriteError, describe_write_failure, fsync_dir, remove_tree, sync_and_hash
+from rloo.runtime.checkpoint_verify import (  # noqa: F401 - the rest re-exported
+    MARKER,
+    is_verified,
+    latest_checkpoint,
+    list_checkpoints,
+    load_state,
+    mark_verified,
+    prune_checkpoints,
+    step_of,
+    verify_checkpoint,
 )
 from rloo.runtime.resumecheck import check_resume_config, prompts_digest  # noqa: F401 - re-exported
 from rloo.runtime.rng import rng_state, set_rng_state  # noqa: F401 - re-exported
-from rloo.runtime.tracking import say, say_once
-
-MARKER = "COMPLETE"
+from rloo.runtime.tracking import say_once
 
 # ---- writing ---------------------------------------------------------------------------------
-
-
-def step_of(ckpt: Path) -> int:
-    return int(Path(ckpt).name.split("-")[-1])
 
 
 def save_checkpoint(run_dir: Path, step: int, model, tokenizer, state: dict, keep: int = 2) -> Path:
@@ -94,105 +92,7 @@ def _replace_dir(src: Path, dst: Path) -> None:
     remove_tree(trash)
 
 
-# ---- reading ---------------------------------------------------------------------------------
-
-
-def list_checkpoints(run_dir: Path) -> list[Path]:
-    """Checkpoint folders that were finished (COMPLETE written), oldest first; not yet verified."""
-    root = Path(run_dir) / "checkpoints"
-    if not root.exists():
-        return []
-    return sorted(p for p in root.glob("step-*") if (p / MARKER).exists())
-
-
-def verify_checkpoint(ckpt: Path) -> str | None:
-    """None when `ckpt` is whole, else why it is not."""
-    try:
-        marker = json.loads((Path(ckpt) / MARKER).read_text())
-        files = marker["files"]
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        return f"its {MARKER} marker is unreadable ({type(e).__name__})"
-    if "state.pt" not in files or not any(f.endswith(".safetensors") for f in files):
-        return "its manifest lists no state.pt or no safetensors weights"
-    return check_manifest(ckpt, files)
-
-
-def latest_checkpoint(run_dir: Path) -> Path | None:
-    """The newest checkpoint that is whole and whose state loads; broken ones are reported and skipped."""
-    root = Path(run_dir) / "checkpoints"
-    if root.exists():
-        for partial in sorted(p for p in root.iterdir() if p.name.startswith(".tmp-step-")):
-            say(f"skipping unfinished checkpoint {partial} (the run stopped while writing it)")
-        for unmarked in sorted(p for p in root.glob("step-*") if not (p / MARKER).exists()):
-            say(
-                f"skipping broken checkpoint {unmarked}: it has no {MARKER} marker (not finished, or the marker "
-                f"was deleted)"
-            )
-    for ckpt in reversed(list_checkpoints(run_dir)):
-        problem = verify_checkpoint(ckpt)
-        if problem is None:
-            try:
-                load_state(ckpt)
-                mark_verified(ckpt)
-                return ckpt
-            except Exception as e:  # noqa: BLE001 - a state file that does not load means: skip it
-                problem = f"state.pt does not load ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
-        say(f"skipping broken checkpoint {ckpt}: {problem}")
-    return None
-
-
-# Checkpoints this process wrote or verified, by the identity of their marker file: pruning keeps
-# the newest `keep` of these, so it never keeps a broken checkpoint in place of a good one.
-_VERIFIED: set[tuple] = set()
-
-
-def _marker_id(ckpt: Path) -> tuple | None:
-    try:
-        st = (Path(ckpt) / MARKER).stat()
-    except OSError:
-        return None
-    return str(ckpt), st.st_ino, st.st_mtime_ns, st.st_size
-
-
-def mark_verified(ckpt: Path) -> None:
-    _VERIFIED.add(_marker_id(ckpt))
-
-
-def is_verified(ckpt: Path) -> bool:
-    """Whole, by the cache or by checking its manifest now (and loading its state)."""
-    if _marker_id(ckpt) in _VERIFIED:
-        return True
-    if verify_checkpoint(ckpt) is not None:
-        return False
-    try:
-        load_state(ckpt)
-    except Exception:  # noqa: BLE001 - a state that does not load makes the checkpoint useless
-        return False
-    mark_verified(ckpt)
-    return True
-
-
-def prune_checkpoints(run_dir: Path, keep: int, newest: Path) -> None:
-    """Keep the newest `keep` verified checkpoints (`newest`, just written, among them); delete the
-    rest, broken ones included. A folder that cannot be deleted is reported, not ignored."""
-    kept = [newest]
-    root = Path(run_dir) / "checkpoints"
-    for ckpt in sorted(root.glob("step-*"), reverse=True):
-        if ckpt == newest:
-            continue
-        if len(kept) < keep and step_of(ckpt) < step_of(newest) and is_verified(ckpt):
-            kept.append(ckpt)
-            continue
-        if step_of(ckpt) > step_of(newest):
-            continue  # newer than this run's position (its own logic drops those: drop_newer_than)
-        problem = remove_tree_reporting(ckpt)
-        if problem:
-            say(f"warning: could not delete old checkpoint {ckpt} ({problem}); delete it by hand to free space")
-
-
-def load_state(ckpt: Path) -> dict:
-    # weights_only: tensors, numbers, strings and containers only; a pickled object is refused.
-    return torch.load(Path(ckpt) / "state.pt", weights_only=True)
+# ---- the online loop's state -----------------------------------------------------------------
 
 
 def truncate_metrics(run_dir: Path, nbytes: int) -> None:
@@ -212,9 +112,6 @@ def snapshot(step: int, counters: dict, gen: torch.Generator, sched, stream, met
         "stream": list(stream.position()),
         "metrics_bytes": metrics_path.stat().st_size if metrics_path.exists() else 0,
     }
-
-
-# ---- the online loop's state -----------------------------------------------------------------
 
 
 class Checkpointer:
