@@ -54,3 +54,14 @@ THREADS = int(os.environ.get("RLOO_TEST_THREADS", "2"))
 def _threads():
     torch.set_num_threads(THREADS)
     yield
+
+
+@pytest.fixture(autouse=True)
+def _no_leaked_optimizer():
+    """A test that swaps rloo's optimizer factory in-process must put it back: a leaked SGD once made
+    later tests that rely on AdamW fail only in the full suite (tests/helpers/dist_worker.py)."""
+    import rloo.training.rl as rl
+
+    adamw = rl.adamw
+    yield
+    assert rl.adamw is adamw, "this test left rloo.training.rl.adamw replaced"
