@@ -39,7 +39,7 @@ def test_auto_on_cpu_follows_the_probe_once_and_logs_it(monkeypatch, capsys, tim
 
 def test_forced_dtypes_never_probe(monkeypatch):
     monkeypatch.delenv("RLOO_AUTO_DTYPE", raising=False)
-    monkeypatch.setattr(precision, "cpu_bf16_probe", lambda: pytest.fail("probed for a forced dtype"))
+    monkeypatch.setattr(precision, "cpu_bf16_probe", lambda *a: pytest.fail("probed for a forced dtype"))
     assert resolve_precision("float32", "cpu") == Precision("cpu", torch.float32, None, "dtype=float32")
     cpu_bf16 = resolve_precision("bfloat16", "cpu")
     assert (cpu_bf16.weights, cpu_bf16.compute) == (torch.float32, torch.bfloat16)  # fp32 master weights
@@ -49,7 +49,7 @@ def test_forced_dtypes_never_probe(monkeypatch):
 
 
 def test_environment_pin(monkeypatch):
-    monkeypatch.setattr(precision, "cpu_bf16_probe", lambda: pytest.fail("probed despite the pin"))
+    monkeypatch.setattr(precision, "cpu_bf16_probe", lambda *a: pytest.fail("probed despite the pin"))
     monkeypatch.setenv("RLOO_AUTO_DTYPE", "bfloat16")
     assert resolve_precision("auto", "cpu").compute == torch.bfloat16
     monkeypatch.setenv("RLOO_AUTO_DTYPE", "float32")
@@ -57,3 +57,58 @@ def test_environment_pin(monkeypatch):
     monkeypatch.setenv("RLOO_AUTO_DTYPE", "fp8")
     with pytest.raises(RlooError, match="RLOO_AUTO_DTYPE"):
         resolve_precision("auto", "cpu")
+
+
+@pytest.mark.parametrize("linear,bf16", [((1.0e-3, 0.9e-3), False), ((10e-3, 4e-3), True)])
+def test_auto_at_a_model_width_needs_bf16_to_pay_at_that_width(monkeypatch, capsys, linear, bf16):
+    """Fast bf16 matmuls (2.5x) are not enough: on a narrow model the casts eat the gain (the 128-wide
+    demo measured 1.08x for a linear layer's forward+backward, and slower end to end), so the
+    width's own timing decides."""
+    monkeypatch.delenv("RLOO_AUTO_DTYPE", raising=False)
+    monkeypatch.setattr(precision, "time_matmuls", lambda *a, **k: (10e-3, 4e-3))
+    widths = []
+    monkeypatch.setattr(precision, "time_linear", lambda w, *a, **k: widths.append(w) or linear)
+    precision.cpu_bf16_probe.cache_clear()
+    try:
+        p = resolve_precision("auto", "cpu", width=128)
+    finally:
+        precision.cpu_bf16_probe.cache_clear()
+    assert p.compute == (torch.bfloat16 if bf16 else None) and widths == [128]
+    assert "at model width 128" in capsys.readouterr().err
+
+
+def test_no_width_probe_on_a_cpu_without_fast_bf16(monkeypatch):
+    monkeypatch.delenv("RLOO_AUTO_DTYPE", raising=False)
+    monkeypatch.setattr(precision, "time_matmuls", lambda *a, **k: (1e-3, 0.1))  # AVX2 only
+    monkeypatch.setattr(precision, "time_linear", lambda *a, **k: pytest.fail("width probe on an AVX2-only CPU"))
+    precision.cpu_bf16_probe.cache_clear()
+    try:
+        assert resolve_precision("auto", "cpu", width=4096).compute is None
+    finally:
+        precision.cpu_bf16_probe.cache_clear()
+
+
+def test_model_width_from_a_folder_or_the_built_in_arch(tmp_path):
+    from types import SimpleNamespace
+
+    from rloo.config import ArchConfig
+    from rloo.runtime.precision import model_width
+
+    (tmp_path / "gpt2").mkdir()
+    (tmp_path / "gpt2" / "config.json").write_text('{"n_embd": 768}')
+    (tmp_path / "llama").mkdir()
+    (tmp_path / "llama" / "config.json").write_text('{"hidden_size": 2048}')
+    assert model_width(SimpleNamespace(policy=str(tmp_path / "gpt2"))) == 768
+    assert model_width(SimpleNamespace(model=None, sft_model=tmp_path / "llama")) == 2048
+    assert model_width(SimpleNamespace(model=None, arch=ArchConfig(hidden_size=96))) == 96
+    assert model_width(SimpleNamespace(sft=SimpleNamespace(arch=ArchConfig()))) == 128
+    assert model_width(SimpleNamespace(policy="org/some-hub-model")) is None
+
+
+def test_a_float32_stage_inside_a_bf16_one_runs_in_float32():
+    """Stages nest (a compare cell's train inside compare): the inner stage's choice holds."""
+    a = torch.ones(4, 4)
+    with Precision("cpu", torch.float32, torch.bfloat16).autocast():
+        assert (a @ a).dtype == torch.bfloat16
+        with Precision("cpu", torch.float32, None).autocast():
+            assert (a @ a).dtype == torch.float32

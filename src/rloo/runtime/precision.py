@@ -5,10 +5,13 @@
   weights, gradients and AdamW state stay fp32 (the master copy), and the forward passes run
   under `torch.autocast("cpu", torch.bfloat16)`, which computes matmuls/linear layers/attention in
   bf16 and everything else in the dtype of its inputs.
-- `auto`: bf16 on CUDA; on CPU a short probe (`cpu_bf16_probe`, once per process) times one bf16
-  and one fp32 matmul of a training-sized shape and picks bf16 autocast when bf16 is at least
-  `MIN_SPEEDUP` times faster (CPUs with AVX512_BF16 or AMX), else fp32 (AVX2-only CPUs, where
-  bf16 matmuls are emulated and ~100x slower). The decision and its timings are logged once.
+- `auto`: bf16 on CUDA; on CPU a short probe (`cpu_bf16_probe`, once per process and model width)
+  picks bf16 autocast only where it is at least `MIN_SPEEDUP` times faster. Two timings: one bf16
+  and one fp32 matmul of a fixed shape (does the CPU have fast bf16 at all? AVX2-only CPUs emulate
+  it ~100x slower and stop here), then a linear layer's forward and backward at the model's own
+  width, fp32 against autocast (casts included): on a narrow model the casts cost what bf16 saves
+  (the 128-wide demo: ~1.1x here, measured slower end to end), so it keeps fp32 there. The decision
+  and its timings are logged once.
   `RLOO_AUTO_DTYPE=float32|bfloat16` in the environment fixes what `auto` means on CPU without
   probing (the test suite pins float32 this way, see tests/conftest.py).
 
@@ -21,10 +24,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import math
 import os
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -37,6 +42,10 @@ MIN_SPEEDUP = 1.5
 # AVX2-only CPU (~1 GFLOP/s), where the probe stops after the first.
 PROBE_SHAPE = (128, 512, 512)
 PROBE_REPS = 5
+# The width probe: a (128 tokens, w) -> 4w linear layer, forward and backward (the MLP's shape);
+# widths above 512 are probed at 512 (bf16's advantage only grows with width), which bounds the
+# probe at ~0.8 GFLOP per timing.
+PROBE_TOKENS, PROBE_MAX_WIDTH = 128, 512
 
 
 @dataclass(frozen=True)
@@ -55,10 +64,13 @@ class Precision:
         return str(self.compute or self.weights).removeprefix("torch.")
 
     def autocast(self):
-        """The context the forward passes run in: torch.autocast, or a no-op without mixed precision."""
-        if self.compute is None:
-            return contextlib.nullcontext()
-        return torch.autocast(self.device_type, dtype=self.compute)
+        """The context the forward passes run in: torch.autocast, or without mixed precision autocast
+        switched off (a stage nested in another, e.g. a compare cell, must not inherit its autocast)."""
+        if self.compute is not None:
+            return torch.autocast(self.device_type, dtype=self.compute)
+        if self.device_type in ("cpu", "cuda"):
+            return torch.autocast(self.device_type, enabled=False)
+        return contextlib.nullcontext()
 
 
 def choose_bf16(fp32_s: float, bf16_s: float, min_speedup: float = MIN_SPEEDUP) -> bool:
@@ -92,38 +104,71 @@ def time_matmuls(shape=PROBE_SHAPE, reps: int = PROBE_REPS) -> tuple[float, floa
     return min(fp32), min(bf16)
 
 
-@functools.lru_cache(maxsize=1)
-def cpu_bf16_probe() -> dict:
-    """Once per process: {"fp32_ms", "bf16_ms", "speedup", "bf16": bool}; the decision is logged."""
-    fp32_s, bf16_s = time_matmuls()
-    out = {
-        "fp32_ms": 1e3 * fp32_s,
-        "bf16_ms": 1e3 * bf16_s,
-        "speedup": fp32_s / bf16_s,
-        "bf16": choose_bf16(fp32_s, bf16_s),
-    }
-    m, k, n = PROBE_SHAPE
+def _time_linear(x: torch.Tensor, w: torch.Tensor, autocast: bool) -> float:
+    t0 = time.perf_counter()
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        y = torch.nn.functional.linear(x, w)
+    y.float().sum().backward()
+    return time.perf_counter() - t0
+
+
+def time_linear(width: int, reps: int = PROBE_REPS) -> tuple[float, float]:
+    """(fp32 s, bf16-autocast s): the fastest of `reps` alternating forward+backward passes of a
+    (PROBE_TOKENS, width) -> 4 width linear layer, fp32 and under bf16 autocast (the casts of the
+    activations and of the weight's cached bf16 copy included, as in training)."""
+    w_in = min(width, PROBE_MAX_WIDTH)
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(PROBE_TOKENS, w_in, generator=gen, requires_grad=True)
+    w = torch.randn(4 * w_in, w_in, generator=gen, requires_grad=True)
+    _time_linear(x, w, False), _time_linear(x, w, True)  # warm-up
+    fp32 = [_time_linear(x, w, False) for _ in range(reps)]
+    bf16 = [_time_linear(x, w, True) for _ in range(reps)]
+    return min(fp32), min(bf16)
+
+
+@functools.cache
+def cpu_bf16_probe(width: int | None = None) -> dict:
+    """Once per process and width: {"fp32_ms", "bf16_ms", "speedup", "bf16": bool, "width"}; the
+    decision is logged. `width` None (unknown model): the matmul probe alone decides."""
+    threads = torch.get_num_threads()
+    # One thread: the question is the core's bf16 rate against its fp32 rate; on a loaded machine a
+    # 2-thread region waits for its descheduled thread, which once read bf16 at 0.06x here.
+    torch.set_num_threads(1)
+    try:
+        fp32_s, bf16_s = time_matmuls()
+        m, k, n = PROBE_SHAPE
+        what = f"CPU matmul {m}x{k}x{n}"
+        if choose_bf16(fp32_s, bf16_s) and width is not None:  # fast bf16 here: does it pay at this width?
+            fp32_s, bf16_s = time_linear(width)
+            w = min(width, PROBE_MAX_WIDTH)
+            what = f"CPU linear {PROBE_TOKENS}x{w}->{4 * w} fwd+bwd"
+    finally:
+        torch.set_num_threads(threads)
+    out = {"fp32_ms": 1e3 * fp32_s, "bf16_ms": 1e3 * bf16_s, "speedup": fp32_s / bf16_s, "width": width}
+    out["bf16"] = choose_bf16(fp32_s, bf16_s)
     say(
-        f"precision: CPU matmul {m}x{k}x{n} fp32 {out['fp32_ms']:.2f} ms, bf16 {out['bf16_ms']:.2f} ms "
-        f"({out['speedup']:.2f}x); dtype=auto uses {'bf16 autocast' if out['bf16'] else 'float32'} "
-        f"(bf16 needs >= {MIN_SPEEDUP}x)"
+        f"precision: {what} fp32 {out['fp32_ms']:.2f} ms, bf16 {out['bf16_ms']:.2f} ms "
+        f"({out['speedup']:.2f}x){f' at model width {width}' if width else ''}; dtype=auto uses "
+        f"{'bf16 autocast' if out['bf16'] else 'float32'} (bf16 needs >= {MIN_SPEEDUP}x)"
     )
     return out
 
 
-def _auto_cpu() -> tuple[bool, str]:
-    """(use bf16?, why) for dtype=auto on CPU: the environment's pin, else the probe."""
+def _auto_cpu(width: int | None) -> tuple[bool, str]:
+    """(use bf16?, why) for dtype=auto on CPU: the environment's pin, else the probe at `width`."""
     pinned = os.environ.get("RLOO_AUTO_DTYPE", "").strip()
     if pinned:
         if pinned not in ("float32", "bfloat16"):
             raise RlooError(f"RLOO_AUTO_DTYPE={pinned!r}: expected float32 or bfloat16 (or unset it)")
         return pinned == "bfloat16", f"RLOO_AUTO_DTYPE={pinned}"
-    p = cpu_bf16_probe()
-    return p["bf16"], f"probe: bf16 matmul {p['speedup']:.2f}x fp32"
+    p = cpu_bf16_probe(width)
+    return p["bf16"], f"probe: bf16 {p['speedup']:.2f}x fp32"
 
 
-def resolve_precision(name: str | torch.dtype, device: str | torch.device = "cpu") -> Precision:
-    """What `dtype=name` means on `device` (see the module docstring)."""
+def resolve_precision(
+    name: str | torch.dtype, device: str | torch.device = "cpu", width: int | None = None
+) -> Precision:
+    """What `dtype=name` means on `device` for a model `width` wide (None: unknown; see the module docstring)."""
     dev = torch.device(device).type
     if isinstance(name, torch.dtype):
         return Precision(dev, name, None, "given")
@@ -132,7 +177,7 @@ def resolve_precision(name: str | torch.dtype, device: str | torch.device = "cpu
     if name == "auto" and dev == "cuda":
         return Precision(dev, torch.bfloat16, None, "auto on CUDA")
     if name == "auto" and dev == "cpu":
-        bf16, why = _auto_cpu()
+        bf16, why = _auto_cpu(width)
         return Precision(dev, torch.float32, torch.bfloat16 if bf16 else None, why)
     if name == "auto":
         return Precision(dev, torch.float32, None, f"auto on {dev}")
@@ -141,12 +186,31 @@ def resolve_precision(name: str | torch.dtype, device: str | torch.device = "cpu
     return Precision(dev, getattr(torch, name), None, f"dtype={name}")
 
 
+def model_width(cfg) -> int | None:
+    """The width (hidden size) of the model a stage runs, for dtype=auto's probe: from the local
+    model folder's config.json (`policy`, `model`, `sft_model`, first found), else the built-in
+    architecture (`arch`, `sft.arch`); None when unknown (a Hub name not yet downloaded)."""
+    for key in ("policy", "model", "sft_model"):
+        path = getattr(cfg, key, None)
+        if isinstance(path, (str, Path)) and (Path(path) / "config.json").is_file():
+            try:
+                config = json.loads((Path(path) / "config.json").read_text())
+            except (OSError, ValueError):
+                return None
+            width = next((config[k] for k in ("hidden_size", "n_embd", "d_model") if k in config), None)
+            return width if isinstance(width, int) else None
+    for arch in (getattr(cfg, "arch", None), getattr(getattr(cfg, "sft", None), "arch", None)):
+        if isinstance(getattr(arch, "hidden_size", None), int):
+            return arch.hidden_size
+    return None
+
+
 def stage_precision(fn):
     """Decorator for a stage `fn(cfg, ...)`: runs it under the autocast of cfg.dtype on cfg.device."""
 
     @functools.wraps(fn)
     def run(cfg, *args, **kwargs):
-        with resolve_precision(cfg.dtype, cfg.device).autocast():
+        with resolve_precision(cfg.dtype, cfg.device, model_width(cfg)).autocast():
             return fn(cfg, *args, **kwargs)
 
     return run
