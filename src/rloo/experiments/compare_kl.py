@@ -1,0 +1,80 @@
+"""The equal-KL view of `rloo compare`: each method's win rate read at common KL values from its
+training trajectory (the periodic evals of metrics.jsonl), so that methods which move further from
+the reference per sample are compared where they are equally far from it; and the report's tables
+of that view and of the tuning."""
+
+from __future__ import annotations
+
+from rloo.experiments.compare_tables import mean_ci
+from rloo.experiments.tuning import describe
+
+
+def trajectory(metrics: list[dict]) -> list[tuple[float, float]]:
+    """(KL, win rate) of each periodic evaluation of a run, in step order: J records of metrics.jsonl
+    that carry both `eval/kl` (mean sum_t log pi/pi_sft of the evaluated samples) and
+    `eval/win_rate` -> a list of J pairs. The first is the step-0 evaluation (the SFT model, KL 0)
+    when the run evaluated before its first step."""
+    evals = [m for m in metrics if "eval/kl" in m and "eval/win_rate" in m]
+    return [(float(m["eval/kl"]), float(m["eval/win_rate"])) for m in sorted(evals, key=lambda m: m["step"])]
+
+
+def win_at_kl(points: list[tuple[float, float]], kl: float) -> float | None:
+    """The win rate where a trajectory first reaches `kl`, linearly interpolated between the two
+    evaluations around that crossing. points: J pairs (KL_j, win_j) in step order (`trajectory`);
+    kl: a scalar. With j the first index where KL_j >= kl:
+        win = win_{j-1} + (kl - KL_{j-1}) / (KL_j - KL_{j-1}) * (win_j - win_{j-1}).
+    Returns win_0 when KL_0 == kl, and None when the run never reaches kl or starts beyond it (no
+    extrapolation: a method that stayed closer to the reference has no value there)."""
+    for j, (k, w) in enumerate(points):
+        if k >= kl:
+            if k == kl:
+                return w
+            if j == 0:
+                return None
+            k0, w0 = points[j - 1]
+            return w0 + (kl - k0) / (k - k0) * (w - w0)
+    return None
+
+
+def _cell(xs: list[float], signed: bool = False) -> str:
+    if not xs:
+        return "-"
+    m, h = mean_ci(xs)
+    fmt = "+.3f" if signed else ".3f"
+    return f"{m:{fmt}} (n={len(xs)})" if h is None else f"{m:{fmt}} ± {h:.3f} (n={len(xs)})"
+
+
+def equal_kl_table(cfg, data: dict, task: str, base: str = "rloo") -> str:
+    """Per method and KL value: win rate at that KL (mean ± 95% t-interval over the seeds whose run
+    reached it), and its difference from `base` paired by seed (seeds where both reached it)."""
+    kls = list(cfg.equal_kl)
+    head = [c for k in kls for c in (f"win @ KL {k:g}", f"− {base} @ KL {k:g}")]
+    rows = ["| method | " + " | ".join(head) + " |", "|---" * (len(head) + 1) + "|"]
+    at = {
+        name: {r["seed"]: [win_at_kl(trajectory(r.get("metrics", [])), k) for k in kls] for r in rs}
+        for name, rs in data[task].items()
+        if name != "sft"
+    }
+    ref = at.get(base, {})
+    for name in [m for m in cfg.methods if m in at]:
+        cells = []
+        for i in range(len(kls)):
+            level = [v[i] for v in at[name].values() if v[i] is not None]
+            diffs = [
+                v[i] - ref[s][i] for s, v in at[name].items() if v[i] is not None and s in ref and ref[s][i] is not None
+            ]
+            cells += [_cell(level), "" if name == base else _cell(diffs, signed=True)]
+        rows.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+def tuning_table(cfg, data: dict) -> str:
+    """The settings each method ran at on the reported seeds (from its result.json) per task."""
+    rows = ["| method | " + " | ".join(cfg.tasks) + " |", "|---" * (len(cfg.tasks) + 1) + "|"]
+    for name in cfg.methods:
+        cells = []
+        for task in cfg.tasks:
+            chosen = {describe(r["settings"]) for r in data[task].get(name, []) if r.get("settings")}
+            cells.append("; ".join(sorted(chosen)) or "-")
+        rows.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
