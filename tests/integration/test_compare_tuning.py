@@ -1,0 +1,88 @@
+"""`rloo compare` with tuning, end to end on tiny models: selection sees only the validation split
+and the tuning seeds (the evaluation prompts are poisoned until the choice is made), the reported
+seeds run at the chosen settings, and the report holds the tuning and equal-KL tables."""
+
+from __future__ import annotations
+
+import json
+
+from tests.integration.test_compare import TINY
+
+import rloo.experiments.compare as compare_mod
+from rloo.config import CompareConfig
+from rloo.experiments.compare import compare
+from rloo.experiments.tuning import trial_name, trial_settings
+from rloo.tasks.base import stable_hash
+from rloo.tasks.summarize import EVAL_BUCKETS, SummarizeTask
+
+
+def _is_eval_prompt(prompt: str) -> bool:
+    """summarize's evaluation partition (SummarizeTask.sample_prompt): the hash of the post."""
+    post = prompt.removeprefix("post : ").removesuffix(" tl;dr :")
+    return stable_hash(post) % EVAL_BUCKETS == 0
+
+
+def test_tuning_selects_on_validation_prompts_and_tuning_seeds_only(tmp_path, monkeypatch):
+    cfg = CompareConfig(
+        methods=["rloo", "rloo_clip"],
+        tasks=["summarize"],
+        seeds=[0],
+        output_dir=tmp_path / "c",
+        tuning={"trials": 2, "seeds": [5], "lr": [1e-4, 3e-2], "beta": [0.25], "updates": [[1, 1], [2, 2]]},
+        equal_kl=[0.01, 100.0],
+        **(TINY | {"variance_batches": 0}),
+    )
+    state = {"selected": False, "train_seeds": [], "scored_eval": 0}
+    gold = SummarizeTask.gold_score
+
+    def poisoned(self, prompt, response):
+        # adversarial evaluation split: before the choice, any score of an evaluation prompt is an
+        # error (and would rank the trials backwards if it were read)
+        if _is_eval_prompt(prompt):
+            if not state["selected"]:
+                raise AssertionError(f"an evaluation prompt was scored before selection: {prompt!r}")
+            state["scored_eval"] += 1
+            return -gold(self, prompt, response)
+        return gold(self, prompt, response)
+
+    real_train, real_choose = compare_mod.train, compare_mod.choose
+
+    def spy_train(rl_cfg, **kw):
+        state["train_seeds"].append((rl_cfg.seed, rl_cfg.eval_split, state["selected"]))
+        return real_train(rl_cfg, **kw)
+
+    def spy_choose(*a, **kw):
+        chosen = real_choose(*a, **kw)
+        state["selected"] = True
+        return chosen
+
+    monkeypatch.setattr(SummarizeTask, "gold_score", poisoned)
+    monkeypatch.setattr(compare_mod, "train", spy_train)
+    monkeypatch.setattr(compare_mod, "choose", spy_choose)
+    report = compare(cfg)
+
+    # every run before the choice trained on the tuning seed and was evaluated on the valid split
+    before = [(s, split) for s, split, sel in state["train_seeds"] if not sel]
+    after = [(s, split) for s, split, sel in state["train_seeds"] if sel]
+    assert before == [(5, "valid")] * 4 and after == [(0, "eval")] * 2
+    assert state["scored_eval"] > 0  # the reported runs were judged on the evaluation prompts
+    # the reported runs use the trial with the best mean validation win rate, recomputed here
+    root = tmp_path / "c"
+    for m in cfg.methods:
+        trials = trial_settings(cfg.tuning, m)
+        res = [
+            json.loads((root / "tuning/summarize/seed-5" / trial_name(m, i) / "result.json").read_text())
+            for i in range(2)
+        ]
+        assert {r["split"] for r in res} == {"valid"}
+        best = max(range(2), key=lambda i: (res[i]["win_rate"], -i))
+        reported = json.loads((root / "runs/summarize/seed-0" / m / "result.json").read_text())
+        assert reported["settings"] == trials[best] and reported["split"] == "eval"
+    assert not (root / "tuning/summarize/seed-0").exists() and not (root / "runs/summarize/seed-5").exists()
+    text = (report / "report.md").read_text()
+    assert "## Tuning" in text and "| rloo_clip | lr " in text and "updates" in text
+    assert "## Equal KL" in text and "| rloo | " in text
+    # KL 100 is never reached in 2 steps: no value there, and rloo has no difference from itself
+    kl_part = text.split("## Equal KL")[1]
+    row = next(line for line in kl_part.splitlines() if line.startswith("| rloo | "))
+    assert row.endswith("|  | - |  |")
