@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import json
 
+import yaml
 from tests.integration.test_compare import TINY
 
 import rloo.experiments.compare as compare_mod
 from rloo.config import CompareConfig
-from rloo.experiments.compare import compare
+from rloo.experiments.compare import compare, same_settings
 from rloo.experiments.tuning import trial_name, trial_settings
 from rloo.tasks.base import stable_hash
 from rloo.tasks.summarize import EVAL_BUCKETS, SummarizeTask
@@ -86,3 +87,18 @@ def test_tuning_selects_on_validation_prompts_and_tuning_seeds_only(tmp_path, mo
     kl_part = text.split("## Equal KL")[1]
     row = next(line for line in kl_part.splitlines() if line.startswith("| rloo | "))
     assert row.endswith("|  | - |  |")
+
+
+def test_a_comparison_saved_before_tuning_existed_is_still_recognised(tmp_path):
+    cfg = CompareConfig(methods=["rloo"], tasks=["summarize"], seeds=[0], output_dir=tmp_path / "c", **TINY)
+    old = cfg.model_dump(mode="json")
+    for key in ("tuning", "equal_kl"):
+        old.pop(key)
+    old["rl"].pop("eval_split")
+    saved = tmp_path / "config.yaml"
+    saved.write_text(yaml.safe_dump(old, sort_keys=False))
+    assert same_settings(saved, cfg)
+    assert not same_settings(saved, CompareConfig(**(cfg.model_dump() | {"seeds": [1]})))
+    assert not same_settings(saved, CompareConfig(**(cfg.model_dump() | {"tuning": {"trials": 1}})))
+    saved.write_text(yaml.safe_dump(old | {"from_the_future": 1}))
+    assert not same_settings(saved, cfg)

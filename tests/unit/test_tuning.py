@@ -120,6 +120,11 @@ def test_tuning_seeds_must_not_be_reported_seeds():
     CompareConfig(seeds=[0], tuning={"trials": 0, "seeds": [0]})  # no tuning: nothing to keep apart
 
 
+def test_equal_kl_values_are_positive():
+    with pytest.raises(ConfigError, match=r"equal_kl: needs KL values > 0"):
+        CompareConfig(equal_kl=[0.5, 0.0])
+
+
 def test_trials_must_fit_every_methods_grid():
     with pytest.raises(ConfigError, match="more than the 2 lr x beta settings"):
         TuningSettings(trials=3, lr=[1e-4], beta=[0.1, 0.2])

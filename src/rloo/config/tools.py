@@ -161,6 +161,13 @@ class CompareConfig(Strict):
             raise ValueError(f"unknown method(s) {bad}; choose from {', '.join(COMPARE_METHODS)}")
         return v
 
+    @field_validator("equal_kl")
+    @classmethod
+    def _positive(cls, v: list[float]) -> list[float]:
+        if not v or any(x <= 0 for x in v):
+            raise ValueError(f"needs KL values > 0, got {v}")
+        return v
+
     @model_validator(mode="after")
     def _tuning_seeds_are_not_reported(self):
         both = sorted(set(self.seeds) & set(self.tuning.seeds)) if self.tuning.trials else []

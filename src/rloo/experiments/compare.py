@@ -26,8 +26,8 @@ from pathlib import Path
 
 import yaml
 
-from rloo.config import CompareConfig, PipelineConfig, RLConfig, save_config
-from rloo.errors import RlooError, option
+from rloo.config import CompareConfig, PipelineConfig, RLConfig, load_config, save_config
+from rloo.errors import ConfigError, RlooError, option
 from rloo.eval.judge import win_rate
 from rloo.experiments.compare_eval import judge, pass_at_k
 from rloo.experiments.compare_report import write_report
@@ -196,7 +196,7 @@ def compare(cfg: CompareConfig, *, overwrite: bool = False) -> Path:
         shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
     saved = out / "config.yaml"
-    if saved.exists() and saved.read_text() != _dump(cfg):
+    if saved.exists() and not same_settings(saved, cfg):
         raise RlooError(
             f"{out} holds a comparison with other settings; pass {option('overwrite')} or choose another output_dir"
         )
@@ -252,6 +252,16 @@ def _tuned(cfg: CompareConfig, out: Path, task_name: str, poll_s: float = 30.0) 
             say(f"compare: waiting for the tuning of {task_name} in other processes")
             time.sleep(poll_s)
     return choose(out, cfg.tuning, cfg.methods, task_name)
+
+
+def same_settings(saved: Path, cfg: CompareConfig) -> bool:
+    """Whether a comparison's saved config.yaml holds cfg's settings; read through CompareConfig, so
+    a comparison saved before a key was added (tuning, equal_kl, rl.eval_split: their defaults are
+    what it ran) is still recognised, and its report can be rebuilt by rerunning its command."""
+    try:
+        return _dump(load_config(CompareConfig, saved)) == _dump(cfg)
+    except ConfigError:
+        return False
 
 
 def _dump(cfg: CompareConfig) -> str:
