@@ -4,7 +4,10 @@ seeds run at the chosen settings, and the report holds the tuning and equal-KL t
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
+from types import SimpleNamespace
 
 import yaml
 from tests.integration.test_compare import TINY
@@ -12,7 +15,7 @@ from tests.integration.test_compare import TINY
 import rloo.experiments.compare as compare_mod
 from rloo.config import CompareConfig
 from rloo.experiments.compare import compare, same_settings
-from rloo.experiments.tuning import trial_name, trial_settings
+from rloo.experiments.tuning import trial_name, trial_settings, tuning_root
 from rloo.tasks.base import stable_hash
 from rloo.tasks.summarize import EVAL_BUCKETS, SummarizeTask
 
@@ -102,3 +105,41 @@ def test_a_comparison_saved_before_tuning_existed_is_still_recognised(tmp_path):
     assert not same_settings(saved, CompareConfig(**(cfg.model_dump() | {"tuning": {"trials": 1}})))
     saved.write_text(yaml.safe_dump(old | {"from_the_future": 1}))
     assert not same_settings(saved, cfg)
+
+
+def test_selection_waits_for_a_tuning_cell_another_process_holds(tmp_path, monkeypatch):
+    cfg = CompareConfig(
+        methods=["rloo"],
+        tasks=["summarize"],
+        seeds=[0],
+        output_dir=tmp_path,
+        tuning={"trials": 2, "seeds": [5, 6], "lr": [1e-4, 3e-4], "beta": [0.25]},
+        **TINY,
+    )
+    result = lambda score: json.dumps({"win_rate": score, "kl": 0.1, "split": "valid"})  # noqa: E731
+    for seed in (5, 6):
+        for i in range(2):
+            d = tuning_root(tmp_path, "summarize", seed) / trial_name("rloo", i)
+            d.mkdir(parents=True)
+            if (seed, i) != (6, 1):
+                d.joinpath("result.json").write_text(result(0.2))
+    # another process holds seed 6's cell, its last trial unfinished (a raw flock from this process
+    # is a different open file, so runlock sees it as held)
+    cell = tuning_root(tmp_path, "summarize", 6)
+    fd = os.open(cell / ".rloo.lock", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    os.write(fd, json.dumps({"pid": os.getpid(), "host": "h", "started": 0, "command": "other"}).encode())
+    sleeps = []
+
+    def other_process_finishes(seconds):  # the holder writes its result and exits
+        sleeps.append(seconds)
+        (cell / trial_name("rloo", 1) / "result.json").write_text(result(0.9))
+        os.close(fd)
+
+    # only compare's own wait (runlock sleeps too, through the time module)
+    monkeypatch.setattr(compare_mod, "time", SimpleNamespace(sleep=other_process_finishes))
+    chosen = compare_mod._tuned(cfg, tmp_path, "summarize", poll_s=0.5)
+    # it waited once, trained nothing itself (no SFT model anywhere: seed 5 was finished, seed 6
+    # held), and chose with the holder's result: trial 1 has mean (0.2 + 0.9) / 2 = 0.55 > 0.2
+    assert sleeps == [0.5] and chosen == {"rloo": {"lr": 3e-4, "beta": 0.25}}
+    assert not list(tmp_path.rglob("sft"))

@@ -202,13 +202,8 @@ def compare(cfg: CompareConfig, *, overwrite: bool = False) -> Path:
         )
     save_config(cfg, saved)
     t0 = time.perf_counter()
-    if cfg.tuning.trials:  # 1. every method's trials on the tuning seeds, judged on validation prompts
-        trials = trial_variants(cfg.tuning, cfg.methods)
-        for task_name in cfg.tasks:
-            for seed in cfg.tuning.seeds:
-                with _claim(tuning_root(out, task_name, seed)) as mine:
-                    if mine:
-                        run_cell(cfg, task_name, seed, out / "tuning", trials, split="valid")
+    for task_name in cfg.tasks if cfg.tuning.trials else []:  # 1. every method's trials (tuning seeds)
+        _tuning_cells(cfg, out, task_name)
     for task_name in cfg.tasks:  # 2. the reported seeds, at the chosen settings when tuned
         variants = {m: (m, s) for m, s in _tuned(cfg, out, task_name).items()} if cfg.tuning.trials else None
         for seed in cfg.seeds:
@@ -239,15 +234,23 @@ def _claim(cell: Path):
         yield True
 
 
+def _tuning_cells(cfg: CompareConfig, out: Path, task_name: str) -> None:
+    """Runs the unfinished tuning cells of a task (one per tuning seed) that no live process holds:
+    every trial of every method, judged on the seed's validation prompts."""
+    trials = trial_variants(cfg.tuning, cfg.methods)
+    for seed in cfg.tuning.seeds:
+        if tuning_done(out, cfg.tuning, cfg.methods, task_name, seeds=[seed]):
+            continue  # finished: no need to load its models again
+        with _claim(tuning_root(out, task_name, seed)) as mine:
+            if mine:
+                run_cell(cfg, task_name, seed, out / "tuning", trials, split="valid")
+
+
 def _tuned(cfg: CompareConfig, out: Path, task_name: str, poll_s: float = 30.0) -> dict[str, dict]:
     """Each method's chosen settings on a task, once every trial has its validation result: waits for
     the tuning cells other live processes hold, and takes over those whose holder died."""
-    trials = trial_variants(cfg.tuning, cfg.methods)
     while not tuning_done(out, cfg.tuning, cfg.methods, task_name):
-        for seed in cfg.tuning.seeds:
-            with _claim(tuning_root(out, task_name, seed)) as mine:
-                if mine:
-                    run_cell(cfg, task_name, seed, out / "tuning", trials, split="valid")
+        _tuning_cells(cfg, out, task_name)
         if not tuning_done(out, cfg.tuning, cfg.methods, task_name):
             say(f"compare: waiting for the tuning of {task_name} in other processes")
             time.sleep(poll_s)

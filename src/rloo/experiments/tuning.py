@@ -62,10 +62,12 @@ def tuning_root(out: Path, task: str, seed: int) -> Path:
     return out / "tuning" / task / f"seed-{seed}"
 
 
-def tuning_done(out: Path, tuning: TuningSettings, methods: list[str], task: str) -> bool:
-    """Whether every trial of every method has its validation result on every tuning seed."""
+def tuning_done(
+    out: Path, tuning: TuningSettings, methods: list[str], task: str, seeds: list[int] | None = None
+) -> bool:
+    """Whether every trial of every method has its validation result on every tuning seed (of `seeds`)."""
     names = trial_variants(tuning, methods)
-    return all((tuning_root(out, task, s) / n / "result.json").exists() for s in tuning.seeds for n in names)
+    return all((tuning_root(out, task, s) / n / "result.json").exists() for s in seeds or tuning.seeds for n in names)
 
 
 def choose(out: Path, tuning: TuningSettings, methods: list[str], task: str) -> dict[str, dict]:
