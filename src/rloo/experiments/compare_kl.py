@@ -5,6 +5,9 @@ of that view and of the tuning."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from rloo.experiments.compare_tables import mean_ci
 from rloo.experiments.tuning import describe
 
@@ -68,13 +71,21 @@ def equal_kl_table(cfg, data: dict, task: str, base: str = "rloo") -> str:
     return "\n".join(rows)
 
 
-def tuning_table(cfg, data: dict) -> str:
-    """The settings each method ran at on the reported seeds (from its result.json) per task."""
+def tuning_table(cfg, data: dict, out: Path) -> str:
+    """Per method and task: the settings its reported runs used (from their result.json), and from
+    the task's tuning/<task>/selection.json the chosen trial's mean validation score and the range
+    over all its trials (how much the choice mattered)."""
     rows = ["| method | " + " | ".join(cfg.tasks) + " |", "|---" * (len(cfg.tasks) + 1) + "|"]
     for name in cfg.methods:
         cells = []
         for task in cfg.tasks:
             chosen = {describe(r["settings"]) for r in data[task].get(name, []) if r.get("settings")}
-            cells.append("; ".join(sorted(chosen)) or "-")
+            cell = "; ".join(sorted(chosen)) or "-"
+            f = out / "tuning" / task / "selection.json"
+            sel = json.loads(f.read_text()).get(name) if f.exists() else None
+            if sel:
+                scores = [t["score"] for t in sel["trials"]]
+                cell += f" (validation {scores[sel['chosen']]:.3f}; trials {min(scores):.3f}-{max(scores):.3f})"
+            cells.append(cell)
         rows.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(rows)

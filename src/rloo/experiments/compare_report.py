@@ -68,7 +68,7 @@ def pass_section(cfg, data: dict, tasks: list[str]) -> list[str]:
     return text
 
 
-def tuning_section(cfg, data: dict) -> list[str]:
+def tuning_section(cfg, data: dict, out: Path) -> list[str]:
     t = cfg.tuning
     if not t.trials:
         return []
@@ -81,9 +81,10 @@ def tuning_section(cfg, data: dict) -> list[str]:
         f"and was judged on {t.valid_prompts} validation prompts per seed (the task's valid split, never an "
         f"evaluation prompt). Chosen: the highest mean {t.metric} over the tuning seeds"
         + (f" among trials with mean validation KL <= {t.max_kl:g}" if t.max_kl is not None else "")
-        + ". Every trial's score: tuning/<task>/selection.json. Settings of the reported runs:",
+        + ". Every trial's score: tuning/<task>/selection.json. Settings of the reported runs, with the "
+        "chosen trial's mean validation score and the range over the method's trials:",
         "",
-        tuning_table(cfg, data),
+        tuning_table(cfg, data, out),
         "",
     ]
 
@@ -149,7 +150,7 @@ def write_report(cfg, out: Path) -> Path:
         "",
         paired_differences(cfg, data),
         "",
-        *tuning_section(cfg, data),
+        *tuning_section(cfg, data, out),
         *equal_kl_section(cfg, data),
         "## PPO: GAE lambda 0.95 vs 1.0 (final win rate vs references)",
         "",
