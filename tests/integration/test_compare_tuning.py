@@ -100,6 +100,10 @@ def test_tuning_selects_on_validation_prompts_and_tuning_seeds_only(tmp_path, mo
     kl_part = text.split("## Equal KL")[1]
     row = next(line for line in kl_part.splitlines() if line.startswith("| rloo | "))
     assert row.endswith("|  | - |  |")
+    # equal compute: every rloo run reaches 1 x the shortest rloo run's training time
+    compute_part = text.split("## Equal compute")[1]
+    row = next(line for line in compute_part.splitlines() if line.startswith("| rloo | "))
+    assert row.endswith("(n=1) |  |")
 
 
 def test_a_comparison_saved_before_tuning_existed_is_still_recognised(tmp_path):

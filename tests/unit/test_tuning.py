@@ -10,7 +10,7 @@ import pytest
 from rloo.config import CompareConfig
 from rloo.config.tools import TuningSettings
 from rloo.errors import ConfigError
-from rloo.experiments.compare_kl import equal_kl_table, trajectory, win_at_kl
+from rloo.experiments.compare_kl import compute_trajectory, equal_compute_table, equal_kl_table, trajectory, win_at_kl
 from rloo.experiments.tuning import choose, select_trial, trial_name, trial_settings, tuning_root
 from rloo.tasks import get_task
 
@@ -121,7 +121,7 @@ def test_tuning_seeds_must_not_be_reported_seeds():
 
 
 def test_equal_kl_values_are_positive():
-    with pytest.raises(ConfigError, match=r"equal_kl: needs KL values > 0"):
+    with pytest.raises(ConfigError, match=r"equal_kl: needs values > 0"):
         CompareConfig(equal_kl=[0.5, 0.0])
 
 
@@ -136,3 +136,41 @@ def test_validation_prompts_are_never_evaluation_prompts(name):
     valid = {e.prompt for s in range(3) for e in task.examples("valid", 500, seed=s)}
     evals = {e.prompt for s in range(3) for e in task.examples("eval", 500, seed=s)}
     assert valid and evals and not valid & evals
+
+
+def test_compute_trajectory_sums_the_phase_times_up_to_each_evaluation():
+    metrics = [
+        {"step": 0, "eval/kl": 0.0, "eval/win_rate": 0.4},
+        {"step": 1, "time/rollout": 1.0, "time/update": 0.5, "loss/policy": 0.1},
+        {"step": 2, "time/rollout": 2.0, "time/update": 0.5},
+        {"step": 2, "eval/kl": 0.3, "eval/win_rate": 0.5},  # after training step 2
+        {"step": 3, "time/rollout": 1.0},
+        {"step": 3, "eval/kl": 0.5, "eval/win_rate": 0.7},
+    ]
+    # seconds 0, 1.5 + 2.5 = 4.0, 4.0 + 1.0 = 5.0
+    assert compute_trajectory(metrics) == [(0.0, 0.4), (4.0, 0.5), (5.0, 0.7)]
+    assert compute_trajectory([{"step": 0, "eval/win_rate": 0.4}]) == []  # dpo: no phase times
+
+
+def test_equal_compute_reads_at_multiples_of_the_shortest_rloo_time():
+    cfg = CompareConfig(methods=["rloo", "ppo"], tasks=["summarize"], seeds=[0, 1], equal_compute=[0.5, 1.0])
+
+    def run(seed, step_seconds, wins):  # two steps, an evaluation before and after each
+        m = [{"step": 0, "eval/win_rate": wins[0]}]
+        for s in (1, 2):
+            m += [{"step": s, "time/update": step_seconds}, {"step": s, "eval/win_rate": wins[s]}]
+        return {"seed": seed, "metrics": m}
+
+    # rloo: 10 s per step on seed 0, 12 s on seed 1: T = 20 s (the shorter run), read at 10 and 20 s.
+    # seed 0: 0.5 at 10 s, 0.7 at 20 s; seed 1: at 10 s 0.4 + (10/12) * 0.2 = 0.5667, at 20 s
+    # 0.6 + (8/12) * 0.2 = 0.7333. ppo: 20 s per step, wins 0.4, 0.8, 0.9: at 10 s 0.6, at 20 s 0.8 on
+    # both seeds: differences at 20 s +0.1 and +0.0667, mean +0.0833
+    rloo = [run(0, 10.0, [0.4, 0.5, 0.7]), run(1, 12.0, [0.4, 0.6, 0.8])]
+    ppo = [run(1, 20.0, [0.4, 0.8, 0.9]), run(0, 20.0, [0.4, 0.8, 0.9])]
+    text = equal_compute_table(cfg, {"summarize": {"rloo": rloo, "ppo": ppo}}, "summarize")
+    assert "1 x rloo's time (20 s)" in text
+    row = next(line for line in text.splitlines() if line.startswith("| ppo |")).split(" | ")
+    assert row[1] == "0.600 ± 0.000 (n=2)" and row[3].startswith("0.800 ± 0.000")
+    # differences at 20 s: 0.1 and 0.0667: mean 0.0833, sd 0.02357, t_{0.975,1} = 12.706 ->
+    # 12.706 * 0.02357 / sqrt(2) = 0.212
+    assert row[4] == "+0.083 ± 0.212 (n=2) |"

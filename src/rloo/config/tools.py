@@ -152,6 +152,11 @@ class CompareConfig(Strict):
         default=[0.25, 0.5, 1.0],
         description="KL values at which the report reads each method's win rate off its training trajectory.",
     )
+    equal_compute: list[float] = Field(
+        default=[0.5, 1.0],
+        description="Training times, as multiples of the shortest rloo run's, at which the report reads each "
+        "method's win rate off its training trajectory (wall-clock of the logged time/* phases).",
+    )
 
     @field_validator("methods")
     @classmethod
@@ -161,11 +166,11 @@ class CompareConfig(Strict):
             raise ValueError(f"unknown method(s) {bad}; choose from {', '.join(COMPARE_METHODS)}")
         return v
 
-    @field_validator("equal_kl")
+    @field_validator("equal_kl", "equal_compute")
     @classmethod
     def _positive(cls, v: list[float]) -> list[float]:
         if not v or any(x <= 0 for x in v):
-            raise ValueError(f"needs KL values > 0, got {v}")
+            raise ValueError(f"needs values > 0, got {v}")
         return v
 
     @model_validator(mode="after")

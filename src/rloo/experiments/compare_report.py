@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from rloo.experiments.compare_kl import equal_kl_table, tuning_table
+from rloo.experiments.compare_kl import equal_compute_table, equal_kl_table, tuning_table
 from rloo.experiments.compare_plots import plot_all
 from rloo.experiments.compare_tables import (  # noqa: F401 - mean_ci re-exported
     mean_ci,
@@ -102,6 +102,18 @@ def equal_kl_section(cfg, data: dict) -> list[str]:
     ]
     for task in cfg.tasks:
         text += [f"### {task}", "", equal_kl_table(cfg, data, task), ""]
+    text += [
+        "## Equal compute: win rate at common training time",
+        "",
+        "The same reading along training seconds instead of KL: the wall-clock of each step's logged phases "
+        "(time/rollout, time/score, time/update, ...; evaluations left out), summed up to each periodic "
+        "evaluation, read at multiples of the shortest rloo run's training time on the task. Wall-clock on a "
+        "shared machine: compare methods of the same seed, which ran in the same process one after another. "
+        "dpo logs no phase times.",
+        "",
+    ]
+    for task in cfg.tasks:
+        text += [f"### {task}", "", equal_compute_table(cfg, data, task), ""]
     return text
 
 
