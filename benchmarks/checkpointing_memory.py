@@ -3,7 +3,8 @@ side in one run: two worker processes (rloo.experiments.bench_workers._rloo_work
 seed, taking turns one step at a time (the first mover alternates). share_prompt=true (the
 default), so checkpointing runs through rloo.modeling.layer_checkpoint. Results: docs/bench.md.
 
-    python benchmarks/checkpointing_memory.py [--shapes M L] [--steps 3] [--out runs/bench/checkpointing.json]
+    python benchmarks/checkpointing_memory.py [--shapes M L] [--steps 3] [--dtype float32]
+        [--out runs/bench/checkpointing.json]
 """
 
 import argparse
@@ -12,14 +13,17 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from rloo.experiments.bench_assets import SHAPES, build_assets, load_words, make_prompts
+from rloo.experiments.bench_assets import SHAPES, Shape, build_assets, load_words, make_prompts
 from rloo.experiments.bench_workers import _rloo_worker, _start
 
 
-def run_shape(name: str, root: Path, steps: int, warmup: int, k: int = 4, batch_size: int = 8) -> dict:
+def run_shape(
+    shape: Shape | str, root: Path, steps: int, warmup: int, k: int = 4, batch_size: int = 8, dtype: str = "float32"
+) -> dict:
     from transformers import AutoTokenizer
 
-    shape = SHAPES[name]
+    shape = SHAPES[shape] if isinstance(shape, str) else shape
+    name = shape.name
     folder = build_assets(shape, root, 0)
     tok = AutoTokenizer.from_pretrained(folder / "policy")
     total = warmup + steps
@@ -36,6 +40,8 @@ def run_shape(name: str, root: Path, steps: int, warmup: int, k: int = 4, batch_
         max_prompt_tokens=shape.max_prompt_tokens,
         threads=2,
         share_prompt=True,
+        device="cpu",
+        dtype=dtype,
         tmp=tempfile.mkdtemp(prefix="rloo-ckpt-"),
         batches=[prompts[i * batch_size : (i + 1) * batch_size] for i in range(total)],
     )
@@ -65,6 +71,7 @@ def run_shape(name: str, root: Path, steps: int, warmup: int, k: int = 4, batch_
         r["median_update_s"] = statistics.median(r["update_s"])
     return {
         "shape": name,
+        "dtype": dtype,
         "k": k,
         "batch_size": batch_size,
         "steps": steps,
@@ -82,10 +89,11 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--root", default="runs/bench/assets")
     ap.add_argument("--out", default="runs/bench/checkpointing.json")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "auto"])
     args = ap.parse_args()
     rows = []
     for name in args.shapes:
-        rows.append(run_shape(name, Path(args.root), args.steps, args.warmup))
+        rows.append(run_shape(name, Path(args.root), args.steps, args.warmup, dtype=args.dtype))
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(rows, indent=1))
         r = rows[-1]

@@ -3,6 +3,9 @@ process, the step's timing and phases, and the FLOP count of its bucketed passes
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+
 from rloo.experiments.bench import bench_shape
 from rloo.experiments.bench_assets import Shape
 from rloo.experiments.bench_flops import Arch, rloo_step_flops
@@ -53,3 +56,16 @@ def test_bucketed_flops_never_exceed_the_padded_count():
     assert bucketed < padded
     # all rows full length: one bucket, the same count as the padded formula
     assert rloo_step_flops(a, 4, 2, 20, 32, lengths=[32] * 8) == padded
+
+
+def test_checkpointing_memory_benchmark_runs_on_a_tiny_shape(tmp_path):
+    """benchmarks/checkpointing_memory.py (the numbers in docs/bench.md) drives the same worker as
+    `rloo bench`; run here on a tiny shape so that a change to the worker's job cannot break it unseen."""
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "checkpointing_memory.py"
+    spec = importlib.util.spec_from_file_location("checkpointing_memory", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    r = module.run_shape(TINY, tmp_path, steps=1, warmup=0, k=2, batch_size=2)
+    assert r["shape"] == "T" and r["dtype"] == "float32"
+    for lab in ("off", "on"):
+        assert len(r[lab]["times_s"]) == 1 and r[lab]["peak_rss_gb"] > 0

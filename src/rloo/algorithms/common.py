@@ -128,7 +128,8 @@ def clipped_updates(
         )
         loss, stats = loss_fn(lp, r)
         norm, stepped = guarded_step(loss, params, opt, cfg.max_grad_norm)
-        records.append(stats), norms.append(norm)
+        records.append(stats)
+        norms.append(norm)
         skipped |= not stepped
     return records, max(norms), skipped
 
