@@ -30,7 +30,8 @@ EXAMPLES = {
     "eval": "rloo eval policy=runs/rl/model baseline=runs/sft/model",
     "bench": "rloo bench shapes=[S,M] steps=5 output_dir=runs/bench",
     "compare": "rloo compare --quick                # every method, minutes\n"
-    "  rloo compare tasks=[summarize] seeds=[0,1] output_dir=runs/cmp",
+    "  rloo compare tasks=[summarize] seeds=[0,1] output_dir=runs/cmp\n"
+    "  rloo compare tuning.trials=12 tuning.seeds=[100,101,102]   # tune each method first",
 }
 
 

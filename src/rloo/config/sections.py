@@ -213,6 +213,11 @@ class RLSettings(Strict):
         default=20, ge=1, description="Steps between evals by eval.judge, one printed line each (null: off)."
     )
     eval_prompts: int = Field(default=128, ge=1, description="Held-out prompts used by the periodic eval.")
+    eval_split: Literal["eval", "valid"] = Field(
+        default="eval",
+        description="Built-in task: the split the periodic and final evals draw from (valid: the validation "
+        "prompts `rloo compare` tunes on, disjoint from eval's).",
+    )
     save_every: int | None = Field(default=100, ge=1, description="Steps between checkpoints (null: only at the end).")
     keep_checkpoints: int = Field(default=2, ge=1, description="Newest checkpoints kept on disk.")
     max_skipped_steps: int = Field(default=5, ge=1, description="Non-finite steps in a row before the run stops.")

@@ -57,6 +57,57 @@ COMPARE_METHODS = (
 """Methods `rloo compare` knows: an algorithm plus overrides (rloo.experiments.compare.METHODS)."""
 
 
+MULTI_UPDATE_METHODS = ("ppo", "ppo_lambda1", "grpo", "rloo_clip", "dr_grpo", "reinforce_pp")
+"""Methods that take ppo_epochs x num_minibatches optimizer steps per batch (the others take one)."""
+
+
+class TuningSettings(Strict):
+    """`rloo compare`'s per-method search over the settings that set how far a method moves, chosen on
+    validation prompts (disjoint from the evaluation prompts) with tuning seeds (disjoint from the
+    reported seeds); every method gets `trials` trials, then runs on the reported seeds with its choice."""
+
+    trials: int = Field(
+        default=0, ge=0, description="Trials per method and task (0: no tuning; every method at the rl settings)."
+    )
+    seeds: list[int] = Field(
+        default=[100, 101], description="Tuning seeds (their own SFT and reward models); none may be a reported seed."
+    )
+    lr: list[float] = Field(default=[3e-5, 1e-4, 3e-4], description="rl.lr choices (dpo: dpo_lr).")
+    beta: list[float] = Field(default=[0.05, 0.1, 0.25, 0.5], description="rl.beta choices (dpo: dpo_beta).")
+    updates: list[tuple[int, int]] = Field(
+        default=[(1, 1), (2, 2), (4, 2)],
+        description="(ppo_epochs, num_minibatches) choices for the methods that take several steps per batch: "
+        + ", ".join(MULTI_UPDATE_METHODS)
+        + ".",
+    )
+    valid_prompts: int = Field(default=200, ge=1, description="Validation prompts each trial is judged on, per seed.")
+    metric: Literal["win_rate", "win_rate_vs_sft"] = Field(
+        default="win_rate",
+        description="Selection: the trial with the highest mean of this over the tuning seeds, on the validation "
+        "prompts (ties: the earlier trial).",
+    )
+    max_kl: float | None = Field(
+        default=None, gt=0, description="Selection: only trials whose mean validation KL is at most this (null: all)."
+    )
+    search_seed: int = Field(default=0, description="Seed of the draw of trials from each method's grid.")
+
+    @model_validator(mode="after")
+    def _space(self):
+        for name, vals, top in (("lr", self.lr, MAX_LR), ("beta", self.beta, MAX_BETA)):
+            if not vals or any(not 0 < v <= top for v in vals) or len(set(vals)) < len(vals):
+                raise ValueError(f"{name}: needs distinct values in (0, {top:g}], got {vals}")
+        if not self.updates or any(e < 1 or m < 1 for e, m in self.updates):
+            raise ValueError(f"updates: needs (epochs, minibatches) pairs >= 1, got {self.updates}")
+        if self.trials > len(self.lr) * len(self.beta):
+            raise ValueError(
+                f"trials: {self.trials} is more than the {len(self.lr) * len(self.beta)} lr x beta settings of a "
+                "one-step method; every method must get the same number of distinct trials"
+            )
+        if self.trials and not self.seeds:
+            raise ValueError("seeds: tuning needs at least one tuning seed")
+        return self
+
+
 class CompareConfig(Strict):
     """`rloo compare`: methods x tasks x seeds under the same sample budget, one report folder."""
 
@@ -94,6 +145,18 @@ class CompareConfig(Strict):
     weak_sft_fraction: float = Field(
         default=0.05, gt=0, le=1, description="Weak starting model: SFT on this share of the SFT data, one epoch."
     )
+    tuning: TuningSettings = Field(
+        default_factory=TuningSettings, description="Per-method tuning before the reported runs (off by default)."
+    )
+    equal_kl: list[float] = Field(
+        default=[0.25, 0.5, 1.0],
+        description="KL values at which the report reads each method's win rate off its training trajectory.",
+    )
+    equal_compute: list[float] = Field(
+        default=[0.5, 1.0],
+        description="Training times, as multiples of the shortest rloo run's, at which the report reads each "
+        "method's win rate off its training trajectory (wall-clock of the logged time/* phases).",
+    )
 
     @field_validator("methods")
     @classmethod
@@ -102,6 +165,23 @@ class CompareConfig(Strict):
         if bad or not v:
             raise ValueError(f"unknown method(s) {bad}; choose from {', '.join(COMPARE_METHODS)}")
         return v
+
+    @field_validator("equal_kl", "equal_compute")
+    @classmethod
+    def _positive(cls, v: list[float]) -> list[float]:
+        if not v or any(x <= 0 for x in v):
+            raise ValueError(f"needs values > 0, got {v}")
+        return v
+
+    @model_validator(mode="after")
+    def _tuning_seeds_are_not_reported(self):
+        both = sorted(set(self.seeds) & set(self.tuning.seeds)) if self.tuning.trials else []
+        if both:
+            raise ValueError(
+                f"tuning.seeds {both} are also reported seeds; tuning must not see the runs it reports "
+                "(choose disjoint seeds)"
+            )
+        return self
 
     @model_validator(mode="after")
     def _dpo_needs_pairs(self):

@@ -7,6 +7,9 @@ For every task and seed:
   3. each final policy is judged on the same held-out prompts with the same sampling noise:
      win rate against the references and head to head against the SFT model (gold judge)
   4. gradient variance of the estimators at the SFT model and at a deliberately weak model
+With tuning on (tuning.trials > 0), steps 1-3 first run on the tuning seeds, once per trial of each
+method, judged on validation prompts (rloo.experiments.tuning); the reported seeds then run each
+method at the settings its trials chose.
 The report (table, plots) is written by rloo.experiments.compare_report from the per-run result files,
 so an interrupted comparison continues where it stopped (finished runs are skipped), and several
 processes started with the same command share the work (each takes the (task, seed) cells no live
@@ -21,20 +24,17 @@ import time
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-import torch
 import yaml
 
-from rloo.config import CompareConfig, PipelineConfig, RLConfig, save_config
-from rloo.core.kl import sequence_kl
-from rloo.errors import RlooError, option
+from rloo.config import CompareConfig, PipelineConfig, RLConfig, load_config, save_config
+from rloo.errors import ConfigError, RlooError, option
 from rloo.eval.judge import win_rate
-from rloo.eval.passk import evaluate_pass_at_k
+from rloo.experiments.compare_eval import judge, pass_at_k
 from rloo.experiments.compare_report import write_report
 from rloo.experiments.gradvar import variance_cell
-from rloo.modeling.forward import completion_logprobs
+from rloo.experiments.tuning import choose, trial_variants, tuning_done, tuning_root
 from rloo.modeling.loading import frozen, load_policy, load_reward_model
 from rloo.rewards import RewardModelScorer
-from rloo.rollout import rollout
 from rloo.runtime.precision import stage_precision
 from rloo.runtime.runlock import RunFolderBusy, run_folder
 from rloo.runtime.tracking import say
@@ -87,61 +87,21 @@ def quick_config(cfg: CompareConfig) -> CompareConfig:
     return CompareConfig(**data)
 
 
-def method_config(cfg: CompareConfig, pipe: PipelineConfig, method: str, out: Path) -> RLConfig:
-    """The RLConfig of one method: the shared rl settings, the method's overrides, the same budget."""
+def method_config(
+    cfg: CompareConfig, pipe: PipelineConfig, method: str, out: Path, settings: dict | None = None
+) -> RLConfig:
+    """The RLConfig of one method: the shared rl settings, the method's overrides, then `settings`
+    (a trial's or the tuned choice: lr, beta, eval_split, algorithm_settings), the same budget."""
     _, _, base, _ = pipe.stage_configs()
     algorithm, over = METHODS[method]
-    data = base.model_dump() | {"algorithm": algorithm, "output_dir": out}
+    settings = settings or {}
+    data = base.model_dump() | {k: v for k, v in settings.items() if k != "algorithm_settings"}
+    data |= {"algorithm": algorithm, "output_dir": out}
     key = "algorithm_settings"
-    data[key] = data[key] | over.get(key, {}) | {"dpo_pairs": cfg.reward.num_pairs}
+    data[key] = data[key] | over.get(key, {}) | settings.get(key, {}) | {"dpo_pairs": cfg.reward.num_pairs}
     if "k" in over:
         data["k"], data["batch_size"] = over["k"], base.batch_size * base.k // over["k"]
     return RLConfig(**data)
-
-
-@torch.no_grad()
-def judge(policy, tokenizer, task, examples, cfg: CompareConfig, scorer=None, ref=None, seed: int = 0) -> dict:
-    """One sample per held-out prompt (fixed sampling noise per seed): per-prompt gold scores and the
-    means of gold, reward-model score, KL to the SFT model and length."""
-    policy.eval()
-    gen = torch.Generator().manual_seed(10_000 + seed)
-    gold, rm, kl, length = [], [], [], []
-    for i in range(0, len(examples), cfg.eval.batch_size):
-        chunk = examples[i : i + cfg.eval.batch_size]
-        roll = rollout(
-            policy,
-            tokenizer,
-            [e.prompt for e in chunk],
-            1,
-            max_prompt_len=cfg.max_prompt_tokens,
-            max_new_tokens=cfg.rl.max_new_tokens,
-            temperature=cfg.eval.temperature,
-            generator=gen,
-        )
-        gold += [task.gold_score(e.prompt, c) for e, c in zip(chunk, roll.completions, strict=False)]
-        length += roll.completion_mask.sum(-1).tolist()
-        if scorer is not None:
-            rm += scorer(roll).tolist()
-        if ref is not None:
-            ref_lp = completion_logprobs(
-                ref,
-                roll.prompt_ids,
-                roll.prompt_mask,
-                roll.completion_ids,
-                roll.completion_mask,
-                temperature=cfg.eval.temperature,
-            )
-            kl += sequence_kl(roll.logprobs, ref_lp, roll.completion_mask).tolist()
-    refs = [task.gold_score(e.prompt, e.reference) for e in examples]
-    mean = lambda xs: sum(xs) / len(xs) if xs else None  # noqa: E731
-    return {
-        "gold_per_prompt": gold,
-        "win_rate": win_rate(gold, refs),
-        "gold": mean(gold),
-        "reward": mean(rm),
-        "kl": mean(kl),
-        "length": mean(length),
-    }
 
 
 def _stage_models(cfg: CompareConfig, pipe: PipelineConfig) -> None:
@@ -154,26 +114,19 @@ def _stage_models(cfg: CompareConfig, pipe: PipelineConfig) -> None:
         train_reward(rm_cfg, overwrite=True)
 
 
-def _pass(policy, tok, task, examples, cfg: CompareConfig, seed: int) -> dict:
-    """pass@k of a policy on a checker task (the same sampling noise for every method of a seed)."""
-    r = evaluate_pass_at_k(
-        policy,
-        tok,
-        [e.prompt for e in examples],
-        task.gold_score,
-        n=cfg.eval.pass_samples,
-        parse=getattr(task, "parse_answer", None),
-        temperature=cfg.eval.temperature,
-        max_prompt_len=cfg.max_prompt_tokens,
-        max_new_tokens=cfg.rl.max_new_tokens,
-        batch_size=max(cfg.eval.batch_size, cfg.eval.pass_samples),
-        generator=torch.Generator().manual_seed(20_000 + seed),
-    )
-    return {"pass": r.summary(), "pass_counts": r.counts}
-
-
-def run_cell(cfg: CompareConfig, task_name: str, seed: int, runs: Path) -> None:
-    """Steps 1-3 for one (task, seed): writes runs/<task>/seed-<s>/<method>/result.json."""
+def run_cell(
+    cfg: CompareConfig,
+    task_name: str,
+    seed: int,
+    runs: Path,
+    variants: dict[str, tuple[str, dict]] | None = None,
+    split: str = "eval",
+) -> None:
+    """Steps 1-3 for one (task, seed): writes runs/<task>/seed-<s>/<name>/result.json for each run
+    of `variants`, {name: (method, settings)} (default: each method at the shared settings), every
+    run evaluated on `split`'s prompts (eval; valid for tuning trials, periodic evals included)."""
+    variants = variants or {m: (m, {}) for m in cfg.methods}
+    n_prompts = cfg.eval.num_prompts if split == "eval" else cfg.tuning.valid_prompts
     root = runs / task_name / f"seed-{seed}"
     pipe = PipelineConfig(
         task=task_name,
@@ -190,7 +143,7 @@ def run_cell(cfg: CompareConfig, task_name: str, seed: int, runs: Path) -> None:
     )
     _stage_models(cfg, pipe)
     task = get_task(task_name)
-    examples = task.examples("eval", cfg.eval.num_prompts, seed=seed)
+    examples = task.examples(split, n_prompts, seed=seed)
     sft_path, rm_path = str(root / "sft" / "model"), str(root / "reward" / "model")
     ref, tok = load_policy(sft_path, device=cfg.device, dtype=cfg.dtype)
     ref = frozen(ref)
@@ -198,18 +151,19 @@ def run_cell(cfg: CompareConfig, task_name: str, seed: int, runs: Path) -> None:
     if not checker:
         rm, rm_tok = load_reward_model(rm_path, device=cfg.device, dtype=cfg.dtype)
         scorer = RewardModelScorer(frozen(rm), rm_tok, policy_tokenizer=tok)
-    extra = (lambda model: _pass(model, tok, task, examples, cfg, seed)) if checker else (lambda model: {})
+    extra = (lambda model: pass_at_k(model, tok, task, examples, cfg, seed)) if checker else (lambda model: {})
     sft_file = root / "sft" / "result.json"
     if not sft_file.exists():
-        sft_file.write_text(json.dumps(judge(ref, tok, task, examples, cfg, scorer, ref, seed) | extra(ref)))
+        sft_res = judge(ref, tok, task, examples, cfg, scorer, ref, seed) | extra(ref) | {"split": split}
+        sft_file.write_text(json.dumps(sft_res))
     sft_gold = json.loads(sft_file.read_text())["gold_per_prompt"]
-    for method in cfg.methods:
-        out = root / method
+    for name, (method, settings) in variants.items():
+        out = root / name
         if (out / "result.json").exists():
             continue
-        say(f"== {task_name} seed {seed}: {method}")
+        say(f"== {task_name} seed {seed}: {name}")
         t0 = time.perf_counter()
-        result = train(method_config(cfg, pipe, method, out), overwrite=True)
+        result = train(method_config(cfg, pipe, method, out, settings | {"eval_split": split}), overwrite=True)
         seconds = time.perf_counter() - t0
         policy, _ = load_policy(str(result.model_path), device=cfg.device, dtype=cfg.dtype)
         res = judge(policy, tok, task, examples, cfg, scorer, ref, seed) | extra(policy)
@@ -217,10 +171,12 @@ def run_cell(cfg: CompareConfig, task_name: str, seed: int, runs: Path) -> None:
             "win_rate_vs_sft": win_rate(res["gold_per_prompt"], sft_gold),
             "seconds": seconds,
             "samples": _samples(cfg, method),
+            "split": split,
+            "settings": settings,
         }
         (out / "result.json").write_text(json.dumps(res))
         say(
-            f"   {method}: win rate vs refs {res['win_rate']:.3f}, vs SFT {res['win_rate_vs_sft']:.3f}, "
+            f"   {name}: win rate vs refs {res['win_rate']:.3f}, vs SFT {res['win_rate_vs_sft']:.3f}, "
             f"KL {res['kl']:.2f}, {seconds:.0f}s"
         )
 
@@ -240,17 +196,20 @@ def compare(cfg: CompareConfig, *, overwrite: bool = False) -> Path:
         shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
     saved = out / "config.yaml"
-    if saved.exists() and saved.read_text() != _dump(cfg):
+    if saved.exists() and not same_settings(saved, cfg):
         raise RlooError(
             f"{out} holds a comparison with other settings; pass {option('overwrite')} or choose another output_dir"
         )
     save_config(cfg, saved)
     t0 = time.perf_counter()
-    for task_name in cfg.tasks:
+    for task_name in cfg.tasks if cfg.tuning.trials else []:  # 1. every method's trials (tuning seeds)
+        _tuning_cells(cfg, out, task_name)
+    for task_name in cfg.tasks:  # 2. the reported seeds, at the chosen settings when tuned
+        variants = {m: (m, s) for m, s in _tuned(cfg, out, task_name).items()} if cfg.tuning.trials else None
         for seed in cfg.seeds:
             with _claim(out / "runs" / task_name / f"seed-{seed}") as mine:
                 if mine:
-                    run_cell(cfg, task_name, seed, out / "runs")
+                    run_cell(cfg, task_name, seed, out / "runs", variants)
         if cfg.variance_batches >= 2 and not has_checker(get_task(task_name)):  # it measures the RM's gradient
             with _claim(out / "runs" / task_name / "variance") as mine:
                 if mine:
@@ -273,6 +232,39 @@ def _claim(cell: Path):
             yield False
             return
         yield True
+
+
+def _tuning_cells(cfg: CompareConfig, out: Path, task_name: str) -> None:
+    """Runs the unfinished tuning cells of a task (one per tuning seed) that no live process holds:
+    every trial of every method, judged on the seed's validation prompts."""
+    trials = trial_variants(cfg.tuning, cfg.methods)
+    for seed in cfg.tuning.seeds:
+        if tuning_done(out, cfg.tuning, cfg.methods, task_name, seeds=[seed]):
+            continue  # finished: no need to load its models again
+        with _claim(tuning_root(out, task_name, seed)) as mine:
+            if mine:
+                run_cell(cfg, task_name, seed, out / "tuning", trials, split="valid")
+
+
+def _tuned(cfg: CompareConfig, out: Path, task_name: str, poll_s: float = 30.0) -> dict[str, dict]:
+    """Each method's chosen settings on a task, once every trial has its validation result: waits for
+    the tuning cells other live processes hold, and takes over those whose holder died."""
+    while not tuning_done(out, cfg.tuning, cfg.methods, task_name):
+        _tuning_cells(cfg, out, task_name)
+        if not tuning_done(out, cfg.tuning, cfg.methods, task_name):
+            say(f"compare: waiting for the tuning of {task_name} in other processes")
+            time.sleep(poll_s)
+    return choose(out, cfg.tuning, cfg.methods, task_name)
+
+
+def same_settings(saved: Path, cfg: CompareConfig) -> bool:
+    """Whether a comparison's saved config.yaml holds cfg's settings; read through CompareConfig, so
+    a comparison saved before a key was added (tuning, equal_kl, rl.eval_split: their defaults are
+    what it ran) is still recognised, and its report can be rebuilt by rerunning its command."""
+    try:
+        return _dump(load_config(CompareConfig, saved)) == _dump(cfg)
+    except ConfigError:
+        return False
 
 
 def _dump(cfg: CompareConfig) -> str:

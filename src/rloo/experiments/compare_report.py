@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from rloo.experiments.compare_kl import equal_compute_table, equal_kl_table, tuning_table
 from rloo.experiments.compare_plots import plot_all
 from rloo.experiments.compare_tables import (  # noqa: F401 - mean_ci re-exported
     mean_ci,
@@ -67,6 +68,55 @@ def pass_section(cfg, data: dict, tasks: list[str]) -> list[str]:
     return text
 
 
+def tuning_section(cfg, data: dict, out: Path) -> list[str]:
+    t = cfg.tuning
+    if not t.trials:
+        return []
+    return [
+        "## Tuning",
+        "",
+        f"Every method got {t.trials} trials per task, drawn from lr {t.lr} x beta {t.beta} (dpo: dpo_lr x "
+        f"dpo_beta), times (epochs, minibatches) {[list(u) for u in t.updates]} for the methods that take "
+        f"several steps per batch; each trial trained on tuning seeds {t.seeds} (own SFT and reward models) "
+        f"and was judged on {t.valid_prompts} validation prompts per seed (the task's valid split, never an "
+        f"evaluation prompt). Chosen: the highest mean {t.metric} over the tuning seeds"
+        + (f" among trials with mean validation KL <= {t.max_kl:g}" if t.max_kl is not None else "")
+        + ". Every trial's score: tuning/<task>/selection.json. Settings of the reported runs, with the "
+        "chosen trial's mean validation score and the range over the method's trials:",
+        "",
+        tuning_table(cfg, data, out),
+        "",
+    ]
+
+
+def equal_kl_section(cfg, data: dict) -> list[str]:
+    text = [
+        "## Equal KL: win rate at common distances from the SFT model",
+        "",
+        "Each run's periodic evaluations (every rl.eval_every steps, rl.eval_prompts evaluation prompts, KL = "
+        "mean sum_t log pi/pi_sft) give a trajectory of (KL, win rate vs references); the win rate where it "
+        "first reaches each KL is interpolated linearly between the two evaluations around it. Runs that "
+        "never reach a KL are left out there (n = seeds that did); differences from rloo are paired by seed "
+        "over the seeds where both reached it. Mean ± 95% t-interval over seeds.",
+        "",
+    ]
+    for task in cfg.tasks:
+        text += [f"### {task}", "", equal_kl_table(cfg, data, task), ""]
+    text += [
+        "## Equal compute: win rate at common training time",
+        "",
+        "The same reading along training seconds instead of KL: the wall-clock of each step's logged phases "
+        "(time/rollout, time/score, time/update, ...; evaluations left out), summed up to each periodic "
+        "evaluation, read at multiples of the shortest rloo run's training time on the task. Wall-clock on a "
+        "shared machine: compare methods of the same seed, which ran in the same process one after another. "
+        "dpo logs no phase times.",
+        "",
+    ]
+    for task in cfg.tasks:
+        text += [f"### {task}", "", equal_compute_table(cfg, data, task), ""]
+    return text
+
+
 def write_report(cfg, out: Path) -> Path:
 
     report = out / "report"
@@ -112,6 +162,8 @@ def write_report(cfg, out: Path) -> Path:
         "",
         paired_differences(cfg, data),
         "",
+        *tuning_section(cfg, data, out),
+        *equal_kl_section(cfg, data),
         "## PPO: GAE lambda 0.95 vs 1.0 (final win rate vs references)",
         "",
         ppo_lambda_table(cfg, data),

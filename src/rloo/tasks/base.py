@@ -25,8 +25,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-SPLITS: tuple[str, ...] = ("sft", "pref", "train", "eval")
-"""sft: SFT data; pref: prompts for preference pairs; train: RL prompts; eval: held-out prompts."""
+SPLITS: tuple[str, ...] = ("sft", "pref", "train", "eval", "valid")
+"""sft: SFT data; pref: prompts for preference pairs; train: RL prompts; eval: held-out prompts;
+valid: validation prompts for tuning (`rloo compare`), drawn like the non-eval splits (their own
+stream), so never an eval prompt; a task's prompt space may be small enough that they repeat
+training prompts (dialogue: 20 per topic)."""
 
 DEFAULT_LABEL_TEMPERATURE = 0.3
 """Bradley-Terry temperature of the simulated labeler, in gold-score units (gold is roughly in

@@ -110,7 +110,7 @@ def train_dpo(cfg: RLConfig, *, resume: bool = False, overwrite: bool = False) -
             _pair_logprobs(models.ref, prompts, comps, idx, device) for idx in batches(len(pairs), 256, shuffle=False)
         ]
     ref_c, ref_r = torch.cat([c for c, _ in ref]), torch.cat([r for _, r in ref])
-    eval_set = EvalSet.of_task(task, task.examples("eval", cfg.eval_prompts, seed=cfg.seed))
+    eval_set = EvalSet.of_task(task, task.examples(cfg.eval_split, cfg.eval_prompts, seed=cfg.seed))
     # 2. DPO epochs
     total = cfg.algorithm_settings.dpo_epochs * -(-len(pairs) // cfg.algorithm_settings.dpo_batch_size)
     opt = adamw(models.policy.parameters(), cfg.algorithm_settings.dpo_lr)

@@ -81,7 +81,7 @@ def train_and_eval_prompts(
         refs = [r.completion for r in eval_recs] if eval_recs[0].completion is not None else None
         judge = make_judge(cfg.eval.judge, task=task, reward_scorer=rm, use_task=False, reward_name=rm_name)
         return [r.prompt for r in train_recs], EvalSet([r.prompt for r in eval_recs], refs, judge)
-    examples = task.examples("eval", cfg.eval_prompts, seed=cfg.seed)
+    examples = task.examples(cfg.eval_split, cfg.eval_prompts, seed=cfg.seed)
     judge = make_judge(cfg.eval.judge, task=task, reward_scorer=rm, reward_name=rm_name)
     train_prompts = [e.prompt for e in task.examples("train", (steps or cfg.steps) * cfg.batch_size, seed=cfg.seed)]
     return train_prompts, EvalSet([e.prompt for e in examples], [e.reference for e in examples], judge)

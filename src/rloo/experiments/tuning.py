@@ -1,0 +1,114 @@
+"""Tuning in `rloo compare`: each method's trials, and the choice among them.
+
+Every method gets `tuning.trials` trials drawn from its grid (lr x beta, times (ppo_epochs,
+num_minibatches) for the methods that take several steps per batch). A trial is an ordinary
+compare run, in out/tuning/<task>/seed-<s>/<method>.t<i>/, trained with a tuning seed and judged on
+that seed's validation prompts (the task's `valid` split, never an evaluation prompt). The choice
+reads only those validation results: the trial with the highest mean score over the tuning seeds.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+from pathlib import Path
+
+from rloo.config.tools import MULTI_UPDATE_METHODS, TuningSettings
+
+
+def trial_settings(tuning: TuningSettings, method: str) -> list[dict]:
+    """The `tuning.trials` settings a method is tried at: each an override of the method's rl
+    settings ({"lr", "beta"} or, for dpo, {"algorithm_settings": {"dpo_lr", "dpo_beta"}}, plus
+    ppo_epochs/num_minibatches for the multi-step methods). Methods with the same grid get the same
+    trials (one draw per grid size), in grid order."""
+    updates = tuning.updates if method in MULTI_UPDATE_METHODS else [None]
+    grid = list(itertools.product(tuning.lr, tuning.beta, updates))
+    picked = sorted(
+        random.Random(f"rloo.tuning/{tuning.search_seed}/{len(grid)}").sample(range(len(grid)), tuning.trials)
+    )
+    out = []
+    for lr, beta, upd in (grid[i] for i in picked):
+        algo = {"dpo_lr": lr, "dpo_beta": beta} if method == "dpo" else {}
+        if upd is not None:
+            algo |= {"ppo_epochs": upd[0], "num_minibatches": upd[1]}
+        over: dict = {} if method == "dpo" else {"lr": lr, "beta": beta}
+        out.append(over | ({"algorithm_settings": algo} if algo else {}))
+    return out
+
+
+def trial_name(method: str, i: int) -> str:
+    return f"{method}.t{i:02d}"
+
+
+def trial_variants(tuning: TuningSettings, methods: list[str]) -> dict[str, tuple[str, dict]]:
+    """{run name: (method, settings)} of every trial of every method (the runs of one tuning cell)."""
+    return {trial_name(m, i): (m, s) for m in methods for i, s in enumerate(trial_settings(tuning, m))}
+
+
+def select_trial(scores: list[list[float]], kls: list[list[float]] | None = None, max_kl: float | None = None) -> int:
+    """Index of the chosen trial. scores[i][j]: validation score of trial i on tuning seed j (the
+    same seeds for every trial); kls[i][j] its validation KL. The trial with the highest mean score
+    among those whose mean KL is at most max_kl (all when None, or when none qualifies); a tie goes
+    to the earlier trial. Only validation numbers enter: the caller passes nothing else."""
+    mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
+    ok = list(range(len(scores)))
+    if max_kl is not None and kls is not None:
+        ok = [i for i in ok if mean(kls[i]) <= max_kl] or ok
+    return max(ok, key=lambda i: (mean(scores[i]), -i))
+
+
+def tuning_root(out: Path, task: str, seed: int) -> Path:
+    return out / "tuning" / task / f"seed-{seed}"
+
+
+def tuning_done(
+    out: Path, tuning: TuningSettings, methods: list[str], task: str, seeds: list[int] | None = None
+) -> bool:
+    """Whether every trial of every method has its validation result on every tuning seed (of `seeds`)."""
+    names = trial_variants(tuning, methods)
+    return all((tuning_root(out, task, s) / n / "result.json").exists() for s in seeds or tuning.seeds for n in names)
+
+
+def choose(out: Path, tuning: TuningSettings, methods: list[str], task: str) -> dict[str, dict]:
+    """{method: chosen settings} from the trials' validation results (tuning must be done); writes
+    out/tuning/<task>/selection.json with every trial's mean validation score and KL."""
+    chosen, table = {}, {}
+    for m in methods:
+        trials = trial_settings(tuning, m)
+        res = [
+            [
+                json.loads((tuning_root(out, task, s) / trial_name(m, i) / "result.json").read_text())
+                for s in tuning.seeds
+            ]
+            for i in range(len(trials))
+        ]
+        if any(r.get("split") != "valid" for rs in res for r in rs):  # a run judged on other prompts
+            raise RuntimeError(f"tuning of {m} on {task}: a trial was not judged on the validation split")
+        scores = [[r[tuning.metric] for r in rs] for rs in res]
+        kls = [[r["kl"] for r in rs] for rs in res]
+        best = select_trial(scores, kls, tuning.max_kl)
+        chosen[m] = trials[best]
+        table[m] = {
+            "chosen": best,
+            "trials": [
+                {"settings": t, "score": sum(s) / len(s), "kl": sum(k) / len(k)}
+                for t, s, k in zip(trials, scores, kls, strict=True)
+            ],
+        }
+    (out / "tuning" / task).mkdir(parents=True, exist_ok=True)
+    (out / "tuning" / task / "selection.json").write_text(json.dumps(table, indent=1))
+    return chosen
+
+
+def _result(out: Path, task: str, seed: int, name: str) -> dict:
+    return json.loads((tuning_root(out, task, seed) / name / "result.json").read_text())
+
+
+def describe(settings: dict) -> str:
+    """`lr 1e-04, beta 0.25, 2x2 updates` for the report."""
+    a = settings.get("algorithm_settings", {})
+    parts = [f"lr {settings.get('lr', a.get('dpo_lr')):.0e}", f"beta {settings.get('beta', a.get('dpo_beta')):g}"]
+    if "ppo_epochs" in a:
+        parts.append(f"{a['ppo_epochs']}x{a['num_minibatches']} updates")
+    return ", ".join(parts)
