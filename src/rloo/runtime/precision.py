@@ -5,13 +5,11 @@
   weights, gradients and AdamW state stay fp32 (the master copy), and the forward passes run
   under `torch.autocast("cpu", torch.bfloat16)`, which computes matmuls/linear layers/attention in
   bf16 and everything else in the dtype of its inputs.
-- `auto`: bf16 on CUDA; on CPU a short probe (`cpu_bf16_probe`, once per process and model width)
-  picks bf16 autocast only where it is at least `MIN_SPEEDUP` times faster. Two timings: one bf16
-  and one fp32 matmul of a fixed shape (does the CPU have fast bf16 at all? AVX2-only CPUs emulate
-  it ~100x slower and stop here), then a linear layer's forward and backward at the model's own
-  width, fp32 against autocast (casts included): on a narrow model the casts cost what bf16 saves
-  (the 128-wide demo: ~1.1x here, measured slower end to end), so it keeps fp32 there. The decision
-  and its timings are logged once.
+- `auto`: bf16 on CUDA; on CPU bf16 autocast where it pays: the CPU must have fast bf16 (a short
+  probe, `cpu_bf16_probe`, once per process: one bf16 and one fp32 matmul, bf16 at least
+  `MIN_SPEEDUP` times faster; AVX2-only CPUs emulate bf16 ~100x slower) and the model must be at
+  least `MIN_BF16_WIDTH` wide (narrower, autocast's casts cost what bf16 saves: measured). The
+  decision is logged once.
   `RLOO_AUTO_DTYPE=float32|bfloat16` in the environment fixes what `auto` means on CPU without
   probing (the test suite pins float32 this way, see tests/conftest.py).
 
@@ -42,10 +40,12 @@ MIN_SPEEDUP = 1.5
 # AVX2-only CPU (~1 GFLOP/s), where the probe stops after the first.
 PROBE_SHAPE = (128, 512, 512)
 PROBE_REPS = 5
-# The width probe: a (128 tokens, w) -> 4w linear layer, forward and backward (the MLP's shape);
-# widths above 512 are probed at 512 (bf16's advantage only grows with width), which bounds the
-# probe at ~0.8 GFLOP per timing.
-PROBE_TOKENS, PROBE_MAX_WIDTH = 128, 512
+# Models narrower than this keep fp32 under auto: bf16 autocast was measured slower end to end at
+# width 128 (the demo: every stage 0.9-1.25x the fp32 time; compare --quick 1.75x) and faster from
+# 256 up (rloo bench S, M, L: 1.11x, 1.45x, 1.32x), docs/precision.md. A timing probe at the model's
+# width was tried instead and read a 512-wide linear layer at 1.36-1.98x in three quiet runs: it
+# would have flipped the choice, and with it the run's numbers, from one run to the next.
+MIN_BF16_WIDTH = 256
 
 
 @dataclass(frozen=True)
@@ -104,54 +104,31 @@ def time_matmuls(shape=PROBE_SHAPE, reps: int = PROBE_REPS) -> tuple[float, floa
     return min(fp32), min(bf16)
 
 
-def _time_linear(x: torch.Tensor, w: torch.Tensor, autocast: bool) -> float:
-    t0 = time.perf_counter()
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-        y = torch.nn.functional.linear(x, w)
-    y.float().sum().backward()
-    return time.perf_counter() - t0
-
-
-def time_linear(width: int, reps: int = PROBE_REPS) -> tuple[float, float]:
-    """(fp32 s, bf16-autocast s): the fastest of `reps` alternating forward+backward passes of a
-    (PROBE_TOKENS, width) -> 4 width linear layer, fp32 and under bf16 autocast (the casts of the
-    activations and of the weight's cached bf16 copy included, as in training)."""
-    w_in = min(width, PROBE_MAX_WIDTH)
-    gen = torch.Generator().manual_seed(0)
-    x = torch.randn(PROBE_TOKENS, w_in, generator=gen, requires_grad=True)
-    w = torch.randn(4 * w_in, w_in, generator=gen, requires_grad=True)
-    _time_linear(x, w, False), _time_linear(x, w, True)  # warm-up
-    fp32 = [_time_linear(x, w, False) for _ in range(reps)]
-    bf16 = [_time_linear(x, w, True) for _ in range(reps)]
-    return min(fp32), min(bf16)
-
-
 @functools.cache
-def cpu_bf16_probe(width: int | None = None) -> dict:
-    """Once per process and width: {"fp32_ms", "bf16_ms", "speedup", "bf16": bool, "width"}; the
-    decision is logged. `width` None (unknown model): the matmul probe alone decides."""
+def cpu_bf16_probe() -> dict:
+    """Once per process: {"fp32_ms", "bf16_ms", "speedup", "bf16": bool}; the decision is logged."""
     threads = torch.get_num_threads()
     # One thread: the question is the core's bf16 rate against its fp32 rate; on a loaded machine a
     # 2-thread region waits for its descheduled thread, which once read bf16 at 0.06x here.
     torch.set_num_threads(1)
     try:
         fp32_s, bf16_s = time_matmuls()
-        m, k, n = PROBE_SHAPE
-        what = f"CPU matmul {m}x{k}x{n}"
-        if choose_bf16(fp32_s, bf16_s) and width is not None:  # fast bf16 here: does it pay at this width?
-            fp32_s, bf16_s = time_linear(width)
-            w = min(width, PROBE_MAX_WIDTH)
-            what = f"CPU linear {PROBE_TOKENS}x{w}->{4 * w} fwd+bwd"
     finally:
         torch.set_num_threads(threads)
-    out = {"fp32_ms": 1e3 * fp32_s, "bf16_ms": 1e3 * bf16_s, "speedup": fp32_s / bf16_s, "width": width}
+    out = {"fp32_ms": 1e3 * fp32_s, "bf16_ms": 1e3 * bf16_s, "speedup": fp32_s / bf16_s}
     out["bf16"] = choose_bf16(fp32_s, bf16_s)
+    m, k, n = PROBE_SHAPE
     say(
-        f"precision: {what} fp32 {out['fp32_ms']:.2f} ms, bf16 {out['bf16_ms']:.2f} ms "
-        f"({out['speedup']:.2f}x){f' at model width {width}' if width else ''}; dtype=auto uses "
-        f"{'bf16 autocast' if out['bf16'] else 'float32'} (bf16 needs >= {MIN_SPEEDUP}x)"
+        f"precision: CPU matmul {m}x{k}x{n} fp32 {out['fp32_ms']:.2f} ms, bf16 {out['bf16_ms']:.2f} ms "
+        f"({out['speedup']:.2f}x); dtype=auto uses {'bf16 autocast' if out['bf16'] else 'float32'} "
+        f"(bf16 needs >= {MIN_SPEEDUP}x) for models of width >= {MIN_BF16_WIDTH}"
     )
     return out
+
+
+@functools.cache
+def _narrow_model_note(width: int) -> None:
+    say(f"precision: model width {width} < {MIN_BF16_WIDTH}: dtype=auto uses float32 (bf16 autocast does not pay)")
 
 
 def _auto_cpu(width: int | None) -> tuple[bool, str]:
@@ -161,8 +138,11 @@ def _auto_cpu(width: int | None) -> tuple[bool, str]:
         if pinned not in ("float32", "bfloat16"):
             raise RlooError(f"RLOO_AUTO_DTYPE={pinned!r}: expected float32 or bfloat16 (or unset it)")
         return pinned == "bfloat16", f"RLOO_AUTO_DTYPE={pinned}"
-    p = cpu_bf16_probe(width)
-    return p["bf16"], f"probe: bf16 {p['speedup']:.2f}x fp32"
+    if width is not None and width < MIN_BF16_WIDTH:
+        _narrow_model_note(width)
+        return False, f"model width {width} < {MIN_BF16_WIDTH}"
+    p = cpu_bf16_probe()
+    return p["bf16"], f"probe: bf16 matmul {p['speedup']:.2f}x fp32"
 
 
 def resolve_precision(
