@@ -108,3 +108,13 @@ def test_a_float32_stage_inside_a_bf16_one_runs_in_float32():
         assert (a @ a).dtype == torch.bfloat16
         with Precision("cpu", torch.float32, None).autocast():
             assert (a @ a).dtype == torch.float32
+
+
+def test_loading_weights_never_probes(monkeypatch):
+    """The weights' dtype under auto on CPU is fp32 whatever autocast decides: loading a model must not
+    run (and log) the probe, whose decision belongs to the stage at its model's width."""
+    from rloo.modeling.loading import resolve_dtype
+
+    monkeypatch.delenv("RLOO_AUTO_DTYPE", raising=False)
+    monkeypatch.setattr(precision, "cpu_bf16_probe", lambda *a: pytest.fail("probed to load weights"))
+    assert resolve_dtype("auto", "cpu") == torch.float32

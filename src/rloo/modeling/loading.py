@@ -56,7 +56,10 @@ def _check_dir(path: str, what: str) -> None:
 def resolve_dtype(name: str | torch.dtype, device: str) -> torch.dtype:
     """The dtype weights are stored in under `dtype=name` (rloo.runtime.precision): bfloat16 on GPU for
     auto/bfloat16 (the memory and speed of half precision without float16's range problems);
-    float32 on CPU, where bf16 is mixed precision (fp32 master weights, bf16 autocast)."""
+    float32 on CPU, where bf16 is mixed precision (fp32 master weights, bf16 autocast). No probe:
+    on CPU `auto` stores fp32 whatever the autocast decision (that is the stage's, at its model's width)."""
+    if name == "auto" and torch.device(device).type == "cpu":
+        return torch.float32
     return resolve_precision(name, device).weights
 
 
