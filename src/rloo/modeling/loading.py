@@ -20,7 +20,7 @@ from rloo.config import ArchConfig
 from rloo.errors import RlooError
 from rloo.runtime.atomic import WriteError, describe_write_failure, fsync_dir, sync_and_hash
 from rloo.runtime.names import check_name
-from rloo.runtime.precision import resolve_precision
+from rloo.runtime.precision import weights_dtype
 
 # Our own progress bars cover the long work; per-file load/save bars of tiny models are noise.
 hf_logging.disable_progress_bar()
@@ -56,11 +56,9 @@ def _check_dir(path: str, what: str) -> None:
 def resolve_dtype(name: str | torch.dtype, device: str) -> torch.dtype:
     """The dtype weights are stored in under `dtype=name` (rloo.runtime.precision): bfloat16 on GPU for
     auto/bfloat16 (the memory and speed of half precision without float16's range problems);
-    float32 on CPU, where bf16 is mixed precision (fp32 master weights, bf16 autocast). No probe:
-    on CPU `auto` stores fp32 whatever the autocast decision (that is the stage's, at its model's width)."""
-    if name == "auto" and torch.device(device).type == "cpu":
-        return torch.float32
-    return resolve_precision(name, device).weights
+    float32 on CPU, where bf16 is mixed precision (fp32 master weights, bf16 autocast). No probe: the
+    autocast decision is the stage's (rloo.runtime.precision.weights_dtype)."""
+    return weights_dtype(name, device)
 
 
 def model_options(cfg) -> dict:

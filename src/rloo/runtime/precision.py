@@ -167,6 +167,14 @@ def resolve_precision(
     return Precision(dev, getattr(torch, name), None, f"dtype={name}")
 
 
+def weights_dtype(name: str | torch.dtype, device: str | torch.device = "cpu") -> torch.dtype:
+    """The dtype parameters are stored in under `dtype=name`: `resolve_precision(...).weights` without
+    the CPU probe, which decides only autocast (on CPU every `auto` outcome keeps fp32 master weights)."""
+    if name == "auto" and torch.device(device).type == "cpu":
+        return torch.float32
+    return resolve_precision(name, device).weights
+
+
 def model_width(cfg) -> int | None:
     """The width (hidden size) of the model a stage runs, for dtype=auto's probe: from the local
     model folder's config.json (`policy`, `model`, `sft_model`, first found), else the built-in
