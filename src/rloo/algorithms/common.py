@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from rloo.algorithms.base import Models, guarded_step, score_rollout
-from rloo.algorithms.rloo import group_stats, scored_mean
+from rloo.algorithms.rloo import step_stats
 from rloo.config import RLConfig
 from rloo.core.advantages import unscored, zero_variance_groups
 from rloo.core.kl import shaped_reward
@@ -137,19 +137,5 @@ def clipped_updates(
 def rollout_stats(
     roll: Rollout, scores: Tensor, kl: Tensor, rewards: Tensor, grad_norm: float, skipped: bool, timer: Timer
 ) -> dict[str, float]:
-    """The metrics every method logs (names as in rloo_step, so curves line up across methods)."""
-    lengths = roll.completion_mask.sum(-1).float()
-    return (
-        group_stats(scores, roll.group_size)
-        | {
-            "reward/score": scored_mean(scores),
-            "reward/kl": kl.mean().item(),
-            "reward/total": rewards.mean().item(),
-            "kl/ref": kl.mean().item(),
-            "grad/norm": grad_norm,
-            "gen/length": lengths.mean().item(),
-            "gen/truncated": roll.truncated.float().mean().item(),
-            "guard/skipped": float(skipped),
-        }
-        | timer.laps
-    )
+    """The metrics every method logs (rloo_step's, so curves line up across methods) and its phase times."""
+    return step_stats(roll, scores, kl, rewards, grad_norm, not skipped, roll.group_size) | timer.laps

@@ -41,6 +41,46 @@ def group_stats(scores: torch.Tensor, k: int) -> dict[str, float]:
     return out
 
 
+def sample(models: Models, prompts: list[str], cfg: RLConfig, gen: torch.Generator, rows=None, all_done=None):
+    """Step 1: K completions per prompt with the sampled tokens' log-probs, from the configured
+    sampler (vLLM) or rloo's own rollout. Under DDP/FSDP the update must be one forward through the
+    wrapper, so the prompt pass is not kept for reuse (`keep_prefill`)."""
+    if models.sampler is not None:
+        return models.sampler(unwrap(models.policy), prompts)
+    return rollout(
+        unwrap(models.policy),
+        models.tokenizer,
+        prompts,
+        cfg.k,
+        max_prompt_len=cfg.max_prompt_tokens,
+        max_new_tokens=cfg.max_new_tokens,
+        temperature=cfg.temperature,
+        top_p=cfg.top_p,
+        generator=gen,
+        share_prompt=cfg.share_prompt,
+        keep_prefill=cfg.share_prompt and not is_wrapped(models.policy),
+        rows=rows,
+        all_done=all_done,
+    )
+
+
+def update_logprobs(models: Models, roll, cfg: RLConfig) -> torch.Tensor:
+    """Per-token log-probs (N, T) of the sampled completions under the policy, with the graph for the
+    backward pass: through the DDP/FSDP wrapper when there is one, else reusing the rollout's
+    prompt pass where it kept one."""
+    if not is_wrapped(models.policy):
+        return rollout_logprobs(models.policy, roll, cfg, prefill=roll.prefill)
+    return completion_logprobs(
+        models.policy,
+        roll.prompt_ids,
+        roll.prompt_mask,
+        roll.completion_ids,
+        roll.completion_mask,
+        temperature=cfg.temperature,
+        max_logits_mb=cfg.max_logits_mb,
+    )
+
+
 def rloo_step(
     models: Models,
     opt,
@@ -56,26 +96,7 @@ def rloo_step(
     rloo.runtime.distributed (see `rollout`); DDP/FSDP average the gradient over processes."""
     t0 = time.perf_counter()
     # 1. sample K completions per prompt, with the log-probs of the sampled tokens
-    # under DDP/FSDP the update must be one forward through the wrapper: no prompt-pass reuse
-    wrapped = is_wrapped(models.policy)
-    if models.sampler is not None:
-        roll = models.sampler(unwrap(models.policy), prompts)
-    else:
-        roll = rollout(
-            unwrap(models.policy),
-            models.tokenizer,
-            prompts,
-            cfg.k,
-            max_prompt_len=cfg.max_prompt_tokens,
-            max_new_tokens=cfg.max_new_tokens,
-            temperature=cfg.temperature,
-            top_p=cfg.top_p,
-            generator=gen,
-            share_prompt=cfg.share_prompt,
-            keep_prefill=cfg.share_prompt and not wrapped,
-            rows=rows,
-            all_done=all_done,
-        )
+    roll = sample(models, prompts, cfg, gen, rows, all_done)
     t1 = time.perf_counter()
     # 2. score, and the frozen reference's log-probs
     scores, ref_lp = score_rollout(models, roll, cfg)
@@ -85,44 +106,31 @@ def rloo_step(
     filled, valid = unscored(scores)
     rewards, kl = shaped_reward(filled, roll.logprobs, ref_lp, roll.completion_mask, cfg.beta)
     grouped = rewards.view(-1, cfg.k)
-    advantages = (leave_one_out(grouped) if valid.all() else leave_one_out_valid(grouped, valid.view(-1, cfg.k))).view(
-        -1
-    )
+    advantages = leave_one_out(grouped) if valid.all() else leave_one_out_valid(grouped, valid.view(-1, cfg.k))
+    advantages = advantages.view(-1)
     roll.record(score=scores, kl=kl, advantage=advantages)
     # 4. REINFORCE on the whole response (eq. 5)
-    if wrapped:
-        logprobs = completion_logprobs(
-            models.policy,
-            roll.prompt_ids,
-            roll.prompt_mask,
-            roll.completion_ids,
-            roll.completion_mask,
-            temperature=cfg.temperature,
-            max_logits_mb=cfg.max_logits_mb,
-        )
-    else:
-        logprobs = rollout_logprobs(models.policy, roll, cfg, prefill=roll.prefill)
+    logprobs = update_logprobs(models, roll, cfg)
     roll.prefill = None  # its graph is consumed by this backward pass; do not hold it past the step
     loss, stats = policy_gradient_loss(sequence_logprobs(logprobs, roll.completion_mask), advantages)
     grad_norm, finite = guarded_step(loss, models.policy.parameters(), opt, cfg.max_grad_norm)
     t3 = time.perf_counter()
+    times = {"time/rollout": t1 - t0, "time/score": t2 - t1, "time/update": t3 - t2}
+    stats = {k: float(v) for k, v in stats.items()} | step_stats(roll, scores, kl, rewards, grad_norm, finite, cfg.k)
+    return stats | times, roll, rewards
+
+
+def step_stats(roll, scores, kl, rewards, grad_norm: float, finite: bool, k: int) -> dict[str, float]:
+    """The logged numbers of one step besides the loss's own and the phase times."""
     lengths = roll.completion_mask.sum(-1).float()
-    stats = (
-        {k: float(v) for k, v in stats.items()}
-        | group_stats(scores, cfg.k)
-        | {
-            "reward/score": scored_mean(scores),
-            "reward/kl": kl.mean().item(),
-            "reward/total": rewards.mean().item(),
-            "kl/ref": kl.mean().item(),
-            "grad/norm": grad_norm,
-            "gen/length": lengths.mean().item(),
-            "gen/truncated": roll.truncated.float().mean().item(),
-            "guard/skipped": float(not finite),
-            "data/prompts_truncated": float(roll.prompts_truncated),
-            "time/rollout": t1 - t0,
-            "time/score": t2 - t1,
-            "time/update": t3 - t2,
-        }
-    )
-    return stats, roll, rewards
+    return group_stats(scores, k) | {
+        "reward/score": scored_mean(scores),
+        "reward/kl": kl.mean().item(),
+        "reward/total": rewards.mean().item(),
+        "kl/ref": kl.mean().item(),
+        "grad/norm": grad_norm,
+        "gen/length": lengths.mean().item(),
+        "gen/truncated": roll.truncated.float().mean().item(),
+        "guard/skipped": float(not finite),
+        "data/prompts_truncated": float(roll.prompts_truncated),
+    }
