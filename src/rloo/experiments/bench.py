@@ -15,6 +15,7 @@ master weights on CPU, bf16 weights on CUDA) and TRL with `bf16=True` (autocast 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import statistics
 import tempfile
@@ -101,27 +102,13 @@ def bench_shape(
     )
     targets = {"rloo": _rloo_worker, "trl": _trl_worker}
     workers = {name: _start(targets[name], job) for name in trainers}
-    results: dict[str, list[dict]] = {name: [] for name in trainers}
-    for i in range(total):
-        P = max(len(tok(p, add_special_tokens=False)["input_ids"]) for p in job["batches"][i])
-        for name in trainers if i % 2 == 0 else trainers[::-1]:
-            workers[name][1].send("step")
-            r = workers[name][1].recv()
-            T = r["width"]
-            r["flops"] = (
-                rloo_step_flops(arch, batch_size, k, P, T, share_prompt, r["lengths"])
-                if name == "rloo"
-                else trl_step_flops(arch, batch_size, k, P, T)
-            )
-            log(
-                f"  {shape.name} {name:4s} step {i + 1}/{total}{' (warm-up)' if i < warmup else ''}: "
-                f"{r['time']:.2f} s, {r['tokens']} tokens, P={P} T={T}, {r['flops'] / r['time'] / 1e9:.1f} GFLOP/s"
-            )
-            if i >= warmup:
-                results[name].append(r)
-    for proc, conn, _ in workers.values():
-        conn.send("stop")
-        proc.join(timeout=60)
+    try:
+        results = _alternate(workers, job, tok, arch, shape, warmup, log)
+    finally:  # a worker that died (its error is what propagates) cannot take the message
+        for proc, conn, _ in workers.values():
+            with contextlib.suppress(OSError):
+                conn.send("stop")
+            proc.join(timeout=60)
     out = {
         "shape": shape.name,
         "device": device,
@@ -141,6 +128,33 @@ def bench_shape(
         out["speedup"] = t["median_s"] / r["median_s"]
         out["memory_ratio"] = r["peak_rss_gb"] / t["peak_rss_gb"]
     return out
+
+
+def _alternate(workers: dict, job: dict, tok, arch: Arch, shape: Shape, warmup: int, log) -> dict[str, list[dict]]:
+    """Send each batch to every trainer, the order flipping every step (so neither always runs first
+    on a warm cache); log each step and keep the timed ones, with their FLOPs counted from the shape."""
+    trainers = list(workers)
+    batch_size, k, share_prompt = job["batch_size"], job["k"], job["share_prompt"]
+    total = len(job["batches"])
+    results: dict[str, list[dict]] = {name: [] for name in trainers}
+    for i in range(total):
+        P = max(len(tok(p, add_special_tokens=False)["input_ids"]) for p in job["batches"][i])
+        for name in trainers if i % 2 == 0 else trainers[::-1]:
+            workers[name][1].send("step")
+            r = workers[name][1].recv()
+            T = r["width"]
+            r["flops"] = (
+                rloo_step_flops(arch, batch_size, k, P, T, share_prompt, r["lengths"])
+                if name == "rloo"
+                else trl_step_flops(arch, batch_size, k, P, T)
+            )
+            log(
+                f"  {shape.name} {name:4s} step {i + 1}/{total}{' (warm-up)' if i < warmup else ''}: "
+                f"{r['time']:.2f} s, {r['tokens']} tokens, P={P} T={T}, {r['flops'] / r['time'] / 1e9:.1f} GFLOP/s"
+            )
+            if i >= warmup:
+                results[name].append(r)
+    return results
 
 
 def format_table(report: dict) -> str:
