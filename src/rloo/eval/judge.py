@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 import torch
 
 from rloo.core.kl import sequence_kl
+from rloo.eval.sampling import sampled_chunks
 from rloo.modeling.forward import completion_logprobs
-from rloo.rollout import rollout
 
 
 @dataclass
@@ -80,18 +80,18 @@ def evaluate_policy(
 ) -> PolicyEval:
     """One sampled response per prompt, judged against `references` with `judge(prompt, response)`."""
     gold, refs_gold, rm, kls, lengths, truncs, samples = [], [], [], [], [], [], []
-    for i in range(0, len(prompts), batch_size):
-        chunk = prompts[i : i + batch_size]
-        roll = rollout(
-            policy,
-            tokenizer,
-            chunk,
-            1,
-            max_prompt_len=max_prompt_len,
-            max_new_tokens=max_new_tokens,
-            temperature=temperature,
-            generator=generator,
-        )
+    chunks = sampled_chunks(
+        policy,
+        tokenizer,
+        prompts,
+        1,
+        batch_size=batch_size,
+        max_prompt_len=max_prompt_len,
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        generator=generator,
+    )
+    for i, (chunk, roll) in zip(range(0, len(prompts), batch_size), chunks, strict=True):
         lengths += roll.completion_mask.sum(-1).tolist()
         truncs += roll.truncated.float().tolist()
         if judge is not None:

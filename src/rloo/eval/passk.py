@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from rloo.rollout import rollout
+from rloo.eval.sampling import sampled_chunks
 
 PASS_KS: tuple[int, ...] = (1, 2, 4, 8)
 Z95 = 1.959963984540054
@@ -122,22 +122,19 @@ def evaluate_pass_at_k(
     ``parse(response)`` returning None marks a response unparseable."""
     if n < max(ks, default=1):
         raise ValueError(f"pass@{max(ks)} needs at least {max(ks)} samples per problem, got n={n}")
-    per_batch = max(1, batch_size // n)
     counts, lengths, bad, samples = [], [], 0, []
-    was_training = policy.training
-    policy.eval()
-    for i in range(0, len(prompts), per_batch):
-        chunk = prompts[i : i + per_batch]
-        roll = rollout(
-            policy,
-            tokenizer,
-            chunk,
-            n,
-            max_prompt_len=max_prompt_len,
-            max_new_tokens=max_new_tokens,
-            temperature=temperature,
-            generator=generator,
-        )
+    chunks = sampled_chunks(
+        policy,
+        tokenizer,
+        prompts,
+        n,
+        batch_size=batch_size,
+        max_prompt_len=max_prompt_len,
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        generator=generator,
+    )
+    for chunk, roll in chunks:
         ok = [check(p, c) for p, c in zip(roll.prompts, roll.completions, strict=False)]
         counts += [int(sum(ok[j * n : (j + 1) * n])) for j in range(len(chunk))]
         lengths += roll.completion_mask.sum(-1).tolist()
@@ -146,7 +143,6 @@ def evaluate_pass_at_k(
         samples += list(zip(roll.prompts[::n], roll.completions[::n], strict=False))[
             : max(0, keep_samples - len(samples))
         ]
-    policy.train(was_training)
     pass_k, zero = summarize_counts(counts, n, ks)
     return PassAtK(
         n=n,
