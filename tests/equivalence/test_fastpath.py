@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM, LlamaForSequenceClassification
+from transformers import LlamaForSequenceClassification
 
+from helpers.tiny_archs import EOS, PAD, V, tiny_config, tiny_lm
 from rloo.algorithms.rloo import Models, rloo_step
 from rloo.config import RLConfig
 from rloo.modeling.forward import chunked_head, completion_logprobs, reward_scores
@@ -22,28 +23,15 @@ from tolerance import TINY_MODEL_BACKWARD, TINY_MODEL_FORWARD, assert_close
 
 pytestmark = pytest.mark.equivalence
 
-V, PAD, EOS = 40, 0, 1
 B, K, P, T = 3, 3, 7, 6
 
 
 def _config():
-    return LlamaConfig(
-        vocab_size=V,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        pad_token_id=PAD,
-        eos_token_id=EOS,
-        bos_token_id=None,
-    )
+    return tiny_config("llama")
 
 
 def _policy(seed=0):
-    torch.manual_seed(seed)
-    return LlamaForCausalLM(_config()).float()
+    return tiny_lm("llama", seed=seed)
 
 
 def _reward_model(seed=1):
@@ -229,8 +217,7 @@ def test_chunked_lm_head_equals_full_logits(shared, tied):
     weights = torch.randn(B * K, T, generator=torch.Generator().manual_seed(4))
     results = []
     for budget in (1024, 0.001):  # 0.001 MB: chunks of 6 positions (V = 40)
-        torch.manual_seed(0)
-        model = LlamaForCausalLM(_config().__class__(**(_config().to_dict() | {"tie_word_embeddings": tied})))
+        model = tiny_lm("llama", tied=tied)
         args = (model, p_ids, p_mask, c_ids, c_mask)
         lp = (
             completion_logprobs_shared(*args, k=K, temperature=0.7, max_logits_mb=budget, bucket_overhead=0)
