@@ -222,3 +222,35 @@ def test_reward_stage_writes_the_pairs_dpo_reads(tiny_model_dir, tmp_path):
     train_reward(cfg)
     lines = (tmp_path / "rm" / "pairs.jsonl").read_text().splitlines()
     assert len(lines) == 16 and len(json.loads(lines[0])) == 3
+
+
+class _CountingSampler:
+    """Stands in for generation=vllm's sampler: rloo's own rollout, counting the calls and weight syncs."""
+
+    def __init__(self, cfg, tokenizer):
+        self.cfg, self.tokenizer, self.calls, self.syncs = cfg, tokenizer, 0, 0
+
+    def __call__(self, policy, prompts):
+        from rloo.rollout import rollout
+
+        self.calls += 1
+        c = self.cfg
+        return rollout(
+            policy, self.tokenizer, prompts, c.k, max_prompt_len=c.max_prompt_tokens, max_new_tokens=c.max_new_tokens
+        )
+
+    def sync(self, policy):
+        self.syncs += 1
+
+
+@pytest.mark.parametrize("algorithm", ONLINE)
+def test_every_online_method_samples_through_the_configured_backend(algorithm, tiny_model_dir, tmp_path, monkeypatch):
+    """generation=vllm puts a sampler in Models; every online method must sample with it (they once
+    quietly used rloo's sampler instead, all but rloo itself), and the loop must sync it after each step."""
+    from rloo.training import rl
+
+    made = []
+    monkeypatch.setattr(rl, "_vllm_sampler", lambda cfg, tok, path: made.append(_CountingSampler(cfg, tok)) or made[-1])
+    cfg = _cfg(tiny_model_dir, tmp_path / algorithm, algorithm=algorithm, algo={"value_model": "head"})
+    train(cfg, prompts=PROMPTS, reward_fn=_reward_short)
+    assert [(s.calls, s.syncs) for s in made] == [(2, 2)]

@@ -10,13 +10,13 @@ import torch
 from torch import Tensor
 
 from rloo.algorithms.base import Models, guarded_step, score_rollout
-from rloo.algorithms.rloo import step_stats
+from rloo.algorithms.rloo import sample, step_stats
 from rloo.config import RLConfig
 from rloo.core.advantages import unscored, zero_variance_groups
 from rloo.core.kl import shaped_reward
 from rloo.errors import RewardError
 from rloo.modeling.forward import completion_logprobs
-from rloo.rollout import Rollout, rollout
+from rloo.rollout import Rollout
 
 
 class Timer:
@@ -33,17 +33,7 @@ class Timer:
 
 def sample_and_score(models: Models, prompts: list[str], cfg: RLConfig, gen: torch.Generator, timer: Timer):
     """1-2 of every method: K completions per prompt, their scores (N,) and reference log-probs (N,T)."""
-    roll = rollout(
-        models.policy,
-        models.tokenizer,
-        prompts,
-        cfg.k,
-        max_prompt_len=cfg.max_prompt_tokens,
-        max_new_tokens=cfg.max_new_tokens,
-        temperature=cfg.temperature,
-        top_p=cfg.top_p,
-        generator=gen,
-    )
+    roll = sample(models, prompts, cfg, gen)  # generation=vllm or rloo's sampler, as for rloo
     timer.lap("rollout")
     scores, ref_lp = score_rollout(models, roll, cfg)
     timer.lap("score")

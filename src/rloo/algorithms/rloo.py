@@ -41,10 +41,18 @@ def group_stats(scores: torch.Tensor, k: int) -> dict[str, float]:
     return out
 
 
-def sample(models: Models, prompts: list[str], cfg: RLConfig, gen: torch.Generator, rows=None, all_done=None):
-    """Step 1: K completions per prompt with the sampled tokens' log-probs, from the configured
-    sampler (vLLM) or rloo's own rollout. Under DDP/FSDP the update must be one forward through the
-    wrapper, so the prompt pass is not kept for reuse (`keep_prefill`)."""
+def sample(
+    models: Models,
+    prompts: list[str],
+    cfg: RLConfig,
+    gen: torch.Generator,
+    rows=None,
+    all_done=None,
+    keep_prefill: bool = False,
+):
+    """Step 1 of every online method: K completions per prompt with the sampled tokens' log-probs,
+    from the configured sampler (generation=vllm) or rloo's own rollout. keep_prefill: keep the
+    graph-carrying prompt pass for the update to reuse (rloo_step's fast path; see `rollout`)."""
     if models.sampler is not None:
         return models.sampler(unwrap(models.policy), prompts)
     return rollout(
@@ -58,7 +66,7 @@ def sample(models: Models, prompts: list[str], cfg: RLConfig, gen: torch.Generat
         top_p=cfg.top_p,
         generator=gen,
         share_prompt=cfg.share_prompt,
-        keep_prefill=cfg.share_prompt and not is_wrapped(models.policy),
+        keep_prefill=keep_prefill,
         rows=rows,
         all_done=all_done,
     )
@@ -95,8 +103,10 @@ def rloo_step(
     Under torchrun `prompts` is this process's share and `rows`/`all_done` come from
     rloo.runtime.distributed (see `rollout`); DDP/FSDP average the gradient over processes."""
     t0 = time.perf_counter()
-    # 1. sample K completions per prompt, with the log-probs of the sampled tokens
-    roll = sample(models, prompts, cfg, gen, rows, all_done)
+    # 1. sample K completions per prompt, with the log-probs of the sampled tokens; under DDP/FSDP
+    # the update must be one forward through the wrapper, so the prompt pass is not kept for reuse
+    keep_prefill = cfg.share_prompt and not is_wrapped(models.policy)
+    roll = sample(models, prompts, cfg, gen, rows, all_done, keep_prefill=keep_prefill)
     t1 = time.perf_counter()
     # 2. score, and the frozen reference's log-probs
     scores, ref_lp = score_rollout(models, roll, cfg)
