@@ -25,11 +25,11 @@ from rloo.modeling.layer_checkpoint import prefix_cache
 class PreallocatedLayer(DynamicLayer):
     """A DynamicLayer whose storage has spare columns; `keys`/`values` are views of the filled part."""
 
-    def __init__(self, keys: torch.Tensor, values: torch.Tensor, extra: int):
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, extra: int, dtype: torch.dtype | None = None):
         super().__init__()
         n, h, length, d = keys.shape
-        self._k = keys.new_empty(n, h, length + extra, d)
-        self._v = values.new_empty(n, h, length + extra, d)
+        self._k = keys.new_empty(n, h, length + extra, d, dtype=dtype or keys.dtype)
+        self._v = values.new_empty(n, h, length + extra, d, dtype=dtype or values.dtype)
         self._k[:, :, :length] = keys
         self._v[:, :, :length] = values
         self.length, self.device, self.is_initialized = length, keys.device, True
@@ -49,11 +49,13 @@ class PreallocatedLayer(DynamicLayer):
         return self.keys, self.values
 
 
-def preallocate(cache, extra: int) -> None:
-    """Give every (plain dynamic) layer of `cache` room for `extra` more tokens, in place."""
+def preallocate(cache, extra: int, dtype: torch.dtype | None = None) -> None:
+    """Give every (plain dynamic) layer of `cache` room for `extra` more tokens, in place. `dtype`:
+    store keys and values in it (fp32 for rloo_sdpa's fp32 attention under CPU autocast, which then
+    reads the cache without casting it every step; bf16 values are exact in fp32)."""
     for i, layer in enumerate(cache.layers):
         if type(layer) is DynamicLayer and layer.is_initialized and layer.keys.numel():
-            cache.layers[i] = PreallocatedLayer(layer.keys, layer.values, extra)
+            cache.layers[i] = PreallocatedLayer(layer.keys, layer.values, extra, dtype)
 
 
 def cache_kwarg(model) -> str:

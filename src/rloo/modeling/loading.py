@@ -18,6 +18,7 @@ from transformers.utils import logging as hf_logging
 
 from rloo.config import ArchConfig
 from rloo.errors import RlooError
+from rloo.modeling.attention import use_rloo_attention
 from rloo.runtime.atomic import WriteError, describe_write_failure, fsync_dir, sync_and_hash
 from rloo.runtime.names import check_name
 from rloo.runtime.precision import weights_dtype
@@ -45,7 +46,7 @@ def build_llama(arch: ArchConfig, tokenizer, seed: int) -> LlamaForCausalLM:
         tie_word_embeddings=True,
     )
     torch.manual_seed(seed)
-    return LlamaForCausalLM(cfg)
+    return use_rloo_attention(LlamaForCausalLM(cfg))
 
 
 def _check_dir(path: str, what: str) -> None:
@@ -109,7 +110,7 @@ def _load(cls, path: str, what: str, device: str, dtype, trust_remote_code: bool
         model = cls.from_pretrained(path, dtype=resolve_dtype(dtype, device), trust_remote_code=trust_remote_code, **kw)
     except (OSError, ValueError, ImportError) as e:
         raise RlooError(f"could not load a {what} from {path!r}: {str(e).splitlines()[0]}") from e
-    return model.to(device), load_tokenizer(path, trust_remote_code)
+    return use_rloo_attention(model.to(device)), load_tokenizer(path, trust_remote_code)
 
 
 def load_policy(

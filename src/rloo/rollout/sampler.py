@@ -12,6 +12,7 @@ import torch
 from torch import Tensor
 
 from rloo.data.collate import encode_prompts, position_ids
+from rloo.modeling.attention import uses_rloo_attention
 from rloo.modeling.kvcache import Prefill, expanded, has_dropout, preallocate, prefill_prompts
 from rloo.modeling.kvcache import cache_kwarg as _cache_kwarg
 from rloo.modeling.layer_checkpoint import cache_keeping_checkpointing
@@ -132,7 +133,9 @@ def sample(
     cache, logits = expanded(pre.cache, k), pre.last_logits.detach().float()
     if k > 1:
         logits, pos = logits.repeat_interleave(k, dim=0), pos.repeat_interleave(k, dim=0)
-    preallocate(cache, max_new_tokens)
+    # rloo_sdpa computes a CPU model's attention in fp32 (rloo.modeling.attention): keep the cache there
+    fp32_cache = prompt_ids.device.type == "cpu" and uses_rloo_attention(model)
+    preallocate(cache, max_new_tokens, torch.float32 if fp32_cache else None)
     mask = prompt_mask.long().repeat_interleave(k, dim=0)
     next_pos = pos[:, -1:] + 1
     done = torch.zeros(N, dtype=torch.bool, device=prompt_ids.device)
