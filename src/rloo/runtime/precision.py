@@ -3,8 +3,9 @@
 - `float32`: weights and compute in fp32.
 - `bfloat16`: on CUDA the weights are stored in bf16 (as before). On CPU it is *mixed* precision:
   weights, gradients and AdamW state stay fp32 (the master copy), and the forward passes run
-  under `torch.autocast("cpu", torch.bfloat16)`, which computes matmuls/linear layers/attention in
-  bf16 and everything else in the dtype of its inputs.
+  under `torch.autocast("cpu", torch.bfloat16)`, which computes matmuls/linear layers in bf16 and
+  everything else in the dtype of its inputs; attention runs in fp32 (rloo.modeling.attention: CPU
+  SDPA is slower in bf16).
 - `auto`: bf16 on CUDA; on CPU bf16 autocast where it pays: the CPU must have fast bf16 (a short
   probe, `cpu_bf16_probe`, once per process: one bf16 and one fp32 matmul, bf16 at least
   `MIN_SPEEDUP` times faster; AVX2-only CPUs emulate bf16 ~100x slower) and the model must be at
