@@ -41,13 +41,13 @@ MIN_SPEEDUP = 1.5
 # AVX2-only CPU (~1 GFLOP/s), where the probe stops after the first.
 PROBE_SHAPE = (128, 512, 512)
 PROBE_REPS = 5
-# Models narrower than this keep fp32 under auto: bf16 autocast was measured slower end to end at
-# width 128 (the demo: every stage 0.9-1.25x the fp32 time; compare --quick 1.75x) and faster from
-# 256 up (rloo bench S, M, L: 1.11x, 1.45x, 1.32x; two consecutive runs), docs/precision.md.
-# A timing probe at the model's width was tried instead and read a 512-wide linear layer at
-# 1.36-1.98x in three quiet runs: it would have flipped the choice, and with it the run's numbers,
-# from one run to the next.
-MIN_BF16_WIDTH = 256
+# Models narrower than this keep fp32 under auto. Measured with attention in fp32 (rloo.modeling.attention;
+# docs/precision.md): at width 128 bf16 autocast made the demo faster (0.74x its fp32 wall time, ABBA),
+# at width 64 slower (`rloo compare --quick`, 1.07x). Before attention moved to fp32, bf16 had been
+# slower at 128 too (CPU bf16 SDPA is 2-4x slower than fp32 at these lengths). A timing probe at the
+# model's own width was tried instead and read a 512-wide linear layer at 1.36-1.98x in three quiet
+# runs: it would have flipped the choice, and with it the run's numbers, from one run to the next.
+MIN_BF16_WIDTH = 128
 
 
 @dataclass(frozen=True)
