@@ -157,3 +157,23 @@ def test_selection_waits_for_a_tuning_cell_another_process_holds(tmp_path, monke
     # held), and chose with the holder's result: trial 1 has mean (0.2 + 0.9) / 2 = 0.55 > 0.2
     assert sleeps == [0.5] and chosen == {"rloo": {"lr": 3e-4, "beta": 0.25}}
     assert not list(tmp_path.rglob("sft"))
+
+
+def test_the_committed_study_config_loads_and_matches_its_report():
+    """docs/compare-tuned/study.yaml (the README's command) is a valid compare config, and it is the
+    study whose resolved config the report folder holds (same methods, seeds, tuning)."""
+    from pathlib import Path
+
+    from rloo.config import load_config
+
+    docs = Path(__file__).resolve().parents[2] / "docs" / "compare-tuned"
+    asked = load_config(CompareConfig, docs / "study.yaml")
+    ran = CompareConfig(**yaml.safe_load((docs / "config.yaml").read_text()))
+    assert asked.tuning.trials == 9 and asked.methods == ["rloo", "ppo"]
+    assert (asked.methods, asked.tasks, asked.seeds, asked.tuning, asked.rl) == (
+        ran.methods,
+        ran.tasks,
+        ran.seeds,
+        ran.tuning,
+        ran.rl,
+    )
