@@ -8,7 +8,10 @@
 2. rloo's sampler end to end on `rloo bench`'s L policy shape (Llama, hidden 512, 6 layers, 8 heads,
    MLP 1376, vocabulary 8192; random weights), 8 prompts of 430 tokens x k=4, 32 new tokens, no EOS:
    fp32, bf16 autocast on transformers' SDPA, bf16 autocast on rloo_sdpa; alternated, medians.
-Times in ms (1) and s (2), medians; the ratios are what docs/precision.md quotes.
+3. A decode step's linear layers (32 rows): fp32, bf16 weights outright, bf16 autocast over fp32
+   weights (whether a bf16 copy of the weights for sampling would beat autocast: it does not, autocast
+   caches its casts of the weights).
+Times in ms (1, 3) and s (2), medians; the ratios are what docs/precision.md and docs/bench.md quote.
 """
 
 from __future__ import annotations
@@ -57,6 +60,21 @@ def sdpa_table(reps: int) -> list[dict]:
             with torch.set_grad_enabled(backward):
                 row[str(dtype).removeprefix("torch.")] = _median_ms(run, reps)
         row["bf16/fp32"] = row["bfloat16"] / row["float32"]
+        rows.append(row)
+    return rows
+
+
+def linear_table(reps: int) -> list[dict]:
+    rows = []
+    for d_in, d_out in ((512, 512), (512, 1376), (512, 8192), (2048, 8192)):
+        w = torch.randn(d_out, d_in, requires_grad=True)
+        x = torch.randn(32, d_in)
+        wb, xb = w.detach().bfloat16(), x.bfloat16()
+        with torch.no_grad():
+            row = {"in": d_in, "out": d_out, "float32": _median_ms(lambda: F.linear(x, w), reps)}
+            row["bf16 weights"] = _median_ms(lambda: F.linear(xb, wb), reps)
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                row["autocast"] = _median_ms(lambda: F.linear(x, w), reps)
         rows.append(row)
     return rows
 
@@ -117,6 +135,10 @@ def main() -> None:
             f"{r['what']:15s} rows {r['rows']:2d} q {r['q']:3d} kv {r['kv']:3d}: fp32 {r['float32']:7.2f} ms, "
             f"bf16 {r['bfloat16']:7.2f} ms ({r['bf16/fp32']:.2f}x the fp32 time)"
         )
+    lin = linear_table(args.reps)
+    for r in lin:
+        print(f"linear 32 x {r['in']:4d} -> {r['out']:4d}: fp32 {r['float32']:.3f} ms, bf16 weights "
+              f"{r['bf16 weights']:.3f} ms, autocast {r['autocast']:.3f} ms")
     dec = decode_table(args.rounds)
     for name, r in dec.items():
         print(
@@ -124,7 +146,7 @@ def main() -> None:
         )
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"threads": args.threads, "sdpa": sdpa, "decode": dec}, f, indent=1)
+            json.dump({"threads": args.threads, "sdpa": sdpa, "linear": lin, "decode": dec}, f, indent=1)
 
 
 if __name__ == "__main__":
