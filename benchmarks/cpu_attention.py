@@ -71,10 +71,10 @@ def linear_table(reps: int) -> list[dict]:
         x = torch.randn(32, d_in)
         wb, xb = w.detach().bfloat16(), x.bfloat16()
         with torch.no_grad():
-            row = {"in": d_in, "out": d_out, "float32": _median_ms(lambda: F.linear(x, w), reps)}
-            row["bf16 weights"] = _median_ms(lambda: F.linear(xb, wb), reps)
+            row = {"in": d_in, "out": d_out, "float32": _median_ms(lambda x=x, w=w: F.linear(x, w), reps)}
+            row["bf16 weights"] = _median_ms(lambda xb=xb, wb=wb: F.linear(xb, wb), reps)
             with torch.autocast("cpu", dtype=torch.bfloat16):
-                row["autocast"] = _median_ms(lambda: F.linear(x, w), reps)
+                row["autocast"] = _median_ms(lambda x=x, w=w: F.linear(x, w), reps)
         rows.append(row)
     return rows
 
@@ -137,8 +137,10 @@ def main() -> None:
         )
     lin = linear_table(args.reps)
     for r in lin:
-        print(f"linear 32 x {r['in']:4d} -> {r['out']:4d}: fp32 {r['float32']:.3f} ms, bf16 weights "
-              f"{r['bf16 weights']:.3f} ms, autocast {r['autocast']:.3f} ms")
+        print(
+            f"linear 32 x {r['in']:4d} -> {r['out']:4d}: fp32 {r['float32']:.3f} ms, bf16 weights "
+            f"{r['bf16 weights']:.3f} ms, autocast {r['autocast']:.3f} ms"
+        )
     dec = decode_table(args.rounds)
     for name, r in dec.items():
         print(
