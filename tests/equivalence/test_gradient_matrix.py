@@ -8,7 +8,9 @@ model: one sequence at a time, no padding, no KV cache, no chunking, no buckets:
 `rloo_step`'s parameter gradient (models loaded by `rloo.training.rl.load_models`, as
 `rloo.train` does) must equal this one under every combination that changes the computation
 path: share_prompt x gradient_checkpointing x LoRA x chunked LM head x length buckets x
-padded/unpadded prompts x dropout in the model's config x architecture x tied/untied head.
+padded/unpadded prompts x dropout in the model's config x architecture x tied/untied head x
+grouped attention (one copy of a prompt's keys/values for its k rows, in sampling and the shared
+passes; rloo.modeling.kvcache: on for long prompts only, forced on here for the tiny models).
 The ratio-based methods (ppo, grpo, rloo_clip; one epoch of one minibatch: on-policy) must show
 log-ratio 0 (ratio 1) and clip fraction 0 on their first minibatch under the same combinations.
 
@@ -86,6 +88,7 @@ class Combo:
     dropout: bool  # 0.1 in every dropout key of the model's config (and LoRA's)
     arch: str
     tied: bool
+    grouped: bool = False  # GROUPED_MIN_ELEMENTS = 0: grouped attention wherever it can run
 
     def id(self) -> str:
         return "-".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self))
@@ -101,6 +104,7 @@ FACTORS = dict(
     dropout=(False, True),
     arch=ARCHS,
     tied=(False, True),
+    grouped=(False, True),
 )
 
 
@@ -108,6 +112,8 @@ def skip_reason(c: Combo) -> str | None:
     """Combinations that would run the same path as another one (not worth a row), with why."""
     if not c.share and c.buckets != "dp":
         return "length buckets exist only in the shared pass"
+    if c.grouped and not c.share:
+        return "without share_prompt no prompt is shared: grouped attention has nothing to group"
     if c.chunked and (c.lora or c.arch in ("gpt2", "gpt_neox")):
         return "LM head not chunkable (GPT-2/NeoX heads, PEFT wrapper): the same path as chunked off"
     return None
@@ -270,16 +276,38 @@ def run_ratio(c: Combo, path: Path, out: Path, method: str, monkeypatch) -> dict
     return {"logratio_max": logratio, "logratio_tol": logratio_abs(scale), "clipfrac": clipfrac}
 
 
+def _grouped_patch(monkeypatch, c: Combo) -> list:
+    """With c.grouped: grouped attention wherever it can run; returns the list its calls are counted in."""
+    import rloo.modeling.attention as attention
+    import rloo.modeling.kvcache as kvcache
+
+    calls = []
+    if c.grouped:
+        monkeypatch.setattr(kvcache, "GROUPED_MIN_ELEMENTS", 0)
+        original = attention.grouped_attention
+
+        def counted(*args, **kwargs):
+            calls.append(args[0].requires_grad or torch.is_grad_enabled())
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(attention, "grouped_attention", counted)
+    return calls
+
+
 def check_combo(c: Combo, dirs, tmp: Path, monkeypatch, methods=RATIO_METHODS) -> dict:
     path = dirs[(c.arch, c.tied, c.dropout)]
     with monkeypatch.context() as m:
         _bucket_patch(m, c)
+        calls = _grouped_patch(m, c)
         row = {"combo": asdict(c), "rloo": run_rloo(c, path, tmp / "rloo")}
     assert row["rloo"]["grad_err_rel"] <= GRAD_REL, (c.id(), row)
+    if c.grouped:  # it ran: in sampling, and in the policy's gradient pass unless dropout forbids it
+        assert calls and (any(calls) or c.dropout), (c.id(), "grouped attention did not run where forced")
     if c.share and c.buckets == "dp":
         assert row["rloo"]["distinct_lengths"] >= 2, "completions of one length: buckets would not be exercised"
     for method in methods:
         with monkeypatch.context() as m:
+            _grouped_patch(m, c)
             row[method] = r = run_ratio(c, path, tmp / method, method, m)
         assert r["clipfrac"] == 0.0, (method, c.id(), r)
         assert r["logratio_max"] <= r["logratio_tol"], (method, c.id(), r)

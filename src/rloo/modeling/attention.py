@@ -9,6 +9,9 @@ rloo's models use this function (`use_rloo_attention`): on a CPU it casts a bf16
 value to fp32 and runs SDPA with autocast off, returning the output in the dtype SDPA would have; anywhere
 else (fp32, CUDA) it is transformers' own SDPA, called unchanged (the same numbers bit for bit:
 tests/equivalence/test_attention.py). The matmuls around it (projections, MLP, head) stay bf16.
+
+It also serves the sampler's grouped decoding (`grouped_attention`, rloo.modeling.kvcache.GroupedLayer):
+the k samples of one prompt attend to one copy of the prompt's keys and values instead of k copies.
 """
 
 from __future__ import annotations
@@ -29,15 +32,74 @@ def _cpu_low_precision(*tensors: torch.Tensor) -> bool:
     return torch.is_autocast_enabled("cpu") or any(t.dtype in (torch.bfloat16, torch.float16) for t in tensors)
 
 
-def rloo_sdpa(module, query, key, value, attention_mask, **kwargs):
-    """transformers' attention-function signature: (B,H,Q,D), (B,Hkv,K,D) x2, mask -> ((B,Q,H,D), None)."""
-    if not _cpu_low_precision(query, key, value):
+def grouped_attention(query, keys, values, prefix_keys, prefix_values, mask, scaling=None):
+    """Attention of N = B*k rows over [their prompt; their own tokens], each prompt's keys read once.
+
+    query (N,H,Q,D); keys/values (N,Hkv,t,D): each row's own (generated) tokens; prefix_keys/values
+    (B,Hkv,P,D): prompt i's keys for rows i*k .. i*k+k-1; mask: None, bool (N,1|H,Q,P+t) (True =
+    attend) or additive float, over the concatenated positions, as SDPA takes it; H = Hkv * rep (GQA).
+    Returns (N,Q,H,D). The same numbers as softmax(q [K_prompt; K_own]^T * scaling + mask) [V_prompt;
+    V_own] over the expanded cache (one softmax over both parts), in a different summation order.
+    """
+    n, h, q_len, d = query.shape
+    b, h_kv, p_len, _ = prefix_keys.shape
+    k, rep, t = n // b, h // h_kv, keys.shape[2]
+    scaling = d**-0.5 if scaling is None else scaling
+    # queries grouped by (prompt, kv head): (B, Hkv, k*rep*Q, D), so one matmul per prompt and head
+    qg = query.reshape(b, k, h_kv, rep, q_len, d).permute(0, 2, 1, 3, 4, 5).reshape(b, h_kv, k * rep * q_len, d)
+    s_prefix = (qg @ prefix_keys.transpose(-1, -2)).view(b, h_kv, k, rep, q_len, p_len)
+    s_prefix = s_prefix.permute(0, 2, 1, 3, 4, 5).reshape(n, h, q_len, p_len)
+    s_own = (query.reshape(n, h_kv, rep * q_len, d) @ keys.transpose(-1, -2)).view(n, h, q_len, t)
+    scores = torch.cat([s_prefix, s_own], dim=-1).mul_(scaling)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
+    probs = scores.softmax(-1)
+    p_prefix, p_own = probs.split([p_len, t], dim=-1)
+    p_prefix = p_prefix.reshape(b, k, h_kv, rep, q_len, p_len).permute(0, 2, 1, 3, 4, 5)
+    out_prefix = (p_prefix.reshape(b, h_kv, k * rep * q_len, p_len) @ prefix_values).view(b, h_kv, k, rep, q_len, d)
+    out_prefix = out_prefix.permute(0, 2, 1, 3, 4, 5).reshape(n, h, q_len, d)
+    out_own = (p_own.reshape(n, h_kv, rep * q_len, t) @ values).view(n, h, q_len, d)
+    return (out_prefix + out_own).transpose(1, 2).contiguous()
+
+
+def _grouped_layer(module, grouped):
+    """This module's layer of a grouped cache (rloo.modeling.kvcache: GroupedLayer for decoding,
+    GroupedPassLayer for a training pass), or None (an ordinary cache)."""
+    if grouped is None:
+        return None
+    idx = getattr(module, "layer_idx", None)
+    if idx is None:
+        raise RuntimeError(
+            f"grouped attention needs the attention module's layer_idx ({type(module).__name__} has none)"
+        )
+    layer = grouped.layers[idx]
+    return layer if hasattr(layer, "prefix_keys") else None
+
+
+def rloo_sdpa(module, query, key, value, attention_mask, rloo_grouped=None, **kwargs):
+    """transformers' attention-function signature: (B,H,Q,D), (B,Hkv,K,D) x2, mask -> ((B,Q,H,D), None).
+    `rloo_grouped`: the sampler's grouped cache (rloo.modeling.kvcache.grouped_cache): key/value are
+    then each row's own tokens and the prompt's are read from the cache (`grouped_attention`)."""
+    layer = _grouped_layer(module, rloo_grouped)
+    low = _cpu_low_precision(query, key, value)
+    if layer is None and not low:
         return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
     # what SDPA would have returned: autocast's dtype under autocast, else the inputs' (a bf16 model)
     out_dtype = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else value.dtype
     if attention_mask is not None and attention_mask.is_floating_point():
-        attention_mask = attention_mask.float()
-    with torch.autocast("cpu", enabled=False):
+        attention_mask = attention_mask.float() if low else attention_mask
+    with torch.autocast(query.device.type, enabled=False):
+        if layer is not None:
+            if kwargs.get("dropout", 0.0):
+                raise RuntimeError("grouped attention has no attention dropout: use the expanded cache")
+            # fp32 on a CPU under autocast, like the SDPA branch below; else the query's dtype
+            dtype = torch.float32 if low else query.dtype
+            out = grouped_attention(
+                *(t.to(dtype) for t in (query, key, value, layer.prefix_keys, layer.prefix_values)),
+                attention_mask,
+                kwargs.get("scaling"),
+            )
+            return out.to(out_dtype if low else query.dtype), None
         out, weights = sdpa_attention_forward(
             module, query.float(), key.float(), value.float(), attention_mask, **kwargs
         )

@@ -33,8 +33,10 @@ from transformers import DynamicCache
 from rloo.core.logprobs import token_logprobs
 from rloo.data.buckets import length_buckets
 from rloo.data.collate import position_ids, trim_left
+from rloo.modeling.attention import uses_rloo_attention
+from rloo.modeling.dropout import has_dropout
 from rloo.modeling.forward import MAX_LOGITS_MB, completion_logprobs, lm_token_logprobs
-from rloo.modeling.kvcache import Prefill, cache_kwarg, prefill_prompts
+from rloo.modeling.kvcache import Prefill, cache_kwarg, grouped_pass_cache, grouped_pays, prefill_prompts, whole_groups
 from rloo.modeling.layer_checkpoint import cache_keeping_checkpointing, prefix_cache, supports_shared_checkpointing
 from rloo.runtime.tracking import say_once
 
@@ -58,6 +60,25 @@ def _group_rows(cache: DynamicCache, groups: Tensor) -> DynamicCache:
     autograd op: the gradients of a prompt's copies are summed back into its single copy. Its layers
     are PrefixLayers, so a checkpointed layer's replay in backward sees the same keys/values."""
     return prefix_cache([(layer.keys[groups], layer.values[groups]) for layer in cache.layers])
+
+
+def _grouped_ok(model, cache: DynamicCache, k: int) -> bool:
+    """Can and should the completions attend to one copy of their prompt's keys/values (grouped
+    attention, rloo.modeling.attention.grouped_attention): a CPU model on rloo_sdpa, no attention
+    dropout to apply, and a prompt cache large enough for it to pay (`grouped_pays`)."""
+    layers = cache.layers
+    on_cpu = bool(layers) and layers[0].keys.device.type == "cpu"
+    return on_cpu and uses_rloo_attention(model) and not has_dropout(model) and grouped_pays(cache, k)
+
+
+def _bucket_cache(cache: DynamicCache, rows: Tensor, k: int, grouped: bool) -> tuple[DynamicCache, dict]:
+    """The prompt cache for a bucket's rows, and the extra model inputs it needs: grouped (one copy
+    per prompt) when asked for and the bucket is whole groups in order, else each row's own copy."""
+    prompts = whole_groups(rows, k) if grouped else None
+    if prompts is None:
+        return _group_rows(cache, rows // k), {}
+    pass_cache = grouped_pass_cache(cache, prompts, k)
+    return pass_cache, {"rloo_grouped": pass_cache}
 
 
 def _reuse(prefill: Prefill, p_ids: Tensor, p_mask: Tensor) -> Prefill:
@@ -134,10 +155,12 @@ def _shared_logprobs(
     N, T = completion_ids.shape
     rest = first.new_zeros(N, T - 1)
     fed = (completion_mask.sum(-1) - 1).clamp(min=0)  # tokens fed: all but the last of each completion
+    grouped = _grouped_ok(model, pre.cache, k)
     for rows in length_buckets(fed, bucket_overhead):
         W, groups = int(fed[rows].max()), rows // k
         full = torch.cat([p_mask[groups], completion_mask[rows, :W]], dim=1)
-        inputs = _continued(model, _group_rows(pre.cache, groups), full, completion_ids[rows, :W])
+        cache, extra = _bucket_cache(pre.cache, rows, k, grouped)
+        inputs = _continued(model, cache, full, completion_ids[rows, :W]) | extra
         lp = lm_token_logprobs(model, completion_ids[rows, 1 : W + 1], temperature, max_logits_mb, **inputs)
         rest = rest.index_put((rows[:, None], torch.arange(W, device=rows.device)[None]), lp)
     return torch.cat([first, rest], dim=1)
@@ -168,10 +191,12 @@ def reward_scores_shared(
     )
     pooled = out.last_hidden_state[:, -1].repeat_interleave(k, dim=0)  # (N,H)
     lengths = completion_mask.sum(-1)
+    grouped = _grouped_ok(backbone, cache, k)
     for rows in length_buckets(lengths, bucket_overhead):
         W, groups = int(lengths[rows].max()), rows // k
         full = torch.cat([p_mask[groups], completion_mask[rows, :W]], dim=1)
-        hidden = backbone(**_continued(backbone, _group_rows(cache, groups), full, completion_ids[rows, :W]))
+        rows_cache, extra = _bucket_cache(cache, rows, k, grouped)
+        hidden = backbone(**_continued(backbone, rows_cache, full, completion_ids[rows, :W]), **extra)
         hidden = hidden.last_hidden_state
         pooled = pooled.index_put((rows,), hidden[torch.arange(len(rows), device=rows.device), lengths[rows] - 1])
     return reward_model.score(pooled).squeeze(-1).float()

@@ -49,6 +49,113 @@ class PreallocatedLayer(DynamicLayer):
         return self.keys, self.values
 
 
+class GroupedLayer(DynamicLayer):
+    """Decoding k continuations of each of B prompts without k copies of the prompt ("cascade"
+    attention): the prompt's keys/values once, (B,Hkv,P,D), and the N = B*k rows' own generated
+    keys/values in a preallocated (N,Hkv,T,D) buffer. `update` stores and returns only the rows'
+    own part (`keys`/`values`); the attention function (rloo.modeling.attention.grouped_attention)
+    reads the prompt part from here. Sequence length, and so the mask transformers builds, is P + t."""
+
+    def __init__(self, keys: Tensor, values: Tensor, k: int, extra: int, dtype: torch.dtype | None = None):
+        super().__init__()
+        b, h, length, d = keys.shape
+        dtype = dtype or keys.dtype
+        # contiguous once: the prefill's keys are a transposed view of the projection's output, and a
+        # matmul on that view would copy it at every decode step
+        self.prefix_keys = keys.detach().to(dtype).contiguous()
+        self.prefix_values = values.detach().to(dtype).contiguous()
+        self.group, self.prefix_length = k, length
+        self._k = keys.new_empty(b * k, h, extra, d, dtype=dtype)
+        self._v = values.new_empty(b * k, h, extra, d, dtype=dtype)
+        self.length, self.device, self.is_initialized = 0, keys.device, True
+        self._view()
+
+    def _view(self) -> None:
+        self.keys, self.values = self._k[:, :, : self.length], self._v[:, :, : self.length]
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        new = key_states.shape[-2]
+        if self.length + new > self._k.shape[2]:
+            raise RuntimeError(f"GroupedLayer holds {self._k.shape[2]} generated tokens; asked for more")
+        self._k[:, :, self.length : self.length + new] = key_states
+        self._v[:, :, self.length : self.length + new] = value_states
+        self.length += new
+        self._view()
+        return self.keys, self.values
+
+    def get_seq_length(self) -> int:
+        return self.prefix_length + self.length
+
+
+class GroupedPassLayer(DynamicLayer):
+    """The training passes' counterpart of GroupedLayer: ONE forward pass of N = B*k rows' tokens
+    after their prompts' keys/values, held once (B,Hkv,P,D) with their graph, so gradients of the k
+    rows reach the single copy through the attention's matmuls (no (N,Hkv,P,D) copy is made).
+    `update` returns the new tokens' keys/values and never appends, so the replay of a checkpointed
+    layer (rloo.modeling.layer_checkpoint) sees the forward's again."""
+
+    def __init__(self, keys: Tensor, values: Tensor, k: int):
+        super().__init__()
+        # contiguous once: matmuls on the prefill's transposed view would copy it at every call
+        self.prefix_keys, self.prefix_values = keys.contiguous(), values.contiguous()
+        self.group, self.prefix_length = k, keys.shape[2]
+        self.keys, self.values = keys.new_empty(0), values.new_empty(0)
+        self.device, self.is_initialized = keys.device, True
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        self.keys, self.values = key_states, value_states
+        return key_states, value_states
+
+    def get_seq_length(self) -> int:
+        return self.prefix_length
+
+
+def grouped_pass_cache(prompt_cache: DynamicCache, prompts: Tensor, k: int) -> DynamicCache:
+    """A cache for one pass of len(prompts)*k rows, rows i*k .. i*k+k-1 continuing prompt
+    prompts[i] of `prompt_cache` (its B-row prompt pass, graph kept); see GroupedPassLayer."""
+    cache = DynamicCache()
+    cache.layers = [GroupedPassLayer(layer.keys[prompts], layer.values[prompts], k) for layer in prompt_cache.layers]
+    return cache
+
+
+def whole_groups(rows: Tensor, k: int) -> Tensor | None:
+    """The prompt of each run of k rows when `rows` (sorted row indices of a batch grouped by prompt
+    in runs of k) is whole groups in order, e.g. [4,5,6,7, 12,13,14,15] -> [1, 3] for k=4; else None."""
+    if k < 2 or len(rows) % k:
+        return None
+    runs = rows.view(-1, k)
+    if bool((runs[:, 0] % k).any()) or not bool((runs == runs[:, :1] + torch.arange(k, device=rows.device)).all()):
+        return None
+    return runs[:, 0] // k
+
+
+def grouped_cache(prefill: DynamicCache, k: int, extra: int, dtype: torch.dtype | None = None) -> DynamicCache:
+    """A decoding cache over `prefill`'s B prompts for N = B*k rows (rows i*k .. i*k+k-1 continue
+    prompt i) that keeps each prompt's keys/values once: the same attention as `expanded`, reading
+    the prompt k times less (rloo.modeling.attention.grouped_attention; the model must run on
+    rloo_sdpa and be called with `rloo_grouped=<this cache>`)."""
+    cache = DynamicCache()
+    cache.layers = [GroupedLayer(layer.keys, layer.values, k, extra, dtype) for layer in prefill.layers]
+    return cache
+
+
+# Grouped decoding pays once the expanded prompt cache would be large: measured on this project's
+# CPU (docs/bench.md, "Grouped decoding"), one decode step's attention with 32 rows, 8 heads of 64
+# and k = 4: P = 64 (N*Hkv*P*D = 1.0M elements per layer) level with SDPA over the expanded cache,
+# P = 128 (2.1M) 0.31x its time, P = 460 (7.5M) 0.48x; small models (the demo's 0.16M) 1.9-3.9x slower
+# (a few more, smaller ops per call).
+GROUPED_MIN_ELEMENTS = 2**21
+
+
+def grouped_pays(prefill: DynamicCache, k: int) -> bool:
+    """Would grouped decoding beat the expanded cache: k > 1 and the expanded prompt cache holds at
+    least GROUPED_MIN_ELEMENTS per layer."""
+    if k < 2 or not prefill.layers:
+        return False
+    keys = prefill.layers[0].keys
+    return keys.dim() == 4 and keys.numel() * k >= GROUPED_MIN_ELEMENTS
+
+
 def preallocate(cache, extra: int, dtype: torch.dtype | None = None) -> None:
     """Give every (plain dynamic) layer of `cache` room for `extra` more tokens, in place. `dtype`:
     store keys and values in it (fp32 for rloo_sdpa's fp32 attention under CPU autocast, which then

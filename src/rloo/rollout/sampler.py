@@ -13,7 +13,15 @@ from torch import Tensor
 
 from rloo.data.collate import encode_prompts, position_ids
 from rloo.modeling.attention import uses_rloo_attention
-from rloo.modeling.kvcache import Prefill, expanded, has_dropout, preallocate, prefill_prompts
+from rloo.modeling.kvcache import (
+    Prefill,
+    expanded,
+    grouped_cache,
+    grouped_pays,
+    has_dropout,
+    preallocate,
+    prefill_prompts,
+)
 from rloo.modeling.kvcache import cache_kwarg as _cache_kwarg
 from rloo.modeling.layer_checkpoint import cache_keeping_checkpointing
 
@@ -106,6 +114,7 @@ def sample(
     prefill: Prefill | None = None,
     rows: tuple[int, int] | None = None,
     all_done=None,
+    grouped: bool | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Sample completions. (B,P),(B,P) -> ids (N,T), mask (N,T), logprobs (N,T); N = B*k, T <= max_new_tokens.
 
@@ -122,6 +131,10 @@ def sample(
     rows sampled by several processes (rloo.runtime.distributed). Every process draws the same
     (max_new_tokens, total) uniforms and uses its own columns with `_inverse_cdf`, so the tokens
     do not depend on how the batch is split over processes.
+
+    `grouped`: decode the k rows of a prompt against one copy of its keys/values
+    (rloo.modeling.kvcache.grouped_cache; CPU models on rloo_sdpa only); None: where it pays
+    (`grouped_pays`: long prompts). The same attention either way, summed in another order.
     """
     N = prompt_ids.shape[0] * k
     noise = None
@@ -130,12 +143,22 @@ def sample(
         noise = torch.rand(max_new_tokens, total, generator=generator)[:, offset : offset + N].to(prompt_ids.device)
     kw, pos = _cache_kwarg(model), position_ids(prompt_mask)
     pre = prefill if prefill is not None else prefill_prompts(model, prompt_ids, prompt_mask)
-    cache, logits = expanded(pre.cache, k), pre.last_logits.detach().float()
+    logits = pre.last_logits.detach().float()
     if k > 1:
         logits, pos = logits.repeat_interleave(k, dim=0), pos.repeat_interleave(k, dim=0)
     # rloo_sdpa computes a CPU model's attention in fp32 (rloo.modeling.attention): keep the cache there
-    fp32_cache = prompt_ids.device.type == "cpu" and uses_rloo_attention(model)
-    preallocate(cache, max_new_tokens, torch.float32 if fp32_cache else None)
+    on_rloo_sdpa = prompt_ids.device.type == "cpu" and uses_rloo_attention(model)
+    cache_dtype = torch.float32 if on_rloo_sdpa else None
+    if grouped is None:
+        grouped = on_rloo_sdpa and grouped_pays(pre.cache, k)
+    elif grouped and not on_rloo_sdpa:
+        raise ValueError("grouped decoding needs a CPU model on rloo_sdpa (rloo.modeling.attention)")
+    if grouped:
+        cache = grouped_cache(pre.cache, k, max_new_tokens, cache_dtype)
+        kw_grouped = {"rloo_grouped": cache}
+    else:
+        cache, kw_grouped = expanded(pre.cache, k), {}
+        preallocate(cache, max_new_tokens, cache_dtype)
     mask = prompt_mask.long().repeat_interleave(k, dim=0)
     next_pos = pos[:, -1:] + 1
     done = torch.zeros(N, dtype=torch.bool, device=prompt_ids.device)
@@ -155,7 +178,14 @@ def sample(
             break
         mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
         logits = (
-            model(input_ids=tok[:, None], attention_mask=mask, position_ids=next_pos, use_cache=True, **{kw: cache})
+            model(
+                input_ids=tok[:, None],
+                attention_mask=mask,
+                position_ids=next_pos,
+                use_cache=True,
+                **{kw: cache},
+                **kw_grouped,
+            )
             .logits[:, -1]
             .float()
         )
