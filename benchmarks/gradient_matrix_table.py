@@ -8,7 +8,7 @@ The default suite's pairwise rows (RLOO_MATRIX_JSON set) go to docs/gradient_mat
 import json
 import sys
 
-FACTORS = ("arch", "tied", "dropout", "padded", "share", "buckets", "checkpointing", "lora", "chunked")
+FACTORS = ("arch", "tied", "dropout", "padded", "share", "buckets", "checkpointing", "lora", "chunked", "grouped")
 METHODS = ("ppo", "grpo", "rloo_clip")
 
 
@@ -26,6 +26,8 @@ def main(paths: list[str]) -> None:
         "rows": [r for d in parts for r in d["rows"]],
         "failures": [f for d in parts for f in d["failures"]],
     }
+    for r in data["rows"]:  # runs from before a factor existed ran with it off
+        r["combo"] = {f: False for f in FACTORS} | r["combo"]
     rows = sorted(data["rows"], key=lambda r: tuple(str(r["combo"][f]) for f in FACTORS))
     head = [f for f in FACTORS] + ["rloo grad err / max", "distinct lengths"] + [f"{m} max log-ratio" for m in METHODS]
     print("| " + " | ".join(head) + " |")

@@ -19,6 +19,11 @@ the completions without their prompt; these passes checkpoint each decoder layer
 the prompt's keys/values kept (`rloo.modeling.layer_checkpoint`), an exact computation. A model that cannot
 be checkpointed that way falls back to the plain pass (one logged line).
 
+Grouped attention (rloo.modeling.kvcache.GroupedPassLayer, rloo.modeling.attention.grouped_attention):
+where it pays (long prompts, a CPU model on rloo_sdpa, no attention dropout) a bucket made of whole
+groups does not repeat the prompt's keys/values at all: each group's k rows attend to the one copy,
+whose gradient the attention's matmuls sum over the k rows. Same attention, summed in another order.
+
 Little compute on completion padding: the completions run in buckets of similar length
 (`rloo.data.buckets.length_buckets`), each padded only to its own longest row; a bucket's rows
 take their prompts' keys/values from the B-row cache by that same indexing.

@@ -166,7 +166,14 @@ def preallocate(cache, extra: int, dtype: torch.dtype | None = None) -> None:
 
 
 def cache_kwarg(model) -> str:
-    # transformers renamed past_key_values -> cache; accept both generations of the API.
+    """The name the model's forward takes its KV cache by: transformers renamed past_key_values ->
+    cache (the old name warns, and goes in 5.40); accept both generations of the API. Wrappers that
+    pass keywords through (PEFT, DDP) are looked through to the model they wrap."""
+    for _ in range(4):
+        inner = model.get_base_model() if hasattr(model, "get_base_model") else getattr(model, "module", None)
+        if not isinstance(inner, torch.nn.Module) or inner is model:
+            break
+        model = inner
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
