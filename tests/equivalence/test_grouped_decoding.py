@@ -176,3 +176,80 @@ def test_grouped_only_where_it_pays_and_where_it_can_run():
     plain = tiny_lm("llama").eval()
     with pytest.raises(ValueError, match="rloo_sdpa"):
         sampler.sample(plain, ids, mask, max_new_tokens=2, eos_id=1, pad_id=PAD, k=K, grouped=True)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_grouped_shared_passes_equal_plain(arch, monkeypatch):
+    """The shared training passes with grouped attention (forced on) against the plain passes, which
+    run every (prompt, completion) in full: the policy's log-probs and every parameter gradient, and
+    a reward model's scores; and grouped attention did run (with grad, in the policy's pass)."""
+    from transformers import AutoModelForSequenceClassification
+
+    import rloo.modeling.attention as attention
+    import rloo.modeling.kvcache as kvcache
+    from helpers.tiny_archs import tiny_config
+    from rloo.modeling.forward import completion_logprobs, reward_scores
+    from rloo.modeling.forward_shared import completion_logprobs_shared, reward_scores_shared
+    from tolerance import TINY_MODEL_BACKWARD
+
+    calls = []
+    original = attention.grouped_attention
+    monkeypatch.setattr(kvcache, "GROUPED_MIN_ELEMENTS", 0)
+    counted = lambda *a: calls.append(torch.is_grad_enabled()) or original(*a)  # noqa: E731
+    monkeypatch.setattr(attention, "grouped_attention", counted)
+    ids, mask = _prompts()
+    p_ids, p_mask = ids.repeat_interleave(K, 0), mask.repeat_interleave(K, 0)
+    g = torch.Generator().manual_seed(2)
+    c_mask = torch.arange(5)[None] < torch.randint(1, 6, (B * K,), generator=g)[:, None]
+    c_ids = torch.randint(2, V, (B * K, 5), generator=g).masked_fill(~c_mask, PAD)
+    weights = torch.randn(B * K, 5, generator=g)
+    results = []
+    for shared in (False, True):
+        model = use_rloo_attention(tiny_lm(arch))
+        args = (model, p_ids, p_mask, c_ids, c_mask)
+        # bucket_overhead 0: one bucket per distinct group length (whole groups: rows of length 1, fed
+        # no token, ride along in their group's bucket)
+        lp = completion_logprobs_shared(*args, k=K, bucket_overhead=0) if shared else completion_logprobs(*args)
+        (lp * weights).masked_fill(~c_mask, 0.0).sum().backward()
+        results.append((lp.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}))
+    (lp0, g0), (lp1, g1) = results
+    assert any(calls), "grouped attention did not run in the policy's pass"
+    assert_close(lp1[c_mask], lp0[c_mask], TINY_MODEL_FORWARD)
+    for name in g0:
+        assert_close(g1[name], g0[name], TINY_MODEL_BACKWARD, msg=f"gradient of {name}")
+    cfg = tiny_config(arch)
+    cfg.num_labels = 1
+    torch.manual_seed(1)
+    rm = use_rloo_attention(AutoModelForSequenceClassification.from_config(cfg).float()).eval()
+    calls.clear()
+    c_mask[4] = False  # an empty completion in a group that runs: pooled at its prompt's last token
+    with torch.no_grad():
+        plain = reward_scores(rm, p_ids, p_mask, c_ids, c_mask)
+        shared = reward_scores_shared(rm, p_ids, p_mask, c_ids, c_mask, k=K, bucket_overhead=0)
+    assert calls, "grouped attention did not run in the reward model's pass"
+    assert_close(shared, plain, TINY_MODEL_FORWARD)
+    assert plain.std() > 0
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_attention_dropout_expands_the_prompt_for_sdpa(arch, monkeypatch):
+    """A model in train mode with attention dropout: grouped attention cannot apply it, so rloo_sdpa
+    expands the prompt's keys/values and lets SDPA do it; the same dropout draws as the expanded
+    path, so the same log-probs, seeded alike."""
+    import rloo.modeling.kvcache as kvcache
+    from rloo.modeling.forward_shared import completion_logprobs_shared
+
+    ids, mask = _prompts()
+    p_ids, p_mask = ids.repeat_interleave(K, 0), mask.repeat_interleave(K, 0)
+    c_ids = torch.randint(2, V, (B * K, 4), generator=torch.Generator().manual_seed(3))
+    c_mask = torch.ones_like(c_ids, dtype=torch.bool)
+    model = use_rloo_attention(tiny_lm(arch, dropout=0.5)).train()
+    runs = []
+    for threshold in (2**62, 0):  # expanded, then grouped
+        monkeypatch.setattr(kvcache, "GROUPED_MIN_ELEMENTS", threshold)
+        torch.manual_seed(7)
+        runs.append(completion_logprobs_shared(model, p_ids, p_mask, c_ids, c_mask, k=K).detach())
+    assert_close(runs[1], runs[0], TINY_MODEL_FORWARD)
+    torch.manual_seed(8)
+    other = completion_logprobs_shared(model, p_ids, p_mask, c_ids, c_mask, k=K).detach()
+    assert not torch.allclose(other, runs[0])  # dropout is on: another seed gives other numbers

@@ -81,6 +81,13 @@ def rloo_sdpa(module, query, key, value, attention_mask, rloo_grouped=None, **kw
     `rloo_grouped`: the sampler's grouped cache (rloo.modeling.kvcache.grouped_cache): key/value are
     then each row's own tokens and the prompt's are read from the cache (`grouped_attention`)."""
     layer = _grouped_layer(module, rloo_grouped)
+    if layer is not None and kwargs.get("dropout", 0.0):
+        # attention dropout (a model in train mode with a rate): SDPA over the expanded keys applies it
+        key, value = (
+            torch.cat([prefix.repeat_interleave(query.shape[0] // prefix.shape[0], 0).to(own.dtype), own], dim=2)
+            for prefix, own in ((layer.prefix_keys, key), (layer.prefix_values, value))
+        )
+        layer = None
     low = _cpu_low_precision(query, key, value)
     if layer is None and not low:
         return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
@@ -90,8 +97,6 @@ def rloo_sdpa(module, query, key, value, attention_mask, rloo_grouped=None, **kw
         attention_mask = attention_mask.float() if low else attention_mask
     with torch.autocast(query.device.type, enabled=False):
         if layer is not None:
-            if kwargs.get("dropout", 0.0):
-                raise RuntimeError("grouped attention has no attention dropout: use the expanded cache")
             # fp32 on a CPU under autocast, like the SDPA branch below; else the query's dtype
             dtype = torch.float32 if low else query.dtype
             out = grouped_attention(

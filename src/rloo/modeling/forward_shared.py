@@ -20,9 +20,10 @@ the prompt's keys/values kept (`rloo.modeling.layer_checkpoint`), an exact compu
 be checkpointed that way falls back to the plain pass (one logged line).
 
 Grouped attention (rloo.modeling.kvcache.GroupedPassLayer, rloo.modeling.attention.grouped_attention):
-where it pays (long prompts, a CPU model on rloo_sdpa, no attention dropout) a bucket made of whole
-groups does not repeat the prompt's keys/values at all: each group's k rows attend to the one copy,
-whose gradient the attention's matmuls sum over the k rows. Same attention, summed in another order.
+where it pays (long prompts, a CPU model on rloo_sdpa) the passes run in buckets of whole groups
+(bucketed by each group's longest row) and do not repeat the prompt's keys/values at all: each
+group's k rows attend to the one copy, whose gradient the attention's matmuls sum over the k rows.
+Same attention, summed in another order.
 
 Little compute on completion padding: the completions run in buckets of similar length
 (`rloo.data.buckets.length_buckets`), each padded only to its own longest row; a bucket's rows
@@ -36,10 +37,9 @@ from torch import Tensor
 from transformers import DynamicCache
 
 from rloo.core.logprobs import token_logprobs
-from rloo.data.buckets import length_buckets
+from rloo.data.buckets import BUCKET_OVERHEAD_TOKENS, length_buckets
 from rloo.data.collate import position_ids, trim_left
 from rloo.modeling.attention import uses_rloo_attention
-from rloo.modeling.dropout import has_dropout
 from rloo.modeling.forward import MAX_LOGITS_MB, completion_logprobs, lm_token_logprobs
 from rloo.modeling.kvcache import Prefill, cache_kwarg, grouped_pass_cache, grouped_pays, prefill_prompts, whole_groups
 from rloo.modeling.layer_checkpoint import cache_keeping_checkpointing, prefix_cache, supports_shared_checkpointing
@@ -69,11 +69,25 @@ def _group_rows(cache: DynamicCache, groups: Tensor) -> DynamicCache:
 
 def _grouped_ok(model, cache: DynamicCache, k: int) -> bool:
     """Can and should the completions attend to one copy of their prompt's keys/values (grouped
-    attention, rloo.modeling.attention.grouped_attention): a CPU model on rloo_sdpa, no attention
-    dropout to apply, and a prompt cache large enough for it to pay (`grouped_pays`)."""
+    attention, rloo.modeling.attention.grouped_attention): a CPU model on rloo_sdpa and a prompt
+    cache large enough for it to pay (`grouped_pays`). (A layer with attention dropout to apply
+    expands the keys itself: rloo_sdpa.)"""
     layers = cache.layers
     on_cpu = bool(layers) and layers[0].keys.device.type == "cpu"
-    return on_cpu and uses_rloo_attention(model) and not has_dropout(model) and grouped_pays(cache, k)
+    return on_cpu and uses_rloo_attention(model) and grouped_pays(cache, k)
+
+
+def _buckets(lengths: Tensor, k: int, grouped: bool, overhead: int | None) -> list[Tensor]:
+    """The passes' row buckets: rows of similar length (`length_buckets`), or, for grouped attention,
+    whole groups of k rows bucketed by each group's longest row (a group's shorter rows ride along
+    padded; rows of length 0 in such a group too, their outputs unused)."""
+    if not grouped:
+        return length_buckets(lengths, overhead)
+    if overhead is None:
+        overhead = BUCKET_OVERHEAD_TOKENS.get(lengths.device.type, BUCKET_OVERHEAD_TOKENS["cuda"])
+    # length_buckets costs a bucket n x longest + overhead; here n counts groups of k rows
+    groups = length_buckets(lengths.view(-1, k).amax(1), -(-overhead // k))
+    return [(g[:, None] * k + torch.arange(k, device=g.device)).reshape(-1) for g in groups]
 
 
 def _bucket_cache(cache: DynamicCache, rows: Tensor, k: int, grouped: bool) -> tuple[DynamicCache, dict]:
@@ -161,7 +175,7 @@ def _shared_logprobs(
     rest = first.new_zeros(N, T - 1)
     fed = (completion_mask.sum(-1) - 1).clamp(min=0)  # tokens fed: all but the last of each completion
     grouped = _grouped_ok(model, pre.cache, k)
-    for rows in length_buckets(fed, bucket_overhead):
+    for rows in _buckets(fed, k, grouped, bucket_overhead):
         W, groups = int(fed[rows].max()), rows // k
         full = torch.cat([p_mask[groups], completion_mask[rows, :W]], dim=1)
         cache, extra = _bucket_cache(pre.cache, rows, k, grouped)
@@ -197,11 +211,13 @@ def reward_scores_shared(
     pooled = out.last_hidden_state[:, -1].repeat_interleave(k, dim=0)  # (N,H)
     lengths = completion_mask.sum(-1)
     grouped = _grouped_ok(backbone, cache, k)
-    for rows in length_buckets(lengths, bucket_overhead):
+    for rows in _buckets(lengths, k, grouped, bucket_overhead):
         W, groups = int(lengths[rows].max()), rows // k
         full = torch.cat([p_mask[groups], completion_mask[rows, :W]], dim=1)
         rows_cache, extra = _bucket_cache(cache, rows, k, grouped)
         hidden = backbone(**_continued(backbone, rows_cache, full, completion_ids[rows, :W]), **extra)
         hidden = hidden.last_hidden_state
-        pooled = pooled.index_put((rows,), hidden[torch.arange(len(rows), device=rows.device), lengths[rows] - 1])
+        filled = lengths[rows] > 0  # an empty completion keeps the prompt's pooled state
+        at = torch.arange(len(rows), device=rows.device)[filled]
+        pooled = pooled.index_put((rows[filled],), hidden[at, lengths[rows][filled] - 1])
     return reward_model.score(pooled).squeeze(-1).float()
