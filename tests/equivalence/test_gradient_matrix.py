@@ -301,8 +301,8 @@ def check_combo(c: Combo, dirs, tmp: Path, monkeypatch, methods=RATIO_METHODS) -
         calls = _grouped_patch(m, c)
         row = {"combo": asdict(c), "rloo": run_rloo(c, path, tmp / "rloo")}
     assert row["rloo"]["grad_err_rel"] <= GRAD_REL, (c.id(), row)
-    if c.grouped:  # it ran: in sampling, and in the policy's gradient pass unless dropout forbids it
-        assert calls and (any(calls) or c.dropout), (c.id(), "grouped attention did not run where forced")
+    if c.grouped:  # it ran, in sampling and (with grad) in the policy's gradient pass
+        assert calls and any(calls), (c.id(), "grouped attention did not run where forced")
     if c.share and c.buckets == "dp":
         assert row["rloo"]["distinct_lengths"] >= 2, "completions of one length: buckets would not be exercised"
     for method in methods:
