@@ -139,17 +139,17 @@ def grouped_cache(prefill: DynamicCache, k: int, extra: int, dtype: torch.dtype 
     return cache
 
 
-# Grouped decoding pays once the expanded prompt cache would be large: measured on this project's
-# CPU (docs/bench.md, "Grouped decoding"), one decode step's attention with 32 rows, 8 heads of 64
-# and k = 4: P = 64 (N*Hkv*P*D = 1.0M elements per layer) level with SDPA over the expanded cache,
-# P = 128 (2.1M) 0.31x its time, P = 460 (7.5M) 0.48x; small models (the demo's 0.16M) 1.9-3.9x slower
-# (a few more, smaller ops per call).
+# Grouped attention pays once the expanded prompt cache would be large: measured on this project's
+# CPU (docs/bench.md, "Grouped attention"; benchmarks/grouped_decoding.py), one decode step's attention
+# with 32 rows, 8 heads of 64 and k = 4: N*Hkv*P*D = 1.05M elements per layer (P = 64) 1.24x the time of
+# SDPA over the expanded cache, 2.1M (P = 128) 0.59x, 4.2M 0.30x, 7.5M (P = 460) 0.42x; the built-in
+# tasks' small shapes (0.08-0.33M) 1.8-4.1x slower (a few more, smaller ops per call).
 GROUPED_MIN_ELEMENTS = 2**21
 
 
 def grouped_pays(prefill: DynamicCache, k: int) -> bool:
-    """Would grouped decoding beat the expanded cache: k > 1 and the expanded prompt cache holds at
-    least GROUPED_MIN_ELEMENTS per layer."""
+    """Would grouped attention beat the expanded cache: k > 1 and the expanded prompt cache would hold
+    at least GROUPED_MIN_ELEMENTS per layer."""
     if k < 2 or not prefill.layers:
         return False
     keys = prefill.layers[0].keys
