@@ -80,31 +80,40 @@ def attention_table(reps: int) -> list[dict]:
     return [attention_row(*s, reps=reps) for s in shapes]
 
 
-def sampler_table(rounds: int) -> dict:
+def _l_policy():
+    """`rloo bench`'s L policy shape (rloo.experiments.bench_assets.SHAPES["L"]) as a random Llama on
+    rloo_sdpa, vocabulary 8192, untied head."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
+    from rloo.experiments.bench_assets import SHAPES
     from rloo.modeling.attention import use_rloo_attention
-    from rloo.rollout import sampler
 
+    shape = SHAPES["L"]
     cfg = LlamaConfig(
-        vocab_size=8192,
-        hidden_size=512,
-        num_hidden_layers=6,
-        num_attention_heads=8,
-        num_key_value_heads=8,
-        intermediate_size=1376,
-        max_position_embeddings=1024,
-        pad_token_id=0,
-        eos_token_id=1,
-    )
+        vocab_size=8192, hidden_size=shape.hidden, num_hidden_layers=shape.layers, num_attention_heads=shape.heads,
+        num_key_value_heads=shape.heads, intermediate_size=shape.intermediate, max_position_embeddings=1024,
+        pad_token_id=0, eos_token_id=1,
+    )  # fmt: skip
     torch.manual_seed(0)
-    model = use_rloo_attention(LlamaForCausalLM(cfg)).eval()
+    return use_rloo_attention(LlamaForCausalLM(cfg))
+
+
+def _l_prompts():
+    """8 prompts of 400-460 tokens, left-padded to 460 as `rloo bench` draws them: ids, mask, and the
+    generator (for whatever else a table draws after them)."""
     gen = torch.Generator().manual_seed(1)
     ids = torch.randint(2, 8192, (8, 460), generator=gen)
     mask = torch.ones_like(ids, dtype=torch.bool)
-    for row, pad in enumerate(torch.randint(0, 61, (8,), generator=gen).tolist()):  # 400-460 tokens, left-padded
+    for row, pad in enumerate(torch.randint(0, 61, (8,), generator=gen).tolist()):
         mask[row, :pad] = False
-    ids = ids.masked_fill(~mask, 0)
+    return ids.masked_fill(~mask, 0), mask, gen
+
+
+def sampler_table(rounds: int) -> dict:
+    from rloo.rollout import sampler
+
+    model = _l_policy().eval()
+    ids, mask, _ = _l_prompts()
     variants = [(dt, gr) for dt in ("float32", "bfloat16") for gr in (False, True)]
     times: dict[str, list[float]] = {}
     outputs: dict[str, tuple] = {}
@@ -135,25 +144,12 @@ def training_table(rounds: int) -> dict:
     """The shared passes at the L shape: the policy's log-prob pass with backward, and a no-grad pass
     (what the reference runs), over 32 completions of 32 tokens after 8 prompts of 400-460 tokens;
     grouped attention on (as `grouped_pays` decides there) and forced off, alternated."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     import rloo.modeling.kvcache as kvcache
-    from rloo.modeling.attention import use_rloo_attention
     from rloo.modeling.forward_shared import completion_logprobs_shared
 
-    cfg = LlamaConfig(
-        vocab_size=8192, hidden_size=512, num_hidden_layers=6, num_attention_heads=8, num_key_value_heads=8,
-        intermediate_size=1376, max_position_embeddings=1024, pad_token_id=0, eos_token_id=1,
-    )  # fmt: skip
-    torch.manual_seed(0)
-    model = use_rloo_attention(LlamaForCausalLM(cfg))
-    gen = torch.Generator().manual_seed(1)
-    p_ids = torch.randint(2, 8192, (8, 460), generator=gen)
-    p_mask = torch.ones_like(p_ids, dtype=torch.bool)
-    for row, pad in enumerate(torch.randint(0, 61, (8,), generator=gen).tolist()):
-        p_mask[row, :pad] = False
-    p_ids = p_ids.masked_fill(~p_mask, 0).repeat_interleave(4, 0)
-    p_mask = p_mask.repeat_interleave(4, 0)
+    model = _l_policy()
+    p_ids, p_mask, gen = _l_prompts()
+    p_ids, p_mask = p_ids.repeat_interleave(4, 0), p_mask.repeat_interleave(4, 0)
     c_ids = torch.randint(2, 8192, (32, 32), generator=gen)
     c_mask = torch.ones_like(c_ids, dtype=torch.bool)
     threshold = kvcache.GROUPED_MIN_ELEMENTS

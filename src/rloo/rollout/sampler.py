@@ -98,6 +98,24 @@ def _inverse_cdf(probs: Tensor, u: Tensor) -> Tensor:
     return tok.clamp(max=probs.shape[-1] - 1)
 
 
+def _decoding_cache(model, pre: Prefill, k: int, max_new_tokens: int, grouped: bool | None):
+    """The cache the N = B*k rows decode into, and the extra model inputs it needs: one copy of each
+    prompt's keys/values (`grouped_cache`) or k copies (`expanded`), with room for max_new_tokens."""
+    # rloo_sdpa computes a CPU model's attention in fp32 (rloo.modeling.attention): keep the cache there
+    on_rloo_sdpa = pre.ids.device.type == "cpu" and uses_rloo_attention(model)
+    dtype = torch.float32 if on_rloo_sdpa else None
+    if grouped is None:
+        grouped = on_rloo_sdpa and grouped_pays(pre.cache, k)
+    elif grouped and not on_rloo_sdpa:
+        raise ValueError("grouped decoding needs a CPU model on rloo_sdpa (rloo.modeling.attention)")
+    if grouped:
+        cache = grouped_cache(pre.cache, k, max_new_tokens, dtype)
+        return cache, {"rloo_grouped": cache}
+    cache = expanded(pre.cache, k)
+    preallocate(cache, max_new_tokens, dtype)
+    return cache, {}
+
+
 @torch.no_grad()
 def sample(
     model,
@@ -146,19 +164,7 @@ def sample(
     logits = pre.last_logits.detach().float()
     if k > 1:
         logits, pos = logits.repeat_interleave(k, dim=0), pos.repeat_interleave(k, dim=0)
-    # rloo_sdpa computes a CPU model's attention in fp32 (rloo.modeling.attention): keep the cache there
-    on_rloo_sdpa = prompt_ids.device.type == "cpu" and uses_rloo_attention(model)
-    cache_dtype = torch.float32 if on_rloo_sdpa else None
-    if grouped is None:
-        grouped = on_rloo_sdpa and grouped_pays(pre.cache, k)
-    elif grouped and not on_rloo_sdpa:
-        raise ValueError("grouped decoding needs a CPU model on rloo_sdpa (rloo.modeling.attention)")
-    if grouped:
-        cache = grouped_cache(pre.cache, k, max_new_tokens, cache_dtype)
-        kw_grouped = {"rloo_grouped": cache}
-    else:
-        cache, kw_grouped = expanded(pre.cache, k), {}
-        preallocate(cache, max_new_tokens, cache_dtype)
+    cache, kw_grouped = _decoding_cache(model, pre, k, max_new_tokens, grouped)
     mask = prompt_mask.long().repeat_interleave(k, dim=0)
     next_pos = pos[:, -1:] + 1
     done = torch.zeros(N, dtype=torch.bool, device=prompt_ids.device)
