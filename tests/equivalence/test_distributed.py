@@ -27,6 +27,23 @@ def _params(run: Path) -> dict[str, torch.Tensor]:
     return load_file(str(run / "model" / "model.safetensors"))
 
 
+def _sharp_attention_copy(model_dir: Path, out: Path, factor: float = 8.0) -> Path:
+    """The model with its query and key projections scaled by `factor`: a freshly initialised model
+    attends almost uniformly, so which keys a row reads barely changes its tokens (checked: grouped
+    attention reading the wrong prompt's keys moved this test's parameters by 2e-7, within its
+    tolerance); with sharper attention it changes them."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith(("q_proj.weight", "k_proj.weight")):
+                p.mul_(factor)
+    model.save_pretrained(out)
+    AutoTokenizer.from_pretrained(model_dir).save_pretrained(out)
+    return out
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -34,7 +51,12 @@ def _free_port() -> int:
 
 
 @pytest.mark.equivalence
-def test_two_processes_match_one(tiny_model_dir, tmp_path):
+@pytest.mark.parametrize("grouped", [False, True], ids=["expanded", "grouped"])
+def test_two_processes_match_one(tiny_model_dir, tmp_path, grouped):
+    """grouped: the two processes run grouped attention wherever it can run (in sampling under the
+    wrappers, and in the reference's shared pass); the one-process reference does not."""
+    if grouped:
+        tiny_model_dir = _sharp_attention_copy(tiny_model_dir, tmp_path / "sharp")
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2] / "src"), str(HELPERS)]),
@@ -52,14 +74,19 @@ def test_two_processes_match_one(tiny_model_dir, tmp_path):
         str(tiny_model_dir),
         str(tmp_path / "two"),
         "ddp,fsdp",
+        *(["grouped"] if grouped else []),
     ]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    if grouped:
+        calls = [int((tmp_path / "two" / f"grouped_calls.{r}").read_text()) for r in range(2)]
+        assert min(calls) > 0, f"grouped attention did not run in every process: {calls} calls"
     dist_worker.run(str(tiny_model_dir), str(tmp_path / "one"), ["ddp"])  # WORLD_SIZE unset: one process
     one, start = _params(tmp_path / "one" / "ddp"), load_file(str(tiny_model_dir / "model.safetensors"))
     moved = max((one[k] - start[k]).abs().max().item() for k in one)
     # One process computes the update's log-probs with its shared-prompt fast path, the wrapped
-    # (DDP/FSDP) processes with the plain pass and an all-reduce: the same gradients up to float32
+    # (DDP/FSDP) processes with the plain pass and an all-reduce (grouped: their sampling and reference
+    # passes also sum the attention in another order): the same gradients up to float32
     # rounding. The steps are SGD (dist_worker), so after S steps the parameters differ by at most
     # S * (lr * |gradient difference| + rounding of the update into the parameter), each step's
     # difference also entering the next gradient; allowed: a factor 2 per step for that.

@@ -4,7 +4,7 @@ one-process reference): a few RLOO steps on a tiny model for each parallel mode 
 from __future__ import annotations
 
 import sys
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 # every prompt is the same number of tokens, so each process pads its prompts exactly as the
@@ -61,10 +61,36 @@ def _sgd_instead_of_adamw():
         rl.adamw = adamw
 
 
-def run(model_dir: str, out_root: str, modes: list[str]) -> None:
+@contextmanager
+def _grouped_everywhere(out_root: str, rank: int):
+    """Grouped attention (rloo.modeling.attention.grouped_attention) wherever it can run, as the
+    tiny model never reaches its size threshold; its calls are counted into
+    out_root/grouped_calls.<rank>, so the test can tell that it ran."""
+    import rloo.modeling.attention as attention
+    import rloo.modeling.kvcache as kvcache
+
+    threshold, original, calls = kvcache.GROUPED_MIN_ELEMENTS, attention.grouped_attention, [0]
+
+    def counted(*args, **kwargs):
+        calls[0] += 1
+        return original(*args, **kwargs)
+
+    kvcache.GROUPED_MIN_ELEMENTS, attention.grouped_attention = 0, counted
+    try:
+        yield
+    finally:
+        kvcache.GROUPED_MIN_ELEMENTS, attention.grouped_attention = threshold, original
+        (Path(out_root) / f"grouped_calls.{rank}").write_text(str(calls[0]))
+
+
+def run(model_dir: str, out_root: str, modes: list[str], grouped: bool = False) -> None:
+    import os
+
     from rloo import train
 
-    with _sgd_instead_of_adamw():
+    Path(out_root).mkdir(parents=True, exist_ok=True)
+    rank = int(os.environ.get("RANK", "0"))
+    with _sgd_instead_of_adamw(), _grouped_everywhere(out_root, rank) if grouped else nullcontext():
         for mode in modes:
             train(config(model_dir, Path(out_root) / mode, mode), prompts=PROMPTS, reward_fn=reward_short)
 
@@ -76,6 +102,6 @@ if __name__ == "__main__":
     # alone (re-creating gloo groups back to back in one launch is flaky)
     dist.init_process_group("gloo")
     try:
-        run(sys.argv[1], sys.argv[2], sys.argv[3].split(","))
+        run(sys.argv[1], sys.argv[2], sys.argv[3].split(","), grouped="grouped" in sys.argv[4:])
     finally:
         dist.destroy_process_group()
