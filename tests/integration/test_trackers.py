@@ -174,3 +174,51 @@ def test_sft_plain_progress_lines_with_eta(tmp_path, capsys):
     lines = [x for x in err.splitlines() if x.startswith("sft ")]
     assert [x.split(":")[0] for x in lines] == ["sft 1/4", "sft 2/4", "sft 3/4", "sft 4/4"], err
     assert all("loss=" in x and "elapsed" in x and "ETA" in x for x in lines)
+
+
+TINY_ARCH = {"hidden_size": 16, "num_layers": 1, "num_heads": 2, "intermediate_size": 32}
+
+
+@pytest.mark.parametrize("stage", ["sft", "reward"])
+def test_stopped_stage_keeps_its_tensorboard_records(stage, tmp_path, monkeypatch):
+    """A stage stopped mid-run (Ctrl-C, an error) closes what it opened: no TensorBoard writer thread is
+    left running in the process (a notebook would collect one per stopped run), and TensorBoard
+    holds every step metrics.jsonl holds."""
+    import threading
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    import rloo.training.reward as reward_mod
+    import rloo.training.sft as sft_mod
+    from rloo.config import RewardConfig, SFTConfig
+
+    sft_dir = tmp_path / "sft"
+    if stage == "reward":  # a reward model starts from an SFT model
+        sft_mod.sft(
+            SFTConfig.model_validate(dict(output_dir=sft_dir, num_examples=8, report_to="none", arch=TINY_ARCH))
+        )
+    mod = sft_mod if stage == "sft" else reward_mod
+    real, calls = mod.supervised_step, [0]
+
+    def stopped_at_the_fourth(*args, **kwargs):
+        calls[0] += 1
+        if calls[0] == 4:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(mod, "supervised_step", stopped_at_the_fourth)
+    out = tmp_path / stage
+    threads_before = set(threading.enumerate())
+    with pytest.raises(KeyboardInterrupt):
+        if stage == "sft":
+            sft_mod.sft(SFTConfig.model_validate(dict(output_dir=out, num_examples=32, batch_size=4, arch=TINY_ARCH)))
+        else:
+            cfg = dict(sft_model=str(sft_dir / "model"), output_dir=out, num_pairs=32, eval_pairs=8, batch_size=4)
+            reward_mod.train_reward(RewardConfig.model_validate(cfg | {"policy_pairs": 0}))
+    records = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [1, 2, 3]
+    left = [t.name for t in set(threading.enumerate()) - threads_before if t.is_alive()]
+    assert not left, f"threads left running by the stopped {stage} stage: {left}"
+    acc = EventAccumulator(str(out / "tensorboard"), size_guidance={"scalars": 0})
+    acc.Reload()
+    assert {e.step for tag in acc.Tags()["scalars"] for e in acc.Scalars(tag)} == {1, 2, 3}

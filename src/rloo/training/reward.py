@@ -133,24 +133,25 @@ def train_reward(cfg: RewardConfig, *, overwrite: bool = False) -> RewardResult:
         progress(total, "reward model"),
         0,
     )
-    for _ in range(cfg.epochs):
-        model.train()
-        for idx in batches(len(train_pairs), cfg.batch_size, gen):
-            chosen, rejected = _score(model, prompts, comps, idx, device)
-            loss, stats = bradley_terry_loss(chosen, rejected)
-            supervised_step(model, opt, sched, loss)
-            step += 1
-            log.log(step, {"loss/rm": loss.item(), **{k: float(v) for k, v in stats.items()}})
-            bar.set_postfix(loss=f"{loss.item():.3f}", acc=f"{float(stats['rm/accuracy']):.2f}")
-            bar.update()
-    bar.close()
-    # 3. held-out accuracy against the labeler and against the gold judge
-    acc_label, acc_gold = evaluate_reward_model(model, tokenizer, task, held_out, cfg, device)
-    log.log(
-        step,
-        {"eval/accuracy_vs_labeler": acc_label} | ({"eval/accuracy_vs_gold": acc_gold} if acc_gold is not None else {}),
-    )
-    log.close()
+    try:  # closed however the stage ends (Ctrl-C, an error): no TensorBoard writer thread left running
+        for _ in range(cfg.epochs):
+            model.train()
+            for idx in batches(len(train_pairs), cfg.batch_size, gen):
+                chosen, rejected = _score(model, prompts, comps, idx, device)
+                loss, stats = bradley_terry_loss(chosen, rejected)
+                supervised_step(model, opt, sched, loss)
+                step += 1
+                log.log(step, {"loss/rm": loss.item(), **{k: float(v) for k, v in stats.items()}})
+                bar.set_postfix(loss=f"{loss.item():.3f}", acc=f"{float(stats['rm/accuracy']):.2f}")
+                bar.update()
+        bar.close()
+        # 3. held-out accuracy against the labeler and against the gold judge
+        acc_label, acc_gold = evaluate_reward_model(model, tokenizer, task, held_out, cfg, device)
+        gold_metric = {"eval/accuracy_vs_gold": acc_gold} if acc_gold is not None else {}
+        log.log(step, {"eval/accuracy_vs_labeler": acc_label} | gold_metric)
+    finally:
+        bar.close()
+        log.close()
     save_pretrained_atomic(model, tokenizer, out / "model")
     (out / "accuracy.json").write_text(json.dumps({"vs_labeler": acc_label, "vs_gold": acc_gold}, indent=2))
     gold = f", {acc_gold:.3f} vs gold judge" if acc_gold is not None else ""

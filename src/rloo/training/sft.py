@@ -87,20 +87,24 @@ def sft(cfg: SFTConfig, *, overwrite: bool = False) -> SFTResult:
         None,
     )
     model.train()
-    for _ in range(cfg.epochs):
-        for idx in batches(len(examples), cfg.batch_size, gen):
-            p_ids, p_mask = trim_left(prompts.ids[idx], prompts.mask[idx])
-            c_ids, c_mask = trim_right(targets.ids[idx], targets.mask[idx])
-            lp = completion_logprobs(model, p_ids.to(device), p_mask.to(device), c_ids.to(device), c_mask.to(device))
-            loss, stats = sft_loss(lp, c_mask.to(device))
-            lr = supervised_step(model, opt, sched, loss)
-            step += 1
-            loss_ema = loss.item() if loss_ema is None else 0.95 * loss_ema + 0.05 * loss.item()
-            log.log(step, {**{k: float(v) for k, v in stats.items()}, "lr": lr})
-            bar.set_postfix(loss=f"{loss_ema:.3f}")
-            bar.update()
-    bar.close()
-    log.close()
+    try:  # closed however the loop ends (Ctrl-C, an error): no TensorBoard writer thread left running
+        for _ in range(cfg.epochs):
+            for idx in batches(len(examples), cfg.batch_size, gen):
+                p_ids, p_mask = trim_left(prompts.ids[idx], prompts.mask[idx])
+                c_ids, c_mask = trim_right(targets.ids[idx], targets.mask[idx])
+                lp = completion_logprobs(
+                    model, p_ids.to(device), p_mask.to(device), c_ids.to(device), c_mask.to(device)
+                )
+                loss, stats = sft_loss(lp, c_mask.to(device))
+                lr = supervised_step(model, opt, sched, loss)
+                step += 1
+                loss_ema = loss.item() if loss_ema is None else 0.95 * loss_ema + 0.05 * loss.item()
+                log.log(step, {**{k: float(v) for k, v in stats.items()}, "lr": lr})
+                bar.set_postfix(loss=f"{loss_ema:.3f}")
+                bar.update()
+    finally:
+        bar.close()
+        log.close()
     save_pretrained_atomic(model, tokenizer, out / "model")
     say(f"sft: saved {out / 'model'} (loss {loss_ema:.3f} after {step} steps)")
     return SFTResult(out / "model", float(loss_ema))
