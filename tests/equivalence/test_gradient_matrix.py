@@ -11,6 +11,8 @@ path: share_prompt x gradient_checkpointing x LoRA x chunked LM head x length bu
 padded/unpadded prompts x dropout in the model's config x architecture x tied/untied head x
 grouped attention (one copy of a prompt's keys/values for its k rows, in sampling and the shared
 passes; rloo.modeling.kvcache: on for long prompts only, forced on here for the tiny models).
+REINFORCE with its moving-average baseline takes the same update pass; its first step (baseline:
+the batch's mean reward, eq. 3 with no past) is checked the same way.
 The ratio-based methods (ppo, grpo, rloo_clip; one epoch of one minibatch: on-policy) must show
 log-ratio 0 (ratio 1) and clip fraction 0 on their first minibatch under the same combinations.
 
@@ -67,6 +69,7 @@ K, BETA, T_MAX = 4, 0.1, 8  # 12 rows of up to 8 tokens: mixed completion length
 PADDED = ["post : job rent tl;dr :", "post : exam tl;dr :", "post : loan sister car mom tl;dr :"]
 UNPADDED = ["post : job rent tl;dr :", "post : exam car tl;dr :", "post : loan sister tl;dr :"]
 RATIO_METHODS = ("ppo", "grpo", "rloo_clip")
+PG_METHODS = ("rloo", "reinforce")  # one update over every row: rloo's update pass (`update_logprobs`)
 
 
 def reward_fn(prompts, completions):
@@ -197,7 +200,9 @@ def _sequence_logprob(model, x: torch.Tensor, y: torch.Tensor, temperature: floa
     return pred.log_softmax(-1).gather(-1, y[:, None]).sum()
 
 
-def reference_gradient(models, roll, cfg: RLConfig) -> dict[str, torch.Tensor]:
+def reference_gradient(models, roll, cfg: RLConfig, method: str = "rloo") -> dict[str, torch.Tensor]:
+    """method: "rloo" (eq. 4's leave-one-out baseline) or "reinforce" (eq. 3's moving average, which on
+    the first step, with no past batch, is the batch's own mean reward)."""
     policy = models.policy
     was_training = policy.training
     policy.eval()  # the function that sampled
@@ -210,8 +215,11 @@ def reference_gradient(models, roll, cfg: RLConfig) -> dict[str, torch.Tensor]:
     with torch.no_grad():
         ref = torch.stack([_sequence_logprob(models.ref, x, y, cfg.temperature) for x, y in seqs]).double()
     rewards = scores - cfg.beta * (torch.stack(logp).detach().double() - ref)  # eq. 1
-    groups = rewards.view(-1, cfg.k)
-    adv = (groups - (groups.sum(1, keepdim=True) - groups) / (cfg.k - 1)).view(-1)  # eq. 4
+    if method == "rloo":
+        groups = rewards.view(-1, cfg.k)
+        adv = (groups - (groups.sum(1, keepdim=True) - groups) / (cfg.k - 1)).view(-1)  # eq. 4
+    else:
+        adv = rewards - rewards.mean()  # eq. 3, first step
     loss = -sum(float(a) * lp for a, lp in zip(adv, logp, strict=False)) / len(logp)  # eq. 5
     params = [(n, p) for n, p in policy.named_parameters() if p.requires_grad]
     grads = torch.autograd.grad(loss, [p for _, p in params], allow_unused=True)
@@ -233,14 +241,14 @@ def _bucket_patch(monkeypatch, c: Combo):
         )
 
 
-def run_rloo(c: Combo, path: Path, out: Path) -> dict:
-    """rloo_step's gradient vs the reference's: max |difference| / max |reference entry|."""
-    cfg = _config(c, path, out)
+def run_pg(c: Combo, path: Path, out: Path, method: str = "rloo") -> dict:
+    """The first step's gradient (rloo or reinforce) vs the reference's: max |difference| / max |reference entry|."""
+    cfg = _config(c, path, out, method)
     models = load_models(cfg, reward_fn=reward_fn)
     opt = GradRecorder(models.policy)
     algo = make_algorithm(cfg, models)
     _, roll, _ = algo.step(models, opt, PADDED if c.padded else UNPADDED, cfg, torch.Generator().manual_seed(0))
-    ref = reference_gradient(models, roll, cfg)
+    ref = reference_gradient(models, roll, cfg, method)
     assert opt.grads is not None and opt.grads.keys() == {n for n, g in ref.items() if n in opt.grads}
     scale = max(g.abs().max().item() for g in ref.values())
     err = max((opt.grads[n] - ref[n]).abs().max().item() for n in opt.grads)
@@ -299,8 +307,9 @@ def check_combo(c: Combo, dirs, tmp: Path, monkeypatch, methods=RATIO_METHODS) -
     with monkeypatch.context() as m:
         _bucket_patch(m, c)
         calls = _grouped_patch(m, c)
-        row = {"combo": asdict(c), "rloo": run_rloo(c, path, tmp / "rloo")}
-    assert row["rloo"]["grad_err_rel"] <= GRAD_REL, (c.id(), row)
+        row = {"combo": asdict(c)} | {m: run_pg(c, path, tmp / m, m) for m in PG_METHODS}
+    for m in PG_METHODS:
+        assert row[m]["grad_err_rel"] <= GRAD_REL, (m, c.id(), row)
     if c.grouped:  # it ran, in sampling and (with grad) in the policy's gradient pass
         assert calls and any(calls), (c.id(), "grouped attention did not run where forced")
     if c.share and c.buckets == "dp":

@@ -31,9 +31,13 @@ class Timer:
         self.last = now
 
 
-def sample_and_score(models: Models, prompts: list[str], cfg: RLConfig, gen: torch.Generator, timer: Timer):
-    """1-2 of every method: K completions per prompt, their scores (N,) and reference log-probs (N,T)."""
-    roll = sample(models, prompts, cfg, gen)  # generation=vllm or rloo's sampler, as for rloo
+def sample_and_score(
+    models: Models, prompts: list[str], cfg: RLConfig, gen: torch.Generator, timer: Timer, keep_prefill: bool = False
+):
+    """1-2 of every method: K completions per prompt, their scores (N,) and reference log-probs (N,T).
+    keep_prefill: as for rloo_step (`rloo.algorithms.rloo.sample`), for a method whose update is
+    rloo's one pass over every row in order (`update_logprobs`)."""
+    roll = sample(models, prompts, cfg, gen, keep_prefill=keep_prefill)  # generation=vllm or rloo's sampler
     timer.lap("rollout")
     scores, ref_lp = score_rollout(models, roll, cfg)
     timer.lap("score")

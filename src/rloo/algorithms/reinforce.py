@@ -15,11 +15,11 @@ import torch
 
 from rloo.algorithms.base import Models, guarded_step
 from rloo.algorithms.common import Timer, require_scored, rollout_stats, sample_and_score, sequence_rewards
+from rloo.algorithms.rloo import keeps_prefill, update_logprobs
 from rloo.config import RLConfig
 from rloo.core.advantages import moving_average_advantages, moving_average_update
 from rloo.core.logprobs import sequence_logprobs
 from rloo.core.losses import policy_gradient_loss
-from rloo.modeling.forward import completion_logprobs
 
 
 class Reinforce:
@@ -37,7 +37,7 @@ class Reinforce:
 
     def step(self, models: Models, opt, prompts: list[str], cfg: RLConfig, gen: torch.Generator):
         timer = Timer()
-        roll, scores, ref_lp = sample_and_score(models, prompts, cfg, gen, timer)
+        roll, scores, ref_lp = sample_and_score(models, prompts, cfg, gen, timer, keeps_prefill(models, cfg))
         require_scored(scores, "reinforce")
         rewards, kl = sequence_rewards(scores, roll, ref_lp, cfg)
         # The first batch has no past: it is centred on its own mean (a one-off warm start),
@@ -45,15 +45,9 @@ class Reinforce:
         baseline = rewards.mean() if self.baseline is None else self.baseline
         advantages = moving_average_advantages(rewards, baseline)
         roll.record(advantage=advantages)
-        logprobs = completion_logprobs(
-            models.policy,
-            roll.prompt_ids,
-            roll.prompt_mask,
-            roll.completion_ids,
-            roll.completion_mask,
-            temperature=cfg.temperature,
-            max_logits_mb=cfg.max_logits_mb,
-        )
+        # rloo's update pass (shared prompts, the sampling's prompt pass reused): only the baseline differs
+        logprobs = update_logprobs(models, roll, cfg)
+        roll.prefill = None  # its graph is consumed by this backward pass
         loss, stats = policy_gradient_loss(sequence_logprobs(logprobs, roll.completion_mask), advantages)
         grad_norm, stepped = guarded_step(loss, list(models.policy.parameters()), opt, cfg.max_grad_norm)
         if stepped:  # a skipped (non-finite) step changes nothing, or NaN rewards would poison the baseline

@@ -72,6 +72,13 @@ def sample(
     )
 
 
+def keeps_prefill(models: Models, cfg: RLConfig) -> bool:
+    """Should sampling keep the graph-carrying prompt pass for the update (`update_logprobs`) to reuse:
+    with share_prompt, unless the policy is DDP/FSDP-wrapped (its update must be one forward through
+    the wrapper)."""
+    return cfg.share_prompt and not is_wrapped(models.policy)
+
+
 def update_logprobs(models: Models, roll, cfg: RLConfig) -> torch.Tensor:
     """Per-token log-probs (N, T) of the sampled completions under the policy, with the graph for the
     backward pass: through the DDP/FSDP wrapper when there is one, else reusing the rollout's
@@ -103,10 +110,9 @@ def rloo_step(
     Under torchrun `prompts` is this process's share and `rows`/`all_done` come from
     rloo.runtime.distributed (see `rollout`); DDP/FSDP average the gradient over processes."""
     t0 = time.perf_counter()
-    # 1. sample K completions per prompt, with the log-probs of the sampled tokens; under DDP/FSDP
-    # the update must be one forward through the wrapper, so the prompt pass is not kept for reuse
-    keep_prefill = cfg.share_prompt and not is_wrapped(models.policy)
-    roll = sample(models, prompts, cfg, gen, rows, all_done, keep_prefill=keep_prefill)
+    # 1. sample K completions per prompt, with the log-probs of the sampled tokens (and the prompt
+    # pass kept for the update where it can be reused)
+    roll = sample(models, prompts, cfg, gen, rows, all_done, keep_prefill=keeps_prefill(models, cfg))
     t1 = time.perf_counter()
     # 2. score, and the frozen reference's log-probs
     scores, ref_lp = score_rollout(models, roll, cfg)
