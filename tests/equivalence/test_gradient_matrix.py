@@ -14,7 +14,9 @@ passes; rloo.modeling.kvcache: on for long prompts only, forced on here for the 
 REINFORCE with its moving-average baseline takes the same update pass; its first step (baseline:
 the batch's mean reward, eq. 3 with no past) is checked the same way.
 The ratio-based methods (ppo, grpo, rloo_clip; one epoch of one minibatch: on-policy) must show
-log-ratio 0 (ratio 1) and clip fraction 0 on their first minibatch under the same combinations.
+log-ratio 0 (ratio 1) and clip fraction 0 on their first minibatch under the same combinations
+(grpo's and rloo_clip's one minibatch is whole groups, so with share_prompt it takes the shared pass,
+`rloo.algorithms.base.rows_logprobs`; ppo's policy-and-value forward is its own).
 
 The default suite runs a pairwise covering of the factors (every pair of values of any two
 factors appears in some row); the full product is `-m slow`:
@@ -316,6 +318,7 @@ def check_combo(c: Combo, dirs, tmp: Path, monkeypatch, methods=RATIO_METHODS) -
         assert row["rloo"]["distinct_lengths"] >= 2, "completions of one length: buckets would not be exercised"
     for method in methods:
         with monkeypatch.context() as m:
+            _bucket_patch(m, c)
             _grouped_patch(m, c)
             row[method] = r = run_ratio(c, path, tmp / method, method, m)
         assert r["clipfrac"] == 0.0, (method, c.id(), r)
@@ -325,8 +328,7 @@ def check_combo(c: Combo, dirs, tmp: Path, monkeypatch, methods=RATIO_METHODS) -
 
 @pytest.mark.parametrize("i,combo", list(enumerate(pairwise())), ids=[c.id() for c in pairwise()])
 def test_pairwise_combination_matches_reference(i, combo, model_dirs, tmp_path, monkeypatch):
-    # ratio methods never take the shared pass, so share/buckets do not change their path; the
-    # default suite runs one of them per row, in turn (each on 4 rows), the slow test all three
+    # the default suite runs one ratio method per row, in turn (each on 4-5 rows), the slow test all three
     row = check_combo(combo, model_dirs, tmp_path, monkeypatch, (RATIO_METHODS[i % 3],))
     if os.environ.get("RLOO_MATRIX_JSON"):  # the measured errors, one line per row
         with Path(os.environ["RLOO_MATRIX_JSON"]).with_suffix(".pairwise.jsonl").open("a") as f:
@@ -345,15 +347,13 @@ def test_pairwise_design_covers_every_pair():
 @pytest.mark.slow
 @pytest.mark.parametrize("arch", ARCHS)
 def test_full_matrix_matches_reference(arch, model_dirs, tmp_path, monkeypatch):
-    """The full product, one architecture per test (about 120 rloo steps and 120 ratio-method
-    steps each); RLOO_MATRIX_JSON=path.json writes each architecture's measured errors to
+    """The full product, one architecture per test (about 200 combinations, each with an rloo, a
+    reinforce and three ratio-method steps); RLOO_MATRIX_JSON=path.json writes each architecture's measured errors to
     path.<arch>.json."""
     rows, failures = [], []
     for i, c in enumerate(c for c in full_product() if c.arch == arch):
-        # the ratio methods' path does not depend on share/buckets: run them once per other combination
-        methods = RATIO_METHODS if c.share and c.buckets == "dp" else ()
         try:
-            rows.append(check_combo(c, model_dirs, tmp_path / str(i), monkeypatch, methods))
+            rows.append(check_combo(c, model_dirs, tmp_path / str(i), monkeypatch, RATIO_METHODS))
         except AssertionError as e:
             failures.append(f"{c.id()}: {e}")
     if os.environ.get("RLOO_MATRIX_JSON"):

@@ -61,3 +61,16 @@ def test_grpo_zero_variance_group_leaves_only_the_kl_term():
     assert not torch.isnan(loss)
     assert loss.item() == pytest.approx(0.1 * k3, rel=1e-5)
     assert stats["loss/kl"].item() == pytest.approx(k3, rel=1e-5)
+
+
+def test_whole_groups_order():
+    from rloo.algorithms.base import whole_groups_order
+
+    rows = torch.tensor([5, 0, 4, 1])  # groups 0 and 2 of k=2, shuffled
+    order = whole_groups_order(rows, 2)
+    assert order is not None and rows[order].tolist() == [0, 1, 4, 5]
+    assert whole_groups_order(torch.tensor([3, 1, 2, 0, 4, 5]), 3) is not None
+    assert whole_groups_order(torch.tensor([1, 2]), 2) is None  # two halves of different groups
+    assert whole_groups_order(torch.tensor([0, 1, 2]), 2) is None  # not a multiple of k
+    assert whole_groups_order(torch.tensor([0, 0]), 2) is None  # a repeated row
+    assert whole_groups_order(torch.tensor([0, 1]), 1) is None  # k=1: nothing to share

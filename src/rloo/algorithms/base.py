@@ -80,6 +80,47 @@ def rollout_logprobs(model, roll: Rollout, cfg: RLConfig, prefill=None) -> Tenso
     return completion_logprobs(*args, temperature=cfg.temperature, max_logits_mb=cfg.max_logits_mb)
 
 
+def whole_groups_order(rows: Tensor, k: int) -> Tensor | None:
+    """If `rows` (n,) are whole groups of a rollout with groups of k (rows k*i .. k*i+k-1 for some
+    prompts i, in any order), the permutation that sorts them; else None."""
+    if k < 2 or rows.numel() == 0 or rows.numel() % k:
+        return None
+    ordered, order = rows.sort()
+    groups = ordered.view(-1, k)
+    step = torch.arange(k, device=rows.device)
+    return order if bool(((groups - groups[:, :1]) == step).all() & (groups[:, 0] % k == 0).all()) else None
+
+
+def rows_logprobs(model, roll: Rollout, rows: Tensor, cfg: RLConfig, wrapped: bool = False) -> Tensor:
+    """log pi of the rollout's rows `rows` (n,) -> (n,T), in that order: a minibatch of a method that
+    takes several updates per batch. Through the shared pass (`rollout_logprobs`'s) when the rows are
+    whole groups (every kept row at once, e.g. one minibatch) and the model is not DDP/FSDP-wrapped
+    (whose update must be one forward through the wrapper), else the plain pass; the same values."""
+    order = None if wrapped or not cfg.share_prompt else whole_groups_order(rows, roll.group_size)
+    if order is None:
+        return completion_logprobs(
+            model,
+            roll.prompt_ids[rows],
+            roll.prompt_mask[rows],
+            roll.completion_ids[rows],
+            roll.completion_mask[rows],
+            temperature=cfg.temperature,
+            max_logits_mb=cfg.max_logits_mb,
+        )
+    r = rows[order]
+    lp = completion_logprobs_shared(
+        model,
+        roll.prompt_ids[r],
+        roll.prompt_mask[r],
+        roll.completion_ids[r],
+        roll.completion_mask[r],
+        k=roll.group_size,
+        temperature=cfg.temperature,
+        max_logits_mb=cfg.max_logits_mb,
+    )
+    return lp[order.argsort()]  # row j of lp is rows[order[j]]: back to the order of `rows`
+
+
 def score_rollout(models: Models, roll: Rollout, cfg: RLConfig) -> tuple[Tensor, Tensor]:
     """Reward-source scores (N,) with the truncation penalty applied, and reference log-probs (N,T)."""
     assert models.scorer is not None, "an online method needs a reward source"

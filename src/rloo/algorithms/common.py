@@ -9,14 +9,14 @@ from collections.abc import Iterable, Iterator
 import torch
 from torch import Tensor
 
-from rloo.algorithms.base import Models, guarded_step, score_rollout
+from rloo.algorithms.base import Models, guarded_step, rows_logprobs, score_rollout
 from rloo.algorithms.rloo import sample, step_stats
 from rloo.config import RLConfig
 from rloo.core.advantages import unscored, zero_variance_groups
 from rloo.core.kl import shaped_reward
 from rloo.errors import RewardError
-from rloo.modeling.forward import completion_logprobs
 from rloo.rollout import Rollout
+from rloo.runtime.distributed import is_wrapped
 
 
 class Timer:
@@ -109,17 +109,10 @@ def clipped_updates(
     if rows.numel() == 0:
         return records, 0.0, False
     epochs, parts = passes or (cfg.algo.ppo_epochs, cfg.algo.num_minibatches)
+    wrapped = is_wrapped(models.policy)
     for part in minibatches(rows.numel(), parts, epochs, gen):
         r = rows[part]
-        lp = completion_logprobs(
-            models.policy,
-            roll.prompt_ids[r],
-            roll.prompt_mask[r],
-            roll.completion_ids[r],
-            roll.completion_mask[r],
-            temperature=cfg.temperature,
-            max_logits_mb=cfg.max_logits_mb,
-        )
+        lp = rows_logprobs(models.policy, roll, r, cfg, wrapped)
         loss, stats = loss_fn(lp, r)
         norm, stepped = guarded_step(loss, params, opt, cfg.max_grad_norm)
         records.append(stats)
