@@ -29,15 +29,18 @@ def main(paths: list[str]) -> None:
     for r in data["rows"]:  # runs from before a factor existed ran with it off
         r["combo"] = {f: False for f in FACTORS} | r["combo"]
     rows = sorted(data["rows"], key=lambda r: tuple(str(r["combo"][f]) for f in FACTORS))
-    head = [f for f in FACTORS] + ["rloo grad err / max", "distinct lengths"] + [f"{m} max log-ratio" for m in METHODS]
+    head = [f for f in FACTORS] + ["rloo grad err / max", "reinforce grad err / max", "distinct lengths"]
+    head += [f"{m} max log-ratio" for m in METHODS]
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for r in rows:
         c = r["combo"]
-        cells = [yes(c[f]) for f in FACTORS] + [f"{r['rloo']['grad_err_rel']:.1e}", str(r["rloo"]["distinct_lengths"])]
+        reinforce = f"{r['reinforce']['grad_err_rel']:.1e}" if "reinforce" in r else ""  # runs before it was checked
+        cells = [yes(c[f]) for f in FACTORS] + [f"{r['rloo']['grad_err_rel']:.1e}", reinforce]
+        cells += [str(r["rloo"]["distinct_lengths"])]
         cells += [f"{r[m]['logratio_max']:.1e}" if m in r else "" for m in METHODS]
         print("| " + " | ".join(cells) + " |")
-    errs = [r["rloo"]["grad_err_rel"] for r in rows]
+    errs = [r[m]["grad_err_rel"] for r in rows for m in ("rloo", "reinforce") if m in r]
     lr = [r[m]["logratio_max"] for r in rows for m in METHODS if m in r]
     clip = [r[m]["clipfrac"] for r in rows for m in METHODS if m in r]
     print(
