@@ -256,3 +256,47 @@ def test_ppo_pass_with_chunked_head_equals_full_logits():
     assert_close(v1, v0, TINY_MODEL_FORWARD)
     for name in g0:
         assert_close(g1[name], g0[name], TINY_MODEL_BACKWARD, msg=f"gradient of {name}")
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2", "gpt_neox", "qwen2"])
+def test_dpo_pairs_shared_prompt_equal_plain(arch):
+    """DPO's pair log-probs with each pair's prompt computed once for its chosen and rejected rows
+    (`rloo.training.dpo._pair_logprobs`, share=True) against the plain pass: values, and the gradient
+    of the DPO loss (eq. 7) against fixed reference log-probs; mixed prompt and completion lengths,
+    the pairs taken in a shuffled order as the DPO epochs take them."""
+    from types import SimpleNamespace
+
+    from rloo.core.losses import dpo_loss
+    from rloo.training.dpo import _pair_logprobs
+
+    # 3 pairs: rows i (chosen) and 3 + i (rejected) share prompt i, as encode_pairs lays them out;
+    # prompts of 7, 3 and 5 tokens, completions of 6, 1, 4 (chosen) and 2, 6, 3 (rejected)
+    p_ids, p_mask, c_ids, c_mask = _batch()
+    prompts = SimpleNamespace(ids=p_ids[::K].repeat(2, 1), mask=p_mask[::K].repeat(2, 1))
+    comps = SimpleNamespace(ids=c_ids[:6], mask=c_mask[:6])
+    idx = torch.tensor([2, 0, 1])
+    ref_c, ref_r = torch.tensor([-9.0, -7.5, -8.0]), torch.tensor([-8.0, -9.5, -6.0])
+    results = []
+    for share in (False, True):
+        model = tiny_lm(arch, seed=0)
+        chosen, rejected = _pair_logprobs(model, prompts, comps, idx, "cpu", share)
+        loss, _ = dpo_loss(chosen, rejected, ref_c, ref_r, 0.1)
+        loss.backward()
+        results.append((chosen.detach(), rejected.detach(), {k: p.grad.clone() for k, p in model.named_parameters()}))
+    (c0, r0, g0), (c1, r1, g1) = results
+    with torch.no_grad():  # the plain values are pair idx[j]'s chosen and rejected rows, computed alone
+        model = tiny_lm(arch, seed=0)
+        for rows, got in ((idx, c0), (idx + 3, r0)):
+            lp = completion_logprobs(
+                model,
+                p_ids[::K].repeat(2, 1)[rows],
+                p_mask[::K].repeat(2, 1)[rows],
+                *(t[rows] for t in (comps.ids, comps.mask)),
+            )
+            alone = (lp * comps.mask[rows]).sum(-1)
+            assert_close(got, alone, TINY_MODEL_FORWARD, scale=float(alone.abs().max()) * T)
+    # summed over <= T tokens: the sum's scale is the sum of |log p| (the plain values' magnitude x T)
+    assert_close(c1, c0, TINY_MODEL_FORWARD, scale=float(c0.abs().max()) * T)
+    assert_close(r1, r0, TINY_MODEL_FORWARD, scale=float(r0.abs().max()) * T)
+    for name in g0:
+        assert_close(g1[name], g0[name], TINY_MODEL_BACKWARD, msg=f"{arch}: gradient of {name}")

@@ -25,6 +25,7 @@ from rloo.data.preferences import encode_pairs, preference_pairs
 from rloo.errors import ConfigError, RlooError, option
 from rloo.modeling.dropout import maybe_disable_dropout
 from rloo.modeling.forward import completion_logprobs
+from rloo.modeling.forward_shared import completion_logprobs_shared
 from rloo.modeling.loading import frozen, load_policy, load_reward_model, save_pretrained_atomic
 from rloo.rewards import RewardModelScorer
 from rloo.runtime.precision import stage_precision
@@ -35,16 +36,18 @@ from rloo.training.evalset import EvalSet, eval_metrics
 from rloo.training.loop import RLResult
 
 
-def _pair_logprobs(model, prompts, comps, idx, device):
-    """Summed completion log-probs of rows idx: (chosen (n,), rejected (n,)), one forward pass."""
+def _pair_logprobs(model, prompts, comps, idx, device, share: bool = True):
+    """Summed completion log-probs of pairs idx: (chosen (n,), rejected (n,)), one forward pass. With
+    `share`, each pair's rows sit side by side (a group of k=2 rows with one prompt), so the prompt is
+    computed once for both (`completion_logprobs_shared`, the same values as the plain pass)."""
     n = len(prompts.ids) // 2
-    rows = torch.cat([idx, idx + n])
+    rows = torch.stack([idx, idx + n], 1).reshape(-1)  # chosen_0, rejected_0, chosen_1, ...
     p_ids, p_mask = trim_left(prompts.ids[rows], prompts.mask[rows])
     c_ids, c_mask = trim_right(comps.ids[rows], comps.mask[rows])
-    c_mask = c_mask.to(device)
-    lp = completion_logprobs(model, p_ids.to(device), p_mask.to(device), c_ids.to(device), c_mask)
-    seq = sequence_logprobs(lp, c_mask)
-    return seq[: len(idx)], seq[len(idx) :]
+    args = (model, p_ids.to(device), p_mask.to(device), c_ids.to(device), c_mask.to(device))
+    lp = completion_logprobs_shared(*args, k=2) if share else completion_logprobs(*args)
+    seq = sequence_logprobs(lp, args[-1]).view(-1, 2)
+    return seq[:, 0], seq[:, 1]
 
 
 def load_pairs(cfg: RLConfig, task) -> list[tuple[str, str, str]]:
@@ -107,7 +110,8 @@ def train_dpo(cfg: RLConfig, *, resume: bool = False, overwrite: bool = False) -
     prompts, comps = encode_pairs(models.tokenizer, pairs, cfg)
     with torch.no_grad():
         ref = [
-            _pair_logprobs(models.ref, prompts, comps, idx, device) for idx in batches(len(pairs), 256, shuffle=False)
+            _pair_logprobs(models.ref, prompts, comps, idx, device, cfg.share_prompt)
+            for idx in batches(len(pairs), 256, shuffle=False)
         ]
     ref_c, ref_r = torch.cat([c for c, _ in ref]), torch.cat([r for _, r in ref])
     eval_set = EvalSet.of_task(task, task.examples(cfg.eval_split, cfg.eval_prompts, seed=cfg.seed))
@@ -131,7 +135,7 @@ def train_dpo(cfg: RLConfig, *, resume: bool = False, overwrite: bool = False) -
             for idx in batches(len(pairs), cfg.algorithm_settings.dpo_batch_size, gen):
                 if cfg.eval_every and step % cfg.eval_every == 0:
                     record(step, eval_metrics(models, eval_set, cfg, step))
-                pc, pr = _pair_logprobs(models.policy, prompts, comps, idx, device)
+                pc, pr = _pair_logprobs(models.policy, prompts, comps, idx, device, cfg.share_prompt)
                 loss, stats = dpo_loss(pc, pr, ref_c[idx], ref_r[idx], cfg.algorithm_settings.dpo_beta)
                 grad_norm, _ = guarded_step(loss, models.policy.parameters(), opt, cfg.max_grad_norm)
                 sched.step()
