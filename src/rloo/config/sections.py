@@ -174,7 +174,8 @@ class RLSettings(Strict):
     share_prompt: bool = Field(
         default=True,
         description="Compute each prompt once per group of k (generation, reference, reward model, "
-        "policy forward and backward); the same math as k copies, less compute.",
+        "policy forward and backward; every method's update where its rows are whole groups, and "
+        "DPO's chosen/rejected pairs); the same math as k copies, less compute.",
     )
     max_logits_mb: float = Field(
         default=256,
