@@ -300,3 +300,46 @@ def test_dpo_pairs_shared_prompt_equal_plain(arch):
     assert_close(r1, r0, TINY_MODEL_FORWARD, scale=float(r0.abs().max()) * T)
     for name in g0:
         assert_close(g1[name], g0[name], TINY_MODEL_BACKWARD, msg=f"{arch}: gradient of {name}")
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2", "gpt_neox", "qwen2"])
+def test_reward_pairs_shared_prompt_equal_plain(arch):
+    """Reward-model training's pair scores with each pair's prompt computed once for its chosen and
+    rejected rows (`rloo.training.reward._score`, share=True) against the plain pass: scores, and the
+    gradient of the Bradley-Terry loss; mixed prompt and completion lengths, an empty completion,
+    pairs in a shuffled order; and each pair's scores against the pair scored alone."""
+    from types import SimpleNamespace
+
+    from transformers import AutoModelForSequenceClassification
+
+    from rloo.core.losses import bradley_terry_loss
+    from rloo.training.reward import _score
+
+    def rm():
+        torch.manual_seed(1)
+        config = tiny_config(arch)
+        config.num_labels = 1
+        return AutoModelForSequenceClassification.from_config(config).float()
+
+    p_ids, p_mask, c_ids, c_mask = _batch()
+    prompts = SimpleNamespace(ids=p_ids[::K].repeat(2, 1), mask=p_mask[::K].repeat(2, 1))
+    comp_mask = c_mask[:6].clone()
+    comp_mask[4] = False  # pair 1's rejected completion is empty: scored at its prompt's last token
+    comps = SimpleNamespace(ids=c_ids[:6], mask=comp_mask)
+    idx = torch.tensor([2, 0, 1])
+    results = []
+    for share in (False, True):
+        model = rm()
+        chosen, rejected = _score(model, prompts, comps, idx, "cpu", share)
+        bradley_terry_loss(chosen, rejected)[0].backward()
+        results.append((chosen.detach(), rejected.detach(), {k: p.grad.clone() for k, p in model.named_parameters()}))
+    (c0, r0, g0), (c1, r1, g1) = results
+    with torch.no_grad():
+        model = rm()
+        for rows, got in ((idx, c0), (idx + 3, r0)):
+            alone = reward_scores(model, prompts.ids[rows], prompts.mask[rows], comps.ids[rows], comps.mask[rows])
+            assert_close(got, alone, TINY_MODEL_FORWARD)
+    assert_close(c1, c0, TINY_MODEL_FORWARD)
+    assert_close(r1, r0, TINY_MODEL_FORWARD)
+    for name in g0:
+        assert_close(g1[name], g0[name], TINY_MODEL_BACKWARD, msg=f"{arch}: gradient of {name}")

@@ -14,8 +14,9 @@ from rloo.data.collate import batches, trim_left, trim_right
 from rloo.data.datasets import train_eval_records
 from rloo.data.preferences import encode_pairs, preference_pairs
 from rloo.data.preflight import check_config
-from rloo.modeling.dropout import maybe_disable_dropout
+from rloo.modeling.dropout import has_dropout, maybe_disable_dropout
 from rloo.modeling.forward import reward_scores
+from rloo.modeling.forward_shared import reward_scores_shared
 from rloo.modeling.loading import (
     enable_gradient_checkpointing,
     load_policy,
@@ -68,14 +69,24 @@ def policy_sampler(model_path: str, cfg, generator: torch.Generator):
     return sample
 
 
-def _score(model, prompts, comps, idx, device):
-    """Scores of rows idx, as (chosen (n,), rejected (n,)); both halves in one forward pass."""
+def _score(model, prompts, comps, idx, device, share: bool = False):
+    """Scores of pairs idx, as (chosen (n,), rejected (n,)); both in one forward pass. With `share`,
+    each pair's rows sit side by side (a group of k=2 rows with one prompt), so the prompt is computed
+    once for both (`reward_scores_shared`, the same values as the plain pass)."""
     n = len(prompts.ids) // 2
-    rows = torch.cat([idx, idx + n])
+    rows = torch.stack([idx, idx + n], 1).reshape(-1)  # chosen_0, rejected_0, chosen_1, ...
     p_ids, p_mask = trim_left(prompts.ids[rows], prompts.mask[rows])
     c_ids, c_mask = trim_right(comps.ids[rows], comps.mask[rows])
-    s = reward_scores(model, p_ids.to(device), p_mask.to(device), c_ids.to(device), c_mask.to(device))
-    return s[: len(idx)], s[len(idx) :]
+    args = (model, p_ids.to(device), p_mask.to(device), c_ids.to(device), c_mask.to(device))
+    s = (reward_scores_shared(*args, k=2) if share else reward_scores(*args)).view(-1, 2)
+    return s[:, 0], s[:, 1]
+
+
+def _shares_prompts(model, cfg: RewardConfig) -> bool:
+    """Can training score a pair's two rows with one prompt pass: the same function as two passes
+    (no dropout to draw per row) and no gradient checkpointing (transformers' own would drop the
+    prompt's keys/values inside checkpointed layers; the policy's shared pass has its own, this one not)."""
+    return not cfg.gradient_checkpointing and not has_dropout(model)
 
 
 @torch.no_grad()
@@ -84,7 +95,7 @@ def evaluate_reward_model(model, tokenizer, task, pairs, cfg, device) -> tuple[f
     prompts, comps = encode_pairs(tokenizer, pairs, cfg)
     agree_label, agree_gold, n_gold = 0, 0, 0
     for idx in batches(len(pairs), cfg.batch_size, shuffle=False):
-        c, r = _score(model, prompts, comps, idx, device)
+        c, r = _score(model, prompts, comps, idx, device, share=True)  # eval mode, no gradient
         agree_label += int((c > r).sum())
         for j, i in enumerate(idx.tolist() if task is not None else []):
             p, ch, rj = pairs[i]
@@ -133,11 +144,12 @@ def train_reward(cfg: RewardConfig, *, overwrite: bool = False) -> RewardResult:
         progress(total, "reward model"),
         0,
     )
+    share = _shares_prompts(model, cfg)
     try:  # closed however the stage ends (Ctrl-C, an error): no TensorBoard writer thread left running
         for _ in range(cfg.epochs):
             model.train()
             for idx in batches(len(train_pairs), cfg.batch_size, gen):
-                chosen, rejected = _score(model, prompts, comps, idx, device)
+                chosen, rejected = _score(model, prompts, comps, idx, device, share)
                 loss, stats = bradley_terry_loss(chosen, rejected)
                 supervised_step(model, opt, sched, loss)
                 step += 1
