@@ -23,6 +23,7 @@ from rloo.core.advantages import gae, leave_one_out
 from rloo.core.kl import token_level_rewards
 from rloo.core.losses import sequence_sum_policy_gradient_loss, value_loss
 from rloo.modeling.forward import completion_logprobs
+from rloo.modeling.forward_shared import completion_logprobs_shared
 from rloo.modeling.loading import frozen, load_policy, load_reward_model
 from rloo.rewards import RewardModelScorer
 from rloo.rollout import rollout
@@ -69,13 +70,13 @@ class _Snapshot:
 
     def gradient(self, roll, advantages) -> torch.Tensor:
         """Flattened gradient of the common form above; advantages (N,) or (N, T)."""
-        lp = completion_logprobs(
-            self.policy,
-            roll.prompt_ids,
-            roll.prompt_mask,
-            roll.completion_ids,
-            roll.completion_mask,
-            temperature=self.cfg.rl.temperature,
+        args = (self.policy, roll.prompt_ids, roll.prompt_mask, roll.completion_ids, roll.completion_mask)
+        k, temperature = roll.group_size, self.cfg.rl.temperature
+        # k samples per prompt (the leave-one-out estimators): each prompt computed once, the same values
+        lp = (
+            completion_logprobs_shared(*args, k=k, temperature=temperature)
+            if k > 1
+            else completion_logprobs(*args, temperature=temperature)
         )
         if advantages.dim() == 1:
             advantages = advantages[:, None].expand_as(lp)
