@@ -97,27 +97,12 @@ def rows_logprobs(model, roll: Rollout, rows: Tensor, cfg: RLConfig, wrapped: bo
     whole groups (every kept row at once, e.g. one minibatch) and the model is not DDP/FSDP-wrapped
     (whose update must be one forward through the wrapper), else the plain pass; the same values."""
     order = None if wrapped or not cfg.share_prompt else whole_groups_order(rows, roll.group_size)
+    r = rows if order is None else rows[order]
+    args = (model, roll.prompt_ids[r], roll.prompt_mask[r], roll.completion_ids[r], roll.completion_mask[r])
+    temperature, max_mb = cfg.temperature, cfg.max_logits_mb
     if order is None:
-        return completion_logprobs(
-            model,
-            roll.prompt_ids[rows],
-            roll.prompt_mask[rows],
-            roll.completion_ids[rows],
-            roll.completion_mask[rows],
-            temperature=cfg.temperature,
-            max_logits_mb=cfg.max_logits_mb,
-        )
-    r = rows[order]
-    lp = completion_logprobs_shared(
-        model,
-        roll.prompt_ids[r],
-        roll.prompt_mask[r],
-        roll.completion_ids[r],
-        roll.completion_mask[r],
-        k=roll.group_size,
-        temperature=cfg.temperature,
-        max_logits_mb=cfg.max_logits_mb,
-    )
+        return completion_logprobs(*args, temperature=temperature, max_logits_mb=max_mb)
+    lp = completion_logprobs_shared(*args, k=roll.group_size, temperature=temperature, max_logits_mb=max_mb)
     return lp[order.argsort()]  # row j of lp is rows[order[j]]: back to the order of `rows`
 
 
