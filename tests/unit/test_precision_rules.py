@@ -118,3 +118,38 @@ def test_loading_weights_never_probes(monkeypatch):
     monkeypatch.delenv("RLOO_AUTO_DTYPE", raising=False)
     monkeypatch.setattr(precision, "cpu_bf16_probe", lambda *a: pytest.fail("probed to load weights"))
     assert resolve_dtype("auto", "cpu") == torch.float32
+
+
+def test_decoding_stages_need_a_wider_model_for_bf16(monkeypatch):
+    """At width 128 bf16 autocast pays for training stages but not for the decoding-bound ones (online
+    RL, evaluation: docs/precision.md), which use MIN_BF16_WIDTH_SAMPLING; a stage nested in a bf16 one
+    switches autocast off."""
+    from types import SimpleNamespace
+
+    from rloo.config import ArchConfig
+    from rloo.runtime.precision import MIN_BF16_WIDTH, MIN_BF16_WIDTH_SAMPLING, stage_precision
+    from rloo.training.evaluate import evaluate
+    from rloo.training.rl import train
+
+    monkeypatch.delenv("RLOO_AUTO_DTYPE", raising=False)
+    monkeypatch.setattr(precision, "time_matmuls", lambda *a, **k: (10e-3, 4e-3))  # a CPU with fast bf16
+    precision.cpu_bf16_probe.cache_clear()
+    cfg = SimpleNamespace(dtype="auto", device="cpu", arch=ArchConfig(hidden_size=128))
+
+    @stage_precision
+    def training(cfg):
+        return torch.is_autocast_enabled("cpu"), sampling(cfg)
+
+    @stage_precision(min_width=MIN_BF16_WIDTH_SAMPLING)
+    def sampling(cfg):
+        return torch.is_autocast_enabled("cpu")
+
+    try:
+        assert training(cfg) == (True, False)
+        wide = SimpleNamespace(dtype="auto", device="cpu", arch=ArchConfig(hidden_size=MIN_BF16_WIDTH_SAMPLING))
+        assert sampling(wide) is True
+    finally:
+        precision.cpu_bf16_probe.cache_clear()
+    assert MIN_BF16_WIDTH < MIN_BF16_WIDTH_SAMPLING
+    for stage in (train, evaluate):
+        assert getattr(stage, "min_bf16_width", None) == MIN_BF16_WIDTH_SAMPLING, stage

@@ -9,7 +9,8 @@
 - `auto`: bf16 on CUDA; on CPU bf16 autocast where it pays: the CPU must have fast bf16 (a short
   probe, `cpu_bf16_probe`, once per process: one bf16 and one fp32 matmul, bf16 at least
   `MIN_SPEEDUP` times faster; AVX2-only CPUs emulate bf16 ~100x slower) and the model must be at
-  least `MIN_BF16_WIDTH` wide (narrower, autocast's casts cost what bf16 saves: measured). The
+  least `MIN_BF16_WIDTH` wide (narrower, autocast's casts cost what bf16 saves: measured), or
+  `MIN_BF16_WIDTH_SAMPLING` in the stages dominated by decoding (online RL, evaluation). The
   decision is logged once.
   `RLOO_AUTO_DTYPE=float32|bfloat16` in the environment fixes what `auto` means on CPU without
   probing (the test suite pins float32 this way, see tests/conftest.py).
@@ -48,6 +49,12 @@ PROBE_REPS = 5
 # model's own width was tried instead and read a 512-wide linear layer at 1.36-1.98x in three quiet
 # runs: it would have flipped the choice, and with it the run's numbers, from one run to the next.
 MIN_BF16_WIDTH = 128
+# Stages whose time is mostly decoding (online RL's sampling, evaluation) need a wider model: a decode
+# step multiplies a few dozen rows, where autocast's per-op casts cost what bf16 saves. Measured at
+# width 128 (docs/precision.md): the demo's RL stage 0.97x and 1.03x its fp32 time (two ABBA runs),
+# the arithmetic pipeline's 1.33x, while SFT and reward-model training ran 0.70-0.93x; at width 256
+# (`rloo bench`'s S) the RLOO step ran 1.24x faster in bf16.
+MIN_BF16_WIDTH_SAMPLING = 256
 
 
 @dataclass(frozen=True)
@@ -123,34 +130,40 @@ def cpu_bf16_probe() -> dict:
     say(
         f"precision: CPU matmul {m}x{k}x{n} fp32 {out['fp32_ms']:.2f} ms, bf16 {out['bf16_ms']:.2f} ms "
         f"({out['speedup']:.2f}x); dtype=auto uses {'bf16 autocast' if out['bf16'] else 'float32'} "
-        f"(bf16 needs >= {MIN_SPEEDUP}x) for models of width >= {MIN_BF16_WIDTH}"
+        f"(bf16 needs >= {MIN_SPEEDUP}x) for models of width >= {MIN_BF16_WIDTH} "
+        f"(>= {MIN_BF16_WIDTH_SAMPLING} in the decoding-bound RL and evaluation stages)"
     )
     return out
 
 
 @functools.cache
-def _narrow_model_note(width: int) -> None:
-    say(f"precision: model width {width} < {MIN_BF16_WIDTH}: dtype=auto uses float32 (bf16 autocast does not pay)")
+def _narrow_model_note(width: int, min_width: int) -> None:
+    say(f"precision: model width {width} < {min_width}: dtype=auto uses float32 (bf16 autocast does not pay)")
 
 
-def _auto_cpu(width: int | None) -> tuple[bool, str]:
-    """(use bf16?, why) for dtype=auto on CPU: the environment's pin, else the probe at `width`."""
+def _auto_cpu(width: int | None, min_width: int = MIN_BF16_WIDTH) -> tuple[bool, str]:
+    """(use bf16?, why) for dtype=auto on CPU: the environment's pin, else the probe, for a model
+    `width` wide in a stage that needs `min_width` for bf16 to pay."""
     pinned = os.environ.get("RLOO_AUTO_DTYPE", "").strip()
     if pinned:
         if pinned not in ("float32", "bfloat16"):
             raise RlooError(f"RLOO_AUTO_DTYPE={pinned!r}: expected float32 or bfloat16 (or unset it)")
         return pinned == "bfloat16", f"RLOO_AUTO_DTYPE={pinned}"
-    if width is not None and width < MIN_BF16_WIDTH:
-        _narrow_model_note(width)
-        return False, f"model width {width} < {MIN_BF16_WIDTH}"
+    if width is not None and width < min_width:
+        _narrow_model_note(width, min_width)
+        return False, f"model width {width} < {min_width}"
     p = cpu_bf16_probe()
     return p["bf16"], f"probe: bf16 matmul {p['speedup']:.2f}x fp32"
 
 
 def resolve_precision(
-    name: str | torch.dtype, device: str | torch.device = "cpu", width: int | None = None
+    name: str | torch.dtype,
+    device: str | torch.device = "cpu",
+    width: int | None = None,
+    min_width: int = MIN_BF16_WIDTH,
 ) -> Precision:
-    """What `dtype=name` means on `device` for a model `width` wide (None: unknown; see the module docstring)."""
+    """What `dtype=name` means on `device` for a model `width` wide (None: unknown) in a stage where
+    bf16 pays from `min_width` on (see the module docstring)."""
     dev = torch.device(device).type
     if isinstance(name, torch.dtype):
         return Precision(dev, name, None, "given")
@@ -159,7 +172,7 @@ def resolve_precision(
     if name == "auto" and dev == "cuda":
         return Precision(dev, torch.bfloat16, None, "auto on CUDA")
     if name == "auto" and dev == "cpu":
-        bf16, why = _auto_cpu(width)
+        bf16, why = _auto_cpu(width, min_width)
         return Precision(dev, torch.float32, torch.bfloat16 if bf16 else None, why)
     if name == "auto":
         return Precision(dev, torch.float32, None, f"auto on {dev}")
@@ -195,15 +208,20 @@ def model_width(cfg) -> int | None:
     return None
 
 
-def stage_precision(fn):
-    """Decorator for a stage `fn(cfg, ...)`: runs it under the autocast of cfg.dtype on cfg.device."""
+def stage_precision(fn=None, *, min_width: int = MIN_BF16_WIDTH):
+    """Decorator for a stage `fn(cfg, ...)`: runs it under the autocast of cfg.dtype on cfg.device.
+    `@stage_precision(min_width=MIN_BF16_WIDTH_SAMPLING)` for a stage dominated by decoding."""
 
-    @functools.wraps(fn)
-    def run(cfg, *args, **kwargs):
-        with resolve_precision(cfg.dtype, cfg.device, model_width(cfg)).autocast():
-            return fn(cfg, *args, **kwargs)
+    def wrap(stage):
+        @functools.wraps(stage)
+        def run(cfg, *args, **kwargs):
+            with resolve_precision(cfg.dtype, cfg.device, model_width(cfg), min_width).autocast():
+                return stage(cfg, *args, **kwargs)
 
-    return run
+        run.min_bf16_width = min_width  # type: ignore[attr-defined]  # what the stage asks (functools.wraps keeps it)
+        return run
+
+    return wrap if fn is None else wrap(fn)
 
 
 def refresh_casts_after_step(opt: torch.optim.Optimizer) -> torch.optim.Optimizer:

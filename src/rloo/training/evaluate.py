@@ -17,7 +17,7 @@ from rloo.eval.passk import PassAtK, evaluate_pass_at_k, format_pass_table, pair
 from rloo.modeling.loading import frozen, load_policy, load_reward_model, model_options
 from rloo.rewards import RewardModelScorer
 from rloo.rewards.judges import make_judge
-from rloo.runtime.precision import stage_precision
+from rloo.runtime.precision import MIN_BF16_WIDTH_SAMPLING, stage_precision
 from rloo.runtime.runlock import holds_run_folder
 from rloo.runtime.tracking import say
 from rloo.tasks import Example, get_task, has_checker
@@ -25,7 +25,7 @@ from rloo.training.common import check_device, prepare_output_dir, seed_everythi
 
 
 @holds_run_folder
-@stage_precision
+@stage_precision(min_width=MIN_BF16_WIDTH_SAMPLING)
 def evaluate(cfg: EvalConfig, *, overwrite: bool = False) -> dict[str, PolicyEval]:
     """Win rate against the task's references by its gold judge, gold and reward-model scores,
     KL to the reference model and length, for `policy` (and `baseline` when given)."""

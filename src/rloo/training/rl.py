@@ -29,7 +29,7 @@ from rloo.runtime.checkpoint_verify import latest_checkpoint, load_state
 from rloo.runtime.distributed import unwrap
 from rloo.runtime.fingerprint import check_inputs_unchanged, fingerprints
 from rloo.runtime.paramguard import ParamGuard
-from rloo.runtime.precision import stage_precision
+from rloo.runtime.precision import MIN_BF16_WIDTH_SAMPLING, stage_precision
 from rloo.runtime.resumecheck import check_prompts_unchanged, describe_changes
 from rloo.runtime.runlock import holds_run_folder
 from rloo.runtime.tracking import say
@@ -41,7 +41,7 @@ from rloo.training.loop import RLResult, loop
 
 
 @holds_run_folder  # one process per run folder, for the whole run (rloo.runtime.runlock)
-@stage_precision
+@stage_precision(min_width=MIN_BF16_WIDTH_SAMPLING)
 def train(
     cfg: RLConfig,
     *,
