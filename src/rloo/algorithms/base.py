@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedTokenizerBase
 
-from rloo.config import RLConfig
+from rloo.config import RLConfig, RLSettings
 from rloo.modeling.forward import completion_logprobs
 from rloo.modeling.forward_shared import completion_logprobs_shared
 from rloo.rollout import Rollout
@@ -68,7 +68,7 @@ class Stateless:
         pass
 
 
-def rollout_logprobs(model, roll: Rollout, cfg: RLConfig, prefill=None) -> Tensor:
+def rollout_logprobs(model, roll: Rollout, cfg: RLSettings, prefill=None) -> Tensor:
     """log pi(y_t|x, y_<t) of the rollout's tokens under `model` (N,T), each prompt computed once
     per group of k when cfg.share_prompt (the same values as the plain pass). `prefill`: the
     policy's prompt pass kept from sampling (same weights), reused instead of recomputed."""

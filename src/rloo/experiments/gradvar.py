@@ -17,13 +17,12 @@ from pathlib import Path
 
 import torch
 
+from rloo.algorithms.base import rollout_logprobs
 from rloo.algorithms.ppo import ValueFunction, hidden_states
 from rloo.config import CompareConfig, PipelineConfig, RLConfig
 from rloo.core.advantages import gae, leave_one_out
 from rloo.core.kl import token_level_rewards
 from rloo.core.losses import sequence_sum_policy_gradient_loss, value_loss
-from rloo.modeling.forward import completion_logprobs
-from rloo.modeling.forward_shared import completion_logprobs_shared
 from rloo.modeling.loading import frozen, load_policy, load_reward_model
 from rloo.rewards import RewardModelScorer
 from rloo.rollout import rollout
@@ -70,14 +69,8 @@ class _Snapshot:
 
     def gradient(self, roll, advantages) -> torch.Tensor:
         """Flattened gradient of the common form above; advantages (N,) or (N, T)."""
-        args = (self.policy, roll.prompt_ids, roll.prompt_mask, roll.completion_ids, roll.completion_mask)
-        k, temperature = roll.group_size, self.cfg.rl.temperature
-        # k samples per prompt (the leave-one-out estimators): each prompt computed once, the same values
-        lp = (
-            completion_logprobs_shared(*args, k=k, temperature=temperature)
-            if k > 1
-            else completion_logprobs(*args, temperature=temperature)
-        )
+        # k samples per prompt (the leave-one-out estimators): each prompt computed once, as in training
+        lp = rollout_logprobs(self.policy, roll, self.cfg.rl)
         if advantages.dim() == 1:
             advantages = advantages[:, None].expand_as(lp)
         loss, _ = sequence_sum_policy_gradient_loss(lp, advantages, roll.completion_mask)
