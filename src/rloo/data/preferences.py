@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import random
 
-from rloo.data.collate import encode_completions, encode_prompts
+import torch
+
+from rloo.data.collate import encode_completions, encode_prompts, trim_left, trim_right
 
 
 def preference_pairs(task, n: int, seed: int, sampler=None, policy_share: float = 0.0) -> list[tuple[str, str, str]]:
@@ -40,3 +42,11 @@ def encode_pairs(tokenizer, pairs: list[tuple[str, str, str]], cfg):
     prompts, _ = encode_prompts(tokenizer, [p for p, _, _ in pairs] * 2, cfg.max_prompt_tokens)
     comps = encode_completions(tokenizer, [c for _, c, _ in pairs] + [r for _, _, r in pairs], cfg.max_response_tokens)
     return prompts, comps
+
+
+def pair_rows(prompts, comps, idx):
+    """Pairs idx of `encode_pairs`' layout as 2n rows side by side (chosen_0, rejected_0, chosen_1, ...:
+    groups of k=2 rows with one prompt, for the shared pass), padding trimmed: (p_ids, p_mask, c_ids, c_mask)."""
+    n = len(prompts.ids) // 2
+    rows = torch.stack([idx, idx + n], 1).reshape(-1)
+    return (*trim_left(prompts.ids[rows], prompts.mask[rows]), *trim_right(comps.ids[rows], comps.mask[rows]))

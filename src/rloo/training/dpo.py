@@ -20,8 +20,8 @@ from rloo.algorithms.base import Models, guarded_step
 from rloo.config import RLConfig
 from rloo.core.logprobs import sequence_logprobs
 from rloo.core.losses import dpo_loss
-from rloo.data.collate import batches, trim_left, trim_right
-from rloo.data.preferences import encode_pairs, preference_pairs
+from rloo.data.collate import batches
+from rloo.data.preferences import encode_pairs, pair_rows, preference_pairs
 from rloo.errors import ConfigError, RlooError, option
 from rloo.modeling.dropout import maybe_disable_dropout
 from rloo.modeling.forward import completion_logprobs
@@ -40,10 +40,7 @@ def _pair_logprobs(model, prompts, comps, idx, device, share: bool = True):
     """Summed completion log-probs of pairs idx: (chosen (n,), rejected (n,)), one forward pass. With
     `share`, each pair's rows sit side by side (a group of k=2 rows with one prompt), so the prompt is
     computed once for both (`completion_logprobs_shared`, the same values as the plain pass)."""
-    n = len(prompts.ids) // 2
-    rows = torch.stack([idx, idx + n], 1).reshape(-1)  # chosen_0, rejected_0, chosen_1, ...
-    p_ids, p_mask = trim_left(prompts.ids[rows], prompts.mask[rows])
-    c_ids, c_mask = trim_right(comps.ids[rows], comps.mask[rows])
+    p_ids, p_mask, c_ids, c_mask = pair_rows(prompts, comps, idx)
     args = (model, p_ids.to(device), p_mask.to(device), c_ids.to(device), c_mask.to(device))
     lp = completion_logprobs_shared(*args, k=2) if share else completion_logprobs(*args)
     seq = sequence_logprobs(lp, args[-1]).view(-1, 2)

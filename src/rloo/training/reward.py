@@ -10,9 +10,9 @@ import torch
 
 from rloo.config import RewardConfig
 from rloo.core.losses import bradley_terry_loss
-from rloo.data.collate import batches, trim_left, trim_right
+from rloo.data.collate import batches
 from rloo.data.datasets import train_eval_records
-from rloo.data.preferences import encode_pairs, preference_pairs
+from rloo.data.preferences import encode_pairs, pair_rows, preference_pairs
 from rloo.data.preflight import check_config
 from rloo.modeling.dropout import has_dropout, maybe_disable_dropout
 from rloo.modeling.forward import reward_scores
@@ -73,10 +73,7 @@ def _score(model, prompts, comps, idx, device, share: bool = False):
     """Scores of pairs idx, as (chosen (n,), rejected (n,)); both in one forward pass. With `share`,
     each pair's rows sit side by side (a group of k=2 rows with one prompt), so the prompt is computed
     once for both (`reward_scores_shared`, the same values as the plain pass)."""
-    n = len(prompts.ids) // 2
-    rows = torch.stack([idx, idx + n], 1).reshape(-1)  # chosen_0, rejected_0, chosen_1, ...
-    p_ids, p_mask = trim_left(prompts.ids[rows], prompts.mask[rows])
-    c_ids, c_mask = trim_right(comps.ids[rows], comps.mask[rows])
+    p_ids, p_mask, c_ids, c_mask = pair_rows(prompts, comps, idx)
     args = (model, p_ids.to(device), p_mask.to(device), c_ids.to(device), c_mask.to(device))
     s = (reward_scores_shared(*args, k=2) if share else reward_scores(*args)).view(-1, 2)
     return s[:, 0], s[:, 1]
