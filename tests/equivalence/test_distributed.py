@@ -4,7 +4,6 @@ with the same global batch, with DDP and with FSDP2 (fully_shard)."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -44,12 +43,6 @@ def _sharp_attention_copy(model_dir: Path, out: Path, factor: float = 8.0) -> Pa
     return out
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.equivalence
 @pytest.mark.parametrize("grouped", [False, True], ids=["expanded", "grouped"])
 def test_two_processes_match_one(tiny_model_dir, tmp_path, grouped):
@@ -68,8 +61,7 @@ def test_two_processes_match_one(tiny_model_dir, tmp_path, grouped):
         "torch.distributed.run",
         "--nproc_per_node",
         "2",
-        "--master_port",
-        str(_free_port()),
+        "--standalone",  # torchrun binds a free port itself: no window for another process to take it
         str(HELPERS / "dist_worker.py"),
         str(tiny_model_dir),
         str(tmp_path / "two"),

@@ -25,8 +25,6 @@ HELPERS = Path(__file__).parents[1] / "helpers"
 sys.path.insert(0, str(HELPERS))
 import dropout_dist_worker  # noqa: E402
 
-from equivalence.test_distributed import _free_port  # noqa: E402
-
 EPS = torch.finfo(torch.float32).eps
 PROMPTS = ["post : job rent tl;dr :", "post : exam tl;dr :", "post : loan sister car mom tl;dr :", "post : tl;dr :"]
 
@@ -102,7 +100,7 @@ def test_two_processes_match_one_with_dropout_in_config(gpt2_dropout, tmp_path):
     order (the plain pass instead of the shared one, an all-reduce of two halves)."""
     env = {
         **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1] / "src"), str(HELPERS)]),
+        "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2] / "src"), str(HELPERS)]),
         "OMP_NUM_THREADS": "1",
     }
     modes = ["ddp", "fsdp", "ddp-gc"]
@@ -112,8 +110,7 @@ def test_two_processes_match_one_with_dropout_in_config(gpt2_dropout, tmp_path):
         "torch.distributed.run",
         "--nproc_per_node",
         "2",
-        "--master_port",
-        str(_free_port()),
+        "--standalone",  # torchrun binds a free port itself: no window for another process to take it
         str(HELPERS / "dropout_dist_worker.py"),
         str(gpt2_dropout),
         str(tmp_path / "two"),
