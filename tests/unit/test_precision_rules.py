@@ -84,6 +84,22 @@ def test_a_narrow_model_keeps_float32_without_probing(monkeypatch, capsys):
     assert "model width 64 < 128" in capsys.readouterr().err
 
 
+def test_a_cpu_without_fast_bf16_logs_one_decision(monkeypatch, capsys):
+    """An AVX2-only CPU (bf16 matmul ~0.03x fp32, measured): every stage runs fp32 and the log says why
+    once: the probe's line, not also a width note for a narrower stage whose answer the probe already gave."""
+    monkeypatch.delenv("RLOO_AUTO_DTYPE", raising=False)
+    monkeypatch.setattr(precision, "time_matmuls", lambda *a, **k: (2e-3, 55e-3))
+    precision.cpu_bf16_probe.cache_clear()
+    try:
+        assert resolve_precision("auto", "cpu", width=128).compute is None  # a training stage: probes
+        assert resolve_precision("auto", "cpu", width=128, min_width=256).compute is None  # a decoding stage
+        assert resolve_precision("auto", "cpu", width=4096).compute is None
+    finally:
+        precision.cpu_bf16_probe.cache_clear()
+    err = capsys.readouterr().err
+    assert err.count("precision:") == 1 and "dtype=auto uses float32" in err and "width 128 <" not in err, err
+
+
 def test_model_width_from_a_folder_or_the_built_in_arch(tmp_path):
     from types import SimpleNamespace
 

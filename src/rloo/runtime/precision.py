@@ -138,7 +138,10 @@ def cpu_bf16_probe() -> dict:
 
 @functools.cache
 def _narrow_model_note(width: int, min_width: int) -> None:
-    say(f"precision: model width {width} < {min_width}: dtype=auto uses float32 (bf16 autocast does not pay)")
+    say(
+        f"precision: model width {width} < {min_width}: dtype=auto uses float32 in this stage "
+        f"(bf16 autocast pays from {min_width})"
+    )
 
 
 def _auto_cpu(width: int | None, min_width: int = MIN_BF16_WIDTH) -> tuple[bool, str]:
@@ -149,8 +152,10 @@ def _auto_cpu(width: int | None, min_width: int = MIN_BF16_WIDTH) -> tuple[bool,
         if pinned not in ("float32", "bfloat16"):
             raise RlooError(f"RLOO_AUTO_DTYPE={pinned!r}: expected float32 or bfloat16 (or unset it)")
         return pinned == "bfloat16", f"RLOO_AUTO_DTYPE={pinned}"
+    probed = cpu_bf16_probe.cache_info().currsize > 0
     if width is not None and width < min_width:
-        _narrow_model_note(width, min_width)
+        if not (probed and not cpu_bf16_probe()["bf16"]):  # the probe's own "no" is already logged
+            _narrow_model_note(width, min_width)
         return False, f"model width {width} < {min_width}"
     p = cpu_bf16_probe()
     return p["bf16"], f"probe: bf16 matmul {p['speedup']:.2f}x fp32"
