@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+from rloo.experiments import bench
 from rloo.experiments.bench import bench_shape
 from rloo.experiments.bench_assets import Shape
 from rloo.experiments.bench_flops import Arch, rloo_step_flops
@@ -69,3 +70,17 @@ def test_checkpointing_memory_benchmark_runs_on_a_tiny_shape(tmp_path):
     assert r["shape"] == "T" and r["dtype"] == "float32"
     for lab in ("off", "on"):
         assert len(r[lab]["times_s"]) == 1 and r[lab]["peak_rss_gb"] > 0
+
+
+def test_percent_of_peak_under_cpu_mixed_precision_is_of_the_faster_dtype(monkeypatch):
+    """On an AVX2-only CPU bf16 matmuls run at ~1 GFLOP/s and fp32 at ~150: a bf16-autocast step (whose
+    attention and norms run in fp32) would read as ~500% of a bf16 peak; it is reported against fp32's."""
+    import torch
+
+    rates = {torch.bfloat16: 1.2e9, torch.float32: 1.66e11}
+    monkeypatch.setattr(bench, "matmul_peak_flops", lambda threads, dtype=torch.float32, device="cpu": rates[dtype])
+    assert bench.reference_peak("bfloat16", "cpu", 2, log=lambda _: None) == 1.66e11
+    assert bench.reference_peak("float32", "cpu", 2, log=lambda _: None) == 1.66e11
+    assert bench.reference_peak("bfloat16", "cuda", 2, log=lambda _: None) == 1.2e9  # a GPU: its bf16 peak (MFU)
+    rates[torch.bfloat16] = 4.2e11  # AVX512_BF16: bf16 is the peak
+    assert bench.reference_peak("bfloat16", "cpu", 2, log=lambda _: None) == 4.2e11
