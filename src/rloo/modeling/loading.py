@@ -146,7 +146,11 @@ def enable_gradient_checkpointing(model) -> None:
     cache inside checkpointed layers; the passes that need one (the shared-prompt passes of
     rloo.modeling.forward_shared) checkpoint the layers themselves with the cache kept
     (rloo.modeling.layer_checkpoint)."""
-    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.2x; the old name warns
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
     if hasattr(model, "enable_input_require_grads"):
         model.enable_input_require_grads()  # frozen embeddings (LoRA) would otherwise cut the graph
 
