@@ -80,22 +80,13 @@ def linear_table(reps: int) -> list[dict]:
 
 
 def decode_table(rounds: int) -> dict:
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaForCausalLM
 
+    from rloo.experiments.bench_assets import SHAPES, llama_config
     from rloo.modeling.attention import use_rloo_attention
     from rloo.rollout.sampler import sample
 
-    cfg = LlamaConfig(
-        vocab_size=8192,
-        hidden_size=512,
-        num_hidden_layers=6,
-        num_attention_heads=8,
-        num_key_value_heads=8,
-        intermediate_size=1376,
-        max_position_embeddings=1024,
-        pad_token_id=0,
-        eos_token_id=1,
-    )
+    cfg = llama_config(SHAPES["L"], vocab_size=8192, tied=False)  # as measured for docs/precision.md
     torch.manual_seed(0)
     plain = LlamaForCausalLM(cfg).eval()
     ours = use_rloo_attention(copy.deepcopy(plain))

@@ -83,17 +83,12 @@ def attention_table(reps: int) -> list[dict]:
 def _l_policy():
     """`rloo bench`'s L policy shape (rloo.experiments.bench_assets.SHAPES["L"]) as a random Llama on
     rloo_sdpa, vocabulary 8192, untied head."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaForCausalLM
 
-    from rloo.experiments.bench_assets import SHAPES
+    from rloo.experiments.bench_assets import SHAPES, llama_config
     from rloo.modeling.attention import use_rloo_attention
 
-    shape = SHAPES["L"]
-    cfg = LlamaConfig(
-        vocab_size=8192, hidden_size=shape.hidden, num_hidden_layers=shape.layers, num_attention_heads=shape.heads,
-        num_key_value_heads=shape.heads, intermediate_size=shape.intermediate, max_position_embeddings=1024,
-        pad_token_id=0, eos_token_id=1,
-    )  # fmt: skip
+    cfg = llama_config(SHAPES["L"], vocab_size=8192, tied=False)
     torch.manual_seed(0)
     return use_rloo_attention(LlamaForCausalLM(cfg))
 

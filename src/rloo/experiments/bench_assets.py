@@ -81,20 +81,26 @@ def build_tokenizer(shape: Shape, words: list[str], seed: int) -> PreTrainedToke
     )
 
 
-def _llama_config(shape: Shape, tok) -> LlamaConfig:
+def llama_config(shape: Shape, vocab_size: int, pad_id: int = 0, eos_id: int = 1, tied: bool = True) -> LlamaConfig:
+    """A Llama of `shape`'s width, depth, heads and MLP (the bench's models: tied embeddings; the
+    one-off scripts in benchmarks/ that time sampling alone measured an untied head: tied=False)."""
     return LlamaConfig(
-        vocab_size=len(tok),
+        vocab_size=vocab_size,
         hidden_size=shape.hidden,
         intermediate_size=shape.intermediate,
         num_hidden_layers=shape.layers,
         num_attention_heads=shape.heads,
         num_key_value_heads=shape.heads,
         max_position_embeddings=1024,
-        pad_token_id=tok.pad_token_id,
-        eos_token_id=tok.eos_token_id,
+        pad_token_id=pad_id,
+        eos_token_id=eos_id,
         bos_token_id=None,
-        tie_word_embeddings=True,
+        tie_word_embeddings=tied,
     )
+
+
+def _llama_config(shape: Shape, tok) -> LlamaConfig:
+    return llama_config(shape, len(tok), tok.pad_token_id, tok.eos_token_id)
 
 
 def make_prompts(tok, words: list[str], shape: Shape, n: int, seed: int) -> list[str]:
