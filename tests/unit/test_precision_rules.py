@@ -90,6 +90,7 @@ def test_a_cpu_without_fast_bf16_logs_one_decision(monkeypatch, capsys):
     monkeypatch.delenv("RLOO_AUTO_DTYPE", raising=False)
     monkeypatch.setattr(precision, "time_matmuls", lambda *a, **k: (2e-3, 55e-3))
     precision.cpu_bf16_probe.cache_clear()
+    precision._narrow_model_note.cache_clear()  # printed once per process: an earlier test may have printed it
     try:
         assert resolve_precision("auto", "cpu", width=128).compute is None  # a training stage: probes
         assert resolve_precision("auto", "cpu", width=128, min_width=256).compute is None  # a decoding stage

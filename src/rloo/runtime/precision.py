@@ -152,9 +152,9 @@ def _auto_cpu(width: int | None, min_width: int = MIN_BF16_WIDTH) -> tuple[bool,
         if pinned not in ("float32", "bfloat16"):
             raise RlooError(f"RLOO_AUTO_DTYPE={pinned!r}: expected float32 or bfloat16 (or unset it)")
         return pinned == "bfloat16", f"RLOO_AUTO_DTYPE={pinned}"
-    probed = cpu_bf16_probe.cache_info().currsize > 0
     if width is not None and width < min_width:
-        if not (probed and not cpu_bf16_probe()["bf16"]):  # the probe's own "no" is already logged
+        probe_said_no = cpu_bf16_probe.cache_info().currsize > 0 and not cpu_bf16_probe()["bf16"]
+        if not probe_said_no:  # else the probe's own "float32" line already says why
             _narrow_model_note(width, min_width)
         return False, f"model width {width} < {min_width}"
     p = cpu_bf16_probe()
