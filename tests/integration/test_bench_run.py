@@ -84,3 +84,25 @@ def test_percent_of_peak_under_cpu_mixed_precision_is_of_the_faster_dtype(monkey
     assert bench.reference_peak("bfloat16", "cuda", 2, log=lambda _: None) == 1.2e9  # a GPU: its bf16 peak (MFU)
     rates[torch.bfloat16] = 4.2e11  # AVX512_BF16: bf16 is the peak
     assert bench.reference_peak("bfloat16", "cpu", 2, log=lambda _: None) == 4.2e11
+
+
+def test_matmul_peak_skips_sizes_that_would_outlast_its_budget():
+    """The peak probe tries square sizes 512, 1024, 2048; a size whose one multiply, at the best rate so
+    far, would take longer than its share of the budget is not tried (on an AVX2-only CPU bf16's 2048
+    matmul alone takes 14 s, and the probe took 125 s). With a budget of 1 us only 512 can run."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from rloo.experiments.bench_machine import matmul_peak_flops
+
+    sizes = set()
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func is torch.ops.aten.mm.default:
+                sizes.add(args[0].shape[0])
+            return func(*args, **(kwargs or {}))
+
+    with Record():
+        peak = matmul_peak_flops(1, seconds=1e-6)
+    assert peak > 0 and sizes == {512}, sizes

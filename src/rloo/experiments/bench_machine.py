@@ -35,11 +35,15 @@ def matmul_peak_flops(
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     best = 0.0
     for n in (512, 1024, 2048) if device == "cpu" else (2048, 4096, 8192):
+        if best and 2 * n**3 / best > seconds / 3:
+            # one multiply of this size would outlast its share of the budget (emulated bf16 on an
+            # AVX2-only CPU: ~1 GFLOP/s, 14 s per 2048 matmul, 125 s for the sizes): stop at the best so far
+            break
         a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
         a @ b
         sync()
         reps, t0 = 0, time.perf_counter()
-        while time.perf_counter() - t0 < seconds / 3:
+        while reps == 0 or time.perf_counter() - t0 < seconds / 3:  # at least one timed multiply
             a @ b
             reps += 1
             sync()
