@@ -7,12 +7,16 @@ STAMP := $(VENV)/.installed-stamp
 
 # The CPU build of torch, installed first so that rloo's `torch>=2.6` is already met and pip does not
 # pull a multi-GB CUDA build. GPU users install their CUDA torch first instead (README).
+# --no-deps: only torch itself comes from TORCH_INDEX; its own requirements (sympy, jinja2, ...) come
+# with rloo's from the usual index in the next line. Where TORCH_INDEX cannot be reached (a machine
+# with a local wheel and a PyPI mirror only) pip retries it for every package it looks up there:
+# with torch's requirements too that was ~50 retries, about 2.5 of a fresh build's 5 minutes.
 TORCH ?= torch==2.13.0+cpu
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check '$(TORCH)' --extra-index-url $(TORCH_INDEX)
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps '$(TORCH)' --extra-index-url $(TORCH_INDEX)
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 	touch $(STAMP)
 
