@@ -9,7 +9,14 @@ import torch
 
 from rloo.errors import RlooError
 from rloo.runtime import precision
-from rloo.runtime.precision import Precision, choose_bf16, resolve_precision
+from rloo.runtime.precision import Precision, choose_bf16, cpu_bf16_isa, resolve_precision
+
+
+@pytest.fixture(autouse=True)
+def _isa_unknown(monkeypatch):
+    """These tests inject the probe's timings; the instruction-set check that comes first would answer
+    on an x86 CPU without bf16 before any timing (tested on its own below), so it says "cannot tell"."""
+    monkeypatch.setattr(precision, "cpu_bf16_isa", lambda: None)
 
 
 def test_probe_rule_from_injected_timings():
@@ -170,3 +177,53 @@ def test_decoding_stages_need_a_wider_model_for_bf16(monkeypatch):
     assert MIN_BF16_WIDTH < MIN_BF16_WIDTH_SAMPLING
     for stage in (train, evaluate):
         assert getattr(stage, "min_bf16_width", None) == MIN_BF16_WIDTH_SAMPLING, stage
+
+
+def test_an_x86_cpu_without_bf16_instructions_is_not_timed(monkeypatch, capsys):
+    """No AVX512_BF16/AMX: `auto` is float32 without the probe's timings (and its thread switch), so it runs
+    exactly the code `dtype=float32` runs; the log says why, once, for every stage."""
+    monkeypatch.delenv("RLOO_AUTO_DTYPE", raising=False)
+    monkeypatch.setattr(precision, "cpu_bf16_isa", lambda: False)
+    monkeypatch.setattr(precision, "time_matmuls", lambda *a, **k: pytest.fail("timed a CPU without bf16"))
+    precision.cpu_bf16_probe.cache_clear()
+    precision._narrow_model_note.cache_clear()
+    try:
+        wide = resolve_precision("auto", "cpu", width=4096)
+        assert wide == Precision("cpu", torch.float32, None, "no bf16 instructions on this CPU")
+        assert resolve_precision("auto", "cpu", width=128, min_width=256).compute is None
+        assert resolve_precision("auto", "cpu").compute is None
+    finally:
+        precision.cpu_bf16_probe.cache_clear()
+    err = capsys.readouterr().err
+    assert err.count("precision:") == 1 and "no bf16 matmul instructions" in err and "float32" in err, err
+
+
+@pytest.mark.parametrize("isa", [True, None])
+def test_a_cpu_with_bf16_instructions_or_unknown_is_timed(monkeypatch, isa):
+    """AVX512_BF16 or AMX present (or an architecture torch cannot check): the probe's timing decides, as
+    instructions alone do not say bf16 is faster (docs/precision.md)."""
+    calls = []
+    monkeypatch.delenv("RLOO_AUTO_DTYPE", raising=False)
+    monkeypatch.setattr(precision, "cpu_bf16_isa", lambda: isa)
+    monkeypatch.setattr(precision, "time_matmuls", lambda *a, **k: calls.append(1) or (10e-3, 9e-3))
+    precision.cpu_bf16_probe.cache_clear()
+    try:
+        assert resolve_precision("auto", "cpu", width=4096).compute is None  # 1.1x: below MIN_SPEEDUP
+    finally:
+        precision.cpu_bf16_probe.cache_clear()
+    assert calls == [1]
+
+
+def test_the_instruction_check_matches_this_cpu():
+    """On x86 the check reads the CPU (not ATEN_CPU_CAPABILITY): where /proc/cpuinfo lists the flags, the
+    two agree; elsewhere it says it cannot tell."""
+    import platform
+    from pathlib import Path
+
+    got = cpu_bf16_isa()  # the real check (imported before the fixture replaces the module's name)
+    info = Path("/proc/cpuinfo")
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        assert got is None
+    elif info.is_file():
+        flags = set(info.read_text().split())
+        assert got == bool(flags & {"avx512_bf16", "amx_tile"}), (got, flags & {"avx512_bf16", "amx_tile"})

@@ -8,7 +8,8 @@
   SDPA is slower in bf16).
 - `auto`: bf16 on CUDA; on CPU bf16 autocast where it pays: the CPU must have fast bf16 (a short
   probe, `cpu_bf16_probe`, once per process: one bf16 and one fp32 matmul, bf16 at least
-  `MIN_SPEEDUP` times faster; AVX2-only CPUs emulate bf16 ~100x slower) and the model must be at
+  `MIN_SPEEDUP` times faster; an x86 CPU without AVX512_BF16 or AMX emulates bf16 ~30x slower and is
+  not timed, `cpu_bf16_isa`) and the model must be at
   least `MIN_BF16_WIDTH` wide (narrower, autocast's casts cost what bf16 saves: measured), or
   `MIN_BF16_WIDTH_SAMPLING` in the stages dominated by decoding (online RL, evaluation). The
   decision is logged once.
@@ -27,6 +28,7 @@ import functools
 import json
 import math
 import os
+import platform
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -113,9 +115,28 @@ def time_matmuls(shape=PROBE_SHAPE, reps: int = PROBE_REPS) -> tuple[float, floa
     return min(fp32), min(bf16)
 
 
+def cpu_bf16_isa() -> bool | None:
+    """Whether this CPU has bf16 matmul instructions: on x86 AVX512_BF16 or AMX (what oneDNN's fast bf16
+    kernels need); None where torch cannot tell (other architectures, a torch without the check), and
+    the probe decides. Without them bf16 is emulated (~0.03x fp32 on the AVX2-only kind: docs/bench.md)."""
+    cpu = getattr(torch, "cpu", None)
+    checks = [getattr(cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
+    if platform.machine().lower() not in ("x86_64", "amd64") or not all(callable(c) for c in checks):
+        return None
+    return any(c() for c in checks)  # type: ignore[misc]  # callable: checked above
+
+
 @functools.cache
 def cpu_bf16_probe() -> dict:
-    """Once per process: {"fp32_ms", "bf16_ms", "speedup", "bf16": bool}; the decision is logged."""
+    """Once per process: {"fp32_ms", "bf16_ms", "speedup", "bf16": bool}; the decision is logged.
+    An x86 CPU without bf16 instructions (`cpu_bf16_isa`) is not timed: fp32, so that `auto` there runs
+    exactly the code `float32` runs (the timings are then None)."""
+    if cpu_bf16_isa() is False:
+        say(
+            "precision: this CPU has no bf16 matmul instructions (x86 without AVX512_BF16 or AMX): "
+            "dtype=auto uses float32 (not timed)"
+        )
+        return {"fp32_ms": None, "bf16_ms": None, "speedup": None, "bf16": False}
     threads = torch.get_num_threads()
     # One thread: the question is the core's bf16 rate against its fp32 rate; on a loaded machine a
     # 2-thread region waits for its descheduled thread, which once read bf16 at 0.06x here.
@@ -158,6 +179,8 @@ def _auto_cpu(width: int | None, min_width: int = MIN_BF16_WIDTH) -> tuple[bool,
             _narrow_model_note(width, min_width)
         return False, f"model width {width} < {min_width}"
     p = cpu_bf16_probe()
+    if p["speedup"] is None:
+        return False, "no bf16 instructions on this CPU"
     return p["bf16"], f"probe: bf16 matmul {p['speedup']:.2f}x fp32"
 
 
