@@ -8,7 +8,9 @@ The default suite's pairwise rows (RLOO_MATRIX_JSON set) go to docs/gradient_mat
 import json
 import sys
 
-FACTORS = ("arch", "tied", "dropout", "padded", "share", "buckets", "checkpointing", "lora", "chunked", "grouped")
+FACTORS = (
+    "arch", "tied", "dropout", "padded", "share", "buckets", "checkpointing", "lora", "chunked", "grouped", "few_rows",
+)  # fmt: skip
 METHODS = ("ppo", "grpo", "rloo_clip")
 
 

@@ -10,7 +10,9 @@ model: one sequence at a time, no padding, no KV cache, no chunking, no buckets:
 path: share_prompt x gradient_checkpointing x LoRA x chunked LM head x length buckets x
 padded/unpadded prompts x dropout in the model's config x architecture x tied/untied head x
 grouped attention (one copy of a prompt's keys/values for its k rows, in sampling and the shared
-passes; rloo.modeling.kvcache: on for long prompts only, forced on here for the tiny models).
+passes; rloo.modeling.kvcache: on for long prompts only, forced on here for the tiny models) x the
+decode steps' swapped linear products (rloo.modeling.few_rows: on by default only on AVX2-only CPUs
+with two threads, forced on or off here on every machine).
 REINFORCE with its moving-average baseline takes the same update pass; its first step (baseline:
 the batch's mean reward, eq. 3 with no past) is checked the same way.
 The ratio-based methods (ppo, grpo, rloo_clip; one epoch of one minibatch: on-policy) must show
@@ -94,6 +96,7 @@ class Combo:
     arch: str
     tied: bool
     grouped: bool = False  # GROUPED_MIN_ELEMENTS = 0: grouped attention wherever it can run
+    few_rows: bool = False  # the sampler's decode linears as (W x^T)^T (few_rows_pays forced either way)
 
     def id(self) -> str:
         return "-".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self))
@@ -110,6 +113,7 @@ FACTORS = dict(
     arch=ARCHS,
     tied=(False, True),
     grouped=(False, True),
+    few_rows=(False, True),
 )
 
 
@@ -121,6 +125,8 @@ def skip_reason(c: Combo) -> str | None:
         return "without share_prompt no prompt is shared: grouped attention has nothing to group"
     if c.chunked and (c.lora or c.arch in ("gpt2", "gpt_neox")):
         return "LM head not chunkable (GPT-2/NeoX heads, PEFT wrapper): the same path as chunked off"
+    if c.few_rows and (c.checkpointing or c.chunked or c.buckets != "dp"):
+        return "the swapped products run in the decode steps only, which these training-pass options do not touch"
     return None
 
 
@@ -304,22 +310,38 @@ def _grouped_patch(monkeypatch, c: Combo) -> list:
     return calls
 
 
+def _few_rows_patch(monkeypatch, c: Combo) -> list:
+    """The sampler's swapped decode products forced on (c.few_rows) or off, whatever the machine;
+    returns the list their calls are counted in."""
+    import rloo.modeling.few_rows as few_rows
+    import rloo.rollout.sampler as sampler
+
+    calls = []
+    monkeypatch.setattr(sampler, "few_rows_pays", lambda device: c.few_rows)
+    original = few_rows.swapped_linear
+    monkeypatch.setattr(few_rows, "swapped_linear", lambda *a: calls.append(1) or original(*a))
+    return calls
+
+
 def check_combo(c: Combo, dirs, tmp: Path, monkeypatch, methods=RATIO_METHODS) -> dict:
     path = dirs[(c.arch, c.tied, c.dropout)]
     with monkeypatch.context() as m:
         _bucket_patch(m, c)
         calls = _grouped_patch(m, c)
+        swapped = _few_rows_patch(m, c)
         row = {"combo": asdict(c)} | {m: run_pg(c, path, tmp / m, m) for m in PG_METHODS}
     for m in PG_METHODS:
         assert row[m]["grad_err_rel"] <= GRAD_REL, (m, c.id(), row)
     if c.grouped:  # it ran, in sampling and (with grad) in the policy's gradient pass
         assert calls and any(calls), (c.id(), "grouped attention did not run where forced")
+    assert bool(swapped) == c.few_rows, (c.id(), f"swapped decode products ran {len(swapped)} times")
     if c.share and c.buckets == "dp":
         assert row["rloo"]["distinct_lengths"] >= 2, "completions of one length: buckets would not be exercised"
     for method in methods:
         with monkeypatch.context() as m:
             _bucket_patch(m, c)
             _grouped_patch(m, c)
+            _few_rows_patch(m, c)
             row[method] = r = run_ratio(c, path, tmp / method, method, m)
         assert r["clipfrac"] == 0.0, (method, c.id(), r)
         assert r["logratio_max"] <= r["logratio_tol"], (method, c.id(), r)

@@ -13,6 +13,7 @@ from torch import Tensor
 
 from rloo.data.collate import encode_prompts, position_ids
 from rloo.modeling.attention import uses_rloo_attention
+from rloo.modeling.few_rows import few_rows_linears, few_rows_pays
 from rloo.modeling.kvcache import (
     Prefill,
     expanded,
@@ -133,6 +134,7 @@ def sample(
     rows: tuple[int, int] | None = None,
     all_done=None,
     grouped: bool | None = None,
+    few_rows: bool | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Sample completions. (B,P),(B,P) -> ids (N,T), mask (N,T), logprobs (N,T); N = B*k, T <= max_new_tokens.
 
@@ -153,6 +155,10 @@ def sample(
     `grouped`: decode the k rows of a prompt against one copy of its keys/values
     (rloo.modeling.kvcache.grouped_cache; CPU models on rloo_sdpa only); None: where it pays
     (`grouped_pays`: long prompts). The same attention either way, summed in another order.
+
+    `few_rows`: the decode steps' linear layers take the product the other way round
+    (rloo.modeling.few_rows); None: where that was measured faster (`few_rows_pays`). The same
+    products, summed in another order.
     """
     N = prompt_ids.shape[0] * k
     noise = None
@@ -169,33 +175,35 @@ def sample(
     next_pos = pos[:, -1:] + 1
     done = torch.zeros(N, dtype=torch.bool, device=prompt_ids.device)
     ids, masks, lps = [], [], []
-    for _ in range(max_new_tokens):
-        scaled = logits / temperature
-        logp = scaled.log_softmax(-1)
-        probs = (_top_p_filter(scaled, top_p) if top_p < 1.0 else scaled).softmax(-1)
-        tok = _draw(probs, generator) if noise is None else _inverse_cdf(probs, noise[len(ids)])
-        tok = tok.masked_fill(done, pad_id)
-        ids.append(tok)
-        masks.append(~done)
-        lps.append(logp.gather(-1, tok[:, None]).squeeze(-1).masked_fill(done, 0.0))
-        done = done | (tok == eos_id)
-        finished = all_done(done) if all_done is not None else bool(done.all())
-        if finished or len(ids) == max_new_tokens:  # the last token's forward would be wasted
-            break
-        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
-        logits = (
-            model(
-                input_ids=tok[:, None],
-                attention_mask=mask,
-                position_ids=next_pos,
-                use_cache=True,
-                **{kw: cache},
-                **kw_grouped,
+    use_few_rows = few_rows_pays(prompt_ids.device) if few_rows is None else few_rows
+    with few_rows_linears(model, use_few_rows):
+        for _ in range(max_new_tokens):
+            scaled = logits / temperature
+            logp = scaled.log_softmax(-1)
+            probs = (_top_p_filter(scaled, top_p) if top_p < 1.0 else scaled).softmax(-1)
+            tok = _draw(probs, generator) if noise is None else _inverse_cdf(probs, noise[len(ids)])
+            tok = tok.masked_fill(done, pad_id)
+            ids.append(tok)
+            masks.append(~done)
+            lps.append(logp.gather(-1, tok[:, None]).squeeze(-1).masked_fill(done, 0.0))
+            done = done | (tok == eos_id)
+            finished = all_done(done) if all_done is not None else bool(done.all())
+            if finished or len(ids) == max_new_tokens:  # the last token's forward would be wasted
+                break
+            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+            logits = (
+                model(
+                    input_ids=tok[:, None],
+                    attention_mask=mask,
+                    position_ids=next_pos,
+                    use_cache=True,
+                    **{kw: cache},
+                    **kw_grouped,
+                )
+                .logits[:, -1]
+                .float()
             )
-            .logits[:, -1]
-            .float()
-        )
-        next_pos = next_pos + 1
+            next_pos = next_pos + 1
     return torch.stack(ids, 1), torch.stack(masks, 1), torch.stack(lps, 1)
 
 
