@@ -16,7 +16,6 @@ Times in ms (1, 3) and s (2), medians; the ratios are what docs/precision.md and
 
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 import statistics
@@ -25,15 +24,8 @@ import time
 import torch
 import torch.nn.functional as F
 
-
-def _median_ms(fn, reps: int) -> float:
-    fn()
-    times = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times) * 1e3
+from microbench import median_ms as _median_ms
+from microbench import script_args
 
 
 def sdpa_table(reps: int) -> list[dict]:
@@ -113,12 +105,7 @@ def decode_table(rounds: int) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--reps", type=int, default=20)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--json", default=None)
-    args = ap.parse_args()
+    args = script_args(__doc__, threads=1, reps=20, rounds=3)
     torch.set_num_threads(args.threads)
     sdpa = sdpa_table(args.reps)
     for r in sdpa:

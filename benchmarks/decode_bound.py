@@ -23,7 +23,6 @@ rloo.modeling.few_rows; docs/bench.md, "What bounds M's decode loop").
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import time
@@ -33,18 +32,13 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 import torch.nn.functional as F
 
+from microbench import median_ms, script_args
+
 LAYER = [(512, 512)] * 4 + [(512, 1376)] * 2 + [(1376, 512)]  # (in, out) of one M layer's linears
 
 
 def _median_ms(fn, reps: int) -> float:
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times) * 1e3
+    return median_ms(fn, reps, warmup=3)
 
 
 def _weights() -> list[torch.Tensor]:
@@ -207,12 +201,7 @@ def sampler_ab(rounds: int) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--reps", type=int, default=20)
-    ap.add_argument("--rounds", type=int, default=7)
-    ap.add_argument("--json", default=None)
-    args = ap.parse_args()
+    args = script_args(__doc__, threads=2, reps=20, rounds=7)
     torch.set_num_threads(args.threads)
     res = {
         "torch": torch.__version__,

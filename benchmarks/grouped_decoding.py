@@ -18,7 +18,6 @@ docs/bench.md ("Grouped decoding") quote.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import time
@@ -26,17 +25,9 @@ import time
 import torch
 import torch.nn.functional as F
 
+from microbench import median_ms as _median_ms
+from microbench import script_args
 from rloo.modeling.attention import grouped_attention
-
-
-def _median_ms(fn, reps: int) -> float:
-    fn()
-    times = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times) * 1e3
 
 
 @torch.no_grad()
@@ -172,12 +163,7 @@ def _runs(r: dict) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--reps", type=int, default=40)
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--json", default=None)
-    args = ap.parse_args()
+    args = script_args(__doc__, threads=2, reps=40, rounds=5)
     torch.set_num_threads(args.threads)
     att = attention_table(args.reps)
     for r in att:

@@ -7,23 +7,16 @@ read bandwidth. Shows why M's sampling phase runs far below the machine's matmul
 
 from __future__ import annotations
 
-import statistics
-import time
-
 import torch
 import torch.nn.functional as F
+
+from microbench import median_ms
 
 SHAPES = [(512, 512), (512, 1376), (1376, 512), (512, 8192)]  # (in, out): q/o, gate/up, down, LM head
 
 
 def _ms(fn, reps: int = 30) -> float:
-    fn()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e3
+    return median_ms(fn, reps)
 
 
 def main(threads: int = 2) -> None:
