@@ -96,12 +96,27 @@ CLASSES = {
 }
 
 
+def perturb_vectors(model: torch.nn.Module, std: float = 0.05) -> torch.nn.Module:
+    """Every bias drawn from N(0, std^2) and every norm gain from 1 + N(0, std^2), in place (seeded by
+    the caller). Transformers initialises biases to 0 and norm gains to 1, where a path that drops a
+    bias, or adds it twice, or skips a gain, computes the same numbers: seen when a fast path that
+    dropped its bias passed every tiny-model test but the one on the product alone."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("bias"):
+                p.normal_(0.0, std)
+            elif p.ndim == 1:  # RMSNorm / LayerNorm gains
+                p.add_(torch.randn_like(p) * std)
+    return model
+
+
 def tiny_lm(arch: str, *, tied: bool = False, dropout: float = 0.0, seed: int = 0, tokenizer=None):
-    """A float32 tiny causal LM of `arch`, initialised from `seed`."""
+    """A float32 tiny causal LM of `arch`, initialised from `seed`, its biases and norm gains perturbed
+    (`perturb_vectors`)."""
     torch.manual_seed(seed)
     model = CLASSES[arch](tiny_config(arch, tied=tied, dropout=dropout, tokenizer=tokenizer)).float()
     assert (model.get_output_embeddings().weight is model.get_input_embeddings().weight) == tied, arch
-    return model
+    return perturb_vectors(model)
 
 
 def save_tiny_lm(path, arch: str, *, tied: bool = False, dropout: float = 0.0, seed: int = 0):
