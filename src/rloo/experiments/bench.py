@@ -35,6 +35,7 @@ from rloo.experiments.bench_machine import (  # noqa: F401 - the peak memory fun
     peak_rss_gb,
 )
 from rloo.experiments.bench_workers import _rloo_worker, _start, _trl_worker
+from rloo.modeling.few_rows import few_rows_pays
 from rloo.runtime.precision import resolve_precision
 from rloo.training.common import check_device
 
@@ -215,6 +216,7 @@ def run_bench(cfg, log=print) -> dict:
         "device": cfg.device,
         "dtype": dtype,
         "matmul_peak_gflops": peak / 1e9,
+        "decode_few_rows": few_rows_pays(cfg.device, cfg.threads),  # rloo's decode products swapped (few_rows)
         "shapes": [],
     }
     for name in cfg.shapes:

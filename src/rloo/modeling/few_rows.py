@@ -22,10 +22,11 @@ import torch.nn.functional as F
 MAX_ROWS = 64
 
 
-def few_rows_pays(device: torch.device | str) -> bool:
+def few_rows_pays(device: torch.device | str, threads: int | None = None) -> bool:
     """Where the swapped product was measured faster: a CPU of the AVX2-only kind (x86 without AVX-512)
-    with at least two threads. Elsewhere `F.linear` (its rate there is unmeasured)."""
-    if torch.device(device).type != "cpu" or torch.get_num_threads() < 2:
+    with at least two threads (`threads`: torch's current number unless given). Elsewhere `F.linear`
+    (its rate there is unmeasured)."""
+    if torch.device(device).type != "cpu" or (threads or torch.get_num_threads()) < 2:
         return False
     avx512 = getattr(getattr(torch, "cpu", None), "_is_avx512_supported", None)
     return platform.machine().lower() in ("x86_64", "amd64") and callable(avx512) and not avx512()
