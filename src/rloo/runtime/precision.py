@@ -128,7 +128,7 @@ def cpu_bf16_isa() -> bool | None:
 
 @functools.cache
 def cpu_bf16_probe() -> dict:
-    """Once per process: {"fp32_ms", "bf16_ms", "speedup", "bf16": bool}; the decision is logged.
+    """Once per process: {"fp32_ms", "bf16_ms", "speedup", "bf16": bool, "why": str}; the decision is logged.
     An x86 CPU without bf16 instructions (`cpu_bf16_isa`) is not timed: fp32, so that `auto` there runs
     exactly the code `float32` runs (the timings are then None)."""
     if cpu_bf16_isa() is False:
@@ -136,7 +136,13 @@ def cpu_bf16_probe() -> dict:
             "precision: this CPU has no bf16 matmul instructions (x86 without AVX512_BF16 or AMX): "
             "dtype=auto uses float32 (not timed)"
         )
-        return {"fp32_ms": None, "bf16_ms": None, "speedup": None, "bf16": False}
+        return {
+            "fp32_ms": None,
+            "bf16_ms": None,
+            "speedup": None,
+            "bf16": False,
+            "why": "no bf16 instructions on this CPU",
+        }
     threads = torch.get_num_threads()
     # One thread: the question is the core's bf16 rate against its fp32 rate; on a loaded machine a
     # 2-thread region waits for its descheduled thread, which once read bf16 at 0.06x here.
@@ -147,6 +153,7 @@ def cpu_bf16_probe() -> dict:
         torch.set_num_threads(threads)
     out = {"fp32_ms": 1e3 * fp32_s, "bf16_ms": 1e3 * bf16_s, "speedup": fp32_s / bf16_s}
     out["bf16"] = choose_bf16(fp32_s, bf16_s)
+    out["why"] = f"probe: bf16 matmul {out['speedup']:.2f}x fp32"
     m, k, n = PROBE_SHAPE
     say(
         f"precision: CPU matmul {m}x{k}x{n} fp32 {out['fp32_ms']:.2f} ms, bf16 {out['bf16_ms']:.2f} ms "
@@ -179,9 +186,7 @@ def _auto_cpu(width: int | None, min_width: int = MIN_BF16_WIDTH) -> tuple[bool,
             _narrow_model_note(width, min_width)
         return False, f"model width {width} < {min_width}"
     p = cpu_bf16_probe()
-    if p["speedup"] is None:
-        return False, "no bf16 instructions on this CPU"
-    return p["bf16"], f"probe: bf16 matmul {p['speedup']:.2f}x fp32"
+    return p["bf16"], p["why"]
 
 
 def resolve_precision(
