@@ -14,10 +14,9 @@ import torch
 import torch.nn.functional as F
 
 import rloo.modeling.few_rows as few_rows
-from helpers.tiny_archs import ARCHS, PAD, V, tiny_lm
+from helpers.tiny_archs import ARCHS, PAD, V, seeded_sample, tiny_lm
 from rloo.modeling.few_rows import MAX_ROWS, few_rows_linear, few_rows_linears, few_rows_pays, takes_swapped
 from rloo.modeling.lora import add_lora
-from rloo.rollout import sampler
 from tolerance import TINY_MODEL_FORWARD, assert_close
 
 pytestmark = pytest.mark.equivalence
@@ -90,25 +89,13 @@ def test_sampler_with_swapped_linears_draws_the_same_tokens(arch, tied, lora, mo
     monkeypatch.setattr(few_rows, "swapped_linear", lambda *a: calls.append(1) or original(*a))
     ids, mask = _prompts()
     for rows in ((0, 12), None):
-        runs = [
-            sampler.sample(
-                model,
-                ids,
-                mask,
-                max_new_tokens=8,
-                eos_id=1,
-                pad_id=PAD,
-                k=4,
-                generator=torch.Generator().manual_seed(0),
-                rows=rows,
-                few_rows=on,
-            )  # fmt: skip
-            for on in (False, True)
-        ]
-        (ids0, m0, lp0), (ids1, m1, lp1) = runs
+        ids0, m0, lp0 = seeded_sample(model, ids, mask, rows=rows, few_rows=False)
+        assert not calls, "the swapped product ran with few_rows=False"
+        ids1, m1, lp1 = seeded_sample(model, ids, mask, rows=rows, few_rows=True)
+        assert calls, "the swapped product did not run"
+        calls.clear()
         assert torch.equal(ids0, ids1) and torch.equal(m0, m1)
         assert_close(lp1, lp0, TINY_MODEL_FORWARD, scale=1.0 + float(lp0.abs().max()))
-    assert calls, "the swapped product did not run"
 
 
 def test_used_only_where_measured(monkeypatch):

@@ -15,7 +15,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from helpers.tiny_archs import ARCHS, PAD, V, tiny_lm
+from helpers.tiny_archs import ARCHS, PAD, V, seeded_sample, tiny_lm
 from rloo.modeling.attention import grouped_attention, rloo_sdpa, use_rloo_attention
 from rloo.modeling.kvcache import GROUPED_MIN_ELEMENTS, expanded, grouped_cache, grouped_pays, prefill_prompts
 from rloo.modeling.lora import add_lora
@@ -147,20 +147,7 @@ def test_sampler_grouped_draws_the_same_tokens(arch):
     same log-probs (to fp32 rounding) as with the expanded cache, seeded alike."""
     model = _model(arch, lora=False)
     ids, mask = _prompts()
-    runs = [
-        sampler.sample(
-            model,
-            ids,
-            mask,
-            max_new_tokens=8,
-            eos_id=1,
-            pad_id=PAD,
-            k=K,
-            generator=torch.Generator().manual_seed(0),
-            grouped=grouped,
-        )  # fmt: skip
-        for grouped in (False, True)
-    ]
+    runs = [seeded_sample(model, ids, mask, k=K, grouped=grouped) for grouped in (False, True)]
     (ids0, m0, lp0), (ids1, m1, lp1) = runs
     assert torch.equal(ids0, ids1) and torch.equal(m0, m1)
     assert_close(lp1, lp0, TINY_MODEL_FORWARD)

@@ -128,3 +128,14 @@ def save_tiny_lm(path, arch: str, *, tied: bool = False, dropout: float = 0.0, s
     tiny_lm(arch, tied=tied, dropout=dropout, seed=seed, tokenizer=tok).save_pretrained(path)
     tok.save_pretrained(path)
     return path
+
+
+def seeded_sample(model, ids, mask, *, k: int = 4, max_new_tokens: int = 8, **kw):
+    """rloo's sampler on a tiny model: EOS/PAD ids of these models, the generator seeded 0; kw: the path
+    options to compare (grouped=, few_rows=, rows=). -> (ids, mask, logprobs)."""
+    from rloo.rollout import sampler
+
+    gen = torch.Generator().manual_seed(0)
+    return sampler.sample(
+        model, ids, mask, max_new_tokens=max_new_tokens, eos_id=EOS, pad_id=PAD, k=k, generator=gen, **kw
+    )

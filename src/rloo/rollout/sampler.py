@@ -99,6 +99,15 @@ def _inverse_cdf(probs: Tensor, u: Tensor) -> Tensor:
     return tok.clamp(max=probs.shape[-1] - 1)
 
 
+def _next_token(logits: Tensor, temperature: float, top_p: float, generator, u: Tensor | None) -> tuple[Tensor, Tensor]:
+    """One decode step's draw. logits (N,V) -> token (N,), its log-prob (N,) under the temperature-scaled
+    distribution before top-p (see `sample`); drawn from uniforms u (N,) when given, else the exponential race."""
+    scaled = logits / temperature
+    probs = (_top_p_filter(scaled, top_p) if top_p < 1.0 else scaled).softmax(-1)
+    tok = _draw(probs, generator) if u is None else _inverse_cdf(probs, u)
+    return tok, scaled.log_softmax(-1).gather(-1, tok[:, None]).squeeze(-1)
+
+
 def _decoding_cache(model, pre: Prefill, k: int, max_new_tokens: int, grouped: bool | None):
     """The cache the N = B*k rows decode into, and the extra model inputs it needs: one copy of each
     prompt's keys/values (`grouped_cache`) or k copies (`expanded`), with room for max_new_tokens."""
@@ -178,14 +187,11 @@ def sample(
     use_few_rows = few_rows_pays(prompt_ids.device) if few_rows is None else few_rows
     with few_rows_linears(model, use_few_rows):
         for _ in range(max_new_tokens):
-            scaled = logits / temperature
-            logp = scaled.log_softmax(-1)
-            probs = (_top_p_filter(scaled, top_p) if top_p < 1.0 else scaled).softmax(-1)
-            tok = _draw(probs, generator) if noise is None else _inverse_cdf(probs, noise[len(ids)])
+            tok, lp = _next_token(logits, temperature, top_p, generator, None if noise is None else noise[len(ids)])
             tok = tok.masked_fill(done, pad_id)
             ids.append(tok)
             masks.append(~done)
-            lps.append(logp.gather(-1, tok[:, None]).squeeze(-1).masked_fill(done, 0.0))
+            lps.append(lp.masked_fill(done, 0.0))
             done = done | (tok == eos_id)
             finished = all_done(done) if all_done is not None else bool(done.all())
             if finished or len(ids) == max_new_tokens:  # the last token's forward would be wasted
