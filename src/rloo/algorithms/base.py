@@ -117,12 +117,21 @@ def score_rollout(models: Models, roll: Rollout, cfg: RLConfig) -> tuple[Tensor,
     return scores, ref_lp
 
 
+def total(norm: Tensor) -> Tensor:
+    """The whole gradient norm from clip_grad_norm_. Under FSDP2 it is a DTensor, which torch 2.7-2.9
+    return partial (each process's share: float() of it read 1.65 on one process where the total
+    was 1.86); torch 2.13 returns it replicated. Clipping itself uses the full value either way; this
+    makes the logged norm and the finiteness check (the same on every process) use it too."""
+    full = getattr(norm, "full_tensor", None)
+    return full() if callable(full) else norm
+
+
 def guarded_step(loss: Tensor, params, opt: torch.optim.Optimizer, max_grad_norm: float) -> tuple[float, bool]:
     """Backward, clip, and step only when the loss and the gradient are finite. (grad norm, stepped).
     A skipped step is counted by the loop's NonFiniteGuard (rloo.training.guard)."""
     opt.zero_grad(set_to_none=True)
     loss.backward()
-    grad_norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+    grad_norm = total(torch.nn.utils.clip_grad_norm_(params, max_grad_norm))
     finite = bool(torch.isfinite(loss)) and bool(torch.isfinite(grad_norm))
     if finite:
         opt.step()
