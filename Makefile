@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test test-oldest oldest-lock lint bench clean
 
 # The CPU build of torch, installed first so that rloo's `torch>=2.6` is already met and pip does not
 # pull a multi-GB CUDA build. GPU users install their CUDA torch first instead (README).
@@ -19,6 +19,29 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps '$(TORCH)' --extra-index-url $(TORCH_INDEX)
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 	touch $(STAMP)
+
+# The suite on the oldest versions pyproject.toml states: every direct requirement pinned at its
+# floor (.ci/oldest-requirements.txt, resolved by `make oldest-lock`), in a venv of its own. Its torch
+# is PyPI's build (CUDA libraries included, ~4 GB; it runs on CPU), as a GPU user's would be.
+OLDEST_VENV ?= .venv-oldest
+OLDEST_STAMP := $(OLDEST_VENV)/.installed-stamp
+
+$(OLDEST_STAMP): .ci/oldest-requirements.txt pyproject.toml
+	python3 -m venv $(OLDEST_VENV)
+	$(OLDEST_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -r .ci/oldest-requirements.txt
+	$(OLDEST_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
+	$(OLDEST_VENV)/bin/python -m pip check
+	touch $(OLDEST_STAMP)
+
+test-oldest: $(OLDEST_STAMP)
+	$(OLDEST_VENV)/bin/python -m pytest $(ARGS)
+
+# Re-resolve .ci/oldest-requirements.txt after changing a floor: the lowest version of each direct
+# requirement that resolves (uv's lowest-direct), for this CI's Python and platform.
+oldest-lock: $(STAMP)
+	$(PY) -m pip install --quiet --disable-pip-version-check uv
+	$(VENV)/bin/uv pip compile pyproject.toml --extra dev --resolution lowest-direct --python-version 3.11 \
+		--python-platform x86_64-manylinux_2_28 -o .ci/oldest-requirements.txt
 
 # The main job: SFT -> reward model -> RLOO -> evaluation on the default built-in task.
 # Extra settings: make demo ARGS="task=dialogue"

@@ -13,6 +13,8 @@ using another kernel path on another CPU.
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 import torch
 
@@ -122,7 +124,7 @@ def test_model_without_checkpointing_layers_falls_back_to_plain(capsys):
     batch = _grouped_batch(padded=True)
     model = tiny_lm("qwen2").train()
     for layer in model.model.layers:  # what an old-style model looks like: only the model flag
-        layer.__class__ = type("OldLayer", (torch.nn.Module,), {"forward": type(layer).forward.__wrapped__})
+        layer.__class__ = type("OldLayer", (torch.nn.Module,), {"forward": inspect.unwrap(type(layer).forward)})
     model.model.gradient_checkpointing = True
     model.model._gradient_checkpointing_func = None
     lp = completion_logprobs_shared(model, *batch, k=3)

@@ -30,7 +30,7 @@ def _fake_torch_wheel(folder: Path, version: str) -> Path:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("installed", ["2.6.0", "2.11.0"])
+@pytest.mark.parametrize("installed", ["2.9.0", "2.11.0"])
 def test_pip_install_keeps_an_installed_supported_torch(tmp_path, installed):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
@@ -59,5 +59,41 @@ def test_torch_requirement_is_a_floor_not_a_pin():
 
     deps = [Requirement(d) for d in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]]
     (torch_req,) = [r for r in deps if r.name == "torch"]
-    assert not torch_req.specifier.contains("2.5.1")
-    assert all(torch_req.specifier.contains(v) for v in ("2.6.0", "2.11.0", "2.13.0", "2.15.0"))
+    assert not torch_req.specifier.contains("2.8.0")
+    assert all(torch_req.specifier.contains(v) for v in ("2.9.0", "2.11.0", "2.13.0", "2.15.0"))
+
+
+def _floors() -> dict[str, str]:
+    """{name: floor} of every direct requirement: the package's and its dev extra's (what `make test`
+    installs)."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    floors = {}
+    for text in [*project["dependencies"], *project["optional-dependencies"]["dev"]]:
+        req = Requirement(text)
+        (floor,) = [s.version for s in req.specifier if s.operator == ">="]
+        floors[canonicalize_name(req.name)] = floor
+    return floors
+
+
+def test_oldest_lock_pins_each_stated_floor():
+    """`make test-oldest` runs the suite on .ci/oldest-requirements.txt. Each direct requirement is
+    pinned there at exactly its stated floor, so every floor in pyproject.toml is a tested version.
+    After changing a floor, `make oldest-lock` regenerates the file."""
+    from packaging.utils import canonicalize_name
+    from packaging.version import Version
+
+    pins = {}
+    for line in (ROOT / ".ci" / "oldest-requirements.txt").read_text().splitlines():
+        if "==" in line and not line.lstrip().startswith("#"):
+            name, version = line.split("==")
+            pins[canonicalize_name(name.split("[")[0].strip())] = version.strip()
+    stale = {
+        name: (floor, pins.get(name))
+        for name, floor in _floors().items()
+        if name not in pins or Version(pins[name]) != Version(floor)
+    }
+    assert not stale, f"floor in pyproject.toml vs pin in .ci/oldest-requirements.txt (make oldest-lock): {stale}"

@@ -16,7 +16,7 @@ def _peft():
     try:
         import peft
     except ImportError as e:
-        raise RlooError("lora needs the peft package: pip install 'peft>=0.13'") from e
+        raise RlooError("lora needs the peft package: pip install 'peft>=0.19.1'") from e
     return peft
 
 
