@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, cast
 
 import torch
 from torch import Tensor
@@ -123,7 +123,7 @@ def total(norm: Tensor) -> Tensor:
     was 1.86); torch 2.13 returns it replicated. Clipping itself uses the full value either way; this
     makes the logged norm and the finiteness check (the same on every process) use it too."""
     full = getattr(norm, "full_tensor", None)
-    return full() if callable(full) else norm
+    return cast(Tensor, full()) if callable(full) else norm
 
 
 def guarded_step(loss: Tensor, params, opt: torch.optim.Optimizer, max_grad_norm: float) -> tuple[float, bool]:
