@@ -27,7 +27,7 @@ OLDEST_VENV ?= .venv-oldest
 OLDEST_STAMP := $(OLDEST_VENV)/.installed-stamp
 
 $(OLDEST_STAMP): .ci/oldest-requirements.txt pyproject.toml
-	python3 -m venv $(OLDEST_VENV)
+	python3 -m venv --clear $(OLDEST_VENV)  # exactly the pinned set, nothing left from an older lock
 	$(OLDEST_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -r .ci/oldest-requirements.txt
 	$(OLDEST_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
 	$(OLDEST_VENV)/bin/python -m pip check
