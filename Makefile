@@ -5,7 +5,7 @@ STAMP := $(VENV)/.installed-stamp
 
 .PHONY: demo test test-oldest oldest-lock lint bench clean
 
-# The CPU build of torch, installed first so that rloo's `torch>=2.6` is already met and pip does not
+# The CPU build of torch, installed first so that rloo's `torch>=2.9` is already met and pip does not
 # pull a multi-GB CUDA build. GPU users install their CUDA torch first instead (README).
 # --no-deps: only torch itself comes from TORCH_INDEX; its own requirements (sympy, jinja2, ...) come
 # with rloo's from the usual index in the next line. Where TORCH_INDEX cannot be reached (a machine

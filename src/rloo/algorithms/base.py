@@ -120,8 +120,9 @@ def score_rollout(models: Models, roll: Rollout, cfg: RLConfig) -> tuple[Tensor,
 def total(norm: Tensor) -> Tensor:
     """The whole gradient norm from clip_grad_norm_. Under FSDP2 it is a DTensor, which torch 2.7-2.9
     return partial (each process's share: float() of it read 1.65 on one process where the total
-    was 1.86); torch 2.13 returns it replicated. Clipping itself uses the full value either way; this
-    makes the logged norm and the finiteness check (the same on every process) use it too."""
+    was 1.86); torch 2.13 returns it replicated. Clipping itself used the full value (torch 2.9: the
+    parameters matched one process); this makes the logged norm and the finiteness check (the same on
+    every process) use it too."""
     full = getattr(norm, "full_tensor", None)
     return cast(Tensor, full()) if callable(full) else norm
 
