@@ -160,13 +160,13 @@ def test_selection_waits_for_a_tuning_cell_another_process_holds(tmp_path, monke
 
 
 def test_the_committed_study_config_loads_and_matches_its_report():
-    """docs/compare-tuned/study.yaml (the README's command) is a valid compare config, and it is the
+    """docs/results/compare-tuned/study.yaml (the README's command) is a valid compare config, and it is the
     study whose resolved config the report folder holds (same methods, seeds, tuning)."""
     from pathlib import Path
 
     from rloo.config import load_config
 
-    docs = Path(__file__).resolve().parents[2] / "docs" / "compare-tuned"
+    docs = Path(__file__).resolve().parents[2] / "docs" / "results" / "compare-tuned"
     asked = load_config(CompareConfig, docs / "study.yaml")
     ran = CompareConfig(**yaml.safe_load((docs / "config.yaml").read_text()))
     assert asked.tuning.trials == 9 and asked.methods == ["rloo", "ppo"]
