@@ -98,3 +98,14 @@ def test_the_checks_see_what_they_check():
     assert _slug("What bounds M's decode loop") == "what-bounds-ms-decode-loop"
     assert _slug("Sampling and `top_p`") == "sampling-and-top_p"
     assert not _exists("tests/test_own_data.py") and _exists("tests/integration/test_own_data.py")
+
+
+def test_raw_results_live_under_docs_results():
+    """docs/ holds guides (markdown); raw results (JSON, plots, reports) go to docs/results/<study>/,
+    each folder with a README naming the command and commit that made it."""
+    loose = [p.name for p in (ROOT / "docs").iterdir() if p.is_file() and p.suffix != ".md"]
+    assert not loose, f"move these into docs/results/<study>/: {loose}"
+    studies = [p for p in (ROOT / "docs" / "results").iterdir() if p.is_dir()]
+    assert studies and all((p / "README.md").exists() for p in studies), [p.name for p in studies]
+    index = (ROOT / "docs" / "results" / "index.md").read_text()
+    assert all(f"]({p.name}/README.md)" in index for p in studies), "docs/results/index.md lists every study"
