@@ -77,7 +77,7 @@ def top_p_bias_note(top_p: float) -> str | None:
     return (
         f"note: top_p={top_p} samples from the nucleus-renormalised distribution, but the log-probs, the KL "
         f"term and the gradient are the full distribution's (a bias, larger for smaller top_p); top_p=1 "
-        f"trains on exactly what it samples (README, 'Sampling and top_p')"
+        f"trains on exactly what it samples (docs/configs.md, 'Sampling and top_p')"
     )
 
 
