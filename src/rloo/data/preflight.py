@@ -9,7 +9,8 @@ costs a second, not a model load. The stages call it too (the Python API gets th
 from __future__ import annotations
 
 from rloo.config import EvalConfig, PipelineConfig, RLConfig, SFTConfig, normalize_report_to
-from rloo.data.datasets import load_records
+from rloo.data.datasets import read_records
+from rloo.data.split import check_sides, split_records
 from rloo.errors import ConfigError, RlooError
 from rloo.runtime.names import check_local, check_name
 from rloo.runtime.trackers import check_wandb_installed
@@ -120,10 +121,14 @@ def _check_pipeline(cfg) -> None:
             "a pipeline on your own dataset needs model=PATH (the causal LM SFT starts from) "
             "or tokenizer=PATH: the built-in word tokenizer only knows the built-in tasks' words"
         )
-    load_records(cfg.dataset, ("prompt", "completion"))
+    rows = read_records(cfg.dataset, ("prompt", "completion"))
     try:
-        load_records(cfg.reward.dataset or cfg.dataset, ("prompt", "chosen", "rejected"))
+        pairs = read_records(cfg.reward.dataset or cfg.dataset, ("prompt", "chosen", "rejected"))
     except RlooError as e:
         if cfg.reward.dataset is not None:
             raise
         raise RlooError(f"{e}; or give the reward stage its own preference data: reward.dataset.path=FILE") from e
+    # both sides of the split are needed: SFT, RM and RL train on one, the evaluations read the other
+    for settings, records in ((cfg.dataset, rows), (cfg.reward.dataset, pairs)):
+        if settings is not None and settings.eval_split is None:
+            check_sides(settings, split_records(records, settings.eval_fraction), len(records))

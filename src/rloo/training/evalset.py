@@ -10,7 +10,7 @@ import torch
 
 from rloo.algorithms.base import Models
 from rloo.config import RLConfig
-from rloo.data.datasets import train_eval_records
+from rloo.data.split import train_eval_records
 from rloo.eval.judge import evaluate_policy
 from rloo.rewards.judges import make_judge, task_judge
 from rloo.runtime.distributed import unwrap

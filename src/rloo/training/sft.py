@@ -8,8 +8,8 @@ from pathlib import Path
 from rloo.config import SFTConfig
 from rloo.core.losses import sft_loss
 from rloo.data.collate import batches, encode_completions, encode_prompts, trim_left, trim_right
-from rloo.data.datasets import load_records
 from rloo.data.preflight import check_config
+from rloo.data.split import train_records
 from rloo.errors import RlooError
 from rloo.modeling.forward import completion_logprobs
 from rloo.modeling.loading import (
@@ -64,11 +64,12 @@ def sft(cfg: SFTConfig, *, overwrite: bool = False) -> SFTResult:
     else:
         tokenizer = tokenizer or build_tokenizer(task)
         model = build_llama(cfg.arch, tokenizer, cfg.seed).to(device)
-    # 2. data: the dataset's (prompt, completion) pairs, or the task's mixed-quality references
+    # 2. data: the dataset's (prompt, completion) pairs, less its held-out rows, or the task's
+    #    mixed-quality references
     if cfg.dataset is not None:
         examples = [
             Example(r.prompt, r.completion)
-            for r in load_records(cfg.dataset, ("prompt", "completion"), tokenizer=tokenizer)
+            for r in train_records(cfg.dataset, ("prompt", "completion"), tokenizer=tokenizer)
         ]
     else:
         examples = task.examples("sft", cfg.num_examples, seed=cfg.seed)
