@@ -172,9 +172,14 @@ def _column(row: dict, field: str, columns: dict, cols: set, path: str, default:
     if col not in cols:
         raise RlooError(
             f"dataset {path!r} has no column {col!r} for {field!r} (columns: {', '.join(sorted(cols))}); "
-            f"map one with dataset.columns.{field}=COLUMN"
+            f"map one with dataset.columns.{field}=COLUMN{_tldr_hint(cols)}"
         )
     return row[col]
+
+
+def _tldr_hint(cols: set) -> str:
+    """TL;DR-shaped columns (openai/summarize_from_feedback's comparisons, or posts) read as format=tldr."""
+    return " or set dataset.format=tldr" if {"summaries", "choice"} <= cols or "post" in cols else ""
 
 
 def _plain(row, columns, fields, cols, path) -> Record:

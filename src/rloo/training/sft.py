@@ -28,6 +28,7 @@ from rloo.tasks.tokenizer import build_tokenizer
 from rloo.training.common import (
     adamw,
     check_device,
+    note_builtin_task,
     prepare_output_dir,
     seed_everything,
     supervised_step,
@@ -54,6 +55,7 @@ def sft(cfg: SFTConfig, *, overwrite: bool = False) -> SFTResult:
     if cfg.model:
         model, model_tok = load_policy(cfg.model, **model_options(cfg))
         tokenizer = tokenizer or model_tok
+        note_builtin_task(cfg, tokenizer, task, cfg.model)
         if cfg.gradient_checkpointing:
             enable_gradient_checkpointing(model)
     elif cfg.dataset is not None and tokenizer is None:
