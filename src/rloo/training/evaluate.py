@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
 
 import torch
 
@@ -77,9 +76,7 @@ def evaluate(cfg: EvalConfig, *, overwrite: bool = False) -> dict[str, PolicyEva
             generator=torch.Generator().manual_seed(cfg.seed + 7),
             keep_samples=5,
         )
-    summary = {"judge": judge.name} | {
-        k: {kk: vv for kk, vv in asdict(v).items() if kk not in ("wins", "scores", "passk")} for k, v in results.items()
-    }
+    summary = {"judge": judge.name} | {k: v.summary(samples=True) for k, v in results.items()}
     table = format_table(results, judge.name)
     diff = compare_paired(results["policy"], results["baseline"]) if "baseline" in results else None
     if diff is not None:
