@@ -4,6 +4,9 @@ ValidationError, from the CLI and the Python API alike. Also the tracker names o
 
 from __future__ import annotations
 
+import difflib
+from typing import get_args
+
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from rloo.config.confcheck import reject_coercions
@@ -26,7 +29,7 @@ def describe_validation_error(e: ValidationError, cls: type) -> str:
         msg = err["msg"].removeprefix("Value error, ")
         got = err.get("input")
         if err["type"] == "extra_forbidden":
-            msgs.append(f"unknown key {key!r} for {cls.__name__}")
+            msgs.append(f"unknown key {key!r} for {cls.__name__}{did_you_mean(key, cls)}")
         elif err["type"] == "missing":
             msgs.append(f"missing required key {key!r}")
         elif not key:
@@ -39,6 +42,28 @@ def describe_validation_error(e: ValidationError, cls: type) -> str:
             shown = repr(got)
             msgs.append(f"{key}: {msg} (got {shown[:80] + '...' if len(shown) > 80 else shown})")
     return "invalid config: " + "; ".join(msgs)
+
+
+def key_paths(cls: type[BaseModel], prefix: str = ""):
+    """Every dotted key of `cls`, sections and the keys inside them (`rl`, `rl.steps`, ...)."""
+    for name, f in cls.model_fields.items():
+        yield prefix + name
+        ann = next(
+            (a for a in get_args(f.annotation) if isinstance(a, type) and issubclass(a, BaseModel)), f.annotation
+        )
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            yield from key_paths(ann, prefix + name + ".")
+
+
+def did_you_mean(key: str, cls: type) -> str:
+    """` (did you mean 'rl.steps'?)` for an unknown key: a key of `cls` spelled alike, else one with
+    the same last part in another section (`steps` on the pipeline is `rl.steps`)."""
+    if not (isinstance(cls, type) and issubclass(cls, BaseModel)):
+        return ""
+    paths = [p for p in key_paths(cls) if p != key]
+    close = difflib.get_close_matches(key, paths, n=1, cutoff=0.75)
+    close = close or [p for p in paths if p.rsplit(".", 1)[-1] == key.rsplit(".", 1)[-1]][:3]
+    return f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
 
 
 class Strict(BaseModel):

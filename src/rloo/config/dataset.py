@@ -22,7 +22,16 @@ class DatasetSettings(Strict):
     name: str | None = Field(default=None, description="Hub configuration name (the second argument of load_dataset).")
     split: str = Field(default="train", description="Split used for training.")
     eval_split: str | None = Field(
-        default=None, description="Split for held-out evaluation (null: the training split's tail)."
+        default=None,
+        description="Split (or file) for held-out evaluation; null: rows held out of the training split "
+        "by eval_fraction, which no stage trains on.",
+    )
+    eval_fraction: float = Field(
+        default=0.1,
+        gt=0,
+        lt=1,
+        description="Without eval_split: the share of distinct prompts held out for evaluation, chosen "
+        "by a hash of the prompt (the same rows in every stage; rloo.data.split).",
     )
     format: Literal["plain", "tldr", "hh"] = Field(
         default="plain",

@@ -8,8 +8,9 @@ costs a second, not a model load. The stages call it too (the Python API gets th
 
 from __future__ import annotations
 
-from rloo.config import EvalConfig, PipelineConfig, RLConfig, SFTConfig, normalize_report_to
-from rloo.data.datasets import load_records
+from rloo.config import EvalConfig, PipelineConfig, RewardConfig, RLConfig, SFTConfig, normalize_report_to
+from rloo.data.datasets import read_records
+from rloo.data.split import check_sides, eval_records, split_records, train_eval_records, train_records
 from rloo.errors import ConfigError, RlooError
 from rloo.runtime.names import check_local, check_name
 from rloo.runtime.trackers import check_wandb_installed
@@ -42,6 +43,21 @@ def check_config(cfg, *, reward_fn=None) -> None:
         check_judge(cfg)
     if isinstance(cfg, PipelineConfig):
         _check_pipeline(cfg)
+    elif getattr(cfg, "dataset", None) is not None:  # last: reading the data is the slowest check
+        _check_stage_data(cfg)
+
+
+def _check_stage_data(cfg) -> None:
+    """The rows the stage will read, read now: a wrong column or split costs a second, not a model load."""
+    ds = cfg.dataset
+    if isinstance(cfg, SFTConfig):
+        train_records(ds, ("prompt", "completion"))
+    elif isinstance(cfg, RewardConfig):
+        train_eval_records(ds, ("prompt", "chosen", "rejected"), 1)
+    elif isinstance(cfg, RLConfig):
+        train_eval_records(ds, ("prompt",), 1)
+    elif isinstance(cfg, EvalConfig):
+        eval_records(ds, ("prompt", "completion"), 1)
 
 
 def _model_names(cfg):
@@ -120,10 +136,14 @@ def _check_pipeline(cfg) -> None:
             "a pipeline on your own dataset needs model=PATH (the causal LM SFT starts from) "
             "or tokenizer=PATH: the built-in word tokenizer only knows the built-in tasks' words"
         )
-    load_records(cfg.dataset, ("prompt", "completion"))
+    rows = read_records(cfg.dataset, ("prompt", "completion"))
     try:
-        load_records(cfg.reward.dataset or cfg.dataset, ("prompt", "chosen", "rejected"))
+        pairs = read_records(cfg.reward.dataset or cfg.dataset, ("prompt", "chosen", "rejected"))
     except RlooError as e:
-        if cfg.reward.dataset is not None:
-            raise
+        if cfg.reward.dataset is not None:  # its keys are reward.dataset.*, not dataset.*
+            raise RlooError(str(e).replace(" dataset.", " reward.dataset.")) from e
         raise RlooError(f"{e}; or give the reward stage its own preference data: reward.dataset.path=FILE") from e
+    # both sides of the split are needed: SFT, RM and RL train on one, the evaluations read the other
+    for settings, records in ((cfg.dataset, rows), (cfg.reward.dataset, pairs)):
+        if settings is not None and settings.eval_split is None:
+            check_sides(settings, split_records(records, settings.eval_fraction), len(records))

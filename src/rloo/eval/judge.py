@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import torch
 
@@ -35,6 +35,14 @@ class PolicyEval:
             "truncated": self.truncated,
         }
         return {prefix + k: v for k, v in d.items() if v is not None}
+
+    def summary(self, samples: bool = False) -> dict:
+        """The numbers for a summary.json (and the samples if asked): the judge's mean score under
+        "gold" only when the judge is a task's gold judge, else under "judge_score" (a reward model's
+        score is no gold result)."""
+        drop = ("wins", "scores", "passk") + (() if samples else ("samples",))
+        gold = (self.judge or "").startswith("gold judge")
+        return {(k if k != "gold" or gold else "judge_score"): v for k, v in asdict(self).items() if k not in drop}
 
 
 def wins(judge_policy: list[float], judge_reference: list[float], tol: float = 1e-9) -> list[float]:

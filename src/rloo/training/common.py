@@ -18,6 +18,7 @@ from rloo.runtime.checkpoint import check_resume_config
 from rloo.runtime.fingerprint import refuse_inputs_inside
 from rloo.runtime.precision import refresh_casts_after_step
 from rloo.runtime.runlock import LOCK_NAME, is_lock_file, lock_now
+from rloo.runtime.tracking import say
 
 
 def seed_everything(seed: int) -> torch.Generator:
@@ -139,3 +140,14 @@ def check_device(device: str) -> torch.device:
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise RlooError(f"device {device!r} asked for but CUDA is not available; use device=cpu")
     return dev
+
+
+def note_builtin_task(cfg, tokenizer, task, model: str) -> None:
+    """One line when a model of one's own trains on the built-in task's data because no dataset.path
+    was given: its tokenizer lacks the task's words (the task's own word tokenizer has all of them)."""
+    vocab = tokenizer.get_vocab()
+    if cfg.dataset is None and not all(w in vocab for w in task.words()):
+        say(
+            f"note: no dataset.path, so {model} trains on the built-in task {cfg.task!r}'s synthetic "
+            f"prompts (words its tokenizer does not have); set dataset.path=FILE for your own data"
+        )

@@ -32,7 +32,7 @@ from rloo.runtime.precision import stage_precision
 from rloo.runtime.tracking import MetricsLogger, progress, say
 from rloo.tasks import get_task
 from rloo.training.common import adamw, check_device, prepare_output_dir, seed_everything, warmup_constant
-from rloo.training.evalset import EvalSet, eval_metrics
+from rloo.training.evalset import EvalSet, eval_metrics, train_and_eval_prompts
 from rloo.training.loop import RLResult
 
 
@@ -111,7 +111,11 @@ def train_dpo(cfg: RLConfig, *, resume: bool = False, overwrite: bool = False) -
             for idx in batches(len(pairs), 256, shuffle=False)
         ]
     ref_c, ref_r = torch.cat([c for c, _ in ref]), torch.cat([r for _, r in ref])
-    eval_set = EvalSet.of_task(task, task.examples(cfg.eval_split, cfg.eval_prompts, seed=cfg.seed))
+    eval_set = (  # own data: its held-out rows (rloo.data.split), never among the reward model's pairs
+        train_and_eval_prompts(cfg, task, None, models)[1]
+        if cfg.dataset is not None
+        else EvalSet.of_task(task, task.examples(cfg.eval_split, cfg.eval_prompts, seed=cfg.seed))
+    )
     # 2. DPO epochs
     total = cfg.algorithm_settings.dpo_epochs * -(-len(pairs) // cfg.algorithm_settings.dpo_batch_size)
     opt = adamw(models.policy.parameters(), cfg.algorithm_settings.dpo_lr)

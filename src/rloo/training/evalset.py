@@ -10,7 +10,7 @@ import torch
 
 from rloo.algorithms.base import Models
 from rloo.config import RLConfig
-from rloo.data.datasets import train_eval_records
+from rloo.data.split import train_eval_records
 from rloo.eval.judge import evaluate_policy
 from rloo.rewards.judges import make_judge, task_judge
 from rloo.runtime.distributed import unwrap
@@ -48,7 +48,10 @@ def eval_metrics(models: Models, ev: EvalSet, cfg: RLConfig, step: int) -> dict[
         generator=torch.Generator().manual_seed(cfg.seed + 1),
     )
     policy.train()
-    say(eval_line(step, cfg.steps, res, len(ev.prompts)))
+    # without a judge the line would say only "no judge scores": printed for periodic evals (their
+    # KL), not for the final eval of a run that asked for none (eval_every=null); its metrics are kept
+    if res.win_rate is not None or res.gold is not None or cfg.eval_every:
+        say(eval_line(step, cfg.steps, res, len(ev.prompts)))
     return res.as_metrics()
 
 

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
 
 import torch
 
 from rloo.config import EvalConfig
-from rloo.data.datasets import eval_records
 from rloo.data.preflight import check_config
+from rloo.data.split import eval_records
 from rloo.errors import RlooError
 from rloo.eval.judge import PolicyEval, evaluate_policy
 from rloo.eval.paired import compare_paired, describe
@@ -42,7 +41,7 @@ def evaluate(cfg: EvalConfig, *, overwrite: bool = False) -> dict[str, PolicyEva
     if cfg.reward_model:
         rm, rm_tok = load_reward_model(cfg.reward_model, **opts)
         scorer = RewardModelScorer(frozen(rm), rm_tok, policy_tokenizer=loaded["policy"][1])
-    # held-out prompts and references: the dataset's eval split (or tail), or the task's eval split
+    # held-out prompts and references: the dataset's eval split (or held-out rows), or the task's eval split
     if cfg.dataset is not None:
         recs = eval_records(cfg.dataset, ("prompt", "completion"), cfg.num_prompts, tokenizer=loaded["policy"][1])
         examples = [Example(r.prompt, r.completion) for r in recs]
@@ -77,9 +76,7 @@ def evaluate(cfg: EvalConfig, *, overwrite: bool = False) -> dict[str, PolicyEva
             generator=torch.Generator().manual_seed(cfg.seed + 7),
             keep_samples=5,
         )
-    summary = {"judge": judge.name} | {
-        k: {kk: vv for kk, vv in asdict(v).items() if kk not in ("wins", "scores", "passk")} for k, v in results.items()
-    }
+    summary = {"judge": judge.name} | {k: v.summary(samples=True) for k, v in results.items()}
     table = format_table(results, judge.name)
     diff = compare_paired(results["policy"], results["baseline"]) if "baseline" in results else None
     if diff is not None:

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict
 
 from rloo.config import PipelineConfig
 from rloo.data.preflight import check_config
+from rloo.data.split import eval_records
 from rloo.eval.paired import compare_paired, describe
 from rloo.eval.passk import paired_pass_difference
 from rloo.runtime.runlock import holds_run_folder
@@ -48,13 +48,13 @@ def pipeline(cfg: PipelineConfig, *, overwrite: bool = False) -> dict:
     say(f"[3/4] {cfg.rl.algorithm} for {cfg.rl.steps} steps, k={cfg.rl.k}, beta={cfg.rl.beta} -> {rl_cfg.output_dir}")
     rl = train(rl_cfg, overwrite=True)
     times["rl"], t = time.perf_counter() - t, time.perf_counter()
-    say(f"[4/4] evaluation on {cfg.eval.num_prompts} held-out prompts -> {ev_cfg.output_dir}")
+    say(f"[4/4] evaluation on {_eval_count(cfg)} held-out prompts -> {ev_cfg.output_dir}")
     results = evaluate(ev_cfg, overwrite=True)
     times["eval"] = time.perf_counter() - t
     plots = rl.plots
     judge = results["policy"].judge
     summary = {
-        "task": cfg.task,
+        "task": cfg.task if cfg.dataset is None else None,  # a dataset replaces the task's data and judge
         "dataset": cfg.dataset.path if cfg.dataset else None,
         "seed": cfg.seed,
         "algorithm": cfg.rl.algorithm,
@@ -72,9 +72,15 @@ def pipeline(cfg: PipelineConfig, *, overwrite: bool = False) -> dict:
     return summary
 
 
+def _eval_count(cfg: PipelineConfig) -> int:
+    """How many prompts the evaluation reads: num_prompts, or fewer held-out rows of a dataset."""
+    if cfg.dataset is None:
+        return cfg.eval.num_prompts
+    return len(eval_records(cfg.dataset, ("prompt",), cfg.eval.num_prompts))
+
+
 def _eval_summary(v) -> dict:
-    out = {k: x for k, x in asdict(v).items() if k not in ("samples", "wins", "scores", "passk")}
-    return out | ({"pass": v.passk.summary()} if v.passk is not None else {})
+    return v.summary() | ({"pass": v.passk.summary()} if v.passk is not None else {})
 
 
 def _difference(results) -> dict | None:

@@ -11,9 +11,9 @@ import torch
 from rloo.config import RewardConfig
 from rloo.core.losses import bradley_terry_loss
 from rloo.data.collate import batches
-from rloo.data.datasets import train_eval_records
 from rloo.data.preferences import encode_pairs, pair_rows, preference_pairs
 from rloo.data.preflight import check_config
+from rloo.data.split import train_eval_records
 from rloo.modeling.dropout import has_dropout, maybe_disable_dropout
 from rloo.modeling.forward import reward_scores
 from rloo.modeling.forward_shared import reward_scores_shared
@@ -116,8 +116,8 @@ def train_reward(cfg: RewardConfig, *, overwrite: bool = False) -> RewardResult:
     maybe_disable_dropout(model, cfg.disable_dropout)
     if cfg.gradient_checkpointing:
         enable_gradient_checkpointing(model)
-    # 1. preference pairs, the last eval_pairs held out (a dataset: its eval split or its tail,
-    #    loaded before anything is written so that a bad dataset leaves no run folder)
+    # 1. preference pairs, the last eval_pairs held out (a dataset: its eval split or held-out rows,
+    #    rloo.data.split, loaded before anything is written so that a bad dataset leaves no run folder)
     if cfg.dataset is not None:
         train_recs, held_recs = train_eval_records(
             cfg.dataset, ("prompt", "chosen", "rejected"), cfg.eval_pairs, tokenizer=tokenizer

@@ -34,7 +34,14 @@ from rloo.runtime.resumecheck import check_prompts_unchanged, describe_changes
 from rloo.runtime.runlock import holds_run_folder
 from rloo.runtime.tracking import say
 from rloo.tasks import get_task
-from rloo.training.common import adamw, check_device, prepare_output_dir, seed_everything, warmup_constant
+from rloo.training.common import (
+    adamw,
+    check_device,
+    note_builtin_task,
+    prepare_output_dir,
+    seed_everything,
+    warmup_constant,
+)
 from rloo.training.dpo import check_dpo_arguments, train_dpo
 from rloo.training.evalset import train_and_eval_prompts
 from rloo.training.loop import RLResult, loop
@@ -84,6 +91,8 @@ def _train(cfg, dist, prompts, reward_fn, resume, overwrite) -> RLResult:
     if state is not None:
         check_inputs_unchanged(state.get("inputs"), inputs)
     models = load_models(cfg, reward_fn, policy_path=str(ckpt / "model") if ckpt else None)
+    if prompts is None and dist.is_main:
+        note_builtin_task(cfg, models.tokenizer, task, cfg.policy)
     # the steps the prompt list was made for: those of the run's start, kept across extensions
     started_steps = cfg.steps if state is None else (state.get("prompt_steps") or json.loads(state["config"])["steps"])
     train_prompts, eval_set = train_and_eval_prompts(cfg, task, prompts, models, started_steps)

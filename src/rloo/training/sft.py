@@ -8,8 +8,8 @@ from pathlib import Path
 from rloo.config import SFTConfig
 from rloo.core.losses import sft_loss
 from rloo.data.collate import batches, encode_completions, encode_prompts, trim_left, trim_right
-from rloo.data.datasets import load_records
 from rloo.data.preflight import check_config
+from rloo.data.split import train_records
 from rloo.errors import RlooError
 from rloo.modeling.forward import completion_logprobs
 from rloo.modeling.loading import (
@@ -28,6 +28,7 @@ from rloo.tasks.tokenizer import build_tokenizer
 from rloo.training.common import (
     adamw,
     check_device,
+    note_builtin_task,
     prepare_output_dir,
     seed_everything,
     supervised_step,
@@ -54,6 +55,7 @@ def sft(cfg: SFTConfig, *, overwrite: bool = False) -> SFTResult:
     if cfg.model:
         model, model_tok = load_policy(cfg.model, **model_options(cfg))
         tokenizer = tokenizer or model_tok
+        note_builtin_task(cfg, tokenizer, task, cfg.model)
         if cfg.gradient_checkpointing:
             enable_gradient_checkpointing(model)
     elif cfg.dataset is not None and tokenizer is None:
@@ -64,11 +66,12 @@ def sft(cfg: SFTConfig, *, overwrite: bool = False) -> SFTResult:
     else:
         tokenizer = tokenizer or build_tokenizer(task)
         model = build_llama(cfg.arch, tokenizer, cfg.seed).to(device)
-    # 2. data: the dataset's (prompt, completion) pairs, or the task's mixed-quality references
+    # 2. data: the dataset's (prompt, completion) pairs, less its held-out rows, or the task's
+    #    mixed-quality references
     if cfg.dataset is not None:
         examples = [
             Example(r.prompt, r.completion)
-            for r in load_records(cfg.dataset, ("prompt", "completion"), tokenizer=tokenizer)
+            for r in train_records(cfg.dataset, ("prompt", "completion"), tokenizer=tokenizer)
         ]
     else:
         examples = task.examples("sft", cfg.num_examples, seed=cfg.seed)
