@@ -40,6 +40,9 @@ def check_config(cfg, *, reward_fn=None) -> None:
         _check_reward_source(cfg, reward_fn)
     if isinstance(cfg, (RLConfig, EvalConfig, PipelineConfig)):
         check_judge(cfg)
+        ev = getattr(cfg, "eval", cfg)
+        if ev.checker is not None:
+            load_callable(ev.checker, "eval.checker" if ev is not cfg else "checker")
     if isinstance(cfg, PipelineConfig):
         _check_pipeline(cfg)
 
@@ -108,6 +111,9 @@ def check_judge(cfg) -> None:
 
 def _check_pipeline(cfg) -> None:
     """What the pipeline's stages will need from the data, read now rather than after SFT."""
+    fns = cfg.rl.reward_fn
+    for spec in [fns] if isinstance(fns, str) else list(fns or []):
+        load_callable(spec, "rl.reward_fn")
     if cfg.dataset is None:
         if cfg.reward.dataset is not None:
             raise ConfigError(
@@ -121,6 +127,8 @@ def _check_pipeline(cfg) -> None:
             "or tokenizer=PATH: the built-in word tokenizer only knows the built-in tasks' words"
         )
     load_records(cfg.dataset, ("prompt", "completion"))
+    if not cfg.trains_reward_model():
+        return
     try:
         load_records(cfg.reward.dataset or cfg.dataset, ("prompt", "chosen", "rejected"))
     except RlooError as e:
