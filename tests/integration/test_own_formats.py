@@ -127,3 +127,151 @@ def test_pipeline_refuses_a_missing_reward_file_before_training(sums, monkeypatc
     err = capsys.readouterr().err
     assert rc == 2 and "nope.py" in err and "Traceback" not in err, err
     assert not (sums / "runs" / "pipeline").exists()
+
+
+# -- TRL's conversational formats ---------------------------------------------------------------
+
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+TOPICS = ["rent", "job", "car", "dog", "exam", "loan", "gym", "city", "money", "house"]
+
+
+def _chat_tokenizer(texts: list[str]):
+    """A byte-level BPE with role tokens and a chat template whose end-of-turn is EOS."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    special = ["<|end|>", "<|pad|>", "<|system|>", "<|user|>", "<|assistant|>"]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(
+        texts,
+        trainers.BpeTrainer(
+            vocab_size=300, special_tokens=special, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        ),
+    )
+    out = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|end|>", pad_token="<|pad|>")
+    out.chat_template = CHAT_TEMPLATE
+    return out
+
+
+def _chats(n: int, seed: int) -> list[tuple[str, str, str]]:
+    """(question, good answer, bad answer)."""
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(n):
+        a, b = rng.sample(TOPICS, 2)
+        rows.append((f"help with my {a} and my {b}", f"{a} {b}", " ".join(rng.sample(TOPICS, 4))))
+    return rows
+
+
+def _msgs(*turns: tuple[str, str]) -> list[dict]:
+    return [{"role": r, "content": c} for r, c in turns]
+
+
+SYSTEM = ("system", "be brief")
+
+
+@pytest.fixture(scope="module")
+def chat(tmp_path_factory):
+    """models/policy with a chat template; data/chat.jsonl (a `messages` column) and
+    data/prefs.jsonl (chosen/rejected whole conversations, implicit prompt); data/dd, a saved
+    DatasetDict (train/test) with prompt, completion, chosen, rejected as message lists."""
+    from datasets import Dataset, DatasetDict
+
+    root = tmp_path_factory.mktemp("chat")
+    rows = _chats(32, seed=0)
+    tok = _chat_tokenizer([f"be brief {q} {g} {b}" for q, g, b in rows])
+    _neox(tok, root / "models" / "policy")
+    (root / "data").mkdir()
+    with open(root / "data" / "chat.jsonl", "w") as f:
+        for q, g, _ in rows:
+            f.write(json.dumps({"messages": _msgs(SYSTEM, ("user", q), ("assistant", g))}) + "\n")
+    with open(root / "data" / "prefs.jsonl", "w") as f:
+        for q, g, b in _chats(24, seed=1):
+            row = {"chosen": _msgs(("user", q), ("assistant", g)), "rejected": _msgs(("user", q), ("assistant", b))}
+            f.write(json.dumps(row) + "\n")
+
+    def split(n, seed):
+        return Dataset.from_list(
+            [
+                {
+                    "prompt": _msgs(("user", q)),
+                    "completion": _msgs(("assistant", g)),
+                    "chosen": _msgs(("assistant", g)),
+                    "rejected": _msgs(("assistant", b)),
+                }
+                for q, g, b in _chats(n, seed)
+            ]
+        )
+
+    DatasetDict({"train": split(32, 2), "test": split(8, 3)}).save_to_disk(str(root / "data" / "dd"))
+    return root, tok
+
+
+def test_conversational_rows_are_rendered_by_the_chat_template(chat):
+    """Prompts end with the generation cue; a response is the template's text for the final
+    assistant turn, EOS (the template's end-of-turn) left for the stages to append."""
+    from rloo.config import DatasetSettings
+    from rloo.data.datasets import load_records
+
+    root, tok = chat
+    q, g, _ = _chats(32, seed=0)[0]
+    sft = load_records(DatasetSettings(path=str(root / "data" / "chat.jsonl")), ("prompt", "completion"), tokenizer=tok)
+    assert (sft[0].prompt, sft[0].completion) == (f"<|system|>be brief<|end|><|user|>{q}<|end|><|assistant|>", g)
+    q, g, b = _chats(24, seed=1)[0]
+    pref = load_records(
+        DatasetSettings(path=str(root / "data" / "prefs.jsonl")), ("prompt", "chosen", "rejected"), tokenizer=tok
+    )
+    assert (pref[0].prompt, pref[0].chosen, pref[0].rejected) == (f"<|user|>{q}<|end|><|assistant|>", g, b)
+    q, g, b = _chats(8, seed=3)[0]
+    dd = DatasetSettings(path=str(root / "data" / "dd"), split="test")
+    rl = load_records(dd, ("prompt",), tokenizer=tok, optional=("completion",))
+    assert (rl[0].prompt, rl[0].completion) == (f"<|user|>{q}<|end|><|assistant|>", g)
+    # the SFT loss covers the completion's tokens only: the assistant's words and EOS
+    from rloo.data.collate import encode_completions
+
+    ids = encode_completions(tok, [sft[0].completion], 16).ids[0].tolist()
+    assert tok.decode(ids) == sft[0].completion + "<|end|>"
+
+
+CHAT_TINY = [
+    "sft.epochs=1",
+    "sft.batch_size=8",
+    "reward.epochs=1",
+    "reward.batch_size=8",
+    "reward.eval_pairs=4",
+    "rl.steps=2",
+    "rl.batch_size=2",
+    "rl.k=2",
+    "rl.max_new_tokens=4",
+    "rl.eval_every=null",
+    "rl.save_every=null",
+    "eval.num_prompts=4",
+    "max_prompt_tokens=48",
+    "max_response_tokens=6",
+]
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        ["dataset.path=data/chat.jsonl", "reward.dataset.path=data/prefs.jsonl"],
+        ["dataset.path=data/dd", "dataset.eval_split=test"],
+    ],
+    ids=["jsonl", "datasetdict"],
+)
+def test_pipeline_on_conversational_data(chat, data, monkeypatch, capsys):
+    """SFT -> reward model -> RL -> eval on message lists, in one command."""
+    root, _ = chat
+    monkeypatch.chdir(root)
+    out = f"runs/{data[0].split('/')[-1]}"
+    rc = main(["pipeline", "model=models/policy", *data, f"output_dir={out}", *CHAT_TINY])
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    summary = json.loads((root / out / "summary.json").read_text())
+    assert summary["reward_model"] is not None and summary["eval"]["policy"]["win_rate"] is not None
+    assert (root / out / "rl" / "model").is_dir()

@@ -39,10 +39,10 @@ class DatasetSettings(Strict):
 
     @model_validator(mode="after")
     def _known_columns(self):
-        bad = sorted(set(self.columns) - set(FIELDS) - {"post", "title", "subreddit", "summary"})
+        bad = sorted(set(self.columns) - set(FIELDS) - {"messages", "post", "title", "subreddit", "summary"})
         if bad:
             raise ValueError(
-                f"dataset.columns keys must be among {', '.join(FIELDS)} (or post/title/"
+                f"dataset.columns keys must be among {', '.join(FIELDS)}, messages (or post/title/"
                 f"subreddit/summary for format=tldr); got {', '.join(bad)}"
             )
         return self

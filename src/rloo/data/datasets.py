@@ -15,6 +15,8 @@ Formats (`dataset.format`):
   \\n\\nAssistant: ...", or lists of {role, content} messages); the prompt is everything up to the
   final assistant turn, the responses are that turn of each dialogue.
 Prompts are wrapped in the tokenizer's chat template when it has one (and `chat_template` is on).
+With format plain, rows in TRL's conversational formats (message lists, a `messages` column) are
+read by rloo.data.conversational.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rloo.config import DatasetSettings
+from rloo.data import conversational
 from rloo.errors import RlooError
 from rloo.runtime.names import check_name
 
@@ -137,6 +140,15 @@ def load_records(
     convert = {"plain": _plain, "tldr": _tldr, "hh": _hh}[settings.format]
     cols = set(table.column_names)
     fields = tuple(fields) + tuple(f for f in optional if _present(settings, f, cols))
+    if settings.format == "plain" and conversational.is_conversational(table[0], settings.columns):
+        # TRL's message lists, rendered here by the chat template (rloo.data.conversational)
+        tok = tokenizer if settings.chat_template else None
+        return [
+            Record(
+                **conversational.convert(row, fields, _reader(row, settings.columns, cols, path), settings.columns, tok)
+            )
+            for row in table
+        ]
     records = [convert(row, settings.columns, fields, cols, path) for row in table]
     if tokenizer is not None and settings.chat_template and getattr(tokenizer, "chat_template", None):
         for r in records:
@@ -147,6 +159,8 @@ def load_records(
 def _present(settings: DatasetSettings, field: str, cols: set) -> bool:
     if settings.format == "hh" or field in settings.columns:
         return True
+    if field == "completion" and settings.columns.get("messages", "messages") in cols:
+        return True  # a conversation's last assistant message
     alt = {"completion": "summary"} if settings.format == "tldr" else {}
     return field in cols or alt.get(field) in cols
 
@@ -189,6 +203,10 @@ def _column(row: dict, field: str, columns: dict, cols: set, path: str, default:
             f"map one with dataset.columns.{field}=COLUMN"
         )
     return row[col]
+
+
+def _reader(row: dict, columns: dict, cols: set, path: str):
+    return lambda field: _column(row, field, columns, cols, path)
 
 
 def _plain(row, columns, fields, cols, path) -> Record:
