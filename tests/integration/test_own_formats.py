@@ -9,7 +9,7 @@ import json
 import random
 
 import pytest
-from tests.integration.test_own_data import _bpe_tokenizer
+from tests.integration.test_own_data import WORDS, _bpe_tokenizer
 
 from rloo.cli import main
 
@@ -127,6 +127,43 @@ def test_pipeline_refuses_a_missing_reward_file_before_training(sums, monkeypatc
     err = capsys.readouterr().err
     assert rc == 2 and "nope.py" in err and "Traceback" not in err, err
     assert not (sums / "runs" / "pipeline").exists()
+
+
+def test_pipeline_on_tldr_jsonl(tmp_path, monkeypatch, capsys):
+    """docs/own-data.md's TL;DR example: posts with title/subreddit/summary, and preference rows
+    with `summaries` + `choice` (openai/summarize_from_feedback's layout), format=tldr, one command."""
+    rng = random.Random(0)
+    posts = []
+    for _ in range(32):
+        w = rng.sample(WORDS, 4)
+        posts.append(({"subreddit": "advice", "title": f"my {w[0]}", "post": f"my {w[0]} and {w[1]} and {w[2]}"}, w))
+    tok = _bpe_tokenizer(["SUBREDDIT: r/advice TITLE: POST: TL;DR: " + " ".join(w) for _, w in posts])
+    _neox(tok, tmp_path / "models" / "policy")
+    (tmp_path / "data").mkdir()
+    with open(tmp_path / "data" / "tldr.jsonl", "w") as f:
+        for row, w in posts:
+            f.write(json.dumps(row | {"summary": f"{w[0]} {w[1]}"}) + "\n")
+    with open(tmp_path / "data" / "tldr-prefs.jsonl", "w") as f:
+        for row, w in posts:
+            good, bad = {"text": f"{w[0]} {w[1]}"}, {"text": w[3]}
+            f.write(json.dumps({"post": row["post"], "summaries": [bad, good], "choice": 1}) + "\n")
+    monkeypatch.chdir(tmp_path)
+    rc = main(
+        [
+            "pipeline",
+            "model=models/policy",
+            "dataset.path=data/tldr.jsonl",
+            "dataset.format=tldr",
+            "reward.dataset.path=data/tldr-prefs.jsonl",
+            "reward.dataset.format=tldr",
+            "output_dir=runs/tldr",
+            *CHAT_TINY,
+        ]
+    )
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    summary = json.loads((tmp_path / "runs" / "tldr" / "summary.json").read_text())
+    assert summary["reward_model"] is not None and summary["eval"]["policy"]["win_rate"] is not None
 
 
 # -- TRL's conversational formats ---------------------------------------------------------------

@@ -26,7 +26,8 @@ class DatasetSettings(Strict):
     )
     format: Literal["plain", "tldr", "hh"] = Field(
         default="plain",
-        description="plain: columns are the fields; tldr: post/title/subreddit -> prompt, summary "
+        description="plain: columns are the fields (TRL's conversational message lists and `messages` "
+        "column too, rendered by the chat template); tldr: post/title/subreddit -> prompt, summary "
         "or chosen/rejected; hh: chosen/rejected dialogues split into prompt + responses.",
     )
     columns: dict[str, str] = Field(
