@@ -312,3 +312,53 @@ def test_pipeline_on_conversational_data(chat, data, monkeypatch, capsys):
     summary = json.loads((root / out / "summary.json").read_text())
     assert summary["reward_model"] is not None and summary["eval"]["policy"]["win_rate"] is not None
     assert (root / out / "rl" / "model").is_dir()
+
+
+def test_pipeline_reward_sources_from_the_config():
+    """rl.reward_fn alone: no reward-model stage and it judges a dataset's eval; with reward.dataset or
+    a 'reward_model' weight the reward model is trained and summed with it; a built-in task keeps
+    its gold judge."""
+    from rloo.config import PipelineConfig
+
+    ds = {"path": "data/x.jsonl"}
+    alone = PipelineConfig(dataset=ds, rl={"reward_fn": "check.py:correct"})
+    _, _, rl, ev = alone.stage_configs()
+    assert not alone.trains_reward_model() and rl.reward_model is None and rl.reward_fn == "check.py:correct"
+    assert ev.judge == rl.eval.judge == "check.py:correct" and ev.reward_model is None
+    fns = ["a.py:f", "b.py:g"]
+    for both in (
+        PipelineConfig(dataset=ds, rl={"reward_fn": fns}, reward={"dataset": {"path": "data/p.jsonl"}}),
+        PipelineConfig(dataset=ds, rl={"reward_fn": fns, "reward_weights": {"reward_model": 0.5}}),
+    ):
+        _, _, rl, ev = both.stage_configs()
+        assert both.trains_reward_model() and rl.reward_model and rl.reward_fn == ["a.py:f", "b.py:g"]
+        assert ev.judge is None and ev.reward_model == rl.reward_model  # judged by the reward model
+    task = PipelineConfig(rl={"reward_fn": "check.py:correct"})
+    assert task.stage_configs()[3].judge is None  # the built-in task's gold judge
+    arith = PipelineConfig(task="arithmetic", rl={"reward_fn": "check.py:correct"})
+    assert arith.stage_configs()[2].reward_fn == "check.py:correct" and not arith.trains_reward_model()
+
+
+@pytest.mark.parametrize(
+    ("row", "fields", "message"),
+    [
+        ({"messages": [{"role": "user", "content": "hi"}]}, ("prompt", "completion"), "must end with an assistant"),
+        ({"prompt": [{"role": "user", "content": "hi"}], "completion": ["ok"]}, ("prompt", "completion"), "list of"),
+        (
+            {
+                "chosen": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "x"}],
+                "rejected": [{"role": "user", "content": "b"}, {"role": "assistant", "content": "y"}],
+            },
+            ("prompt", "chosen", "rejected"),
+            "differ before their last assistant message",
+        ),
+    ],
+)
+def test_conversational_mistakes_are_one_line(tmp_path, row, fields, message):
+    from rloo.config import DatasetSettings
+    from rloo.data.datasets import load_records
+    from rloo.errors import RlooError
+
+    (tmp_path / "d.jsonl").write_text(json.dumps(row) + "\n")
+    with pytest.raises(RlooError, match=message):
+        load_records(DatasetSettings(path=str(tmp_path / "d.jsonl")), fields)

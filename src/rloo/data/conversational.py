@@ -74,8 +74,8 @@ def _turns(row, fields, column, columns) -> tuple[list[dict], dict[str, list[dic
 
 
 def _messages(value, field: str) -> list[dict]:
-    if isinstance(value, str):  # a text prompt next to message-list responses: one user turn
-        return [{"role": "user", "content": value}]
+    if isinstance(value, str):  # text next to message lists: one user turn, or the assistant's reply
+        return [{"role": "user" if field == "prompt" else "assistant", "content": value}]
     if not is_messages(value):
         raise RlooError(
             f"conversational field {field!r} must be a list of {{role, content}} messages, got {value!r:.80}"
