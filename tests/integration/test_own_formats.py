@@ -343,6 +343,11 @@ def test_pipeline_reward_sources_from_the_config():
     ("row", "fields", "message"),
     [
         ({"messages": [{"role": "user", "content": "hi"}]}, ("prompt", "completion"), "must end with an assistant"),
+        (
+            {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok"}]},
+            ("prompt", "chosen", "rejected"),
+            "no column 'chosen'",
+        ),
         ({"prompt": [{"role": "user", "content": "hi"}], "completion": ["ok"]}, ("prompt", "completion"), "list of"),
         (
             {

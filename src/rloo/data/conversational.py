@@ -57,8 +57,9 @@ def _turns(row, fields, column, columns) -> tuple[list[dict], dict[str, list[dic
     """(prompt messages, {field: reply messages}) of one row, in whichever layout it has."""
     key = columns.get("messages", "messages")
     if key in row and row[key] is not None:
-        prompt, last = _split_last_reply(_messages(row[key], "messages"), "messages", need=set(fields) != {"prompt"})
-        return prompt, {f: last for f in fields if f != "prompt"}
+        prompt, last = _split_last_reply(_messages(row[key], "messages"), "messages", need="completion" in fields)
+        # a conversation is one response, not a pair: chosen/rejected come from their own columns
+        return prompt, {f: last if f == "completion" else _messages(column(f), f) for f in fields if f != "prompt"}
     prompt_col = columns.get("prompt", "prompt")
     if prompt_col in row and row[prompt_col] is not None:
         prompt = _messages(row[prompt_col], "prompt")
