@@ -367,3 +367,14 @@ def test_conversational_mistakes_are_one_line(tmp_path, row, fields, message):
     (tmp_path / "d.jsonl").write_text(json.dumps(row) + "\n")
     with pytest.raises(RlooError, match=message):
         load_records(DatasetSettings(path=str(tmp_path / "d.jsonl")), fields)
+
+
+def test_text_columns_beside_a_messages_column_stay_plain(tmp_path):
+    """A `prompt` text column wins over a `messages` column: the row is read as plain text."""
+    from rloo.config import DatasetSettings
+    from rloo.data.datasets import load_records
+
+    row = {"prompt": "q?", "completion": " a", "messages": [{"role": "user", "content": "other"}]}
+    (tmp_path / "d.jsonl").write_text(json.dumps(row) + "\n")
+    rec = load_records(DatasetSettings(path=str(tmp_path / "d.jsonl")), ("prompt", "completion"))[0]
+    assert (rec.prompt, rec.completion) == ("q?", " a")

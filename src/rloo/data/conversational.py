@@ -34,9 +34,9 @@ def is_messages(value) -> bool:
 
 
 def is_conversational(row: dict, columns: dict[str, str]) -> bool:
-    """Whether a row is in a conversational format: a `messages` column, or any of the fields
-    (after `dataset.columns` renaming) holding a message list."""
-    if columns.get("messages", "messages") in row:
+    """Whether a row is in a conversational format: a `messages` column (and no `prompt` one), or
+    any of the fields (after `dataset.columns` renaming) holding a message list."""
+    if columns.get("messages", "messages") in row and columns.get("prompt", "prompt") not in row:
         return True
     return any(is_messages(row.get(columns.get(f, f))) for f in ("prompt", "completion", "chosen", "rejected"))
 
@@ -55,12 +55,11 @@ def convert(
 
 def _turns(row, fields, column, columns) -> tuple[list[dict], dict[str, list[dict]]]:
     """(prompt messages, {field: reply messages}) of one row, in whichever layout it has."""
-    key = columns.get("messages", "messages")
-    if key in row and row[key] is not None:
+    key, prompt_col = columns.get("messages", "messages"), columns.get("prompt", "prompt")
+    if key in row and row[key] is not None and prompt_col not in row:
         prompt, last = _split_last_reply(_messages(row[key], "messages"), "messages", need="completion" in fields)
         # a conversation is one response, not a pair: chosen/rejected come from their own columns
         return prompt, {f: last if f == "completion" else _messages(column(f), f) for f in fields if f != "prompt"}
-    prompt_col = columns.get("prompt", "prompt")
     if prompt_col in row and row[prompt_col] is not None:
         prompt = _messages(row[prompt_col], "prompt")
         return prompt, {f: _messages(column(f), f) for f in fields if f != "prompt"}
