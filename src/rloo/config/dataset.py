@@ -35,7 +35,8 @@ class DatasetSettings(Strict):
     )
     format: Literal["plain", "tldr", "hh"] = Field(
         default="plain",
-        description="plain: columns are the fields; tldr: post/title/subreddit -> prompt, summary "
+        description="plain: columns are the fields (TRL's conversational message lists and `messages` "
+        "column too, rendered by the chat template); tldr: post/title/subreddit -> prompt, summary "
         "or chosen/rejected; hh: chosen/rejected dialogues split into prompt + responses.",
     )
     columns: dict[str, str] = Field(
@@ -48,10 +49,10 @@ class DatasetSettings(Strict):
 
     @model_validator(mode="after")
     def _known_columns(self):
-        bad = sorted(set(self.columns) - set(FIELDS) - {"post", "title", "subreddit", "summary"})
+        bad = sorted(set(self.columns) - set(FIELDS) - {"messages", "post", "title", "subreddit", "summary"})
         if bad:
             raise ValueError(
-                f"dataset.columns keys must be among {', '.join(FIELDS)} (or post/title/"
+                f"dataset.columns keys must be among {', '.join(FIELDS)}, messages (or post/title/"
                 f"subreddit/summary for format=tldr); got {', '.join(bad)}"
             )
         return self

@@ -259,6 +259,11 @@ class EvalSettings(Strict):
         "model when a dataset replaces the task), 'gold', 'reward_model', module:function or "
         "path/to/file.py:function (batched: (prompts, completions) -> floats).",
     )
+    checker: str | None = Field(
+        default=None,
+        description="A checker module:function or path/to/file.py:function, batched like a reward: 1 solved, 0 "
+        "not, None unreadable. Evaluation adds pass@k (pass_samples samples per held-out prompt).",
+    )
     pass_samples: int = Field(
         default=16,
         ge=8,

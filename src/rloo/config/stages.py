@@ -123,6 +123,17 @@ class PipelineRewardSettings(RewardSettings):
     )
 
 
+class PipelineRLSettings(RLSettings):
+    """The RL stage of the pipeline: its hyperparameters and, optionally, a Python reward."""
+
+    reward_fn: str | list[str] | None = Field(
+        default=None,
+        description="Python reward(s) `module:function` or `path/to/file.py:function`, batched (prompts, "
+        "completions) -> floats. Alone (no reward.dataset, no 'reward_model' in reward_weights) there is no "
+        "reward-model stage and it is also the default eval.judge; otherwise summed with the reward model.",
+    )
+
+
 class PipelineConfig(_Run):
     """`rloo pipeline`: SFT -> reward model -> RL -> evaluation into one output folder."""
 
@@ -137,8 +148,14 @@ class PipelineConfig(_Run):
     )
     sft: SFTSettings = Field(default_factory=SFTSettings)
     reward: PipelineRewardSettings = Field(default_factory=PipelineRewardSettings)
-    rl: RLSettings = Field(default_factory=RLSettings)
+    rl: PipelineRLSettings = Field(default_factory=PipelineRLSettings)
     eval: EvalSettings = Field(default_factory=EvalSettings)
+
+    @field_validator("rl", mode="before")
+    @classmethod
+    def _plain_rl_settings(cls, v):
+        # an RLSettings (as `rloo compare` holds) is a pipeline RL section without a Python reward
+        return v.model_dump() if isinstance(v, RLSettings) and not isinstance(v, PipelineRLSettings) else v
 
     @field_validator("reward", mode="before")
     @classmethod
@@ -160,6 +177,13 @@ class PipelineConfig(_Run):
         if not isinstance(data, dict) or data.get("task") not in TASK_PIPELINE_DEFAULTS:
             return data
         return _under(TASK_PIPELINE_DEFAULTS[data["task"]], data)
+
+    def trains_reward_model(self) -> bool:
+        """Whether the pipeline has a reward-model stage: not for a checker task, nor when rl.reward_fn
+        is the only reward (no reward.dataset and no 'reward_model' weight asking for one)."""
+        if self.task in CHECKER_TASKS:
+            return False
+        return self.rl.reward_fn is None or self.reward.dataset is not None or "reward_model" in self.rl.reward_weights
 
     def stage_configs(self) -> tuple[SFTConfig, RewardConfig, RLConfig, EvalConfig]:
         """The four stage configs this pipeline runs, with their paths derived from output_dir."""
@@ -185,22 +209,22 @@ class PipelineConfig(_Run):
             output_dir=out / "reward",
             sft_model=str(out / "sft" / "model"),
         )
-        # a task with a checker has no reward model: the checker is the reward
-        reward: dict[str, Any] = (
-            {"reward_fn": CHECKER_TASKS[self.task]}
-            if self.task in CHECKER_TASKS
-            else {"reward_model": str(out / "reward" / "model")}
-        )
+        reward, ev_settings = self._rewards(), self.eval
+        fns = reward["reward_fn"]
+        if self.dataset is not None and reward["reward_model"] is None and self.eval.judge is None and fns:
+            # a dataset has no gold judge and there is no reward model: the Python reward judges too
+            # (several are summed in training; the judge is the first, named in every table)
+            ev_settings = self.eval.model_copy(update={"judge": fns if isinstance(fns, str) else fns[0]})
         rl = RLConfig(
-            **self.rl.model_dump(),
+            **self.rl.model_dump(exclude={"reward_fn"}),
             **run,
             output_dir=out / "rl",
-            eval=self.eval,
+            eval=ev_settings,
             policy=str(out / "sft" / "model"),
             **reward,
         )
         ev = EvalConfig(
-            **self.eval.model_dump(),
+            **ev_settings.model_dump(),
             **run,
             output_dir=out / "eval",
             policy=str(out / "rl" / "model"),
@@ -209,3 +233,12 @@ class PipelineConfig(_Run):
             max_new_tokens=self.rl.max_new_tokens,
         )
         return sft, rm, rl, ev
+
+    def _rewards(self) -> dict[str, Any]:
+        """The RL stage's reward sources: a checker task's checker, rl.reward_fn, the reward model."""
+        reward: dict[str, Any] = {"reward_fn": self.rl.reward_fn, "reward_model": None}
+        if self.task in CHECKER_TASKS and self.rl.reward_fn is None:
+            reward["reward_fn"] = CHECKER_TASKS[self.task]  # the checker is the reward
+        if self.trains_reward_model():
+            reward["reward_model"] = str(self.output_dir / "reward" / "model")
+        return reward

@@ -15,16 +15,19 @@ Formats (`dataset.format`):
   \\n\\nAssistant: ...", or lists of {role, content} messages); the prompt is everything up to the
   final assistant turn, the responses are that turn of each dialogue.
 Prompts are wrapped in the tokenizer's chat template when it has one (and `chat_template` is on).
+With format plain, rows in TRL's conversational formats (message lists, a `messages` column) are
+read by rloo.data.conversational.
 """
 
 from __future__ import annotations
 
 import json
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rloo.config import DatasetSettings
+from rloo.data import conversational
 from rloo.errors import RlooError
 from rloo.runtime.names import check_name
 
@@ -38,6 +41,8 @@ class Record:
     completion: str | None = None
     chosen: str | None = None
     rejected: str | None = None
+    # a conversational row's messages (prompt turns, {field: reply turns}), for the chat template
+    turns: tuple | None = field(default=None, repr=False, compare=False)
 
 
 def _load_table(path: str, name: str | None, split: str):
@@ -145,13 +150,26 @@ def read_records(
     convert = {"plain": _plain, "tldr": _tldr, "hh": _hh}[settings.format]
     cols = set(table.column_names)
     fields = tuple(fields) + tuple(f for f in optional if _present(settings, f, cols))
+    if settings.format == "plain" and conversational.is_conversational(table[0], settings.columns):
+        # TRL's message lists: plain text here (what the split's hash reads), the turns kept for the
+        # chat template (with_chat_template)
+        return [
+            Record(**conversational.convert(row, fields, _reader(row, settings.columns, cols, path), settings.columns))
+            for row in table
+        ]
     return [convert(row, settings.columns, fields, cols, path) for row in table]
 
 
 def with_chat_template(records: list[Record], settings: DatasetSettings, tokenizer) -> list[Record]:
-    """The records' prompts in the tokenizer's chat template, when it has one and it is on."""
-    if tokenizer is not None and settings.chat_template and getattr(tokenizer, "chat_template", None):
-        for r in records:
+    """The records in the tokenizer's chat template, when it has one and it is on: the prompt, or a
+    conversational row's every field, rendered from its turns."""
+    if tokenizer is None or not settings.chat_template or not getattr(tokenizer, "chat_template", None):
+        return records
+    for r in records:
+        if r.turns is not None:
+            for name, text in conversational.render(r.turns, tokenizer).items():
+                setattr(r, name, text)
+        else:
             r.prompt = apply_chat_template(tokenizer, r.prompt)
     return records
 
@@ -159,6 +177,8 @@ def with_chat_template(records: list[Record], settings: DatasetSettings, tokeniz
 def _present(settings: DatasetSettings, field: str, cols: set) -> bool:
     if settings.format == "hh" or field in settings.columns:
         return True
+    if field == "completion" and settings.columns.get("messages", "messages") in cols:
+        return True  # a conversation's last assistant message
     alt = {"completion": "summary"} if settings.format == "tldr" else {}
     return field in cols or alt.get(field) in cols
 
@@ -180,6 +200,10 @@ def _column(row: dict, field: str, columns: dict, cols: set, path: str, default:
 def _tldr_hint(cols: set) -> str:
     """TL;DR-shaped columns (openai/summarize_from_feedback's comparisons, or posts) read as format=tldr."""
     return " or set dataset.format=tldr" if {"summaries", "choice"} <= cols or "post" in cols else ""
+
+
+def _reader(row: dict, columns: dict, cols: set, path: str):
+    return lambda field: _column(row, field, columns, cols, path)
 
 
 def _plain(row, columns, fields, cols, path) -> Record:

@@ -41,6 +41,9 @@ def check_config(cfg, *, reward_fn=None) -> None:
         _check_reward_source(cfg, reward_fn)
     if isinstance(cfg, (RLConfig, EvalConfig, PipelineConfig)):
         check_judge(cfg)
+        ev = getattr(cfg, "eval", cfg)
+        if ev.checker is not None:
+            load_callable(ev.checker, "eval.checker" if ev is not cfg else "checker")
     if isinstance(cfg, PipelineConfig):
         _check_pipeline(cfg)
     elif getattr(cfg, "dataset", None) is not None:  # last: reading the data is the slowest check
@@ -124,6 +127,9 @@ def check_judge(cfg) -> None:
 
 def _check_pipeline(cfg) -> None:
     """What the pipeline's stages will need from the data, read now rather than after SFT."""
+    fns = cfg.rl.reward_fn
+    for spec in [fns] if isinstance(fns, str) else list(fns or []):
+        load_callable(spec, "rl.reward_fn")
     if cfg.dataset is None:
         if cfg.reward.dataset is not None:
             raise ConfigError(
@@ -137,13 +143,15 @@ def _check_pipeline(cfg) -> None:
             "or tokenizer=PATH: the built-in word tokenizer only knows the built-in tasks' words"
         )
     rows = read_records(cfg.dataset, ("prompt", "completion"))
-    try:
-        pairs = read_records(cfg.reward.dataset or cfg.dataset, ("prompt", "chosen", "rejected"))
-    except RlooError as e:
-        if cfg.reward.dataset is not None:  # its keys are reward.dataset.*, not dataset.*
-            raise RlooError(str(e).replace(" dataset.", " reward.dataset.")) from e
-        raise RlooError(f"{e}; or give the reward stage its own preference data: reward.dataset.path=FILE") from e
+    pairs = None
+    if cfg.trains_reward_model():
+        try:
+            pairs = read_records(cfg.reward.dataset or cfg.dataset, ("prompt", "chosen", "rejected"))
+        except RlooError as e:
+            if cfg.reward.dataset is not None:  # its keys are reward.dataset.*, not dataset.*
+                raise RlooError(str(e).replace(" dataset.", " reward.dataset.")) from e
+            raise RlooError(f"{e}; or give the reward stage its own preference data: reward.dataset.path=FILE") from e
     # both sides of the split are needed: SFT, RM and RL train on one, the evaluations read the other
     for settings, records in ((cfg.dataset, rows), (cfg.reward.dataset, pairs)):
-        if settings is not None and settings.eval_split is None:
+        if settings is not None and records is not None and settings.eval_split is None:
             check_sides(settings, split_records(records, settings.eval_fraction), len(records))

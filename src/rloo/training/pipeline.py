@@ -14,7 +14,6 @@ from rloo.eval.paired import compare_paired, describe
 from rloo.eval.passk import paired_pass_difference
 from rloo.runtime.runlock import holds_run_folder
 from rloo.runtime.tracking import say
-from rloo.tasks import get_task, has_checker
 from rloo.training.common import prepare_output_dir
 from rloo.training.evaluate import evaluate
 from rloo.training.reward import train_reward
@@ -36,9 +35,9 @@ def pipeline(cfg: PipelineConfig, *, overwrite: bool = False) -> dict:
     say(f"[1/4] SFT of {cfg.model or 'a small Llama'} on {data} -> {sft_cfg.output_dir}")
     sft(sft_cfg, overwrite=True)
     times["sft"], t = time.perf_counter() - t, time.perf_counter()
-    checker = has_checker(get_task(cfg.task))
-    if checker:
-        say(f"[2/4] no reward model: {cfg.task}'s checker is the reward ({rl_cfg.reward_fn})")
+    if not cfg.trains_reward_model():
+        whose = f"{cfg.task}'s checker" if cfg.rl.reward_fn is None else "rl.reward_fn"
+        say(f"[2/4] no reward model: {whose} is the reward ({_names(rl_cfg.reward_fn)})")
         rm = None
     else:
         pref = rm_cfg.dataset.path if rm_cfg.dataset is not None else f"{cfg.task} labeler pairs"
@@ -77,6 +76,10 @@ def _eval_count(cfg: PipelineConfig) -> int:
     if cfg.dataset is None:
         return cfg.eval.num_prompts
     return len(eval_records(cfg.dataset, ("prompt",), cfg.eval.num_prompts))
+
+
+def _names(specs: str | list[str]) -> str:
+    return specs if isinstance(specs, str) else ", ".join(specs)
 
 
 def _eval_summary(v) -> dict:
