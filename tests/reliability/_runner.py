@@ -57,6 +57,22 @@ def start_cli(argv: list[str], log: Path, fault: str | None = None):
     return proc
 
 
+def start_lock_holder(folder: Path, ready_dir: Path, seconds: float = 60, shared: bool = False):
+    """A child that holds `folder`'s run lock (reliability._helpers.hold_lock); returned once it does."""
+    import time
+
+    from ._helpers import hold_lock
+
+    ready = Path(ready_dir) / f"ready-{folder.name}-{time.monotonic_ns()}"
+    proc = _context().Process(target=hold_lock, args=(str(folder), str(ready), seconds, False, shared))
+    proc.start()
+    t0 = time.monotonic()
+    while not ready.exists():
+        assert proc.is_alive() and time.monotonic() - t0 < 60, "the lock holder did not start"
+        time.sleep(0.05)
+    return proc
+
+
 def _child(argv, log, fault):
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     os.dup2(fd, 1)
