@@ -153,6 +153,8 @@ def _check(folder: Path, spec: dict, locks: list[Path], top: bool = True) -> Non
         path, what = Path(entry.path), _match(entry.name, spec)
         if what is None:
             raise _not_ours(path)
+        if entry.is_symlink() and _match(entry.name, {k: v for k, v in spec.items() if k != "*"}) is None:
+            raise _not_ours(path)  # rloo makes no links: one named by a bare "*" (a method's run) is not ours
         if entry.is_symlink() or what == TREE:
             continue  # a link is unlinked, never followed; TREE is deleted whole
         is_dir = entry.is_dir(follow_symlinks=False)
