@@ -13,6 +13,8 @@ Faults (`kind@step`), each raised by the process against itself at a determinist
   kill-rename@s  SIGKILL after checkpoint s is complete in its temp folder, before the rename
   slow-config@0  writing config.yaml into a new run folder takes 1.5 s (its temp file is there
                meanwhile): the window in which other processes see a half-made run folder
+  kill-log@n   SIGKILL right after the n-th metrics record of the process, whichever stage wrote it
+               (SFT, reward model, RL: `rloo compare`'s cells at a chosen point)
   pause@s      after logging step s, write `<log>.paused` and sleep 4 s (a run that is surely
                mid-way while a second process tries the same folder)
 """
@@ -121,6 +123,17 @@ def _install(kind: str, at: str, log: str = "") -> None:
                 time.sleep(4)
 
         tracking.MetricsLogger.log = log_then_pause
+    elif kind == "kill-log":  # SIGKILL right after the at-th metrics record of any stage (sft, reward, rl)
+        real_log = tracking.MetricsLogger.log
+        calls = [0]
+
+        def log_then_die(self, step, metrics):
+            real_log(self, step, metrics)
+            calls[0] += 1
+            if calls[0] == at:
+                os.kill(me, signal.SIGKILL)
+
+        tracking.MetricsLogger.log = log_then_die
     elif kind in ("term", "int", "kill"):
         sig = {"term": signal.SIGTERM, "int": signal.SIGINT, "kill": signal.SIGKILL}[kind]
         real_log = tracking.MetricsLogger.log

@@ -36,7 +36,7 @@ def open_study(cfg: CompareConfig, overwrite: bool) -> SharedFolder:
     out = Path(cfg.output_dir)
     refuse_a_file(out)
     out.mkdir(parents=True, exist_ok=True)
-    study = SharedFolder(out, exclusive=overwrite)
+    study = SharedFolder(out, overwrite=overwrite)
     try:
         if overwrite:
             empty_run_folder(out, "compare")
@@ -50,10 +50,11 @@ def open_study(cfg: CompareConfig, overwrite: bool) -> SharedFolder:
             raise RlooError(
                 f"{out} holds a comparison with other settings; pass {option('overwrite')} or choose another output_dir"
             )
-        write_marker(out, "compare")
-        if not saved.exists():
-            atomic_write_text(saved, _dump(cfg))
-        study.share()
+        if study.exclusive:  # the only writer of the marker and config (a process joining later reads them)
+            write_marker(out, "compare")
+            if not saved.exists():
+                atomic_write_text(saved, _dump(cfg))
+            study.share()
     except BaseException:
         study.close(refused=True)
         raise

@@ -17,16 +17,20 @@ from rloo.runtime.runlock import LOCK_NAME, RunFolderBusy, open_lock_file, try_f
 
 class SharedFolder:
     """A folder several processes work in at once (an `rloo compare` study): each holds a shared
-    flock on `<folder>/.rloo.lock` for its whole run; one that is to empty the folder
-    (`--overwrite`) holds it exclusively first, so it never deletes under a live process. The file
-    is left in place (other processes may hold it)."""
+    flock on `<folder>/.rloo.lock` for its whole run. The first process holds it exclusively while
+    it sets the folder up (its marker and config: one writer, `exclusive` is then True), later ones
+    join once that is done; one that is to empty the folder (`overwrite`) must hold it exclusively,
+    so it never deletes under a live process. The file is left in place (others may hold it)."""
 
-    def __init__(self, folder, exclusive: bool):
+    JOIN_TRIES = 1500  # x 0.02 s: a joining process waits up to 30 s for the first one's set-up
+
+    def __init__(self, folder, overwrite: bool):
         self.folder = Path(folder)
         self.path = self.folder / LOCK_NAME
         self.created = not os.path.lexists(self.path)
         self.fd = open_lock_file(self.path, os.O_RDWR | os.O_CREAT)
-        if not try_flock(self.fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH):
+        self.exclusive = try_flock(self.fd, fcntl.LOCK_EX, tries=10 if overwrite else 1)
+        if not self.exclusive and (overwrite or not try_flock(self.fd, fcntl.LOCK_SH, tries=self.JOIN_TRIES)):
             others = _holders(self.fd)
             os.close(self.fd)
             who = f"process {', '.join(map(str, others))}" if others else "another process"
