@@ -151,7 +151,6 @@ def test_output_dir_that_is_a_file_is_named_a_file(command, tiny_model_dir, tmp_
 # ---- item 4: a cell whose inputs another process is making -----------------------------------------
 
 
-@pytest.mark.slow  # a whole tiny comparison: about 35 s of CPU
 def test_a_cell_waits_for_the_models_another_process_is_making(tmp_path, monkeypatch, capsys):
     """Another process holds seed 0's cell (so its SFT and reward models are being made there) and
     then goes away without making them: the gradient variance, which reads them, waits with a
