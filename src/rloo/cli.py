@@ -84,7 +84,7 @@ def _run_pipeline(cfg, args):
 def _run_bench(cfg, args):
     from rloo.experiments.bench import run_bench
 
-    run_bench(cfg)
+    run_bench(cfg, overwrite=args.overwrite)
 
 
 def _run_compare(cfg, args):

@@ -14,7 +14,8 @@ from tests.integration.test_compare import TINY
 
 import rloo.experiments.compare as compare_mod
 from rloo.config import CompareConfig
-from rloo.experiments.compare import compare, same_settings
+from rloo.experiments.compare import compare
+from rloo.experiments.compare_folder import same_settings
 from rloo.experiments.tuning import trial_name, trial_settings, tuning_root
 from rloo.tasks.base import stable_hash
 from rloo.tasks.summarize import EVAL_BUCKETS, SummarizeTask

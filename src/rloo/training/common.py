@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import random
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +16,8 @@ from rloo.runtime.atomic import atomic_write_text
 from rloo.runtime.checkpoint import check_resume_config
 from rloo.runtime.fingerprint import refuse_inputs_inside
 from rloo.runtime.precision import refresh_casts_after_step
-from rloo.runtime.runlock import LOCK_NAME, is_lock_file, lock_now
+from rloo.runtime.runfolder import empty_run_folder, is_bookkeeping_only, kind_of, run_kind, write_marker
+from rloo.runtime.runlock import LOCK_NAME, lock_now
 from rloo.runtime.tracking import say
 
 
@@ -34,24 +34,27 @@ def prepare_output_dir(cfg, resume: bool = False, overwrite: bool = False, can_r
 
     A folder that already holds a run is refused unless `overwrite` (start over: the old run is
     deleted) or `resume` (continue it) is given, so one run never silently overwrites or mixes
-    into another. A non-empty folder that does not hold an rloo run of this kind is never
-    deleted, not even with `overwrite`.
+    into another. `overwrite` deletes only through rloo.runtime.runfolder.empty_run_folder: a
+    folder that is not an rloo run of this kind, or that holds anything rloo did not write, is
+    never deleted.
     """
     out = Path(cfg.output_dir)
+    kind = run_kind(cfg)
     current = cfg.model_dump(mode="json")
+    refuse_a_file(out)
     # A folder another run is writing is reported as busy (by the lock), not judged by its
     # half-written contents; the contents are judged again once this process holds the lock.
     if not (out / LOCK_NAME).exists():
-        _refuse_foreign(out, _held_run(out, current), cfg)
+        _refuse_foreign(out, _held_run(out, current, kind), kind)
     out.mkdir(parents=True, exist_ok=True)
     lock_now(out)
-    held = _held_run(out, current)
-    _refuse_foreign(out, held, cfg)
+    held = _held_run(out, current, kind)
+    _refuse_foreign(out, held, kind)
     if held is not None and resume:
         check_resume_config(held, current)
     elif held is not None and overwrite:
         refuse_inputs_inside(cfg, out)
-        clear_folder(out)
+        empty_run_folder(out, kind)
     elif held is not None:
         same = {k: v for k, v in held.items() if k != "output_dir"} == {
             k: v for k, v in current.items() if k != "output_dir"
@@ -64,39 +67,50 @@ def prepare_output_dir(cfg, resume: bool = False, overwrite: bool = False, can_r
             else f"pass {option('overwrite')} to replace it"
         )
         raise RlooError(f"{out} already holds {what}; {how}, or choose another output_dir")
-    out.mkdir(parents=True, exist_ok=True)
+    write_marker(out, kind)
     atomic_write_text(out / "config.yaml", yaml.safe_dump(current, sort_keys=False))
     return out
 
 
-def _refuse_foreign(out: Path, held, cfg) -> None:
+def prepare_plain_folder(out: Path, kind: str, overwrite: bool) -> Path:
+    """The output folder of a command without a config.yaml of its own (`rloo bench`): created and
+    locked; emptied with `overwrite` (rloo.runtime.runfolder), refused when it holds anything else."""
+    refuse_a_file(out)
+    out.mkdir(parents=True, exist_ok=True)
+    lock_now(out)
+    if overwrite:
+        empty_run_folder(out, kind)
+    elif kind_of(out) != kind and not is_bookkeeping_only(out):
+        _refuse_foreign(out, "foreign", kind)
+    write_marker(out, kind)
+    return out
+
+
+def refuse_a_file(out: Path) -> None:
+    if out.exists() and not out.is_dir():
+        raise RlooError(f"output_dir {out} is a file, not a folder; choose another output_dir (nothing was changed)")
+
+
+def _refuse_foreign(out: Path, held, kind: str) -> None:
     if held == "foreign":
         raise RlooError(
-            f"{out} is not empty and does not hold an rloo {type(cfg).__name__} run; choose another "
-            f"output_dir (nothing was deleted)"
+            f"{out} is not empty and does not hold an rloo {kind} run; choose another output_dir (nothing was deleted)"
         )
 
 
-def _held_run(out: Path, current: dict):
-    """None (missing or empty folder), the saved config of an rloo run of the same kind, or "foreign"."""
-    if not out.exists() or (out.is_dir() and all(is_lock_file(p) for p in out.iterdir())):
+def _held_run(out: Path, current: dict, kind: str):
+    """None (missing folder, or only a lock and marker), the saved config of an rloo run of this
+    kind ({} when a run of it was killed before writing its config), or "foreign"."""
+    if not out.is_dir() or is_bookkeeping_only(out):
         return None
-    saved = out / "config.yaml"
+    if kind_of(out) != kind:
+        return "foreign"
     try:
-        held = yaml.safe_load(saved.read_text()) if out.is_dir() and saved.is_file() else None
-    except (OSError, yaml.YAMLError):
+        held = yaml.safe_load((out / "config.yaml").read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
         held = None
-    if isinstance(held, dict):
-        held = upgrade_saved_config(held)  # a run written before a section was renamed is still ours
-    return held if isinstance(held, dict) and set(held) == set(current) else "foreign"
-
-
-def clear_folder(out: Path) -> None:
-    """Delete a run folder's contents for --overwrite, keeping this process's lock file in place."""
-    for p in out.iterdir():
-        if is_lock_file(p):
-            continue
-        shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+    # a run written before a section was renamed is still ours
+    return upgrade_saved_config(held) if isinstance(held, dict) else {}
 
 
 def adamw(params, lr: float, weight_decay: float = 0.0) -> torch.optim.AdamW:
