@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -73,6 +74,14 @@ class _Run(Strict):
     @classmethod
     def _trackers(cls, v):
         normalize_report_to(v)
+        return v
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, v: str) -> str:
+        # checked here, not by torch.device (which raises a RuntimeError deep in a stage for `tpu`)
+        if not re.fullmatch(r"(cpu|cuda|mps|xpu)(:\d+)?", v):
+            raise ValueError("device must be cpu, cuda, cuda:N, mps or xpu")
         return v
 
 
