@@ -4,6 +4,8 @@ ValidationError, from the CLI and the Python API alike. Also the tracker names o
 
 from __future__ import annotations
 
+import re
+
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from rloo.config.confcheck import reject_coercions
@@ -76,6 +78,14 @@ class Strict(BaseModel):
     def _no_coercion(cls, data):
         # YAML `seed: true` or `steps: "5"` are mistakes, not numbers: no silent bool/str -> number
         return reject_coercions(cls, data)
+
+
+def check_device_name(v: str) -> str:
+    """A device torch knows, checked in the config: torch.device('tpu') raised a RuntimeError deep
+    inside a stage."""
+    if not re.fullmatch(r"(cpu|cuda|mps|xpu)(:\d+)?", v):
+        raise ValueError("device must be cpu, cuda, cuda:N, mps or xpu")
+    return v
 
 
 TRACKERS = ("tensorboard", "wandb", "none")

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from rloo.config.base import Strict, normalize_report_to
+from rloo.config.base import Strict, check_device_name, normalize_report_to
 from rloo.config.dataset import DatasetSettings
 from rloo.config.sections import EvalSettings, RewardSettings, RLSettings, SFTSettings
 
@@ -76,13 +75,7 @@ class _Run(Strict):
         normalize_report_to(v)
         return v
 
-    @field_validator("device")
-    @classmethod
-    def _device(cls, v: str) -> str:
-        # checked here, not by torch.device (which raises a RuntimeError deep in a stage for `tpu`)
-        if not re.fullmatch(r"(cpu|cuda|mps|xpu)(:\d+)?", v):
-            raise ValueError("device must be cpu, cuda, cuda:N, mps or xpu")
-        return v
+    _device = field_validator("device")(classmethod(lambda cls, v: check_device_name(v)))
 
 
 class SFTConfig(_Run, SFTSettings):
