@@ -256,6 +256,42 @@ def test_sft_undoes_an_update_that_left_bad_weights(tiny_model_dir, tmp_path, mo
     assert "update skipped" in capsys.readouterr().err and not (out / "model").exists()
 
 
+@pytest.mark.parametrize("value_model", ["separate", "head"])
+def test_the_value_model_is_guarded_too(value_model, tiny_model_dir, tmp_path, monkeypatch, capsys):
+    """ppo's value model: an update that blows up its weights (its optimizer's lr patched to 1e30,
+    beyond the config's bound) is taken back with the policy's, and the checkpoint written when the
+    run stops holds the value model from before (before: it held weights near 1e30)."""
+    from rloo.algorithms import ppo
+
+    real = ppo.refresh_casts_after_step
+
+    def huge_lr(opt):
+        for group in opt.param_groups:
+            group["lr"] = 1e30
+        return real(opt)
+
+    monkeypatch.setattr(ppo, "refresh_casts_after_step", huge_lr)
+    out = tmp_path / "run"
+    rc = main(
+        [
+            "train",
+            f"policy={tiny_model_dir}",
+            f"output_dir={out}",
+            RW,
+            *TINY_RUN,
+            "algorithm=ppo",
+            f"algo.value_model={value_model}",
+            "max_skipped_steps=2",
+        ]
+    )
+    _one_line(rc, capsys.readouterr().err.strip(), "2 steps in a row", progress_before=True)
+    assert not (out / "model").exists()
+    state = torch.load(out / "checkpoints" / "step-000000" / "state.pt", weights_only=True)
+    values = state["algorithm"]["value_model"]
+    worst = max(v.abs().max().item() for v in values.values() if v.is_floating_point())
+    assert worst < 1e3, f"the checkpoint holds a value model with weights up to {worst:.3g}"
+
+
 # -- item 15: a checkpoint whose model was swapped for another architecture --------------------
 
 

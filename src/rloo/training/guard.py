@@ -61,13 +61,16 @@ class NonFiniteGuard:
 
 def check_update(guard: ParamGuard, dist, stats: dict) -> dict:
     """Undo an update that left bad weights (rloo.runtime.paramguard); it then counts as a skipped step."""
-    skipped = bool(stats["guard/skipped"])  # no update was made: nothing to check
+    skipped = bool(stats["guard/skipped"])
     problem = None if skipped else guard.problem()
     bad = problem is not None
     if dist.enabled:  # every process takes part, and all undo together (FSDP checks its own shard)
         bad = dist.mean_metrics({"bad": float(bad)})["bad"] > 0
     guard.reason = "non-finite loss or gradient" if skipped else None
-    if not bad or skipped:
+    if skipped:  # a method with several updates per step (ppo's minibatches, its value model) may have
+        guard.undo()  # made some before the one skipped: taken back, so a skipped step changes nothing
+        return {"guard/params_undone": 0.0}
+    if not bad:
         return {"guard/params_undone": 0.0}
     guard.undo()
     guard.reason = problem or "bad parameters on another process"

@@ -124,8 +124,12 @@ def _train(cfg, dist, prompts, reward_fn, resume, overwrite) -> RLResult:
         say(f"resuming from {ckpt} at step {start}")
     elif resume:
         truncate_metrics(out, 0)  # records of a run killed before its first checkpoint
+    value = getattr(algo, "value", None)  # ppo/vanilla_pg: the value model is guarded with the policy
     ck.guard = ParamGuard(
-        models.policy.parameters(), opt, cfg.max_param_growth, norm0=(state or {}).get("guard", {}).get("norm0")
+        [*models.policy.parameters(), *(value.params if value is not None else [])],
+        [opt, value.opt] if value is not None else opt,
+        cfg.max_param_growth,
+        norm0=(state or {}).get("guard", {}).get("norm0"),
     )
     return loop(cfg, dist, models, ck, eval_set, start)
 
