@@ -29,6 +29,17 @@ from .test_bad_input import TINY_RUN, _files, _one_line
 
 RW = "reward_fn=reliability._helpers:reward_short"
 
+# the keys each command needs, so that the key under test is the only problem
+REQUIRED = {
+    "sft": [],
+    "reward": ["sft_model={model}"],
+    "train": ["policy={model}", RW],
+    "eval": ["policy={model}"],
+    "pipeline": [],
+    "compare": [],
+    "bench": [],
+}
+
 # (command, arguments, what the one line must contain); {model}, {zero}, {trunc}, {loop}, {dir},
 # {fifo} are made by the `inputs` fixture, {out} is a fresh output folder
 TABLE = [
@@ -45,10 +56,7 @@ TABLE = [
     ("pipeline", ["rl.max_new_tokens=100000000"], "rl.max_new_tokens=100000000 is longer than the context"),
     ("train", ["policy={model}", RW, "batch_size=4000", "k=4000"], "batch_size x k = 4000 x 4000: 16000000"),
     # item 10: device=tpu, every command
-    *[
-        (c, ["policy={model}", RW, "device=tpu"] if c == "train" else ["device=tpu"], "device: device must be")
-        for c in ("sft", "reward", "train", "eval", "pipeline", "compare", "bench")
-    ],
+    *[(c, [*REQUIRED[c], "device=tpu"], "device: device must be") for c in REQUIRED],
     # item 11: output_dir a symbolic link loop, or under one
     ("train", ["policy={model}", RW, "output_dir={loop}"], "is or lies under a symbolic link loop"),
     ("sft", ["output_dir={loop}/x"], "is or lies under a symbolic link loop"),
