@@ -181,9 +181,9 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:  # a second SIGTERM (StopNow) is 143, as the first one's exit is
         print(f"rloo {args.command}: interrupted", file=sys.stderr)
-        return 130
+        return getattr(e, "exit_code", 130)
     return 0
 
 

@@ -8,6 +8,7 @@ bit for bit then do the same arithmetic in the same order.
 Faults (`kind@step`), each raised by the process against itself at a deterministic point:
   term@s       SIGTERM in the middle of step s (after its metrics are logged)
   int@s        SIGINT, likewise
+  term2@s      two SIGTERMs in the middle of step s (the second stops at once)
   kill@s       SIGKILL in the middle of step s (metrics of step s are on disk, its checkpoint is not)
   kill-ckpt@s  SIGKILL while checkpoint s is being written (model written, state.pt half written)
   kill-rename@s  SIGKILL after checkpoint s is complete in its temp folder, before the rename
@@ -134,14 +135,15 @@ def _install(kind: str, at: str, log: str = "") -> None:
                 os.kill(me, signal.SIGKILL)
 
         tracking.MetricsLogger.log = log_then_die
-    elif kind in ("term", "int", "kill"):
-        sig = {"term": signal.SIGTERM, "int": signal.SIGINT, "kill": signal.SIGKILL}[kind]
+    elif kind in ("term", "int", "kill", "term2"):
+        sig = {"term": signal.SIGTERM, "int": signal.SIGINT, "kill": signal.SIGKILL, "term2": signal.SIGTERM}[kind]
         real_log = tracking.MetricsLogger.log
 
         def log(self, step, metrics):
             real_log(self, step, metrics)
             if step == at and "loss/policy" in metrics:
-                os.kill(me, sig)
+                for _ in range(2 if kind == "term2" else 1):
+                    os.kill(me, sig)
 
         tracking.MetricsLogger.log = log
     elif kind == "kill-ckpt":

@@ -38,6 +38,7 @@ LAZY_OK = {
     "experiments/bench_workers.py": {"trl", "datasets"},
     "data/datasets.py": {"datasets"},
     "runtime/trackers.py": {"torch.utils.tensorboard", "wandb"},
+    "runtime/sizes.py": {"torch"},  # GPU memory only for device=cuda: the CLI's preflight stays torch-free
     "eval/plots.py": {"matplotlib", "matplotlib.pyplot"},
     "experiments/compare_plots.py": {"matplotlib", "matplotlib.pyplot"},
 }

@@ -5,6 +5,7 @@ ValidationError, from the CLI and the Python API alike. Also the tracker names o
 from __future__ import annotations
 
 import difflib
+import re
 from typing import get_args
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
@@ -18,6 +19,17 @@ from rloo.errors import ConfigError
 MAX_LR = 1.0
 MAX_BETA = 1e3
 MAX_GRAD_NORM = 1e6
+# AdamW's decoupled decay multiplies every weight by (1 - lr x weight_decay) each step: a product
+# of 1 or more zeroes or flips the weights (weight_decay=1e30 saved an all-NaN SFT model).
+MAX_WEIGHT_DECAY = 10.0
+# A score is a reward; 1e6 is far beyond any reward scale, and 1e300 overflowed float32 to inf.
+MAX_SCORE = 1e6
+# Sampling divides the logits by the temperature: at 1e-30 they overflow, so sampling is greedy
+# and every log-prob is 0 or -inf, which trains with zero gradient. 0.01 is already near-greedy.
+MIN_TEMPERATURE = 0.01
+# Samples per prompt (k, eval.pass_samples): the leave-one-out baseline's and pass@8's variance
+# stop shrinking usefully long before this; k=100000 started a run that grew past memory.
+MAX_SAMPLES = 4096
 
 
 def describe_validation_error(e: ValidationError, cls: type) -> str:
@@ -90,6 +102,14 @@ class Strict(BaseModel):
     def _no_coercion(cls, data):
         # YAML `seed: true` or `steps: "5"` are mistakes, not numbers: no silent bool/str -> number
         return reject_coercions(cls, data)
+
+
+def check_device_name(v: str) -> str:
+    """A device torch knows, checked in the config: torch.device('tpu') raised a RuntimeError deep
+    inside a stage."""
+    if not re.fullmatch(r"(cpu|cuda|mps|xpu)(:\d+)?", v):
+        raise ValueError("device must be cpu, cuda, cuda:N, mps or xpu")
+    return v
 
 
 TRACKERS = ("tensorboard", "wandb", "none")

@@ -9,7 +9,16 @@ from typing import Literal, get_args
 
 from pydantic import AliasChoices, Field, model_validator
 
-from rloo.config.base import MAX_BETA, MAX_GRAD_NORM, MAX_LR, Strict
+from rloo.config.base import (
+    MAX_BETA,
+    MAX_GRAD_NORM,
+    MAX_LR,
+    MAX_SAMPLES,
+    MAX_SCORE,
+    MAX_WEIGHT_DECAY,
+    MIN_TEMPERATURE,
+    Strict,
+)
 
 TASK_NAMES = ("summarize", "dialogue", "arithmetic")
 
@@ -31,8 +40,19 @@ class SFTSettings(Strict):
     epochs: int = Field(default=6, ge=1, description="Passes over the SFT data.")
     batch_size: int = Field(default=64, ge=1, description="Sequences per optimizer step.")
     lr: float = Field(default=3e-3, gt=0, le=MAX_LR, description="Peak AdamW learning rate (cosine decay to 10%).")
-    weight_decay: float = Field(default=0.0, ge=0)
+    weight_decay: float = Field(
+        default=0.0, ge=0, le=MAX_WEIGHT_DECAY, description="AdamW decoupled weight decay (lr x weight_decay < 1)."
+    )
     arch: ArchConfig = Field(default_factory=ArchConfig, description="Used only when `model` is null.")
+
+    @model_validator(mode="after")
+    def _decay_below_one(self):
+        if self.lr * self.weight_decay >= 1:
+            raise ValueError(
+                f"weight_decay: lr x weight_decay must be below 1 (each step multiplies the weights by "
+                f"1 - lr x weight_decay), got {self.lr:g} x {self.weight_decay:g}"
+            )
+        return self
 
 
 class RewardSettings(Strict):
@@ -153,16 +173,26 @@ class RLSettings(Strict):
     )
     steps: int = Field(default=100, ge=1, description="Optimizer steps (one fresh batch of samples each).")
     batch_size: int = Field(default=16, ge=1, description="Prompts per step (B); N = B*k completions.")
-    k: int = Field(default=4, ge=1, description="Samples per prompt for the leave-one-out baseline (eq. 4), >= 2.")
+    k: int = Field(
+        default=4,
+        ge=1,
+        le=MAX_SAMPLES,
+        description="Samples per prompt for the leave-one-out baseline (eq. 4), >= 2 (at most 4096).",
+    )
     beta: float = Field(default=0.25, ge=0, le=MAX_BETA, description="KL coefficient in the shaped reward (eq. 1).")
     lr: float = Field(default=1e-4, gt=0, le=MAX_LR, description="AdamW learning rate (constant after warm-up).")
     warmup_steps: int = Field(default=10, ge=0)
     max_grad_norm: float = Field(default=1.0, gt=0, le=MAX_GRAD_NORM)
-    temperature: float = Field(default=1.0, gt=0, description="Sampling temperature; log-probs use it too.")
+    temperature: float = Field(
+        default=1.0, ge=MIN_TEMPERATURE, description="Sampling temperature; log-probs use it too (>= 0.01)."
+    )
     top_p: float = Field(default=1.0, gt=0, le=1, description="Nucleus sampling mass.")
     max_new_tokens: int = Field(default=16, ge=1, description="Completion length limit (T).")
     truncation_penalty: float | None = Field(
-        default=None, description="If set, the score of a completion that hits max_new_tokens without EOS."
+        default=None,
+        ge=-MAX_SCORE,
+        le=MAX_SCORE,
+        description="If set, the score of a completion that hits max_new_tokens without EOS (|value| <= 1e6).",
     )
     log_every: int = Field(default=1, ge=1, description="Steps between metric records.")
     disable_dropout: bool = Field(
@@ -251,7 +281,9 @@ class EvalSettings(Strict):
     """How policies are compared on held-out prompts."""
 
     num_prompts: int = Field(default=400, ge=1, description="Held-out prompts, each judged against its reference.")
-    temperature: float = Field(default=1.0, gt=0, description="Sampling temperature of the evaluated policies.")
+    temperature: float = Field(
+        default=1.0, ge=MIN_TEMPERATURE, description="Sampling temperature of the evaluated policies (>= 0.01)."
+    )
     batch_size: int = Field(default=128, ge=1)
     judge: str | None = Field(
         default=None,
@@ -267,5 +299,6 @@ class EvalSettings(Strict):
     pass_samples: int = Field(
         default=16,
         ge=8,
+        le=MAX_SAMPLES,
         description="Tasks with a checker (arithmetic): samples per held-out problem for pass@k, k = 1, 2, 4, 8.",
     )

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from rloo.config.base import Strict, normalize_report_to
+from rloo.config.base import Strict, check_device_name, normalize_report_to
 from rloo.config.dataset import DatasetSettings
 from rloo.config.sections import EvalSettings, RewardSettings, RLSettings, SFTSettings
 
@@ -74,6 +74,8 @@ class _Run(Strict):
     def _trackers(cls, v):
         normalize_report_to(v)
         return v
+
+    _device = field_validator("device")(classmethod(lambda cls, v: check_device_name(v)))
 
 
 class SFTConfig(_Run, SFTSettings):

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from rloo.config.base import MAX_BETA, MAX_LR, Strict
+from rloo.config.base import MAX_BETA, MAX_LR, Strict, check_device_name
 from rloo.config.sections import EvalSettings, RewardSettings, RLSettings, SFTSettings
 from rloo.config.stages import CHECKER_TASKS
 
@@ -20,6 +20,7 @@ class BenchConfig(Strict):
         description="Benchmark shapes (see rloo.experiments.bench_assets; 1B: Pythia-1B-sized).",
     )
     device: str = Field(default="cpu", description="cpu or cuda: both trainers run there.")
+    _device = field_validator("device")(classmethod(lambda cls, v: check_device_name(v)))
     dtype: Literal["auto", "float32", "bfloat16"] = Field(
         default="float32",
         description="Both trainers: float32, or bf16 mixed precision (TRL's bf16=True); auto as in "
@@ -123,6 +124,7 @@ class CompareConfig(Strict):
     quick: bool = Field(default=False, description="Tiny settings (smoke run, minutes): overrides the sections below.")
     output_dir: Path = Field(default=Path("runs/compare"), description="Runs in runs/, the report in report/.")
     device: str = Field(default="cpu", description="torch device.")
+    _device = field_validator("device")(classmethod(lambda cls, v: check_device_name(v)))
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         default="auto",
         description="As in every stage: auto is bf16 on GPU; on CPU bf16 autocast where bf16 matmul is fast.",

@@ -75,12 +75,26 @@ QUICK = {
 
 
 def quick_config(cfg: CompareConfig) -> CompareConfig:
-    """cfg with the tiny QUICK settings laid over it (methods, tasks and output_dir are kept)."""
-    data = cfg.model_dump()
-    for key, val in QUICK.items():
-        data[key] = (data[key] | val) if isinstance(val, dict) else val
-    data["sft"]["arch"] = cfg.sft.arch.model_dump() | QUICK["sft"]["arch"]
+    """cfg with the tiny QUICK settings laid over the keys the user did not set: an explicit
+    `seeds=[0,1,2]` or `rl.steps=40` wins over --quick (said in one line); methods, tasks and
+    output_dir are kept."""
+    kept: list[str] = []
+    data = _lay_quick(cfg, QUICK, "", kept)
+    if kept:
+        say(f"--quick: keeping your {', '.join(kept)} (explicit settings win over the quick ones)")
     return CompareConfig(**data)
+
+
+def _lay_quick(section, quick: dict, prefix: str, kept: list[str]) -> dict:
+    data = section.model_dump()
+    for key, val in quick.items():
+        if isinstance(val, dict):
+            data[key] = _lay_quick(getattr(section, key), val, f"{prefix}{key}.", kept)
+        elif key in section.model_fields_set:
+            kept.append(f"{prefix}{key}={getattr(section, key)}")
+        else:
+            data[key] = val
+    return data
 
 
 def method_config(

@@ -31,9 +31,12 @@ def total_norm(tensors: list[torch.Tensor]) -> float:
 
 
 class ParamGuard:
-    def __init__(self, params, opt: torch.optim.Optimizer, growth: float, norm0: float | None = None):
+    """`opt`: the optimizer of `params`, or a list of optimizers that together hold them (PPO's
+    policy and value model: both are checked and undone together)."""
+
+    def __init__(self, params, opt, growth: float, norm0: float | None = None):
         self.params = [p for p in params if p.requires_grad]
-        self.opt = opt
+        self.opts: list[torch.optim.Optimizer] = list(opt) if isinstance(opt, (list, tuple)) else [opt]
         self.norm0 = total_norm(self.params) if norm0 is None else norm0
         self.limit = growth * max(self.norm0, 1.0)
         self._weights: list[torch.Tensor] | None = None
@@ -50,7 +53,7 @@ class ParamGuard:
                 self._weights = [torch.empty_like(_local(p)) for p in self.params]
             torch._foreach_copy_(self._weights, [_local(p).detach() for p in self.params])
             for i, p in enumerate(self.params):
-                st = self.opt.state.get(p)
+                st = self._state_of(p)
                 if not st:
                     self._state[i] = None
                     continue
@@ -76,7 +79,7 @@ class ParamGuard:
                 f"parameter norm {norm:.4g} after the update exceeds {self.limit:.4g} "
                 f"(max_param_growth x the starting norm {self.norm0:.4g})"
             )
-        moments = [v for st in self.opt.state.values() for v in st.values() if torch.is_tensor(v)]
+        moments = [v for o in self.opts for st in o.state.values() for v in st.values() if torch.is_tensor(v)]
         m = total_norm(moments)
         if m != m or m == float("inf"):
             return "non-finite optimizer state after the update"
@@ -89,11 +92,16 @@ class ParamGuard:
             for i, p in enumerate(self.params):
                 saved = self._state.get(i)
                 if saved is None:
-                    self.opt.state.pop(p, None)
+                    for o in self.opts:
+                        o.state.pop(p, None)
                     continue
-                st = self.opt.state[p]
+                st = self._state_of(p)
                 for k, v in saved.items():
                     if torch.is_tensor(v):
                         _local(st[k]).copy_(v)
                     else:
                         st[k] = v
+
+    def _state_of(self, p) -> dict | None:
+        """The optimizer state of `p` in whichever optimizer holds it (None before its first step)."""
+        return next((o.state[p] for o in self.opts if p in o.state), None)

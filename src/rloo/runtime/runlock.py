@@ -255,4 +255,3 @@ def hold_existing(path: Path):
         yield
     finally:
         os.close(fd)
-

@@ -121,14 +121,12 @@ def adamw(params, lr: float, weight_decay: float = 0.0) -> torch.optim.AdamW:
     )
 
 
-def supervised_step(model, opt, sched, loss, max_grad_norm: float = 1.0) -> float:
-    """One update of a supervised stage (SFT, reward model): backward, clip, step, schedule.
-    Returns the learning rate this update used (after it, `sched` holds the next step's)."""
+def supervised_step(guard, opt, sched, loss, step: int, max_grad_norm: float = 1.0) -> float:
+    """One update of a supervised stage (SFT, reward model) through its StageGuard (training/guard.py):
+    backward, clip, step unless non-finite (or undone), schedule. Returns the learning rate this
+    update used (after it, `sched` holds the next step's)."""
     lr = opt.param_groups[0]["lr"]
-    opt.zero_grad(set_to_none=True)
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
-    opt.step()
+    guard.step(loss, step, max_grad_norm)
     sched.step()
     return lr
 

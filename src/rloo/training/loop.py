@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rloo.errors import Interrupted, NonFiniteError, RlooError, StopNow, option
+from rloo.errors import Interrupted, NonFiniteError, RewardError, RlooError, StopNow, option
 from rloo.eval.plots import plot_training
 from rloo.modeling.loading import save_pretrained_atomic
 from rloo.modeling.lora import for_saving
@@ -48,7 +48,7 @@ class StopFlag:
 
     def _handle(self, signum, frame):
         if self.signum is not None:  # a second signal: the user means it
-            raise StopNow
+            raise StopNow(signum)
         self.signum = signum
         say(f"\nreceived {signal.Signals(signum).name}: stopping after this step and writing a checkpoint")
 
@@ -100,6 +100,7 @@ def loop(cfg, dist, models, ck: Checkpointer, eval_set, start: int) -> RLResult:
                     models.sampler.sync(unwrap(models.policy))
                 sched.step()
                 _count_truncated_prompts(ck.counters, stats, cfg)
+                _count_scored(ck.counters, stats, step + 1, len(roll.prompts))
                 undone = bool(stats.get("guard/params_undone"))
                 stats |= guard.after_step(bool(stats["guard/skipped"]), pre, step, undone)
                 if (step + 1) % cfg.log_every == 0:
@@ -116,6 +117,11 @@ def loop(cfg, dist, models, ck: Checkpointer, eval_set, start: int) -> RLResult:
                     f"every step was skipped ({ck.counters['skipped_total']} of {cfg.steps}: "
                     f"non-finite loss, gradient or parameters); no model was saved. Lower lr or "
                     f"max_grad_norm, or check the reward"
+                )
+            if ck.counters["scored_steps"] == 0:
+                raise RewardError(
+                    f"none of the {cfg.steps} steps had a scored completion (the reward returned None for every "
+                    f"completion), so no update had a gradient; no model was saved. Check the reward"
                 )
             # past the last step a signal no longer interrupts: finishing is quicker than resuming
             final = eval_metrics(models, eval_set, cfg, cfg.steps) if eval_set is not None else {}
@@ -171,6 +177,14 @@ def _count_truncated_prompts(counters: dict, stats: dict, cfg) -> None:
             f"(counted as data/prompts_truncated)"
         )
     counters["prompts_truncated"] += cut
+
+
+def _count_scored(counters: dict, stats: dict, step: int, n: int) -> None:
+    """Say each step whose every completion the reward left unscored (None): it has no gradient."""
+    if stats.get("reward/unscored", 0.0) < 1.0:
+        counters["scored_steps"] += 1
+        return
+    say(f"step {step}: the reward scored none of the {n} completions (every score None); no gradient from this step")
 
 
 def _periodic_checkpoint(ck: Checkpointer, guard: NonFiniteGuard, step: int) -> None:

@@ -30,7 +30,7 @@ from rloo.runtime.distributed import unwrap
 from rloo.runtime.fingerprint import check_inputs_unchanged, fingerprints
 from rloo.runtime.paramguard import ParamGuard
 from rloo.runtime.precision import MIN_BF16_WIDTH_SAMPLING, stage_precision
-from rloo.runtime.resumecheck import check_prompts_unchanged, describe_changes
+from rloo.runtime.resumecheck import check_optimizer_matches, check_prompts_unchanged, describe_changes
 from rloo.runtime.runlock import holds_run_folder
 from rloo.runtime.tracking import say
 from rloo.tasks import get_task
@@ -91,6 +91,8 @@ def _train(cfg, dist, prompts, reward_fn, resume, overwrite) -> RLResult:
     if state is not None:
         check_inputs_unchanged(state.get("inputs"), inputs)
     models = load_models(cfg, reward_fn, policy_path=str(ckpt / "model") if ckpt else None)
+    if state is not None:  # before the run folder is touched
+        check_optimizer_matches(state["optimizer"], [p for p in models.policy.parameters() if p.requires_grad], ckpt)
     if prompts is None and dist.is_main:
         note_builtin_task(cfg, models.tokenizer, task, cfg.policy)
     # the steps the prompt list was made for: those of the run's start, kept across extensions
@@ -131,8 +133,12 @@ def _train(cfg, dist, prompts, reward_fn, resume, overwrite) -> RLResult:
         say(f"resuming from {ckpt} at step {start}")
     elif resume:
         truncate_metrics(out, 0)  # records of a run killed before its first checkpoint
+    value = getattr(algo, "value", None)  # ppo/vanilla_pg: the value model is guarded with the policy
     ck.guard = ParamGuard(
-        models.policy.parameters(), opt, cfg.max_param_growth, norm0=(state or {}).get("guard", {}).get("norm0")
+        [*models.policy.parameters(), *(value.params if value is not None else [])],
+        [opt, value.opt] if value is not None else opt,
+        cfg.max_param_growth,
+        norm0=(state or {}).get("guard", {}).get("norm0"),
     )
     return loop(cfg, dist, models, ck, eval_set, start)
 

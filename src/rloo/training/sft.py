@@ -34,6 +34,7 @@ from rloo.training.common import (
     supervised_step,
     warmup_cosine,
 )
+from rloo.training.guard import StageGuard
 
 
 @dataclass
@@ -83,6 +84,7 @@ def sft(cfg: SFTConfig, *, overwrite: bool = False) -> SFTResult:
     total = cfg.epochs * steps_per_epoch
     opt = adamw(model.parameters(), cfg.lr, cfg.weight_decay)
     sched = warmup_cosine(opt, total, warmup=max(1, total // 20))
+    guard = StageGuard("sft", model.parameters(), opt)
     log, bar, step, loss_ema = (
         MetricsLogger(out, report_to=cfg.report_to, config=cfg.model_dump(mode="json")),
         progress(total, "sft"),
@@ -99,8 +101,8 @@ def sft(cfg: SFTConfig, *, overwrite: bool = False) -> SFTResult:
                     model, p_ids.to(device), p_mask.to(device), c_ids.to(device), c_mask.to(device)
                 )
                 loss, stats = sft_loss(lp, c_mask.to(device))
-                lr = supervised_step(model, opt, sched, loss)
                 step += 1
+                lr = supervised_step(guard, opt, sched, loss, step)
                 loss_ema = loss.item() if loss_ema is None else 0.95 * loss_ema + 0.05 * loss.item()
                 log.log(step, {**{k: float(v) for k, v in stats.items()}, "lr": lr})
                 bar.set_postfix(loss=f"{loss_ema:.3f}")
@@ -108,6 +110,7 @@ def sft(cfg: SFTConfig, *, overwrite: bool = False) -> SFTResult:
     finally:
         bar.close()
         log.close()
+    guard.finish()
     save_pretrained_atomic(model, tokenizer, out / "model")
     say(f"sft: saved {out / 'model'} (loss {loss_ema:.3f} after {step} steps)")
     return SFTResult(out / "model", float(loss_ema))
