@@ -11,14 +11,18 @@ log mu are the log-probs the sampler stored. Tolerances: tests/tolerance.py.
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
 from rloo.algorithms import make_algorithm
 from rloo.config import RLConfig
+from rloo.data.prompts import PromptStream
 from rloo.modeling.forward import completion_logprobs
 from rloo.rollout import rollout
 from rloo.rollout.lagged import LaggedSampler, shadow_copy
+from rloo.rollout.producer import ProducerSampler
 from rloo.training.rl import load_models
 from tolerance import TINY_MODEL_BACKWARD, TINY_MODEL_FORWARD, assert_close
 
@@ -140,17 +144,28 @@ def test_on_policy_path_is_untouched_at_lag_zero(tiny_model_dir, tmp_path, monke
     assert not any(k.startswith("is/") for k in stats)
 
 
-@pytest.mark.parametrize("lag", [1, 2])
-def test_lagged_batches_come_from_the_weights_of_update_t_minus_n(tiny_model_dir, tmp_path, lag):
+@pytest.mark.parametrize("lag,kind", [(1, "in_process"), (2, "in_process"), (1, "producer"), (2, "producer")])
+def test_lagged_batches_come_from_the_weights_of_update_t_minus_n(tiny_model_dir, tmp_path, lag, kind):
     """Fingerprint: batch t's stored log-probs are those of exactly the weights after update t - N
-    (recomputed here from a saved copy), and not those of the versions next to it."""
-    cfg = _cfg(tiny_model_dir, tmp_path, max_staleness=lag)
+    (recomputed here from a saved copy), and not those of the versions next to it; in the trainer's
+    process (LaggedSampler) and from the producer process (ProducerSampler)."""
+    cfg = _cfg(tiny_model_dir, tmp_path, max_staleness=lag, batch_size=2)
     models = load_models(cfg, reward_fn=reward_fn)
-    policy, gen = models.policy, torch.Generator().manual_seed(0)
-    sampler = LaggedSampler(policy, models.tokenizer, cfg, gen)
+    policy, stream = models.policy, PromptStream(PROMPTS, 2, seed=0)
+    if kind == "producer":
+        sampler = ProducerSampler(policy, models.tokenizer, cfg, copy.deepcopy(stream))
+    else:
+        sampler = LaggedSampler(policy, models.tokenizer, cfg, torch.Generator().manual_seed(0))
+    try:
+        _check_versions(sampler, policy, stream, lag)
+    finally:
+        getattr(sampler, "close", lambda: None)()
+
+
+def _check_versions(sampler, policy, stream, lag):
     versions = [shadow_copy(policy)]  # versions[v]: the weights after v updates
     for t in range(5):
-        roll = sampler(policy, PROMPTS[:2])
+        roll = sampler(policy, stream.next())
         assert roll.lag == min(t, lag)
         lps = [_logprobs(m, roll) for m in versions]
         want = max(0, t - lag)

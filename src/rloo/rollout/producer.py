@@ -75,14 +75,16 @@ class ProducerSampler:
         args = (cfg, shadow_copy(policy), tokenizer, copy.deepcopy(stream), self.ring, start, producer)
         self.child = ChildProcess(_produce, args, name="rollout producer", queue_size=max(1, cfg.max_staleness))
         torch.set_num_threads(trainer)
-        self.producer_idle = 0.0  # seconds the producer waited for weights before the last batch
+        self.producer_idle = self.trainer_wait = 0.0  # seconds waited for weights / for the last batch
 
     @property
     def pid(self) -> int | None:
         return self.child.pid
 
     def __call__(self, policy: torch.nn.Module, prompts: list[str]) -> Rollout:
+        t0 = time.perf_counter()
         item = self.child.get()  # ChildDied (one line) if the producer ended: the loop saves and says --resume
+        self.trainer_wait = time.perf_counter() - t0
         if item[0] == "error":
             raise RlooError(f"the rollout producer failed: {item[1]}")
         _, j, version, self.producer_idle, roll = item
@@ -91,6 +93,10 @@ class ProducerSampler:
         self.next_batch += 1
         roll.lag = self.version - version
         return roll
+
+    def part_metrics(self) -> dict[str, float]:
+        """Logged each step: who waited for whom (docs/async.md)."""
+        return {"time/producer_idle": self.producer_idle, "time/trainer_wait": self.trainer_wait}
 
     def sync(self, policy: torch.nn.Module) -> None:
         self.version += 1

@@ -76,7 +76,17 @@ class ChildProcess:
                 return self.queue.get(timeout=POLL_S)
             except queue_module.Empty:
                 if not self.proc.is_alive():
-                    raise ChildDied(f"the {self.name} (pid {self.pid}) {_how_it_ended(self.proc.exitcode)}") from None
+                    raise self._died() from None
+            except (ConnectionError, EOFError, OSError):
+                # torch shares a queued tensor through the sender's process: an item put just before
+                # the child died cannot be received any more
+                self.proc.join(5.0)
+                if self.proc.is_alive():
+                    raise
+                raise self._died() from None
+
+    def _died(self) -> ChildDied:
+        return ChildDied(f"the {self.name} (pid {self.pid}) {_how_it_ended(self.proc.exitcode)}")
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop the child and wait for it; kill it if it does not stop in `timeout` seconds."""
