@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from rloo.algorithms import make_algorithm
-from rloo.config import RLConfig
+from rloo.config import LoraSettings, RLConfig
 from rloo.data.prompts import PromptStream
 from rloo.modeling.forward import completion_logprobs
 from rloo.rollout import rollout
@@ -99,13 +99,26 @@ def reference_gradient(models, roll, cfg, correction):
     return dict(zip([name for name, _ in params], grads, strict=True)), torch.cat(seen)
 
 
+LORA = dict(lora=LoraSettings(r=4, alpha=8))
+CHUNKED_CHECKPOINTED = dict(gradient_checkpointing=True, max_logits_mb=1e-3)  # LM head in chunks
+
+
 @pytest.mark.parametrize(
-    "correction,share,lag",
+    "correction,share,lag,extra",
     # lag 0 with a correction: a sampler whose log-probs differ from the trainer's (vLLM, bf16, top_p)
-    [("tis", True, 0), ("mis", False, 1), ("tis_token", False, 1), ("mis_token", True, 2), ("none", True, 1)],
+    [
+        ("tis", True, 0, {}),
+        ("mis", False, 1, {}),
+        ("tis_token", False, 1, {}),
+        ("mis_token", True, 2, {}),
+        ("none", True, 1, {}),
+        ("tis", True, 1, LORA),
+        ("mis", True, 1, CHUNKED_CHECKPOINTED),
+    ],
 )
-def test_corrected_gradient_matches_the_per_sequence_reference(tiny_model_dir, tmp_path, correction, share, lag):
-    cfg = _cfg(tiny_model_dir, tmp_path, is_correction=correction, is_clip=C, share_prompt=share, max_staleness=lag)
+def test_corrected_gradient_matches_the_per_sequence_reference(tiny_model_dir, tmp_path, correction, share, lag, extra):
+    kw = dict(is_correction=correction, is_clip=C, share_prompt=share, max_staleness=lag)
+    cfg = _cfg(tiny_model_dir, tmp_path, **kw, **extra)
     models = load_models(cfg, reward_fn=reward_fn)
     behaviour = shadow_copy(models.policy)  # mu: the policy a few updates ago, here a perturbed copy
     with torch.no_grad():
