@@ -12,6 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 TESTS = Path(__file__).resolve().parents[1]
 SRC = TESTS.parent / "src"
 CLI = "import sys; from rloo.cli import main; sys.exit(main(sys.argv[1:]))"
@@ -88,15 +90,18 @@ def _producer(trainer: int) -> int:
     return found[0]
 
 
-def test_sigkill_of_the_trainer_leaves_no_process(tiny_model_dir, tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_a_stopped_trainer_leaves_no_process(tiny_model_dir, tmp_path, sig):
+    """SIGKILL: no Python code runs in the trainer (the kernel ends the producer); SIGTERM: the loop
+    checkpoints and stops, and the sampler's close() ends the producer."""
     out = tmp_path / "run"
     proc = _start(tiny_model_dir, out)
     try:
         _wait_for_steps(out, proc, 2)
         family = _children(proc.pid)
         _producer(proc.pid)  # the producer is among them
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(10)
+        proc.send_signal(sig)
+        assert proc.wait(300) == (-signal.SIGKILL if sig == signal.SIGKILL else 128 + signal.SIGTERM)
         t0 = time.monotonic()
         while (
             any(_alive(p) for p in family) and time.monotonic() - t0 < 30
