@@ -105,7 +105,7 @@ CHUNKED_CHECKPOINTED = dict(gradient_checkpointing=True, max_logits_mb=1e-3)  # 
 
 @pytest.mark.parametrize(
     "correction,share,lag,extra",
-    # lag 0 with a correction: a sampler whose log-probs differ from the trainer's (vLLM, bf16, top_p)
+    # lag 0 with a correction: a sampler whose log-probs differ from the trainer's (vLLM, bf16)
     [
         ("tis", True, 0, {}),
         ("mis", False, 1, {}),
