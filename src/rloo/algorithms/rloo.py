@@ -15,8 +15,9 @@ import time
 import torch
 
 from rloo.algorithms.base import Models, guarded_step, rollout_logprobs, score_rollout
+from rloo.algorithms.offpolicy import loo_advantages, off_policy_loss
 from rloo.config import RLConfig
-from rloo.core.advantages import leave_one_out, leave_one_out_valid, unscored, zero_variance_groups
+from rloo.core.advantages import unscored, zero_variance_groups
 from rloo.core.kl import shaped_reward
 from rloo.core.logprobs import sequence_logprobs
 from rloo.core.losses import policy_gradient_loss
@@ -120,15 +121,17 @@ def rloo_step(
     # 3. shaped reward (eq. 1) and leave-one-out advantages (eq. 4); a None score (NaN) is left out
     # of its group's baselines and gets advantage 0
     filled, valid = unscored(scores)
-    rewards, kl = shaped_reward(filled, roll.logprobs, ref_lp, roll.completion_mask, cfg.beta)
-    grouped = rewards.view(-1, cfg.k)
-    advantages = leave_one_out(grouped) if valid.all() else leave_one_out_valid(grouped, valid.view(-1, cfg.k))
-    advantages = advantages.view(-1)
+    if cfg.off_policy_correction is None:  # the paper's on-policy update
+        rewards, kl = shaped_reward(filled, roll.logprobs, ref_lp, roll.completion_mask, cfg.beta)
+        advantages = loo_advantages(rewards, valid, cfg.k)
+        # 4. REINFORCE on the whole response (eq. 5)
+        logprobs = update_logprobs(models, roll, cfg)
+        loss, stats = policy_gradient_loss(sequence_logprobs(logprobs, roll.completion_mask), advantages)
+    else:  # 3-4 for samples of another policy: importance-weighted (algorithms/offpolicy.py, docs/async.md)
+        logprobs = update_logprobs(models, roll, cfg)
+        loss, stats, rewards, kl, advantages = off_policy_loss(logprobs, roll, filled, valid, ref_lp, cfg)
     roll.record(score=scores, kl=kl, advantage=advantages)
-    # 4. REINFORCE on the whole response (eq. 5)
-    logprobs = update_logprobs(models, roll, cfg)
     roll.prefill = None  # its graph is consumed by this backward pass; do not hold it past the step
-    loss, stats = policy_gradient_loss(sequence_logprobs(logprobs, roll.completion_mask), advantages)
     grad_norm, finite = guarded_step(loss, models.policy.parameters(), opt, cfg.max_grad_norm)
     t3 = time.perf_counter()
     times = {"time/rollout": t1 - t0, "time/score": t2 - t1, "time/update": t3 - t2}

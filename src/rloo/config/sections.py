@@ -229,6 +229,21 @@ class RLSettings(Strict):
             raise ValueError(f"{why}, got k={self.k}")
         return self
 
+    @model_validator(mode="after")
+    def _off_policy_rloo_only(self):
+        if self.off_policy_correction is not None and self.algorithm != "rloo":
+            raise ValueError(f"max_staleness > 0 and is_correction are implemented for rloo only, got {self.algorithm}")
+        if self.max_staleness and self.generation != "sampler":
+            raise ValueError("max_staleness > 0 samples with generation=sampler (rloo's own); vLLM is not supported")
+        return self
+
+    @property
+    def off_policy_correction(self) -> str | None:
+        """The importance correction the update applies; None: the paper's on-policy update (today's path)."""
+        if self.max_staleness == 0 and self.is_correction in (None, "none"):
+            return None
+        return self.is_correction or "tis"
+
     @property
     def algo(self) -> AlgorithmSettings:
         """The section's old name, read-only, so code written against `cfg.algo` keeps running."""
@@ -270,6 +285,20 @@ class RLSettings(Strict):
         default="sampler", description="Rollout backend: rloo's sampler or vLLM (GPU)."
     )
     vllm_gpu_memory_utilization: float = Field(default=0.3, gt=0, lt=1, description="GPU memory share vLLM may take.")
+    # -- asynchronous / off-policy RL (docs/async.md; rloo.core.importance) --
+    max_staleness: int = Field(
+        default=0,
+        ge=0,
+        description="Updates a batch's sampling weights may lag the trained ones (N); 0: synchronous, as "
+        "in the paper. rloo only; N > 0 corrects with importance weights (is_correction).",
+    )
+    is_correction: Literal["tis", "mis", "tis_token", "mis_token", "none"] | None = Field(
+        default=None,
+        description="Importance correction for samples from another policy: tis (ratio truncated at "
+        "is_clip), mis (masked outside [1/is_clip, is_clip]), token-level variants, none; null: tis "
+        "when max_staleness > 0, none (the paper's update) at 0.",
+    )
+    is_clip: float = Field(default=2.0, gt=1, description="C of is_correction: truncation / mask bound.")
     reward_weights: dict[str, float] = Field(
         default_factory=dict,
         description="Weights when several reward sources are given: keys "

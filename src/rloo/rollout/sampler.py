@@ -41,6 +41,7 @@ class Rollout:
     truncated: Tensor  # (N,) bool, hit max_new_tokens without EOS
     prompts_truncated: int = 0  # prompts cut to fit the prompt-length limit
     group_size: int = 1  # K: rows come in runs of K sharing one prompt
+    lag: int = 0  # updates the trainer made since the weights that sampled (rl.max_staleness)
     prefill: Prefill | None = None  # the policy's graph-carrying prompt pass, when kept for the update
     # (N,) decoded text before stripping: what a reward model on another tokenizer reads, in the
     # layout it was trained on (datasets give responses as " text"); None: same as `completions`

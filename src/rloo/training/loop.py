@@ -95,7 +95,8 @@ def loop(cfg, dist, models, ck: Checkpointer, eval_set, start: int) -> RLResult:
                 except RlooError as e:  # raised before the update, so `pre` still matches the weights
                     raise _failed_step(ck, pre, step + 1, e) from e
                 stats |= check_update(ck.guard, dist, stats)
-                stats = dist.mean_metrics(stats | getattr(models.scorer, "part_metrics", dict)())
+                parts = getattr(models.scorer, "part_metrics", dict)() | getattr(models.sampler, "part_metrics", dict)()
+                stats = dist.mean_metrics(stats | parts)
                 if models.sampler is not None:  # keep vLLM's copy of the weights on-policy
                     models.sampler.sync(unwrap(models.policy))
                 sched.step()

@@ -22,6 +22,7 @@ from rloo.modeling.loading import enable_gradient_checkpointing, frozen, load_po
 from rloo.modeling.lora import AdapterDisabled, add_lora
 from rloo.rewards import build_reward
 from rloo.rollout import rollout
+from rloo.rollout.producer import stale_sampler
 from rloo.rollout.sampler import top_p_bias_note
 from rloo.runtime import distributed
 from rloo.runtime.checkpoint import Checkpointer, check_resume_config, truncate_metrics
@@ -71,7 +72,8 @@ def train(
         if dist.enabled:
             if not supports_distributed(cfg):
                 raise RlooError(
-                    f"torchrun training supports plain algorithm=rloo (no ablation settings); got {cfg.algorithm}"
+                    f"torchrun training supports plain algorithm=rloo (no ablation settings, max_staleness=0); "
+                    f"got {cfg.algorithm}"
                 )
             distributed.check_supported(cfg, resume)
             cfg = cfg.model_copy(update={"device": dist.device(cfg.device)})
@@ -133,6 +135,8 @@ def _train(cfg, dist, prompts, reward_fn, resume, overwrite) -> RLResult:
         say(f"resuming from {ckpt} at step {start}")
     elif resume:
         truncate_metrics(out, 0)  # records of a run killed before its first checkpoint
+    if cfg.max_staleness:  # samples from the weights of N updates ago (docs/async.md)
+        models.sampler = stale_sampler(cfg, models, ck.gen, stream, start)
     value = getattr(algo, "value", None)  # ppo/vanilla_pg: the value model is guarded with the policy
     ck.guard = ParamGuard(
         [*models.policy.parameters(), *(value.params if value is not None else [])],
@@ -140,7 +144,11 @@ def _train(cfg, dist, prompts, reward_fn, resume, overwrite) -> RLResult:
         cfg.max_param_growth,
         norm0=(state or {}).get("guard", {}).get("norm0"),
     )
-    return loop(cfg, dist, models, ck, eval_set, start)
+    try:
+        return loop(cfg, dist, models, ck, eval_set, start)
+    finally:
+        if hasattr(models.sampler, "close"):  # the rollout producer's process ends with the run
+            models.sampler.close()
 
 
 def _resume_point(cfg: RLConfig):
