@@ -33,7 +33,7 @@ def limits(spec: EnvSpec) -> Limits:
 def sample_episodes(models, prompts: list[str], cfg: RLConfig, gen: torch.Generator, rows=None) -> Trajectories:
     """Step 1 of RLOO on an environment: k episodes per prompt, batched (rloo.rollout.multiturn.episodes)."""
     spec: EnvSpec = models.env
-    if rows is not None:
+    if rows is not None and tuple(rows) != (0, len(prompts) * cfg.k):  # a share of a torchrun batch
         raise EnvError("multi-turn environments run in one process for now (not under torchrun)")
     policy = unwrap(models.policy)
     vocab = policy.get_input_embeddings().weight.shape[0]

@@ -11,7 +11,7 @@ from pydantic import AliasChoices, Field, model_validator
 
 from rloo.config.base import MAX_BETA, MAX_GRAD_NORM, MAX_LR, Strict
 
-TASK_NAMES = ("summarize", "dialogue", "arithmetic")
+TASK_NAMES = ("summarize", "dialogue", "arithmetic", "calculator")
 
 
 class ArchConfig(Strict):
