@@ -122,6 +122,8 @@ def test_trained_ids_are_the_sampled_ids(arch, monkeypatch):
         assert turns == log[0::2][: len(turns)], i
         with torch.no_grad():
             plain = _plain_logprobs(policy, prompt, traj)
+        # two forward computations of one log-softmax (decode with cache vs one plain pass), each
+        # within TINY_MODEL_FORWARD of the log-prob's scale (|log p| + 1)
         assert_close(
             roll.logprobs[i][roll.completion_mask[i]][mask],
             plain[mask],
@@ -168,13 +170,15 @@ def _reference_grads(policy, ref, roll, scores):
 def test_rloo_step_gradient_equals_reference(arch, share):
     """rloo_step on episodes: its gradient is the plain per-trajectory one, whose sums run over the
     policy's tokens only (a mask that also counted observations gives another gradient)."""
-    policy, ref = tiny_lm(arch), tiny_lm(arch).requires_grad_(False).eval()
+    # another seed for the reference: KL(pi || ref) != 0, so eq. 1's sum over policy tokens is checked too
+    policy, ref = tiny_lm(arch), tiny_lm(arch, seed=1).requires_grad_(False).eval()
     cfg = RLConfig(policy="unused", k=K, beta=BETA, lr=1e-2, max_grad_norm=1e6, share_prompt=share)
     opt = GradRecorder(policy)
     models = Models(policy, ref, Tok(), episode_reward, env=spec())
     EchoEnv.log.clear()
     stats, roll, _ = rloo_step(models, opt, PROMPTS, cfg, torch.Generator().manual_seed(0))
     assert bool((~roll.policy_mask & roll.completion_mask).any())
+    assert abs(stats["reward/kl"]) > 1e-2, "KL ~ 0: eq. 1's sum over the policy's tokens would go unchecked"
     assert stats["gen/length"] == pytest.approx(roll.policy_mask.sum(-1).float().mean().item())
     grads, loss = _reference_grads(policy, ref, roll, episode_reward(roll))
     assert_close(stats["loss/policy"], loss.item(), TINY_MODEL_FORWARD, scale=1 + abs(loss.item()))
