@@ -10,7 +10,11 @@ import torch
 
 from helpers.tiny_archs import V, tiny_lm
 from rloo.envs import EnvError, EnvSpec, Step, call_tool, make_env, parse_call
+from rloo.envs.calculator import CalculatorEnv
 from rloo.rollout.multiturn import Limits, episodes
+from rloo.tasks import get_task
+from rloo.tasks.calculator import calculator
+from rloo.tasks.tokenizer import build_tokenizer
 
 
 def test_parse_call():
@@ -131,3 +135,27 @@ def test_slow_environment_step_is_one_line():
 def test_env_spec_defaults_are_limits():
     spec = EnvSpec(Good)
     assert spec.max_turns >= 1 and spec.max_total_tokens >= spec.max_turn_tokens
+
+
+def test_calculator_env_plays_the_ideal_trace():
+    """The task's ideal trace, fed turn by turn as token ids, is answered with the tool's exact
+    result and scores 1; a malformed call is answered with a one-line error record."""
+    task = get_task("calculator")
+    tok = build_tokenizer(task)
+    prompt = "q : 4 7 * 8 + 6 ="
+    env = make_env(lambda: CalculatorEnv(tok), len(tok))
+    ids = env.reset(prompt)
+    assert tok.decode(ids) == prompt
+    call, rest = task.ideal_response(prompt).split(" out ")
+    step = env.step(tok(call, add_special_tokens=False)["input_ids"])
+    assert tok.decode(step.observation) == "out 3 8 2" == f"out {calculator('4 7 * 8 + 6')}"
+    assert (step.reward, step.done) == (None, False)
+    answer = tok(rest.split(" ", 3)[-1], add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    assert tok.decode(answer, skip_special_tokens=True) == "ans 3 8 2"
+    assert env.step(answer) == Step([], 1.0, True)
+    assert env.stats() == {"tool_calls": 1.0, "tool_errors": 0.0}
+    env.reset(prompt)
+    bad = env.step(tok("call calc 4 * * 8 end", add_special_tokens=False)["input_ids"])
+    # the record is one line of text; the word tokenizer knows "error calc" but not the message's words
+    assert tok.decode(bad.observation).startswith("out error calc <unk>")
+    assert env.stats() == {"tool_calls": 1.0, "tool_errors": 1.0}
