@@ -18,6 +18,10 @@ class RewardError(RlooError):
     """A reward source misbehaved: raised, returned the wrong number of scores, NaN, non-numbers."""
 
 
+class EnvError(RlooError):
+    """A multi-turn environment misbehaved: raised, returned the wrong types, or passed its step timeout."""
+
+
 class NonFiniteError(RlooError):
     """Too many steps in a row had a non-finite loss or gradient."""
 

@@ -17,6 +17,7 @@ from torch import Tensor
 from transformers import PreTrainedTokenizerBase
 
 from rloo.config import RLConfig, RLSettings
+from rloo.envs import EnvSpec
 from rloo.modeling.forward import completion_logprobs
 from rloo.modeling.forward_shared import completion_logprobs_shared
 from rloo.rollout import Rollout
@@ -34,6 +35,7 @@ class Models:
     tokenizer: PreTrainedTokenizerBase
     scorer: Scorer | None  # the reward source
     sampler: Sampler | None = None  # optional generation backend (vLLM); None: rloo's sampler
+    env: EnvSpec | None = None  # multi-turn episodes instead of single responses (rloo.algorithms.agents)
 
 
 class Algorithm(Protocol):

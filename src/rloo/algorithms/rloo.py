@@ -14,6 +14,7 @@ import time
 
 import torch
 
+from rloo.algorithms.agents import sample_episodes
 from rloo.algorithms.base import Models, guarded_step, rollout_logprobs, score_rollout
 from rloo.algorithms.offpolicy import loo_advantages, off_policy_loss
 from rloo.config import RLConfig
@@ -21,8 +22,10 @@ from rloo.core.advantages import unscored, zero_variance_groups
 from rloo.core.kl import shaped_reward
 from rloo.core.logprobs import sequence_logprobs
 from rloo.core.losses import policy_gradient_loss
+from rloo.errors import EnvError
 from rloo.modeling.forward import completion_logprobs
 from rloo.rollout import rollout
+from rloo.rollout.multiturn import policy_tokens
 from rloo.runtime.distributed import is_wrapped, unwrap
 
 
@@ -54,6 +57,8 @@ def sample(
     """Step 1 of every online method: K completions per prompt with the sampled tokens' log-probs,
     from the configured sampler (generation=vllm) or rloo's own rollout. keep_prefill: keep the
     graph-carrying prompt pass for the update to reuse (rloo_step's fast path; see `rollout`)."""
+    if models.env is not None:
+        raise EnvError(f"algorithm={cfg.algorithm} does not train on multi-turn environments; use algorithm=rloo")
     if models.sampler is not None:
         return models.sampler(unwrap(models.policy), prompts)
     return rollout(
@@ -113,7 +118,11 @@ def rloo_step(
     t0 = time.perf_counter()
     # 1. sample K completions per prompt, with the log-probs of the sampled tokens (and the prompt
     # pass kept for the update where it can be reused)
-    roll = sample(models, prompts, cfg, gen, rows, all_done, keep_prefill=keeps_prefill(models, cfg))
+    if models.env is not None:  # multi-turn episodes: the loss, KL and lengths count the policy's tokens only
+        roll = sample_episodes(models, prompts, cfg, gen, rows)
+    else:
+        roll = sample(models, prompts, cfg, gen, rows, all_done, keep_prefill=keeps_prefill(models, cfg))
+    mask = policy_tokens(roll)
     t1 = time.perf_counter()
     # 2. score, and the frozen reference's log-probs
     scores, ref_lp = score_rollout(models, roll, cfg)
@@ -122,12 +131,13 @@ def rloo_step(
     # of its group's baselines and gets advantage 0
     filled, valid = unscored(scores)
     if cfg.off_policy_correction is None:  # the paper's on-policy update
-        rewards, kl = shaped_reward(filled, roll.logprobs, ref_lp, roll.completion_mask, cfg.beta)
+        rewards, kl = shaped_reward(filled, roll.logprobs, ref_lp, mask, cfg.beta)
         advantages = loo_advantages(rewards, valid, cfg.k)
         # 4. REINFORCE on the whole response (eq. 5)
         logprobs = update_logprobs(models, roll, cfg)
-        loss, stats = policy_gradient_loss(sequence_logprobs(logprobs, roll.completion_mask), advantages)
-    else:  # 3-4 for samples of another policy: importance-weighted (algorithms/offpolicy.py, docs/async.md)
+        loss, stats = policy_gradient_loss(sequence_logprobs(logprobs, mask), advantages)
+    else:  # 3-4 for samples of another policy: importance-weighted (algorithms/offpolicy.py, docs/async.md);
+        # single-turn only (RLConfig refuses env= with max_staleness or is_correction)
         logprobs = update_logprobs(models, roll, cfg)
         loss, stats, rewards, kl, advantages = off_policy_loss(logprobs, roll, filled, valid, ref_lp, cfg)
     roll.record(score=scores, kl=kl, advantage=advantages)
@@ -141,15 +151,19 @@ def rloo_step(
 
 def step_stats(roll, scores, kl, rewards, grad_norm: float, finite: bool, k: int) -> dict[str, float]:
     """The logged numbers of one step besides the loss's own and the phase times."""
-    lengths = roll.completion_mask.sum(-1).float()
-    return group_stats(scores, k) | {
-        "reward/score": scored_mean(scores),
-        "reward/kl": kl.mean().item(),
-        "reward/total": rewards.mean().item(),
-        "kl/ref": kl.mean().item(),
-        "grad/norm": grad_norm,
-        "gen/length": lengths.mean().item(),
-        "gen/truncated": roll.truncated.float().mean().item(),
-        "guard/skipped": float(not finite),
-        "data/prompts_truncated": float(roll.prompts_truncated),
-    }
+    lengths = policy_tokens(roll).sum(-1).float()
+    return (
+        group_stats(scores, k)
+        | getattr(roll, "env_stats", {})
+        | {
+            "reward/score": scored_mean(scores),
+            "reward/kl": kl.mean().item(),
+            "reward/total": rewards.mean().item(),
+            "kl/ref": kl.mean().item(),
+            "grad/norm": grad_norm,
+            "gen/length": lengths.mean().item(),
+            "gen/truncated": roll.truncated.float().mean().item(),
+            "guard/skipped": float(not finite),
+            "data/prompts_truncated": float(roll.prompts_truncated),
+        }
+    )

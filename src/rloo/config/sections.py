@@ -20,7 +20,7 @@ from rloo.config.base import (
     Strict,
 )
 
-TASK_NAMES = ("summarize", "dialogue", "arithmetic")
+TASK_NAMES = ("summarize", "dialogue", "arithmetic", "calculator")
 
 
 class ArchConfig(Strict):

@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from rloo.config.agents import ENV_TASKS, EnvSettings
 from rloo.config.base import Strict, check_device_name, normalize_report_to
 from rloo.config.dataset import DatasetSettings
 from rloo.config.sections import EvalSettings, RewardSettings, RLSettings, SFTSettings
@@ -35,6 +36,16 @@ TASK_PIPELINE_DEFAULTS: dict[str, dict] = {
         },
         "eval": {"num_prompts": 200, "pass_samples": 16},
     },
+    # multi-turn episodes with a calculator tool (rloo.tasks.calculator, docs/agents.md): a short SFT
+    # teaches the format on the share of traces that use the tool; RLOO on whole episodes, beta = 0
+    # (the checker is the reward, as for arithmetic); the evaluation plays episodes (rloo.eval.episodes)
+    "calculator": {
+        "max_response_tokens": 20,
+        "sft": {"num_examples": 3000, "epochs": 6},
+        "rl": {"k": 4, "batch_size": 16, "beta": 0.0, "lr": 3e-4, "steps": 60, "warmup_steps": 5, "eval_every": None},
+        "eval": {"num_prompts": 100, "pass_samples": 8},
+        "env_settings": {"max_turns": 3, "max_turn_tokens": 12, "max_total_tokens": 24},
+    },
 }
 
 
@@ -47,7 +58,9 @@ def _under(base: dict, extra: dict) -> dict:
 
 
 class _Run(Strict):
-    task: Literal["summarize", "dialogue", "arithmetic"] = Field(default="summarize", description="Built-in task.")
+    task: Literal["summarize", "dialogue", "arithmetic", "calculator"] = Field(
+        default="summarize", description="Built-in task."
+    )
     seed: int = Field(default=0, description="Seeds data, initialization and sampling.")
     output_dir: Path = Field(default=Path("runs/default"), description="Where everything of this run is written.")
     device: str = Field(default="cpu", description="torch device: cpu, cuda, cuda:1, ...")
@@ -102,6 +115,23 @@ class RLConfig(_Run, RLSettings):
         "`path/to/file.py:function`; with reward_model too, the sources are summed with reward_weights.",
     )
     eval: EvalSettings = Field(default_factory=EvalSettings)
+    env: str | None = Field(
+        default=None,
+        description="Train on multi-turn episodes of an environment (docs/agents.md): a built-in one "
+        "(calculator) or your class `path/to/file.py:Class` / `module:Class`, called with the tokenizer; "
+        "the environment gives the reward (algorithm=rloo only).",
+    )
+    env_settings: EnvSettings = Field(default_factory=EnvSettings, description="Limits of one episode (with env).")
+
+    @model_validator(mode="after")
+    def _env_alone(self):
+        if self.env is not None and self.algorithm != "rloo":
+            raise ValueError(f"env= trains with algorithm=rloo only (for now), got algorithm={self.algorithm}")
+        if self.env is not None and (self.reward_model is not None or self.reward_fn):
+            raise ValueError("env= gives the reward: leave reward_model and reward_fn unset")
+        if self.env is not None and self.off_policy_correction is not None:
+            raise ValueError("env= trains on-policy only: max_staleness > 0 and is_correction are for single-turn rloo")
+        return self
 
 
 class EvalConfig(_Run, EvalSettings):
@@ -152,6 +182,9 @@ class PipelineConfig(_Run):
     reward: PipelineRewardSettings = Field(default_factory=PipelineRewardSettings)
     rl: PipelineRLSettings = Field(default_factory=PipelineRLSettings)
     eval: EvalSettings = Field(default_factory=EvalSettings)
+    env_settings: EnvSettings = Field(
+        default_factory=EnvSettings, description="Limits of one episode (tasks played as episodes: calculator)."
+    )
 
     @field_validator("rl", mode="before")
     @classmethod
@@ -183,7 +216,7 @@ class PipelineConfig(_Run):
     def trains_reward_model(self) -> bool:
         """Whether the pipeline has a reward-model stage: not for a checker task, nor when rl.reward_fn
         is the only reward (no reward.dataset and no 'reward_model' weight asking for one)."""
-        if self.task in CHECKER_TASKS:
+        if self.task in CHECKER_TASKS or self.task in ENV_TASKS:
             return False
         return self.rl.reward_fn is None or self.reward.dataset is not None or "reward_model" in self.rl.reward_weights
 
@@ -238,6 +271,8 @@ class PipelineConfig(_Run):
 
     def _rewards(self) -> dict[str, Any]:
         """The RL stage's reward sources: a checker task's checker, rl.reward_fn, the reward model."""
+        if self.task in ENV_TASKS:  # the environment gives the reward
+            return {"env": self.task, "env_settings": self.env_settings, "reward_fn": None, "reward_model": None}
         reward: dict[str, Any] = {"reward_fn": self.rl.reward_fn, "reward_model": None}
         if self.task in CHECKER_TASKS and self.rl.reward_fn is None:
             reward["reward_fn"] = CHECKER_TASKS[self.task]  # the checker is the reward

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from rloo.config import (
     CHECKER_TASKS,
+    ENV_TASKS,
     EvalConfig,
     PipelineConfig,
     RewardConfig,
@@ -143,6 +144,10 @@ def _looks_like_file(split: str) -> bool:
 
 
 def _check_reward_source(cfg, reward_fn) -> None:
+    if getattr(cfg, "env", None) is not None:  # the environment is the reward: its class must load
+        if cfg.env not in ENV_TASKS:
+            load_callable(cfg.env, "environment")
+        return
     specs = [cfg.reward_fn] if isinstance(cfg.reward_fn, str) else list(cfg.reward_fn or [])
     if cfg.reward_model is None and not specs and reward_fn is None and cfg.algorithm != "dpo":
         raise ConfigError(

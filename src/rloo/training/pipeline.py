@@ -7,13 +7,14 @@ from __future__ import annotations
 import json
 import time
 
-from rloo.config import PipelineConfig
+from rloo.config import ENV_TASKS, PipelineConfig
 from rloo.data.preflight import check_config
 from rloo.data.split import eval_records
 from rloo.eval.paired import compare_paired, describe
 from rloo.eval.passk import paired_pass_difference
 from rloo.runtime.runlock import holds_run_folder
 from rloo.runtime.tracking import say
+from rloo.training.agents import evaluate_agents
 from rloo.training.common import prepare_output_dir
 from rloo.training.evaluate import evaluate
 from rloo.training.reward import train_reward
@@ -35,6 +36,8 @@ def pipeline(cfg: PipelineConfig, *, overwrite: bool = False) -> dict:
     say(f"[1/4] SFT of {cfg.model or 'a small Llama'} on {data} -> {sft_cfg.output_dir}")
     sft(sft_cfg, overwrite=True)
     times["sft"], t = time.perf_counter() - t, time.perf_counter()
+    if cfg.task in ENV_TASKS:
+        return _episodes_pipeline(cfg, rl_cfg, ev_cfg, out, times, t)
     if not cfg.trains_reward_model():
         whose = f"{cfg.task}'s checker" if cfg.rl.reward_fn is None else "rl.reward_fn"
         say(f"[2/4] no reward model: {whose} is the reward ({_names(rl_cfg.reward_fn)})")
@@ -80,6 +83,23 @@ def _eval_count(cfg: PipelineConfig) -> int:
 
 def _names(specs: str | list[str]) -> str:
     return specs if isinstance(specs, str) else ", ".join(specs)
+
+
+def _episodes_pipeline(cfg: PipelineConfig, rl_cfg, ev_cfg, out, times: dict, t: float) -> dict:
+    """Stages 2-4 of a task played as episodes (calculator): no reward model (the environment's
+    checker is the reward), RLOO on whole episodes, then both policies play held-out episodes."""
+    say(f"[2/4] no reward model: the {rl_cfg.env} environment gives the reward (docs/agents.md)")
+    say(f"[3/4] rloo on episodes for {cfg.rl.steps} steps, k={cfg.rl.k}, beta={cfg.rl.beta} -> {rl_cfg.output_dir}")
+    rl = train(rl_cfg, overwrite=True)
+    times["rl"], t = time.perf_counter() - t, time.perf_counter()
+    say(f"[4/4] episodes on {cfg.eval.num_prompts} held-out prompts -> {ev_cfg.output_dir}")
+    results = evaluate_agents(ev_cfg, rl_cfg)
+    times["eval"] = time.perf_counter() - t
+    summary = {"task": cfg.task, "seed": cfg.seed, "algorithm": "rloo", "env": rl_cfg.env, "eval": results}
+    summary |= {"seconds": times, "plots": [str(p) for p in rl.plots]}
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    say("time: " + ", ".join(f"{k} {v:.0f}s" for k, v in times.items()))
+    return summary
 
 
 def _eval_summary(v) -> dict:

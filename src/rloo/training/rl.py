@@ -12,10 +12,13 @@ from pathlib import Path
 import torch
 
 from rloo.algorithms import make_algorithm, supports_distributed
+from rloo.algorithms.agents import episode_reward, sample_episodes
 from rloo.algorithms.base import Models
 from rloo.config import OFFLINE_ALGORITHMS, RLConfig, upgrade_saved_config
 from rloo.data.preflight import check_config
 from rloo.data.prompts import PromptStream
+from rloo.envs import EnvSpec
+from rloo.envs.calculator import env_factory
 from rloo.errors import RlooError, option
 from rloo.modeling.dropout import maybe_disable_dropout
 from rloo.modeling.loading import enable_gradient_checkpointing, frozen, load_policy, load_reward_model, model_options
@@ -100,6 +103,8 @@ def _train(cfg, dist, prompts, reward_fn, resume, overwrite) -> RLResult:
     # the steps the prompt list was made for: those of the run's start, kept across extensions
     started_steps = cfg.steps if state is None else (state.get("prompt_steps") or json.loads(state["config"])["steps"])
     train_prompts, eval_set = train_and_eval_prompts(cfg, task, prompts, models, started_steps)
+    if models.env is not None:  # the periodic eval samples single responses; episodes: rloo.eval.episodes
+        eval_set = None
     stream = PromptStream(train_prompts, cfg.batch_size, cfg.seed)
     if state is not None:  # every refusal comes before the run folder (config.yaml) is touched
         check_prompts_unchanged(state, stream.prompts, from_api=prompts is not None)
@@ -178,11 +183,20 @@ def load_models(cfg: RLConfig, reward_fn=None, policy_path: str | None = None) -
         ref = frozen(load_policy(cfg.policy, **opts)[0])
     if cfg.gradient_checkpointing:
         enable_gradient_checkpointing(policy)
-    scorer = build_reward(cfg, tokenizer, reward_fn, load_rm=lambda p: _frozen_rm(p, opts, cfg.disable_dropout))
     maybe_disable_dropout(policy, cfg.disable_dropout)
     maybe_disable_dropout(ref, cfg.disable_dropout)
     policy.train()
+    if cfg.env is not None:  # multi-turn episodes: the environment gives the reward
+        return Models(policy, ref, tokenizer, episode_reward, env=env_spec(cfg, tokenizer))
+    scorer = build_reward(cfg, tokenizer, reward_fn, load_rm=lambda p: _frozen_rm(p, opts, cfg.disable_dropout))
     return Models(policy, ref, tokenizer, scorer, sampler=_vllm_sampler(cfg, tokenizer, policy_path))
+
+
+def env_spec(cfg: RLConfig, tokenizer) -> EnvSpec:
+    """The episodes `cfg.env` asks for: its environment factory and cfg.env_settings' limits."""
+    s = cfg.env_settings
+    factory = env_factory(cfg.env, tokenizer, s.tool_timeout_s)
+    return EnvSpec(factory, s.max_turns, s.max_turn_tokens, s.max_total_tokens, s.step_timeout_s)
 
 
 def _frozen_rm(path: str, opts: dict, no_dropout: bool = True):
@@ -212,7 +226,11 @@ def _vllm_sampler(cfg: RLConfig, tokenizer, policy_path: str | None):
 
 def _preflight(models: Models, prompt: str, cfg: RLConfig) -> None:
     """Score one prompt's k samples before anything is written, so a reward source that is
-    broken from the start fails with its error and leaves no half-made run folder behind."""
+    broken from the start fails with its error and leaves no half-made run folder behind (with an
+    environment: play one prompt's k episodes)."""
+    if models.env is not None:
+        sample_episodes(models, [prompt], cfg, torch.Generator().manual_seed(cfg.seed))
+        return
     roll = rollout(
         models.policy,
         models.tokenizer,
