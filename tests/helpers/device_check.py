@@ -36,7 +36,9 @@ class DeviceCheck(TorchFunctionMode):
             where = _drawn_on(args, kwargs)
             name = getattr(func, "__name__", str(func))
             self.draws.append((name, gen.device.type, where.type))
-            assert gen.device.type == where.type, f"{name} draws a {where.type} tensor with a {gen.device.type} generator"
+            assert gen.device.type == where.type, (
+                f"{name} draws a {where.type} tensor with a {gen.device.type} generator"
+            )
             if self.strip:
                 kwargs.pop("generator")
         return func(*args, **kwargs)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from tests.helpers.device_check import DeviceCheck, fake_cuda
 
 from rloo.rollout import sampler
-from tests.helpers.device_check import DeviceCheck, fake_cuda
 
 
 @pytest.mark.parametrize("top_p", [1.0, 0.9])
