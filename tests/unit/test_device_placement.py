@@ -47,3 +47,73 @@ def test_cpu_sampling_is_unchanged_by_the_device_rule(tiny_model_dir):
         checked = sampler.sample(model, ids, mask, generator=torch.Generator().manual_seed(3), **kw)
     assert all(torch.equal(a, b) for a, b in zip(plain, checked, strict=True))
     assert check.draws and all(g == t == "cpu" for _, g, t in check.draws)
+
+
+# ---- collectives: a one-process gloo group stands in for NCCL ----------------------------------
+
+
+@pytest.fixture
+def gloo_group(tmp_path):
+    import torch.distributed as tdist
+
+    tdist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rdzv'}", rank=0, world_size=1)
+    yield
+    tdist.destroy_process_group()
+
+
+class _Reached(Exception):
+    """The collective was called with its tensor on the communication device (where the test stops)."""
+
+
+def _checked_all_reduce(monkeypatch, comm: torch.device, stop: bool) -> list[torch.device]:
+    """Replace the all_reduce rloo.runtime.distributed calls with one that asserts its tensor is on
+    `comm`, the patched communication device; `stop`: raise _Reached there (a meta stand-in for CUDA
+    cannot be reduced or read back)."""
+    from rloo.runtime import distributed
+
+    real, seen = distributed.dist.all_reduce, []
+
+    def all_reduce(t, *a, **kw):
+        seen.append(t.device)
+        assert t.device == comm, f"collective got a tensor on {t.device}, the group communicates on {comm}"
+        if stop:
+            raise _Reached
+        return real(t, *a, **kw)
+
+    monkeypatch.setattr(distributed, "comm_device", lambda: comm, raising=False)  # raising: old code had none
+    monkeypatch.setattr(distributed.dist, "all_reduce", all_reduce)
+    return seen
+
+
+def test_collectives_put_their_tensors_on_the_communication_device(gloo_group, monkeypatch):
+    """Under NCCL the communication device is the GPU (CPU tensors: "No backend type associated
+    with device type cpu", every torchrun run at step 1). The meta device stands in for it."""
+    from rloo.runtime.distributed import Dist
+
+    d = Dist(rank=0, world=2)  # `enabled`: the one-rank group is only there for the calls to reach
+    _checked_all_reduce(monkeypatch, torch.device("meta"), stop=True)
+    with pytest.raises(_Reached):
+        d.mean_metrics({"loss": 1.0, "kl": 0.5})
+    with pytest.raises(_Reached):
+        d.all_done(torch.tensor([True, False]))
+
+
+def test_collectives_through_gloo_on_its_own_device(gloo_group, monkeypatch):
+    from rloo.runtime import distributed
+
+    assert distributed.comm_device() == torch.device("cpu")  # gloo's
+    d = distributed.Dist(rank=0, world=2)  # a one-rank sum, halved: the round trip, not two ranks' arithmetic
+    seen = _checked_all_reduce(monkeypatch, torch.device("cpu"), stop=False)
+    assert d.mean_metrics({"a": 3.0, "b": -1.0}) == {"a": 1.5, "b": -0.5}
+    assert d.all_done(torch.tensor([True, True])) is True
+    assert d.all_done(torch.tensor([True, False])) is False
+    assert seen == [torch.device("cpu")] * 3
+
+
+def test_nccl_communicates_on_this_process_gpu(monkeypatch):
+    from rloo.runtime import distributed
+
+    monkeypatch.setattr(distributed.dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(distributed.dist, "get_backend", lambda *a: "nccl")
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 3)
+    assert distributed.comm_device() == torch.device("cuda", 3)
