@@ -117,3 +117,35 @@ def test_nccl_communicates_on_this_process_gpu(monkeypatch):
     monkeypatch.setattr(distributed.dist, "get_backend", lambda *a: "nccl")
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 3)
     assert distributed.comm_device() == torch.device("cuda", 3)
+
+
+# ---- the weight guard's memory ------------------------------------------------------------------
+
+
+def test_guard_norms_make_no_fp32_copies():
+    """total_norm made an fp32 copy of every bf16 weight and moment at once (`.float()` then
+    `_foreach_norm`): ~80 GB of temporaries for a 7B model's step. Now one fp32-accumulated norm per
+    tensor: no op inside outputs more than a handful of numbers."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from rloo.runtime.paramguard import total_norm
+
+    class Largest(TorchDispatchMode):
+        numel = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            inputs = {a.untyped_storage().data_ptr() for a in args if isinstance(a, torch.Tensor)}
+            for t in out if isinstance(out, (tuple, list)) else [out]:
+                if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in inputs:  # new memory
+                    Largest.numel = max(Largest.numel, t.numel())
+            return out
+
+    gen = torch.Generator().manual_seed(0)
+    tensors = [torch.randn(64, 64, generator=gen).bfloat16() for _ in range(3)]
+    with Largest():
+        norm = total_norm(tensors)
+    assert Largest.numel <= len(tensors)  # the per-tensor norms, stacked
+    exact = torch.cat([t.double().flatten() for t in tensors]).norm().item()
+    # fp32 accumulation of 12288 squares: relative error <= n * 2^-24 ~ 7e-4 (a bound, not a fit)
+    assert abs(norm - exact) <= 12288 * 2**-24 * exact
