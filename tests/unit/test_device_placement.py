@@ -149,3 +149,52 @@ def test_guard_norms_make_no_fp32_copies():
     exact = torch.cat([t.double().flatten() for t in tensors]).norm().item()
     # fp32 accumulation of 12288 squares: relative error <= n * 2^-24 ~ 7e-4 (a bound, not a fit)
     assert abs(norm - exact) <= 12288 * 2**-24 * exact
+
+
+# ---- checkpoints ----------------------------------------------------------------------------------
+
+
+def test_cuda_random_state_is_saved_and_restored(monkeypatch):
+    """Dropout on a GPU draws from the CUDA generator; its state was not in checkpoints."""
+    from rloo.runtime import rng
+
+    saved, restored = torch.arange(8, dtype=torch.uint8), []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_rng_state", lambda *a: saved.clone())
+    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda s, *a: restored.append(s))
+    gen = torch.Generator().manual_seed(0)
+    state = rng.rng_state(gen)
+    assert torch.equal(state["cuda"], saved)
+    rng.set_rng_state(state, gen)
+    assert len(restored) == 1 and torch.equal(restored[0], saved)
+
+
+def test_checkpoint_state_is_loaded_onto_the_cpu(tmp_path, monkeypatch):
+    """Every rank loaded state.pt onto the device it was saved from (cuda:0): map_location='cpu'."""
+    from rloo.runtime import checkpoint_verify
+
+    torch.save({"x": torch.ones(2)}, tmp_path / "state.pt")
+    real, seen = torch.load, []
+    monkeypatch.setattr(torch, "load", lambda *a, **kw: seen.append(kw) or real(*a, **kw))
+    assert torch.equal(checkpoint_verify.load_state(tmp_path)["x"], torch.ones(2))
+    assert seen and seen[0].get("map_location") == "cpu"
+
+
+def test_an_interrupt_under_fsdp_does_not_promise_a_resume():
+    """Under parallel=fsdp no checkpoint is written; Ctrl-C said "saved None ... --resume"."""
+    import signal
+    from types import SimpleNamespace
+
+    from rloo.training import loop
+
+    note = "parallel=fsdp: checkpoints are not written (only the final model)"
+    ck = SimpleNamespace(save=lambda snap: None, snapshot=lambda step: {}, skip_note=note)
+    msg = str(loop._interrupted(ck, signal.SIGINT, 3, 10))
+    assert "None" not in msg and "resume" not in msg and "rerun from the start" in msg
+    from rloo.errors import RlooError
+
+    failed = str(loop._failed_step(ck, {}, 3, RlooError("boom")))
+    assert "None" not in failed and "resume" not in failed
+    ddp_rank1 = SimpleNamespace(save=lambda snap: None, snapshot=lambda step: {}, skip_note=None)
+    assert "resume" in str(loop._interrupted(ddp_rank1, signal.SIGINT, 3, 10))

@@ -136,22 +136,31 @@ def loop(cfg, dist, models, ck: Checkpointer, eval_set, start: int) -> RLResult:
     return RLResult(out / "model", history, final, plots)
 
 
+def _saved(ck: Checkpointer, path: Path | None) -> str | None:
+    """Where the checkpoint just saved is, for a message; None when no process writes one (under
+    parallel=fsdp: `ck.skip_note`), where --resume would have nothing to continue from."""
+    if path is not None:
+        return str(path)
+    return None if ck.skip_note else "written by rank 0"
+
+
 def _failed_step(ck: Checkpointer, pre: dict, step: int, e: RlooError) -> RlooError:
     """Save the state from before step `step` (1-based), which failed, and say how to continue."""
-    path = ck.save(pre)
+    where = _saved(ck, ck.save(pre))
+    if where is None:
+        return type(e)(f"{e} (at step {step}; no checkpoint: {ck.skip_note}; fix the cause and rerun from the start)")
     return type(e)(
-        f"{e} (at step {step}; checkpoint from before it: {path}; fix the cause and rerun with {option('resume')})"
+        f"{e} (at step {step}; checkpoint from before it: {where}; fix the cause and rerun with {option('resume')})"
     )
 
 
 def _interrupted(ck: Checkpointer, signum: int, step: int, steps: int) -> Interrupted:
     """Save the state after step `step` (1-based) and say how to continue."""
-    path = ck.save(ck.snapshot(step))
-    return Interrupted(
-        f"{signal.Signals(signum).name} received; stopped at step {step}/{steps} and saved {path}; "
-        f"continue with the same command plus {option('resume')}",
-        signum,
-    )
+    where = _saved(ck, ck.save(ck.snapshot(step)))
+    stopped = f"{signal.Signals(signum).name} received; stopped at step {step}/{steps}"
+    if where is None:
+        return Interrupted(f"{stopped}; nothing saved ({ck.skip_note}): rerun from the start", signum)
+    return Interrupted(f"{stopped} and saved {where}; continue with the same command plus {option('resume')}", signum)
 
 
 def _save_final(cfg, dist, models, path: Path) -> None:
