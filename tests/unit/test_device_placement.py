@@ -198,3 +198,34 @@ def test_an_interrupt_under_fsdp_does_not_promise_a_resume():
     assert "None" not in failed and "resume" not in failed
     ddp_rank1 = SimpleNamespace(save=lambda snap: None, snapshot=lambda step: {}, skip_note=None)
     assert "resume" in str(loop._interrupted(ddp_rank1, signal.SIGINT, 3, 10))
+
+
+def test_fsdp_evaluation_stops_decoding_together(monkeypatch):
+    """Under FSDP every decode step's forward is a collective: an evaluation whose processes stop
+    at different steps hangs. The training loop's evaluation now samples with the shared stop."""
+    from types import SimpleNamespace
+
+    from rloo.eval import sampling
+    from rloo.runtime.distributed import Dist
+    from rloo.training import evalset
+
+    fsdp = Dist(rank=0, world=2, parallel="fsdp")
+    assert fsdp.eval_kwargs() == {"all_done": fsdp.all_done}
+    assert Dist(rank=0, world=2, parallel="ddp").eval_kwargs() == {} == Dist().eval_kwargs()
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def rollout(*a, **kw):
+        seen.update(kw)
+        raise Stop
+
+    monkeypatch.setattr(sampling, "rollout", rollout)
+    models = SimpleNamespace(policy=torch.nn.Linear(1, 1), tokenizer=None, scorer=None, ref=None)
+    cfg = SimpleNamespace(
+        eval=SimpleNamespace(temperature=1.0, batch_size=4), max_prompt_tokens=8, max_new_tokens=4, seed=0, steps=1
+    )
+    with pytest.raises(Stop):
+        evalset.eval_metrics(models, evalset.EvalSet(["p"], None, None), cfg, 0, **fsdp.eval_kwargs())
+    assert seen["all_done"] == fsdp.all_done

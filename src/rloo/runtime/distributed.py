@@ -109,6 +109,10 @@ class Dist:
         samples exactly as P do."""
         return {"rows": rows} | ({"all_done": self.all_done} if self.enabled and self.parallel == "fsdp" else {})
 
+    def eval_kwargs(self) -> dict:
+        """Extra arguments of an evaluation's sampling: the shared stop under FSDP (as `step_kwargs`)."""
+        return {"all_done": self.all_done} if self.enabled and self.parallel == "fsdp" else {}
+
     def checkpoint_role(self) -> tuple[bool, str | None]:
         """(does this process write checkpoints, a note to print once when it never does). Only
         rank 0 writes (DDP replicas are identical). Under FSDP a checkpoint would need the shards

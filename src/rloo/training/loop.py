@@ -85,7 +85,7 @@ def loop(cfg, dist, models, ck: Checkpointer, eval_set, start: int) -> RLResult:
             for step in range(start, cfg.steps):
                 pre = ck.snapshot(step)  # the state before this step, for a checkpoint if it fails
                 if eval_set is not None and cfg.eval_every and step % cfg.eval_every == 0:
-                    record(step, eval_metrics(models, eval_set, cfg, step))
+                    record(step, eval_metrics(models, eval_set, cfg, step, **dist.eval_kwargs()))
                 # this process's prompts of the global batch, and its rows of the B*K completions
                 prompts, rows = dist.shard(stream.next(), cfg.k)
                 lr = opt.param_groups[0]["lr"]  # the rate this step's update uses (sched.step() sets the next)
@@ -118,7 +118,7 @@ def loop(cfg, dist, models, ck: Checkpointer, eval_set, start: int) -> RLResult:
                     f"max_grad_norm, or check the reward"
                 )
             # past the last step a signal no longer interrupts: finishing is quicker than resuming
-            final = eval_metrics(models, eval_set, cfg, cfg.steps) if eval_set is not None else {}
+            final = eval_metrics(models, eval_set, cfg, cfg.steps, **dist.eval_kwargs()) if eval_set is not None else {}
             if final:
                 record(cfg.steps, final)
             _save_final(cfg, dist, models, out / "model")
