@@ -229,3 +229,30 @@ def test_fsdp_evaluation_stops_decoding_together(monkeypatch):
     with pytest.raises(Stop):
         evalset.eval_metrics(models, evalset.EvalSet(["p"], None, None), cfg, 0, **fsdp.eval_kwargs())
     assert seen["all_done"] == fsdp.all_done
+
+
+# ---- reward scores in fp32 ------------------------------------------------------------------------
+
+
+def test_reward_scores_are_not_rounded_to_bf16_under_autocast(tiny_model_dir):
+    """Under bf16 autocast the score head ran in bf16: scores rounded to 8 bits, so near-equal
+    completions tied (false zero-variance groups). Now the head runs in fp32 on the pooled states."""
+    from rloo.modeling.forward import reward_scores
+    from rloo.modeling.loading import load_reward_model
+
+    rm, _ = load_reward_model(str(tiny_model_dir))
+    with torch.no_grad():
+        rm.score.weight.mul_(1 + 2**-5)  # scores of a size whose bf16 rounding is visible
+    p_ids = torch.tensor([[5, 6, 7]] * 4)
+    c_ids = torch.tensor([[8, 9], [9, 8], [10, 11], [12, 13]])
+    p_mask, c_mask = torch.ones_like(p_ids, dtype=torch.bool), torch.ones_like(c_ids, dtype=torch.bool)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        scores = reward_scores(rm, p_ids, p_mask, c_ids, c_mask)
+        ids = torch.cat([p_ids, c_ids], 1)
+        hidden = rm.model(input_ids=ids, attention_mask=torch.ones_like(ids)).last_hidden_state[:, -1]
+    expected = hidden.float() @ rm.score.weight.float().T  # the same pooled states, an fp32 head
+    assert scores.dtype == torch.float32
+    # fp32 dot products of H terms in any order: |error| <= H * 2^-24 * sum_j |h_j w_j|
+    bound = hidden.shape[-1] * 2**-24 * (hidden.float().abs() @ rm.score.weight.float().abs().T).squeeze(-1)
+    assert ((scores - expected.squeeze(-1)).abs() <= bound).all()
+    assert not torch.equal(scores, scores.bfloat16().float()), "scores are bf16-rounded"
