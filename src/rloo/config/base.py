@@ -122,3 +122,17 @@ def normalize_report_to(value) -> list[str]:
     if bad or not names:
         raise ValueError(f"report_to must be among {', '.join(TRACKERS)} (or a list of them), got {value!r}")
     return [n for n in dict.fromkeys(names) if n != "none"]
+
+
+# dtype=float16 is in the configs' choices so that it is refused with this reason, not as a typo
+FLOAT16_REFUSED = (
+    "dtype=float16 needs loss scaling (its gradients underflow), which rloo does not do; "
+    "use dtype=bfloat16 (bf16 autocast, fp32 master weights) or float32"
+)
+
+
+def refuse_float16(dtype: str) -> str:
+    """A config's `dtype` validator: float16 refused in one line (rloo.runtime.precision)."""
+    if dtype == "float16":
+        raise ValueError(FLOAT16_REFUSED)
+    return dtype

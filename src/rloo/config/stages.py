@@ -8,7 +8,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from rloo.config.agents import ENV_TASKS, EnvSettings
-from rloo.config.base import Strict, check_device_name, normalize_report_to
+from rloo.config.base import Strict, check_device_name, normalize_report_to, refuse_float16
 from rloo.config.dataset import DatasetSettings
 from rloo.config.sections import EvalSettings, RewardSettings, RLSettings, SFTSettings
 
@@ -68,8 +68,8 @@ class _Run(Strict):
     max_response_tokens: int = Field(default=32, ge=1, description="Reference/preference responses are cut here.")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         default="auto",
-        description="Compute precision (rloo.runtime.precision): auto is bfloat16 on GPU; on CPU bf16 autocast "
-        "with fp32 master weights when a probe finds bf16 matmul >= 1.5x fp32, else float32.",
+        description="Compute precision (rloo.runtime.precision), fp32 master weights always: auto is bf16 autocast "
+        "on GPU; on CPU bf16 autocast when a probe finds bf16 matmul >= 1.5x fp32, else float32. float16: refused.",
     )
     gradient_checkpointing: bool = Field(default=False, description="Recompute activations in backward to save memory.")
     trust_remote_code: bool = Field(
@@ -89,6 +89,11 @@ class _Run(Strict):
         return v
 
     _device = field_validator("device")(classmethod(lambda cls, v: check_device_name(v)))
+
+    @field_validator("dtype")
+    @classmethod
+    def _dtype(cls, v):
+        return refuse_float16(v)
 
 
 class SFTConfig(_Run, SFTSettings):

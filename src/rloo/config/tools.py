@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from rloo.config.base import MAX_BETA, MAX_LR, Strict, check_device_name
+from rloo.config.base import MAX_BETA, MAX_LR, Strict, check_device_name, refuse_float16
 from rloo.config.sections import EvalSettings, RewardSettings, RLSettings, SFTSettings
 from rloo.config.stages import CHECKER_TASKS
 
@@ -127,7 +127,7 @@ class CompareConfig(Strict):
     _device = field_validator("device")(classmethod(lambda cls, v: check_device_name(v)))
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         default="auto",
-        description="As in every stage: auto is bf16 on GPU; on CPU bf16 autocast where bf16 matmul is fast.",
+        description="As in every stage: auto is bf16 autocast on GPU, on CPU where bf16 matmul is fast; no float16.",
     )
     max_prompt_tokens: int = Field(default=64, ge=1)
     max_response_tokens: int = Field(default=32, ge=1)
@@ -159,6 +159,11 @@ class CompareConfig(Strict):
         description="Training times, as multiples of the shortest rloo run's, at which the report reads each "
         "method's win rate off its training trajectory (wall-clock of the logged time/* phases).",
     )
+
+    @field_validator("dtype")
+    @classmethod
+    def _dtype(cls, v):
+        return refuse_float16(v)
 
     @field_validator("methods")
     @classmethod

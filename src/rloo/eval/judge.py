@@ -85,8 +85,10 @@ def evaluate_policy(
     batch_size: int = 128,
     generator: torch.Generator | None = None,
     keep_samples: int = 4,
+    all_done=None,
 ) -> PolicyEval:
-    """One sampled response per prompt, judged against `references` with `judge(prompt, response)`."""
+    """One sampled response per prompt, judged against `references` with `judge(prompt, response)`.
+    `all_done`: the shared stop of processes whose forward passes are collectives (FSDP; see `sample`)."""
     gold, refs_gold, rm, kls, lengths, truncs, samples = [], [], [], [], [], [], []
     chunks = sampled_chunks(
         policy,
@@ -98,6 +100,7 @@ def evaluate_policy(
         max_new_tokens=max_new_tokens,
         temperature=temperature,
         generator=generator,
+        all_done=all_done,
     )
     for i, (chunk, roll) in zip(range(0, len(prompts), batch_size), chunks, strict=True):
         lengths += roll.completion_mask.sum(-1).tolist()

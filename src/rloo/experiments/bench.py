@@ -11,7 +11,7 @@ peak measured here at start in the run's dtype (on a GPU: its model FLOPs utilis
 CPU under bf16 mixed precision, of the faster of bf16 and fp32: `reference_peak`).
 
 `dtype=bfloat16`: rloo runs under its own mixed precision (rloo.runtime.precision: bf16 autocast over fp32
-master weights on CPU, bf16 weights on CUDA) and TRL with `bf16=True` (autocast over fp32 weights).
+master weights, on CUDA too) and TRL with `bf16=True` (autocast over fp32 weights): the same scheme.
 """
 
 from __future__ import annotations

@@ -7,9 +7,11 @@ start: the L2 norm of all trainable parameters above `growth x max(norm at the s
 tuning moves it by a few percent; default growth 10).
 
 Cost: the copy is one buffer per trainable tensor and per optimizer-state tensor, i.e. 3x the
-trainable parameters' bytes for AdamW (weights, exp_avg, exp_avg_sq), allocated once and
-refilled every step (one memcpy of that size, small next to a forward+backward). Under LoRA
-only the adapters are trainable, so it is tiny.
+trainable parameters' bytes for AdamW (weights, exp_avg, exp_avg_sq: 12 bytes per fp32 parameter,
+docs/recipes.md's memory table), allocated once and refilled every step (one memcpy of that size,
+small next to a forward+backward). The norms make no copies: one fp32-accumulated norm per tensor
+(`vector_norm(..., dtype=float32)`), never an fp32 copy of a tensor. Under LoRA only the adapters are
+trainable, so it is tiny.
 """
 
 from __future__ import annotations
@@ -26,8 +28,10 @@ def total_norm(tensors: list[torch.Tensor]) -> float:
     """L2 norm of all `tensors` together (inf/nan when any entry is, or when it overflows)."""
     if not tensors:
         return 0.0
-    norms = torch._foreach_norm([_local(t).detach().float() for t in tensors])
-    return float(torch.linalg.vector_norm(torch.stack([n.cpu() for n in norms])))
+    # per tensor, accumulated in fp32 without an fp32 copy of the tensor (a bf16 model's `.float()`
+    # copies of all weights and moments at once were ~80 GB of temporaries at 7B)
+    norms = [torch.linalg.vector_norm(_local(t).detach(), dtype=torch.float32) for t in tensors]
+    return float(torch.linalg.vector_norm(torch.stack([n.to(norms[0].device) for n in norms])))  # one sync
 
 
 class ParamGuard:

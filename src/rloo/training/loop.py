@@ -85,7 +85,7 @@ def loop(cfg, dist, models, ck: Checkpointer, eval_set, start: int) -> RLResult:
             for step in range(start, cfg.steps):
                 pre = ck.snapshot(step)  # the state before this step, for a checkpoint if it fails
                 if eval_set is not None and cfg.eval_every and step % cfg.eval_every == 0:
-                    record(step, eval_metrics(models, eval_set, cfg, step))
+                    record(step, eval_metrics(models, eval_set, cfg, step, **dist.eval_kwargs()))
                 # this process's prompts of the global batch, and its rows of the B*K completions
                 prompts, rows = dist.shard(stream.next(), cfg.k)
                 lr = opt.param_groups[0]["lr"]  # the rate this step's update uses (sched.step() sets the next)
@@ -125,7 +125,7 @@ def loop(cfg, dist, models, ck: Checkpointer, eval_set, start: int) -> RLResult:
                     f"completion), so no update had a gradient; no model was saved. Check the reward"
                 )
             # past the last step a signal no longer interrupts: finishing is quicker than resuming
-            final = eval_metrics(models, eval_set, cfg, cfg.steps) if eval_set is not None else {}
+            final = eval_metrics(models, eval_set, cfg, cfg.steps, **dist.eval_kwargs()) if eval_set is not None else {}
             if final:
                 record(cfg.steps, final)
             _save_final(cfg, dist, models, out / "model")
@@ -143,22 +143,31 @@ def loop(cfg, dist, models, ck: Checkpointer, eval_set, start: int) -> RLResult:
     return RLResult(out / "model", history, final, plots)
 
 
+def _saved(ck: Checkpointer, path: Path | None) -> str | None:
+    """Where the checkpoint just saved is, for a message; None when no process writes one (under
+    parallel=fsdp: `ck.skip_note`), where --resume would have nothing to continue from."""
+    if path is not None:
+        return str(path)
+    return None if ck.skip_note else "written by rank 0"
+
+
 def _failed_step(ck: Checkpointer, pre: dict, step: int, e: RlooError) -> RlooError:
     """Save the state from before step `step` (1-based), which failed, and say how to continue."""
-    path = ck.save(pre)
+    where = _saved(ck, ck.save(pre))
+    if where is None:
+        return type(e)(f"{e} (at step {step}; no checkpoint: {ck.skip_note}; fix the cause and rerun from the start)")
     return type(e)(
-        f"{e} (at step {step}; checkpoint from before it: {path}; fix the cause and rerun with {option('resume')})"
+        f"{e} (at step {step}; checkpoint from before it: {where}; fix the cause and rerun with {option('resume')})"
     )
 
 
 def _interrupted(ck: Checkpointer, signum: int, step: int, steps: int) -> Interrupted:
     """Save the state after step `step` (1-based) and say how to continue."""
-    path = ck.save(ck.snapshot(step))
-    return Interrupted(
-        f"{signal.Signals(signum).name} received; stopped at step {step}/{steps} and saved {path}; "
-        f"continue with the same command plus {option('resume')}",
-        signum,
-    )
+    where = _saved(ck, ck.save(ck.snapshot(step)))
+    stopped = f"{signal.Signals(signum).name} received; stopped at step {step}/{steps}"
+    if where is None:
+        return Interrupted(f"{stopped}; nothing saved ({ck.skip_note}): rerun from the start", signum)
+    return Interrupted(f"{stopped} and saved {where}; continue with the same command plus {option('resume')}", signum)
 
 
 def _save_final(cfg, dist, models, path: Path) -> None:

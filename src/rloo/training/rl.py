@@ -33,7 +33,7 @@ from rloo.runtime.checkpoint_verify import latest_checkpoint, load_state
 from rloo.runtime.distributed import unwrap
 from rloo.runtime.fingerprint import check_inputs_unchanged, fingerprints
 from rloo.runtime.paramguard import ParamGuard
-from rloo.runtime.precision import MIN_BF16_WIDTH_SAMPLING, stage_precision
+from rloo.runtime.precision import MIN_BF16_WIDTH_SAMPLING, resolve_precision, stage_precision
 from rloo.runtime.resumecheck import check_optimizer_matches, check_prompts_unchanged, describe_changes
 from rloo.runtime.runlock import holds_run_folder
 from rloo.runtime.tracking import say
@@ -209,7 +209,7 @@ def _vllm_sampler(cfg: RLConfig, tokenizer, policy_path: str | None):
         return None
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 or cfg.lora is not None:
         raise RlooError("generation=vllm runs in a single process without lora; use generation=sampler")
-    from rloo.rollout.vllm import VLLMSampler  # optional: imports vllm (GPU only, the `vllm` extra)
+    from rloo.rollout.vllm import VLLMSampler, vllm_dtype  # optional: imports vllm (GPU only, the `vllm` extra)
 
     return VLLMSampler(
         policy_path or cfg.policy,
@@ -221,6 +221,7 @@ def _vllm_sampler(cfg: RLConfig, tokenizer, policy_path: str | None):
         top_p=cfg.top_p,
         seed=cfg.seed,
         gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
+        dtype=vllm_dtype(resolve_precision(cfg.dtype, cfg.device)),
     )
 
 
