@@ -11,7 +11,8 @@ from torch import Tensor
 
 from rloo.algorithms.base import Models, guarded_step, rows_logprobs, score_rollout
 from rloo.algorithms.rloo import sample, step_stats
-from rloo.config import RLConfig
+from rloo.config import METHOD_SPECS, RLConfig
+from rloo.config.methods import one_of
 from rloo.core.advantages import unscored, zero_variance_groups
 from rloo.core.kl import shaped_reward
 from rloo.errors import RewardError
@@ -71,10 +72,11 @@ def mean_stats(records: Iterable[dict]) -> dict[str, float]:
 def require_scored(scores: Tensor, algorithm: str) -> None:
     """Methods without a group baseline have no rule for a reward function's None: stop clearly."""
     if torch.isnan(scores).any():
+        tolerant = [n for n, spec in METHOD_SPECS.items() if spec.unscored]
         raise RewardError(
             f"the reward function could not score {int(torch.isnan(scores).sum())} completion(s) "
-            f"(returned None); {algorithm} has no rule for that: use rloo, grpo, dr_grpo or "
-            f"reinforce_pp, which leave unscored samples out of the baseline"
+            f"(returned None); {algorithm} has no rule for that: use {one_of(tolerant)}, which leave "
+            f"unscored samples out of the baseline"
         )
 
 
@@ -108,7 +110,7 @@ def clipped_updates(
     params = list(models.policy.parameters())
     if rows.numel() == 0:
         return records, 0.0, False
-    epochs, parts = passes or (cfg.algo.ppo_epochs, cfg.algo.num_minibatches)
+    epochs, parts = passes or (cfg.algorithm_settings.ppo_epochs, cfg.algorithm_settings.num_minibatches)
     wrapped = is_wrapped(models.policy)
     for part in minibatches(rows.numel(), parts, epochs, gen):
         r = rows[part]

@@ -36,13 +36,13 @@ def dr_grpo_step(models: Models, opt, prompts: list[str], cfg: RLConfig, gen: to
     filled, valid = unscored(scores)
     rewards, kl = sequence_rewards(filled, roll, ref_lp, cfg)  # logged only: the KL is in the loss
     advantages = group_mean_advantages(filled.view(-1, cfg.k), valid.view(-1, cfg.k)).view(-1)
-    rows, dropped = kept_rows(scores, cfg.k, cfg.algo.drop_zero_variance)
-    norm_length = cfg.algo.norm_length or cfg.max_new_tokens
+    rows, dropped = kept_rows(scores, cfg.k, cfg.algorithm_settings.drop_zero_variance)
+    norm_length = cfg.algorithm_settings.norm_length or cfg.max_new_tokens
 
     def loss_fn(lp, r):
         mask = roll.completion_mask[r]
         return dr_grpo_loss(
-            lp, roll.logprobs[r], ref_lp[r], advantages[r], mask, cfg.algo.clip_eps, cfg.beta, norm_length
+            lp, roll.logprobs[r], ref_lp[r], advantages[r], mask, cfg.algorithm_settings.clip_eps, cfg.beta, norm_length
         )
 
     records, norm, skipped = clipped_updates(models, opt, roll, rows, loss_fn, cfg, gen)

@@ -26,7 +26,7 @@ def raft_rows(rewards: torch.Tensor, k: int) -> torch.Tensor:
 def raft_step(models: Models, opt, prompts: list[str], cfg: RLConfig, gen: torch.Generator):
     timer = Timer()
     roll, scores, ref_lp = sample_and_score(models, prompts, cfg, gen, timer)
-    require_scored(scores, "raft")
+    require_scored(scores, cfg.algorithm)
     rewards, kl = sequence_rewards(scores, roll, ref_lp, cfg)
     rows = raft_rows(rewards, cfg.k)
     mask = roll.completion_mask[rows]

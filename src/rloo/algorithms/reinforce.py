@@ -38,7 +38,7 @@ class Reinforce:
     def step(self, models: Models, opt, prompts: list[str], cfg: RLConfig, gen: torch.Generator):
         timer = Timer()
         roll, scores, ref_lp = sample_and_score(models, prompts, cfg, gen, timer, keeps_prefill(models, cfg))
-        require_scored(scores, "reinforce")
+        require_scored(scores, cfg.algorithm)
         rewards, kl = sequence_rewards(scores, roll, ref_lp, cfg)
         # The first batch has no past: it is centred on its own mean (a one-off warm start),
         # afterwards the baseline only holds earlier batches, so it is independent of the samples.

@@ -9,6 +9,7 @@ from pydantic import Field, field_validator, model_validator
 
 from rloo.config.base import Strict, normalize_report_to
 from rloo.config.dataset import DatasetSettings
+from rloo.config.methods import METHOD_SPECS
 from rloo.config.sections import EvalSettings, RewardSettings, RLSettings, SFTSettings
 
 CHECKER_TASKS: dict[str, str] = {"arithmetic": "rloo.tasks.arithmetic:reward"}
@@ -191,8 +192,12 @@ class PipelineConfig(_Run):
             if self.task in CHECKER_TASKS
             else {"reward_model": str(out / "reward" / "model")}
         )
+        rl_settings = self.rl.model_dump()
+        if not self.rl.checks_own_settings:  # a section shared by several methods: this one's settings
+            own = METHOD_SPECS[self.rl.algorithm].settings.model_fields
+            rl_settings["algorithm_settings"] = {k: v for k, v in self.rl.algorithm_settings if k in own}
         rl = RLConfig(
-            **self.rl.model_dump(),
+            **rl_settings,
             **run,
             output_dir=out / "rl",
             eval=self.eval,

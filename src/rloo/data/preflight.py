@@ -8,7 +8,7 @@ costs a second, not a model load. The stages call it too (the Python API gets th
 
 from __future__ import annotations
 
-from rloo.config import EvalConfig, PipelineConfig, RLConfig, SFTConfig, normalize_report_to
+from rloo.config import METHOD_SPECS, EvalConfig, PipelineConfig, RLConfig, SFTConfig, normalize_report_to
 from rloo.data.datasets import load_records
 from rloo.errors import ConfigError, RlooError
 from rloo.runtime.names import check_local, check_name
@@ -69,7 +69,7 @@ def _looks_like_file(split: str) -> bool:
 
 def _check_reward_source(cfg, reward_fn) -> None:
     specs = [cfg.reward_fn] if isinstance(cfg.reward_fn, str) else list(cfg.reward_fn or [])
-    if cfg.reward_model is None and not specs and reward_fn is None and cfg.algorithm != "dpo":
+    if cfg.reward_model is None and not specs and reward_fn is None and METHOD_SPECS[cfg.algorithm].online:
         raise ConfigError(
             "no reward source: set reward_model=PATH or reward_fn=module:function (or path/to/file.py:function)"
         )
