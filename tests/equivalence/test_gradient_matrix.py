@@ -258,7 +258,7 @@ def run_pg(c: Combo, path: Path, out: Path, method: str = "rloo") -> dict:
     models = load_models(cfg, reward_fn=reward_fn)
     opt = GradRecorder(models.policy)
     algo = make_algorithm(cfg, models)
-    _, roll, _ = algo.step(models, opt, PADDED if c.padded else UNPADDED, cfg, torch.Generator().manual_seed(0))
+    roll = algo.step(models, opt, PADDED if c.padded else UNPADDED, cfg, torch.Generator().manual_seed(0)).rollout
     ref = reference_gradient(models, roll, cfg, method)
     assert opt.grads is not None and opt.grads.keys() == {n for n, g in ref.items() if n in opt.grads}
     scale = max(g.abs().max().item() for g in ref.values())

@@ -68,9 +68,12 @@ def add_method(
         raise ValueError("add_method takes a step or a build, not both")
     if not spec.online:
         raise ValueError(f"{spec.name}: add_method adds online methods (offline ones need their own loop)")
+    if build is None:
+        assert step is not None
+        stateless = step
+        build = lambda cfg, models: Stateless(stateless)  # noqa: E731
     add_spec(spec)
-    stateless = step
-    REGISTRY[spec.name] = Entry(build or (lambda cfg, models: Stateless(stateless)), distributed)
+    REGISTRY[spec.name] = Entry(build, distributed)
 
 
 def make_algorithm(cfg: RLConfig, models: Models) -> Algorithm:

@@ -13,9 +13,16 @@ from __future__ import annotations
 
 import torch
 
-from rloo.algorithms.base import Models, guarded_step
-from rloo.algorithms.common import Timer, require_scored, rollout_stats, sample_and_score, sequence_rewards
-from rloo.algorithms.rloo import keeps_prefill, update_logprobs
+from rloo.algorithms.base import Models, StepResult, guarded_step
+from rloo.algorithms.common import (
+    Timer,
+    keeps_prefill,
+    require_scored,
+    rollout_stats,
+    sample_and_score,
+    sequence_rewards,
+    update_logprobs,
+)
 from rloo.config import RLConfig
 from rloo.core.advantages import moving_average_advantages, moving_average_update
 from rloo.core.logprobs import sequence_logprobs
@@ -54,4 +61,5 @@ class Reinforce:
             self.baseline = moving_average_update(baseline, rewards, self.momentum)
         timer.lap("update")
         stats = {k: float(v) for k, v in stats.items()} | {"reinforce/baseline": float(baseline)}
-        return stats | rollout_stats(roll, scores, kl, rewards, grad_norm, not stepped, timer), roll, rewards
+        stats |= rollout_stats(roll, scores, kl, rewards, grad_norm, not stepped, timer)
+        return StepResult(stats, roll, rewards)

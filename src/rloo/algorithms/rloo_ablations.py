@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from rloo.algorithms.base import Models
+from rloo.algorithms.base import Models, StepResult
 from rloo.algorithms.common import (
     Timer,
     clipped_updates,
@@ -80,4 +80,4 @@ def rloo_ablation_step(models: Models, opt, prompts: list[str], cfg: RLConfig, g
     records, norm, skipped = clipped_updates(models, opt, roll, rows, loss_fn, cfg, gen, passes)
     timer.lap("update")
     stats = mean_stats(records) | {"groups/dropped": float(dropped)}
-    return stats | rollout_stats(roll, scores, kl, rewards, norm, skipped, timer), roll, rewards
+    return StepResult(stats | rollout_stats(roll, scores, kl, rewards, norm, skipped, timer), roll, rewards)

@@ -7,6 +7,7 @@ use it. `from rloo.config import RLConfig` is the stable import path; the module
     confcheck.py reading YAML (duplicate keys, binary files) and the no-coercion check of Strict
     methods.py   the method table (a MethodSpec per method: its settings model, groups, comparison
                  variants); every list of methods is derived from it
+    method_settings.py  each method's own settings, and AlgorithmSettings (the `algorithm_settings:` section)
     sections.py  the stage sections: model shape, SFT, reward model, RL (+ methods, LoRA), evaluation
     dataset.py   the `dataset:` section (your own data)
     stages.py    the stage configs: run-wide keys + a section (`rloo sft|reward|train|eval|pipeline`)

@@ -69,6 +69,9 @@ class FunctionReward:
             out.append(float(v))
         return torch.tensor(out, dtype=torch.float32)
 
+    def part_metrics(self) -> dict[str, float]:
+        return {}
+
 
 class RewardModelScorer:
     """A sequence-classification reward model. With the policy's own tokenizer it scores the
@@ -117,6 +120,9 @@ class RewardModelScorer:
             for i in range(0, p_ids.shape[0], size)
         ]
         return torch.cat(out).cpu()
+
+    def part_metrics(self) -> dict[str, float]:
+        return {}
 
 
 def load_function(spec: str) -> RewardFn:

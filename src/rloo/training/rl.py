@@ -37,7 +37,7 @@ from rloo.tasks import get_task
 from rloo.training.common import adamw, check_device, prepare_output_dir, seed_everything, warmup_constant
 from rloo.training.dpo import check_dpo_arguments, train_dpo
 from rloo.training.evalset import train_and_eval_prompts
-from rloo.training.loop import RLResult, loop
+from rloo.training.loop import LoopState, RLResult, loop
 
 
 @holds_run_folder  # one process per run folder, for the whole run (rloo.runtime.runlock)
@@ -101,6 +101,10 @@ def _train(cfg, dist, prompts, reward_fn, resume, overwrite) -> RLResult:
     sched = warmup_constant(opt, cfg.warmup_steps)
     algo = make_algorithm(cfg, models)  # the method's step, and its state (value model, baseline)
     writes, skip_note = dist.checkpoint_role()
+    # the starting norm comes from the checkpoint when resuming (the loaded weights are not the start)
+    param_guard = ParamGuard(
+        models.policy.parameters(), opt, cfg.max_param_growth, norm0=(state or {}).get("guard", {}).get("norm0")
+    )
     ck = Checkpointer(
         out,
         cfg,
@@ -114,18 +118,17 @@ def _train(cfg, dist, prompts, reward_fn, resume, overwrite) -> RLResult:
         algo=algo,
         writes=writes,
         skip_note=skip_note,
+        guard=param_guard,
+        inputs=inputs,
+        prompt_steps=started_steps,
     )
-    ck.inputs, ck.prompt_steps = inputs, started_steps
     start = 0
     if state is not None:
         start = ck.restore(state)
         say(f"resuming from {ckpt} at step {start}")
     elif resume:
         truncate_metrics(out, 0)  # records of a run killed before its first checkpoint
-    ck.guard = ParamGuard(
-        models.policy.parameters(), opt, cfg.max_param_growth, norm0=(state or {}).get("guard", {}).get("norm0")
-    )
-    return loop(cfg, dist, models, ck, eval_set, start)
+    return loop(cfg, dist, models, LoopState(algo, opt, sched, gen, stream, ck, param_guard), eval_set, start)
 
 
 def _resume_point(cfg: RLConfig):
