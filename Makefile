@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 .PHONY: demo test test-oldest oldest-lock lint bench clean
 
 # The CPU build of torch, installed first so that rloo's `torch>=2.9` is already met and pip does not
-# pull a multi-GB CUDA build. GPU users install their CUDA torch first instead (README).
+# pull a multi-GB CUDA build. GPU users install their CUDA torch first instead (docs/install.md).
 # --no-deps: only torch itself comes from TORCH_INDEX; its own requirements (sympy, jinja2, ...) come
 # with rloo's from the usual index in the next line. Where TORCH_INDEX cannot be reached (a machine
 # with a local wheel and a PyPI mirror only) pip retries it for every package it looks up there:

@@ -1,6 +1,6 @@
 """Does a rerun of `rloo compare` reproduce a committed report?
 
-    python benchmarks/compare_check.py docs/compare/results.json runs/compare-rerun/report/results.json
+    python benchmarks/compare_check.py docs/results/compare/results.json runs/compare-rerun/report/results.json
 
 For every task and method in both files: the committed mean win rate (against the references and
 against the SFT model) with its 95% t-interval over seeds, the rerun's mean, and whether the rerun's

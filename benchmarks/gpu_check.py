@@ -3,14 +3,18 @@
     python benchmarks/gpu_check.py --out gpu_check.json              # on the GPU machine (<= ~8 min)
     python benchmarks/gpu_check.py --dry-run --out /tmp/dry.json  # CPU, tiny (tests/integration/test_gpu_check.py)
 
-What it does, each part with its own time limit so one slow part cannot eat the others:
-  1. `pytest -m cuda`: the suite's CUDA tests (bf16 vs fp32 log-probs and one RLOO step's gradient on
-     the GPU against the tolerances derived in tests/equivalence/test_precision.py), outcomes per test;
-  2. `rloo bench` on CUDA in bf16 for the shapes M, L and 1B (Pythia-1B-sized Llama, random weights,
-     M's tokenizer; rloo.experiments.bench_assets), with TRL's RLOOTrainer side by side when TRL is importable:
-     s/step, completion tokens/s, peak GPU memory, and MFU (achieved FLOP/s over the bf16 matmul peak
-     measured on the GPU at start);
-  3. everything, with the versions and the GPU's name, into --out.
+What it does: parts, each in its own process with its own time limit (a hang or a crash costs that part
+only), the JSON rewritten after every part (a timeout of the whole run keeps what was done):
+  update_fraction, collectives, train_resume, logprobs, guard_memory: benchmarks/gpu_check_parts.py
+    (each would have caught one of issue 34's defects; on the 1B shape where it matters);
+  cuda_tests: `pytest -m cuda --continue-on-collection-errors`: the suite's CUDA tests (bf16 vs fp32
+    log-probs and one RLOO step's gradient against tests/equivalence/test_precision.py's tolerances);
+  bench: `rloo bench` on CUDA for the shapes M, L and 1B (Pythia-1B-sized Llama, random weights,
+    rloo.experiments.bench_assets), with TRL's RLOOTrainer side by side when TRL is importable, both on
+    the same precision scheme (fp32 master weights, bf16 autocast): s/step, completion tokens/s, peak GPU
+    memory, MFU.
+Assets (models, tokenizers) are built under --assets (default: a folder in $TMPDIR), never in the
+output's folder. `ok` is true when every part finished and said ok.
 
 Offline machine. The project's H200 machine has torch 2.11, transformers 5.17, accelerate and peft, and
 no pydantic, datasets or TRL. Bring those as wheels (Python 3.12), from the repository root here:
@@ -29,10 +33,12 @@ room for it run with --no-trl, since only TRL's worker needs `datasets`.) Then, 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 import time
@@ -66,6 +72,7 @@ def cuda_tests(timeout: float) -> dict:
         "pytest",
         "-m",
         "cuda",
+        "--continue-on-collection-errors",
         "-q",
         "-p",
         "no:cacheprovider",
@@ -132,52 +139,121 @@ def bench(shapes: list, device: str, dtype: str, trl: bool, steps: int, root: Pa
     return report
 
 
+PART_LIMITS = {  # seconds; the whole run is capped by --budget (gpu_check.sh: under 10 minutes)
+    "update_fraction": 60,
+    "collectives": 90,
+    "train_resume": 150,
+    "logprobs": 120,
+    "guard_memory": 120,
+    "cuda_tests": 120,
+    "bench": 300,
+}
+
+
+def run_part(name: str, device: str, dry: bool, assets: Path, limit: float) -> dict:
+    """One part of benchmarks/gpu_check_parts.py in a child process, killed after `limit` seconds."""
+    result = assets / f"{name}.json"
+    result.unlink(missing_ok=True)
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "gpu_check_parts.py"), name, "--device", device,
+           "--assets", str(assets), "--result", str(result)] + (["--dry-run"] if dry else [])  # fmt: skip
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=limit)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {limit:.0f} s", "seconds": time.perf_counter() - t0}
+    out = json.loads(result.read_text()) if result.exists() else {}
+    if proc.returncode != 0:
+        out["error"] = f"exit {proc.returncode}: {(proc.stdout + proc.stderr)[-2000:]}"
+    return out | {"seconds": time.perf_counter() - t0}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="gpu_check.json")
     ap.add_argument("--dry-run", action="store_true", help="CPU, a tiny shape: checks the script itself")
     ap.add_argument("--no-trl", action="store_true", help="rloo only (TRL or datasets not installed)")
     ap.add_argument("--steps", type=int, default=3, help="timed steps per trainer and shape")
-    ap.add_argument("--test-timeout", type=float, default=150)
+    ap.add_argument("--test-timeout", type=float, default=PART_LIMITS["cuda_tests"])
+    ap.add_argument("--budget", type=float, default=540, help="seconds for all parts together")
+    ap.add_argument("--assets", type=Path, default=None, help="where models are built (default: in $TMPDIR)")
+    ap.add_argument("--parts", default=",".join(PART_LIMITS), help="comma-separated subset of the parts")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(ROOT / "src"))
     from rloo.experiments.bench_assets import SHAPES, Shape
 
     t0 = time.perf_counter()
+    assets = args.assets or Path(os.environ.get("TMPDIR", "/tmp")) / f"gpu_check_assets_{os.getuid()}"
+    assets.mkdir(parents=True, exist_ok=True)
+    device = "cpu" if args.dry_run else "cuda"
     if args.dry_run:
-        device = "cpu"
-        shapes = [
-            Shape(
-                name="tiny",
-                tokenizer="char",
-                vocab_size=0,
-                hidden=32,
-                layers=2,
-                heads=2,
-                intermediate=64,
-                prompt_tokens=(6, 12),
-                max_new_tokens=8,
-            )
-        ]
+        shapes = [Shape(name="tiny", tokenizer="char", vocab_size=0, hidden=32, layers=2, heads=2,
+                        intermediate=64, prompt_tokens=(6, 12), max_new_tokens=8)]  # fmt: skip
     else:
-        device = "cuda"
         shapes = [SHAPES[n] for n in ("M", "L", "1B")]
     trl = not args.no_trl and importlib.util.find_spec("trl") is not None
-    out = {"dry_run": args.dry_run, "versions": versions(), "trl_side_by_side": trl}
-    out["cuda_tests"] = cuda_tests(args.test_timeout)
+    out = {"dry_run": args.dry_run, "versions": versions(), "trl_side_by_side": trl, "parts": {}}
     lines = []
 
     def log(msg):
         print(msg, flush=True)
         lines.append(msg)
 
-    out["bench"] = bench(shapes, device, "bfloat16", trl, args.steps, Path(args.out).parent / "gpu_check_assets", log)
-    out["seconds"] = time.perf_counter() - t0
-    out["log"] = lines
-    Path(args.out).write_text(json.dumps(out, indent=1))
-    print(f"gpu_check: wrote {args.out} ({out['seconds']:.0f} s)")
-    ok = out["cuda_tests"].get("rc") in (0, 5) and all("error" not in s for s in out["bench"]["shapes"])
-    return 0 if ok else 1
+    def save():
+        out["seconds"], out["log"] = time.perf_counter() - t0, lines
+        Path(args.out).write_text(json.dumps(out, indent=1, default=str))
+
+    limits = PART_LIMITS | {"cuda_tests": args.test_timeout}
+    for name in args.parts.split(","):
+        left = args.budget - (time.perf_counter() - t0)
+        if left < 10:
+            out["parts"][name] = {"error": "not run: the budget was spent"}
+            save()
+            continue
+        limit = min(limits[name], left)
+        log(f"gpu_check: {name} (limit {limit:.0f} s)")
+        if name == "cuda_tests":
+            res = cuda_tests(limit)
+            out["cuda_tests"] = res
+        elif name == "bench":
+            try:
+                with _time_limit(limit):  # in-process (its workers are its own children): an alarm
+                    res = bench(shapes, device, "bfloat16", trl, args.steps, assets / "bench", log)
+            except TimeoutError as e:
+                res = {"error": str(e)}
+            out["bench"] = res
+        else:
+            res = run_part(name, device, args.dry_run, assets, limit)
+        out["parts"][name] = {k: v for k, v in res.items() if k not in ("tests", "shapes", "machine")}
+        log(json.dumps({name: {k: v for k, v in out["parts"][name].items() if k != "tail"}}, default=str)[:1500])
+        save()
+    out["ok"] = all(_part_ok(n, r) for n, r in out["parts"].items())
+    save()
+    print(f"gpu_check: wrote {args.out} ({out['seconds']:.0f} s), ok={out['ok']}")
+    return 0 if out["ok"] else 1
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float):
+    def alarm(*_):
+        raise TimeoutError(f"timed out after {seconds:.0f} s")
+
+    old = signal.signal(signal.SIGALRM, alarm)
+    signal.alarm(max(1, int(seconds)))
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def _part_ok(name: str, res: dict) -> bool:
+    if "error" in res:
+        return False
+    if name == "cuda_tests":
+        return res.get("rc") in (0, 5)
+    if name == "bench":
+        return True  # its shapes carry their own errors (out["bench"]["shapes"])
+    return bool(res.get("ok"))
 
 
 if __name__ == "__main__":

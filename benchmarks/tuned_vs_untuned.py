@@ -1,7 +1,7 @@
 """What did tuning change? A tuned `rloo compare` against the untuned one, paired by seed.
 
     python benchmarks/tuned_vs_untuned.py runs/compare-tuned/report/results.json \
-        docs/compare/results.json docs/compare/rerun-seeds345-results.json
+        docs/results/compare/results.json docs/results/compare/rerun-seeds345-results.json
 
 The first file is the tuned comparison; the others are untuned comparisons on some of the same
 seeds (their runs are merged by seed). CPU training here is deterministic, so a seed's SFT model

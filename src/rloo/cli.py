@@ -17,7 +17,7 @@ from rloo.config import (
     describe_fields,
     load_config,
 )
-from rloo.errors import RlooError, cli_options
+from rloo.errors import Interrupted, RewardError, RlooError, cli_options
 from rloo.runtime.atomic import describe_write_failure
 from rloo.runtime.runlock import refuse_if_busy
 
@@ -32,6 +32,18 @@ EXAMPLES = {
     "compare": "rloo compare --quick                # every method, minutes\n"
     "  rloo compare tasks=[summarize] seeds=[0,1] output_dir=runs/cmp\n"
     "  rloo compare tuning.trials=12 tuning.seeds=[100,101,102]   # tune each method first",
+}
+
+# One override each subcommand accepts, for its KEY=VALUE help (tests/reliability/test_cli_hints.py
+# loads each with its own command's config).
+OVERRIDE_EXAMPLES = {
+    "pipeline": "rl.k=8",
+    "sft": "epochs=3",
+    "reward": "epochs=2",
+    "train": "k=8",
+    "eval": "num_prompts=100",
+    "bench": "steps=5",
+    "compare": "seeds=[0,1]",
 }
 
 
@@ -72,7 +84,7 @@ def _run_pipeline(cfg, args):
 def _run_bench(cfg, args):
     from rloo.experiments.bench import run_bench
 
-    run_bench(cfg)
+    run_bench(cfg, overwrite=args.overwrite)
 
 
 def _run_compare(cfg, args):
@@ -108,7 +120,9 @@ def build_parser() -> argparse.ArgumentParser:
             epilog="example:\n  " + EXAMPLES[name] + "\n\nrun with --help-config to list every key.",
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
-        sp.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. rl.k=8")
+        sp.add_argument(
+            "overrides", nargs="*", metavar="KEY=VALUE", help=f"config overrides, e.g. {OVERRIDE_EXAMPLES[name]}"
+        )
         sp.add_argument("--config", "-c", help="YAML config file (overrides win over it)")
         sp.add_argument("--overwrite", action="store_true", help="replace a previous run in output_dir")
         sp.add_argument("--debug", action="store_true", help="show full tracebacks")
@@ -147,10 +161,15 @@ def main(argv: list[str] | None = None) -> int:
             check_config(cfg)  # before the heavy imports below: a typo costs a second, not a model load
         with cli_options():  # error messages name --resume/--overwrite, not resume=/overwrite=
             run(cfg, args)
+    except Interrupted as e:  # Ctrl-C / SIGTERM with a checkpoint written: asked for, not an error
+        print(f"rloo {args.command}: interrupted: {_one_line(e)}", file=sys.stderr)
+        return e.exit_code
     except RlooError as e:
         if args.debug:
             raise
-        print(f"rloo {args.command}: error: {_one_line(e)}", file=sys.stderr)
+        # the user's own code raised: its traceback is theirs to see
+        hint = "; rerun with --debug for the traceback" if isinstance(e, RewardError) and e.__cause__ else ""
+        print(f"rloo {args.command}: error: {_one_line(e)}{hint}", file=sys.stderr)
         return e.exit_code
     except OSError as e:  # a folder that cannot be created, a disk that fills up mid-run, ...
         if args.debug:
@@ -162,9 +181,9 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:  # a second SIGTERM (StopNow) is 143, as the first one's exit is
         print(f"rloo {args.command}: interrupted", file=sys.stderr)
-        return 130
+        return getattr(e, "exit_code", 130)
     return 0
 
 

@@ -18,6 +18,10 @@ class RewardError(RlooError):
     """A reward source misbehaved: raised, returned the wrong number of scores, NaN, non-numbers."""
 
 
+class EnvError(RlooError):
+    """A multi-turn environment misbehaved: raised, returned the wrong types, or passed its step timeout."""
+
+
 class NonFiniteError(RlooError):
     """Too many steps in a row had a non-finite loss or gradient."""
 
@@ -31,7 +35,12 @@ class Interrupted(RlooError):
 
 
 class StopNow(KeyboardInterrupt):
-    """A second SIGINT/SIGTERM during a run: stop at once (raised by the loop's signal handler)."""
+    """A second SIGINT/SIGTERM during a run: stop at once (raised by the loop's signal handler).
+    The CLI exits with 128 + the signal's number (130 for SIGINT, 143 for SIGTERM)."""
+
+    def __init__(self, signum: int = 2):
+        super().__init__(signum)
+        self.exit_code = 128 + signum
 
 
 # Messages that tell the user to "pass --resume" must say `resume=True` to a Python caller of

@@ -22,8 +22,9 @@ log-ratio 0 (ratio 1) and clip fraction 0 on their first minibatch under the sam
 
 The default suite runs a pairwise covering of the factors (every pair of values of any two
 factors appears in some row); the full product is `-m slow`:
-    RLOO_MATRIX_JSON=docs/gradient_matrix.json python -m pytest tests/equivalence/test_gradient_matrix.py -m slow
-writes the measured errors to docs/gradient_matrix.<arch>.json (docs/gradient-matrix.md's table
+    RLOO_MATRIX_JSON=docs/results/gradient-matrix/gradient_matrix.json \
+        python -m pytest tests/equivalence/test_gradient_matrix.py -m slow
+writes the measured errors to docs/results/gradient-matrix/gradient_matrix.<arch>.json (docs/gradient-matrix.md's table
 is generated from them by benchmarks/gradient_matrix_table.py).
 """
 

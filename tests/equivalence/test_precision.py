@@ -67,7 +67,7 @@ def _batch(device):
 
 
 def _bf16(device) -> Precision:
-    """What dtype=bfloat16 is on `device`: autocast over fp32 weights on CPU, bf16 weights on CUDA."""
+    """What dtype=bfloat16 is on `device`: bf16 autocast over fp32 weights (on CUDA too since issue 34)."""
     return resolve_precision("bfloat16", device)
 
 

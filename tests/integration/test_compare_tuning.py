@@ -14,7 +14,8 @@ from tests.integration.test_compare import TINY
 
 import rloo.experiments.compare as compare_mod
 from rloo.config import CompareConfig
-from rloo.experiments.compare import compare, same_settings
+from rloo.experiments.compare import compare
+from rloo.experiments.compare_folder import same_settings
 from rloo.experiments.tuning import trial_name, trial_settings, tuning_root
 from rloo.tasks.base import stable_hash
 from rloo.tasks.summarize import EVAL_BUCKETS, SummarizeTask
@@ -160,13 +161,13 @@ def test_selection_waits_for_a_tuning_cell_another_process_holds(tmp_path, monke
 
 
 def test_the_committed_study_config_loads_and_matches_its_report():
-    """docs/compare-tuned/study.yaml (the README's command) is a valid compare config, and it is the
+    """docs/results/compare-tuned/study.yaml (the README's command) is a valid compare config, and it is the
     study whose resolved config the report folder holds (same methods, seeds, tuning)."""
     from pathlib import Path
 
     from rloo.config import load_config
 
-    docs = Path(__file__).resolve().parents[2] / "docs" / "compare-tuned"
+    docs = Path(__file__).resolve().parents[2] / "docs" / "results" / "compare-tuned"
     asked = load_config(CompareConfig, docs / "study.yaml")
     ran = CompareConfig(**yaml.safe_load((docs / "config.yaml").read_text()))
     assert asked.tuning.trials == 9 and asked.methods == ["rloo", "ppo"]

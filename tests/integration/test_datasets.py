@@ -8,13 +8,17 @@ import sys
 from pathlib import Path
 
 import pytest
-from datasets import Dataset, DatasetDict
 
 from rloo import EvalConfig, RLConfig, RlooError, SFTConfig, evaluate, sft, train
 from rloo.cli import main
 from rloo.config import DatasetSettings
-from rloo.data.datasets import load_records, split_dialogue, train_eval_records
+from rloo.data.datasets import load_records, split_dialogue
+from rloo.data.split import held_out, train_eval_records
 from rloo.modeling.loading import load_policy, load_reward_model
+
+# `datasets` is optional (the GPU machine has none): skip this file rather than abort collection
+datasets = pytest.importorskip("datasets")
+Dataset, DatasetDict = datasets.Dataset, datasets.DatasetDict
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "helpers"))  # dist_worker:reward_short
 
@@ -70,8 +74,11 @@ def test_plain_jsonl_with_column_mapping(data_dir):
     s = DatasetSettings(path=str(data_dir / "sft.jsonl"), columns={"prompt": "question", "completion": "answer"})
     recs = load_records(s, ("prompt", "completion"))
     assert len(recs) == 6 and recs[0].prompt == f"post : {POSTS[0]} tl;dr :" and recs[0].completion == SUMMARIES[0]
-    train_recs, held = train_eval_records(s, ("prompt", "completion"), n_eval=2)
-    assert len(train_recs) == 4 and [r.completion for r in held] == SUMMARIES[4:]
+    # no eval_split: the rows whose prompt the hash holds out (rloo.data.split), in dataset order
+    train_recs, held = train_eval_records(s.model_copy(update={"eval_fraction": 0.5}), ("prompt", "completion"), 2)
+    out = [i for i, p in enumerate(POSTS) if held_out(f"post : {p} tl;dr :", 0.5)]
+    assert len(out) > 2 and [r.completion for r in held] == [SUMMARIES[i] for i in out[:2]]
+    assert [r.completion for r in train_recs] == [s for i, s in enumerate(SUMMARIES) if i not in out]
 
 
 def test_tldr_formats(data_dir):
@@ -171,6 +178,7 @@ def test_cli_stages_on_datasets(data_dir, tiny_model_dir, tmp_path, capsys):
             "eval_prompts=2",
             f"dataset.path={data_dir / 'tldr.parquet'}",
             "dataset.format=tldr",
+            "dataset.eval_fraction=0.3",  # of 6 rows: 3 held out (0.1 holds out none)
             *common,
         ]
     )
@@ -188,6 +196,7 @@ def test_cli_stages_on_datasets(data_dir, tiny_model_dir, tmp_path, capsys):
             "num_prompts=2",
             f"dataset.path={data_dir / 'tldr.parquet'}",
             "dataset.format=tldr",
+            "dataset.eval_fraction=0.3",
             *common,
         ]
     )

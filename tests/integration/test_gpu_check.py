@@ -1,4 +1,5 @@
-"""benchmarks/gpu_check.py's CPU dry run (tiny shape), so the prepared GPU run cannot rot unnoticed."""
+"""benchmarks/gpu_check.py's CPU dry run (tiny shapes, gloo), so the prepared GPU run cannot rot unnoticed.
+The quick test skips the train/resume part (two `rloo train` runs; the CLI's own tests cover it on CPU)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,12 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
+QUICK_PARTS = "update_fraction,collectives,logprobs,guard_memory,cuda_tests,bench"
+
+
 def _dry_run(tmp_path, *extra):
-    out = tmp_path / "gpu_check.json"
+    out = tmp_path / "out" / "gpu_check.json"
+    out.parent.mkdir()
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
     proc = subprocess.run(
         [
@@ -27,6 +32,8 @@ def _dry_run(tmp_path, *extra):
             "900",
             "--out",
             str(out),
+            "--assets",
+            str(tmp_path / "assets"),
             *extra,
         ],
         capture_output=True,
@@ -35,11 +42,17 @@ def _dry_run(tmp_path, *extra):
         timeout=1800,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert [p.name for p in out.parent.iterdir()] == ["gpu_check.json"]  # assets built elsewhere
     return json.loads(out.read_text())
 
 
-def _check(report, trainers):
-    assert report["dry_run"] and report["versions"]["torch"]
+def _check(report, trainers, parts):
+    assert report["dry_run"] and report["versions"]["torch"] and report["ok"]
+    assert list(report["parts"]) == parts.split(",")
+    for name, part in report["parts"].items():
+        assert "error" not in part, (name, part["error"])
+    assert report["parts"]["update_fraction"]["fraction"] == report["parts"]["update_fraction"]["fp32"]
+    assert report["parts"]["collectives"]["backend"] == "gloo"
     tests = report["cuda_tests"]["tests"]
     # the CUDA tests were collected (not silently missing) and, without a GPU, skipped
     assert any("test_precision" in name for name in tests), tests
@@ -55,10 +68,15 @@ def _check(report, trainers):
 
 
 def test_gpu_check_dry_run_rloo_only(tmp_path):
-    _check(_dry_run(tmp_path, "--no-trl"), ["rloo"])
+    _check(_dry_run(tmp_path, "--no-trl", "--parts", QUICK_PARTS), ["rloo"], QUICK_PARTS)
 
 
 @pytest.mark.slow
-def test_gpu_check_dry_run_with_trl(tmp_path):
+def test_gpu_check_dry_run_every_part_with_trl(tmp_path):
     pytest.importorskip("trl")
-    _check(_dry_run(tmp_path), ["rloo", "trl"])
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from gpu_check import PART_LIMITS
+
+    report = _dry_run(tmp_path)
+    _check(report, ["rloo", "trl"], ",".join(PART_LIMITS))
+    assert report["parts"]["train_resume"]["ok"]

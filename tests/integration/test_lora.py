@@ -82,3 +82,15 @@ def test_lora_save_and_load_again(save, tiny_model_dir, tmp_path):
     with torch.no_grad():
         diff = (model(input_ids=ids).logits - base(input_ids=ids).logits).abs().max()
     assert diff > 1e-4, "the saved policy equals the starting model: the adapters were lost"
+
+
+def test_saved_adapters_name_their_base_absolutely(tiny_model_dir, tmp_path, monkeypatch):
+    """Trained from a relative policy path, the adapters still load from another folder."""
+    import json
+
+    monkeypatch.chdir(tiny_model_dir.parent)
+    res = train(_cfg(tiny_model_dir.name, tmp_path / "run", save="adapter"), prompts=PROMPTS, reward_fn=_short)
+    base = json.loads((res.model_path / "adapter_config.json").read_text())["base_model_name_or_path"]
+    assert base == str(tiny_model_dir.resolve())
+    monkeypatch.chdir(tmp_path)
+    load_policy(str(res.model_path))

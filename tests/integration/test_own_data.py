@@ -143,6 +143,16 @@ def _check_report(out, judge: str, err: str) -> dict:
     assert (out / "rl" / "plots" / "reward.png").is_file() and summary["plots"]
     assert "[1/4] SFT of models/policy on data/sft.jsonl" in err
     assert "[2/4] reward model from models/rm-base on data/prefs.parquet" in err
+    # labels true to own data: the prompts actually evaluated (the held-out rows, fewer than
+    # eval.num_prompts=4 here), no built-in task, and the reward model's score not called "gold"
+    from rloo.config import DatasetSettings
+    from rloo.data.split import eval_records
+
+    n = len(eval_records(DatasetSettings(path="data/sft.jsonl"), ("prompt",), 4))
+    assert n < 4 and f"[4/4] evaluation on {n} held-out prompts" in err
+    assert summary["task"] is None
+    for policy in (summary["eval"]["policy"], json.loads((out / "eval" / "summary.json").read_text())["policy"]):
+        assert "gold" not in policy and policy["judge_score"] is not None
     return summary
 
 

@@ -75,3 +75,37 @@ def test_vllm_rows_hold_only_the_sampled_tokens():
     assert ids.tolist() == [[4, 5, 1, 0], [4, 9, 0, 0], [6, 7, 8, 6], [0, 0, 0, 0]]
     assert mask.sum(1).tolist() == [3, 2, 4, 0]
     assert ended.tolist() == [True, True, False, True]  # a stop on 9 is not a truncation either
+
+
+def test_vllm_rollout_keeps_its_groups(tiny_model_dir, monkeypatch):
+    """On CPU with a stand-in engine: the rollout says its rows come in groups of k (it said 1, so
+    prompt sharing and the group metrics were lost under generation=vllm)."""
+    import sys
+    from types import ModuleType, SimpleNamespace
+
+    from rloo.modeling.loading import load_policy
+    from rloo.rollout.vllm import VLLMSampler
+
+    inputs = ModuleType("vllm.inputs")
+    inputs.TokensPrompt = dict  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "vllm", ModuleType("vllm"))
+    monkeypatch.setitem(sys.modules, "vllm.inputs", inputs)
+    policy, tok = load_policy(str(tiny_model_dir))
+    eos = tok.eos_token_id
+    engine = SimpleNamespace(
+        generate=lambda prompts, params, use_tqdm: [_out(([5, 6], "length"), ([7, eos], "stop"))] * len(prompts)
+    )
+    s = object.__new__(VLLMSampler)
+    s.tokenizer, s.k, s.max_prompt_len = tok, 2, 16
+    s.llm, s.params = engine, SimpleNamespace(temperature=1.0)
+    roll = s(policy, ["post : job rent tl;dr :", "post : exam car tl;dr :"])
+    assert roll.group_size == 2 and roll.completion_ids.shape[0] == 4
+
+
+def test_vllm_engine_computes_in_the_trainers_dtype():
+    """Not vLLM's "auto" (the checkpoint's dtype, e.g. fp32 for a model rloo saved)."""
+    from rloo.rollout.vllm import vllm_dtype
+    from rloo.runtime.precision import resolve_precision
+
+    assert vllm_dtype(resolve_precision("auto", "cuda")) == "bfloat16"
+    assert vllm_dtype(resolve_precision("float32", "cuda")) == "float32"

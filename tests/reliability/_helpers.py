@@ -55,10 +55,11 @@ def leftovers(folder: Path) -> list[str]:
     ]
 
 
-def hold_lock(folder: str, ready: str, seconds: float, die: bool = False) -> None:
+def hold_lock(folder: str, ready: str, seconds: float, die: bool = False, shared: bool = False) -> None:
     """Child process: take `folder`'s run lock the way rloo.runtime.runlock does (flock on .rloo.lock, a
     JSON record of pid and host), write `ready`, then hold it for `seconds`, or die by SIGKILL
-    while holding it (`die`: the lock file stays behind, naming a dead process)."""
+    while holding it (`die`: the lock file stays behind, naming a dead process). `shared`: the
+    shared lock every running `rloo compare` holds on its study folder (rloo.runtime.sharedlock)."""
     import fcntl
     import os
     import signal
@@ -67,7 +68,7 @@ def hold_lock(folder: str, ready: str, seconds: float, die: bool = False) -> Non
 
     Path(folder).mkdir(parents=True, exist_ok=True)
     fd = os.open(Path(folder) / ".rloo.lock", os.O_RDWR | os.O_CREAT)
-    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
     os.write(
         fd,
         json.dumps(

@@ -8,11 +8,14 @@ bit for bit then do the same arithmetic in the same order.
 Faults (`kind@step`), each raised by the process against itself at a deterministic point:
   term@s       SIGTERM in the middle of step s (after its metrics are logged)
   int@s        SIGINT, likewise
+  term2@s      two SIGTERMs in the middle of step s (the second stops at once)
   kill@s       SIGKILL in the middle of step s (metrics of step s are on disk, its checkpoint is not)
   kill-ckpt@s  SIGKILL while checkpoint s is being written (model written, state.pt half written)
   kill-rename@s  SIGKILL after checkpoint s is complete in its temp folder, before the rename
   slow-config@0  writing config.yaml into a new run folder takes 1.5 s (its temp file is there
                meanwhile): the window in which other processes see a half-made run folder
+  kill-log@n   SIGKILL right after the n-th metrics record of the process, whichever stage wrote it
+               (SFT, reward model, RL: `rloo compare`'s cells at a chosen point)
   pause@s      after logging step s, write `<log>.paused` and sleep 4 s (a run that is surely
                mid-way while a second process tries the same folder)
 """
@@ -54,6 +57,22 @@ def start_cli(argv: list[str], log: Path, fault: str | None = None):
     """Start `rloo *argv` in a child and return it at once (join it, read `log` after)."""
     proc = _context().Process(target=_child, args=(argv, str(log), fault))
     proc.start()
+    return proc
+
+
+def start_lock_holder(folder: Path, ready_dir: Path, seconds: float = 60, shared: bool = False):
+    """A child that holds `folder`'s run lock (reliability._helpers.hold_lock); returned once it does."""
+    import time
+
+    from ._helpers import hold_lock
+
+    ready = Path(ready_dir) / f"ready-{folder.name}-{time.monotonic_ns()}"
+    proc = _context().Process(target=hold_lock, args=(str(folder), str(ready), seconds, False, shared))
+    proc.start()
+    t0 = time.monotonic()
+    while not ready.exists():
+        assert proc.is_alive() and time.monotonic() - t0 < 60, "the lock holder did not start"
+        time.sleep(0.05)
     return proc
 
 
@@ -105,14 +124,26 @@ def _install(kind: str, at: str, log: str = "") -> None:
                 time.sleep(4)
 
         tracking.MetricsLogger.log = log_then_pause
-    elif kind in ("term", "int", "kill"):
-        sig = {"term": signal.SIGTERM, "int": signal.SIGINT, "kill": signal.SIGKILL}[kind]
+    elif kind == "kill-log":  # SIGKILL right after the at-th metrics record of any stage (sft, reward, rl)
+        real_log = tracking.MetricsLogger.log
+        calls = [0]
+
+        def log_then_die(self, step, metrics):
+            real_log(self, step, metrics)
+            calls[0] += 1
+            if calls[0] == at:
+                os.kill(me, signal.SIGKILL)
+
+        tracking.MetricsLogger.log = log_then_die
+    elif kind in ("term", "int", "kill", "term2"):
+        sig = {"term": signal.SIGTERM, "int": signal.SIGINT, "kill": signal.SIGKILL, "term2": signal.SIGTERM}[kind]
         real_log = tracking.MetricsLogger.log
 
         def log(self, step, metrics):
             real_log(self, step, metrics)
             if step == at and "loss/policy" in metrics:
-                os.kill(me, sig)
+                for _ in range(2 if kind == "term2" else 1):
+                    os.kill(me, sig)
 
         tracking.MetricsLogger.log = log
     elif kind == "kill-ckpt":

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from tests.integration.test_compare import TINY
 
 from rloo import RLConfig, train
+from rloo.cli import main
+from rloo.config import CompareConfig
+from rloo.experiments.compare import compare
 
 from ._helpers import PROMPTS, reward_short
 
@@ -33,4 +37,37 @@ def reference(tiny_model_dir, tmp_path_factory):
     """A run that was never stopped (read-only for the tests: copy it before changing it)."""
     out = tmp_path_factory.mktemp("ref") / "run"
     train(rl_config(tiny_model_dir, out), prompts=PROMPTS, reward_fn=reward_short)
+    return out
+
+
+def tiny_study_config(out, **kw) -> CompareConfig:
+    """`rloo compare` at the tiny settings of tests/integration/test_compare.py: one method, one
+    task, one seed, the gradient variance (so a weak SFT model) included."""
+    return CompareConfig(**({"methods": ["rloo"], "tasks": ["summarize"], "seeds": [0], "output_dir": out} | TINY | kw))
+
+
+@pytest.fixture(scope="session")
+def tiny_study(tmp_path_factory):
+    """A finished tiny comparison (read-only for the tests: copy it before changing it)."""
+    out = tmp_path_factory.mktemp("study") / "cmp"
+    compare(tiny_study_config(out))
+    return out
+
+
+TRAIN = [
+    "reward_fn=reliability._helpers:reward_short",
+    "steps=2",
+    "batch_size=2",
+    "k=2",
+    "max_new_tokens=4",
+    "eval_every=null",
+    "save_every=1",
+]
+
+
+@pytest.fixture(scope="session")
+def train_run(tiny_model_dir, tmp_path_factory):
+    """A finished 2-step `rloo train` run with its checkpoints (read-only: copy it first)."""
+    out = tmp_path_factory.mktemp("train") / "run"
+    assert main(["train", f"policy={tiny_model_dir}", f"output_dir={out}", *TRAIN]) == 0
     return out

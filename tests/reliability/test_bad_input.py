@@ -218,7 +218,10 @@ def test_output_folder_holding_a_run_is_refused(extra, needle, finished, tiny_mo
 def test_overwrite_replaces_a_run(finished, tiny_model_dir, tmp_path, capsys):
     out = tmp_path / "run"
     shutil.copytree(finished, out)
-    (out / "stale.txt").write_text("from the old run")
+    # a file of the old run that the new one does not write (a user's own file is refused instead:
+    # test_overwrite_safety.py)
+    (out / "checkpoints" / "step-000099").mkdir()
+    (out / "checkpoints" / "step-000099" / "state.pt").write_text("from the old run")
     rc, err = _cli(
         [
             "train",
@@ -232,7 +235,7 @@ def test_overwrite_replaces_a_run(finished, tiny_model_dir, tmp_path, capsys):
         capsys,
     )
     assert rc == 0, err
-    assert not (out / "stale.txt").exists() and "beta: 0.5" in (out / "config.yaml").read_text()
+    assert not (out / "checkpoints" / "step-000099").exists() and "beta: 0.5" in (out / "config.yaml").read_text()
 
 
 @pytest.mark.parametrize("command", ["train", "eval"])

@@ -54,7 +54,7 @@ def test_killed_three_times_then_resumed_equals_uninterrupted(cli_reference, tin
     assert rc == 128 + signal.SIGTERM, text
     last = text.strip().splitlines()[-1]
     assert last == (
-        f"rloo train: error: SIGTERM received; stopped at step 3/8 and saved {out}/checkpoints/step-000003; "
+        f"rloo train: interrupted: SIGTERM received; stopped at step 3/8 and saved {out}/checkpoints/step-000003; "
         f"continue with the same command plus --resume"
     )
     assert [step_of(c) for c in list_checkpoints(out)] == [2, 3]

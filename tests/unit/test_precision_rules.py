@@ -9,7 +9,7 @@ import torch
 
 from rloo.errors import RlooError
 from rloo.runtime import precision
-from rloo.runtime.precision import Precision, choose_bf16, cpu_bf16_isa, resolve_precision
+from rloo.runtime.precision import Precision, choose_bf16, cpu_bf16_isa, resolve_precision, update_fraction
 
 
 @pytest.fixture(autouse=True)
@@ -51,7 +51,7 @@ def test_forced_dtypes_never_probe(monkeypatch):
     cpu_bf16 = resolve_precision("bfloat16", "cpu")
     assert (cpu_bf16.weights, cpu_bf16.compute) == (torch.float32, torch.bfloat16)  # fp32 master weights
     cuda = resolve_precision("auto", "cuda:1")
-    assert (cuda.weights, cuda.compute) == (torch.bfloat16, None)  # as before on GPU
+    assert (cuda.weights, cuda.compute) == (torch.float32, torch.bfloat16)  # fp32 masters on GPU too (issue 34)
     assert resolve_precision(torch.bfloat16, "cpu").weights == torch.bfloat16  # an explicit torch dtype
 
 
@@ -227,3 +227,40 @@ def test_the_instruction_check_matches_this_cpu():
     elif info.is_file():
         flags = set(info.read_text().split())
         assert got == bool(flags & {"avx512_bf16", "amx_tile"}), (got, flags & {"avx512_bf16", "amx_tile"})
+
+
+# ---- the CUDA branch, run on a CPU (issue 34) ------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["auto", "bfloat16"])
+def test_cuda_policy_keeps_every_update_at_a_fine_tuning_lr(name):
+    """On CUDA `dtype=auto|bfloat16` stored bf16 weights stepped by AdamW directly: at the RLOO recipes'
+    lr 1e-6 an update (~lr) is below half a bf16 ulp of a N(0, 0.02) weight (|w| 2^-9 ~ 4e-5) and
+    rounds away, silently. The policy's CUDA branch (a function of the device type, no GPU needed)
+    must store weights in which one step changes as many elements as in fp32 (all of them)."""
+    policy = resolve_precision(name, "cuda")
+    gen = torch.Generator().manual_seed(0)
+    w, g = 0.02 * torch.randn(8192, generator=gen), torch.randn(8192, generator=gen)
+    fp32 = update_fraction(w, g, lr=1e-6)
+    assert fp32 == 1.0  # fp32's ulp at |w| <= 0.1 is <= 2^-27 ~ 7e-9, far below the ~1e-6 step
+    assert update_fraction(w.to(policy.weights), g, lr=1e-6) == fp32
+    assert policy.compute == torch.bfloat16  # the matmuls still run in bf16 (autocast)
+    assert update_fraction(w.bfloat16(), g, lr=1e-6) < 0.05  # what pure bf16 weights keep
+
+
+def test_loaders_store_fp32_weights_on_cuda():
+    from rloo.modeling.loading import resolve_dtype
+
+    assert resolve_dtype("auto", "cuda") == resolve_dtype("bfloat16", "cuda:1") == torch.float32
+
+
+def test_float16_is_refused_in_one_line():
+    """float16 without loss scaling underflows gradients; it was accepted (on CPU a long traceback)."""
+    from rloo.config import RLConfig
+    from rloo.config.base import FLOAT16_REFUSED
+
+    with pytest.raises(RlooError, match="loss scaling"):
+        resolve_precision("float16", "cuda")
+    with pytest.raises(RlooError, match="loss scaling"):  # ConfigError, one line
+        RLConfig(policy="p", dtype="float16")
+    assert "\n" not in FLOAT16_REFUSED

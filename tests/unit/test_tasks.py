@@ -30,7 +30,7 @@ def graded_task(request) -> Task:
 
 
 def test_get_task_names_and_default():
-    assert TASKS == ("summarize", "dialogue", "arithmetic")
+    assert TASKS == ("summarize", "dialogue", "arithmetic", "calculator")
     assert isinstance(get_task(), SummarizeTask)
     assert isinstance(get_task("dialogue"), DialogueTask)
     for name in TASKS:
@@ -96,7 +96,7 @@ def test_texts_use_task_words_and_fit_lengths(task):
             # single spaces, no padding: texts equal their re-joined words
             assert " ".join(prompt) == ex.prompt and " ".join(ref) == ex.reference
             # ends with the response cue: "tl;dr :", "assistant :", arithmetic's "="
-            assert ex.prompt.endswith("=" if task.name == "arithmetic" else ":")
+            assert ex.prompt.endswith("=" if task.name in ("arithmetic", "calculator") else ":")
 
 
 # --- gold judge ---------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""benchmarks/tuned_vs_untuned.py (the tuned-vs-untuned table in docs/compare-tuned): pairing by
+"""benchmarks/tuned_vs_untuned.py (the tuned-vs-untuned table in docs/results/compare-tuned): pairing by
 seed, the interval, and the refusal when a seed's SFT model differs between the two comparisons."""
 
 from __future__ import annotations

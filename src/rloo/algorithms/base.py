@@ -17,6 +17,7 @@ from torch import Tensor
 from transformers import PreTrainedTokenizerBase
 
 from rloo.config import RLConfig, RLSettings
+from rloo.envs import EnvSpec
 from rloo.modeling.forward import completion_logprobs
 from rloo.modeling.forward_shared import completion_logprobs_shared
 from rloo.rewards import RewardSource
@@ -34,6 +35,7 @@ class Models:
     tokenizer: PreTrainedTokenizerBase
     scorer: RewardSource | None  # the reward source
     sampler: Sampler | None = None  # optional generation backend (vLLM); None: rloo's sampler
+    env: EnvSpec | None = None  # multi-turn episodes instead of single responses (rloo.algorithms.agents)
 
 
 # The keys of the stats every step logs that the loop reads (written by common.step_stats).

@@ -11,12 +11,13 @@ from torch import Tensor
 
 from rloo.algorithms.base import Models, guarded_step, rollout_logprobs, rows_logprobs, score_rollout
 from rloo.config import METHOD_SPECS, RLConfig
-from rloo.config.methods import one_of
+from rloo.config.methods import capable, one_of
 from rloo.core.advantages import unscored, zero_variance_groups
 from rloo.core.kl import shaped_reward
-from rloo.errors import RewardError
+from rloo.errors import EnvError, RewardError
 from rloo.modeling.forward import completion_logprobs
 from rloo.rollout import Rollout, rollout
+from rloo.rollout.multiturn import policy_tokens
 from rloo.runtime.distributed import is_wrapped, unwrap
 
 
@@ -60,6 +61,9 @@ def sample(
     """Step 1 of every online method: K completions per prompt with the sampled tokens' log-probs,
     from the configured sampler (generation=vllm) or rloo's own rollout. keep_prefill: keep the
     graph-carrying prompt pass for the update to reuse (rloo_step's fast path; see `rollout`)."""
+    if models.env is not None:  # a multi-turn method samples episodes itself (rloo.algorithms.agents)
+        multi = one_of(capable("multi_turn"))
+        raise EnvError(f"algorithm={cfg.algorithm} does not train on multi-turn environments; use algorithm={multi}")
     if models.sampler is not None:
         return models.sampler(unwrap(models.policy), prompts)
     return rollout(
@@ -202,16 +206,22 @@ def rollout_stats(
 
 
 def step_stats(roll, scores, kl, rewards, grad_norm: float, finite: bool, k: int) -> dict[str, float]:
-    """The logged numbers of one step besides the loss's own and the phase times."""
-    lengths = roll.completion_mask.sum(-1).float()
-    return group_stats(scores, k) | {
-        "reward/score": scored_mean(scores),
-        "reward/kl": kl.mean().item(),
-        "reward/total": rewards.mean().item(),
-        "kl/ref": kl.mean().item(),
-        "grad/norm": grad_norm,
-        "gen/length": lengths.mean().item(),
-        "gen/truncated": roll.truncated.float().mean().item(),
-        "guard/skipped": float(not finite),
-        "data/prompts_truncated": float(roll.prompts_truncated),
-    }
+    """The logged numbers of one step besides the loss's own and the phase times; lengths count the
+    policy's tokens (a multi-turn episode's tool output is not the policy's), and an episode's
+    rollout adds its environment's stats."""
+    lengths = policy_tokens(roll).sum(-1).float()
+    return (
+        group_stats(scores, k)
+        | getattr(roll, "env_stats", {})
+        | {
+            "reward/score": scored_mean(scores),
+            "reward/kl": kl.mean().item(),
+            "reward/total": rewards.mean().item(),
+            "kl/ref": kl.mean().item(),
+            "grad/norm": grad_norm,
+            "gen/length": lengths.mean().item(),
+            "gen/truncated": roll.truncated.float().mean().item(),
+            "guard/skipped": float(not finite),
+            "data/prompts_truncated": float(roll.prompts_truncated),
+        }
+    )

@@ -20,6 +20,7 @@ from rloo.algorithms.rloo_ablations import is_plain_rloo, rloo_ablation_step
 from rloo.config import MethodSpec, RLConfig
 from rloo.config.methods import add_method as add_spec
 from rloo.config.methods import names
+from rloo.errors import RlooError
 
 
 def _never(cfg: RLConfig) -> bool:
@@ -36,11 +37,17 @@ def _rloo(cfg: RLConfig, models: Models) -> Algorithm:
     # looked up on the module at build time, so a test can wrap rloo_step (tests/reliability)
     if is_plain_rloo(cfg):
         return Stateless(rloo_module.rloo_step, distributed=True)
+    if cfg.off_policy_correction is not None:
+        raise RlooError("max_staleness > 0 and is_correction take plain rloo (no ablation settings)")
     return Stateless(rloo_ablation_step)
 
 
+def _rloo_distributed(cfg: RLConfig) -> bool:
+    return is_plain_rloo(cfg) and cfg.max_staleness == 0  # the lagged sampler keeps one process's weights
+
+
 REGISTRY: dict[str, Entry] = {
-    "rloo": Entry(_rloo, distributed=is_plain_rloo),
+    "rloo": Entry(_rloo, distributed=_rloo_distributed),
     "reinforce": Entry(lambda cfg, models: Reinforce(cfg)),
     "vanilla_pg": Entry(lambda cfg, models: PPO(cfg, models, vanilla=True)),
     "ppo": Entry(lambda cfg, models: PPO(cfg, models)),

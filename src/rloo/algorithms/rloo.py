@@ -14,13 +14,16 @@ import time
 
 import torch
 
+from rloo.algorithms.agents import sample_episodes
 from rloo.algorithms.base import Models, StepResult, guarded_step, score_rollout
 from rloo.algorithms.common import keeps_prefill, sample, step_stats, update_logprobs
+from rloo.algorithms.offpolicy import loo_advantages, off_policy_loss
 from rloo.config import RLConfig
-from rloo.core.advantages import leave_one_out, leave_one_out_valid, unscored
+from rloo.core.advantages import unscored
 from rloo.core.kl import shaped_reward
 from rloo.core.logprobs import sequence_logprobs
 from rloo.core.losses import policy_gradient_loss
+from rloo.rollout.multiturn import policy_tokens
 
 
 def rloo_step(
@@ -39,7 +42,11 @@ def rloo_step(
     t0 = time.perf_counter()
     # 1. sample K completions per prompt, with the log-probs of the sampled tokens (and the prompt
     # pass kept for the update where it can be reused)
-    roll = sample(models, prompts, cfg, gen, rows, all_done, keep_prefill=keeps_prefill(models, cfg))
+    if models.env is not None:  # multi-turn episodes: the loss, KL and lengths count the policy's tokens only
+        roll = sample_episodes(models, prompts, cfg, gen, rows)
+    else:
+        roll = sample(models, prompts, cfg, gen, rows, all_done, keep_prefill=keeps_prefill(models, cfg))
+    mask = policy_tokens(roll)
     t1 = time.perf_counter()
     # 2. score, and the frozen reference's log-probs
     scores, ref_lp = score_rollout(models, roll, cfg)
@@ -47,15 +54,18 @@ def rloo_step(
     # 3. shaped reward (eq. 1) and leave-one-out advantages (eq. 4); a None score (NaN) is left out
     # of its group's baselines and gets advantage 0
     filled, valid = unscored(scores)
-    rewards, kl = shaped_reward(filled, roll.logprobs, ref_lp, roll.completion_mask, cfg.beta)
-    grouped = rewards.view(-1, cfg.k)
-    advantages = leave_one_out(grouped) if valid.all() else leave_one_out_valid(grouped, valid.view(-1, cfg.k))
-    advantages = advantages.view(-1)
+    if cfg.off_policy_correction is None:  # the paper's on-policy update
+        rewards, kl = shaped_reward(filled, roll.logprobs, ref_lp, mask, cfg.beta)
+        advantages = loo_advantages(rewards, valid, cfg.k)
+        # 4. REINFORCE on the whole response (eq. 5)
+        logprobs = update_logprobs(models, roll, cfg)
+        loss, stats = policy_gradient_loss(sequence_logprobs(logprobs, mask), advantages)
+    else:  # 3-4 for samples of another policy: importance-weighted (algorithms/offpolicy.py, docs/async.md);
+        # single-turn only (RLConfig refuses env= with max_staleness or is_correction)
+        logprobs = update_logprobs(models, roll, cfg)
+        loss, stats, rewards, kl, advantages = off_policy_loss(logprobs, roll, filled, valid, ref_lp, cfg)
     roll.record(score=scores, kl=kl, advantage=advantages)
-    # 4. REINFORCE on the whole response (eq. 5)
-    logprobs = update_logprobs(models, roll, cfg)
     roll.prefill = None  # its graph is consumed by this backward pass; do not hold it past the step
-    loss, stats = policy_gradient_loss(sequence_logprobs(logprobs, roll.completion_mask), advantages)
     grad_norm, finite = guarded_step(loss, models.policy.parameters(), opt, cfg.max_grad_norm)
     t3 = time.perf_counter()
     times = {"time/rollout": t1 - t0, "time/score": t2 - t1, "time/update": t3 - t2}

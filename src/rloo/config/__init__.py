@@ -15,6 +15,7 @@ use it. `from rloo.config import RLConfig` is the stable import path; the module
     loading.py   YAML + key=value overrides -> a config; one-line errors; --help-config
 """
 
+from rloo.config.agents import ENV_TASKS, EnvSettings
 from rloo.config.base import MAX_BETA, MAX_GRAD_NORM, MAX_LR, TRACKERS, Strict, normalize_report_to
 from rloo.config.dataset import FIELDS, DatasetSettings
 from rloo.config.loading import (
@@ -53,6 +54,8 @@ from rloo.config.stages import (
 from rloo.config.tools import COMPARE_METHODS, BenchConfig, CompareConfig
 
 __all__ = [
+    "ENV_TASKS",
+    "EnvSettings",
     "Strict",
     "MAX_BETA",
     "MAX_GRAD_NORM",

@@ -4,6 +4,10 @@ ValidationError, from the CLI and the Python API alike. Also the tracker names o
 
 from __future__ import annotations
 
+import difflib
+import re
+from typing import get_args
+
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from rloo.config.confcheck import reject_coercions
@@ -15,6 +19,17 @@ from rloo.errors import ConfigError
 MAX_LR = 1.0
 MAX_BETA = 1e3
 MAX_GRAD_NORM = 1e6
+# AdamW's decoupled decay multiplies every weight by (1 - lr x weight_decay) each step: a product
+# of 1 or more zeroes or flips the weights (weight_decay=1e30 saved an all-NaN SFT model).
+MAX_WEIGHT_DECAY = 10.0
+# A score is a reward; 1e6 is far beyond any reward scale, and 1e300 overflowed float32 to inf.
+MAX_SCORE = 1e6
+# Sampling divides the logits by the temperature: at 1e-30 they overflow, so sampling is greedy
+# and every log-prob is 0 or -inf, which trains with zero gradient. 0.01 is already near-greedy.
+MIN_TEMPERATURE = 0.01
+# Samples per prompt (k, eval.pass_samples): the leave-one-out baseline's and pass@8's variance
+# stop shrinking usefully long before this; k=100000 started a run that grew past memory.
+MAX_SAMPLES = 4096
 
 
 def describe_validation_error(e: ValidationError, cls: type) -> str:
@@ -26,7 +41,7 @@ def describe_validation_error(e: ValidationError, cls: type) -> str:
         msg = err["msg"].removeprefix("Value error, ")
         got = err.get("input")
         if err["type"] == "extra_forbidden":
-            msgs.append(f"unknown key {key!r} for {cls.__name__}")
+            msgs.append(f"unknown key {key!r} for {cls.__name__}{did_you_mean(key, cls)}")
         elif err["type"] == "missing":
             msgs.append(f"missing required key {key!r}")
         elif not key:
@@ -39,6 +54,28 @@ def describe_validation_error(e: ValidationError, cls: type) -> str:
             shown = repr(got)
             msgs.append(f"{key}: {msg} (got {shown[:80] + '...' if len(shown) > 80 else shown})")
     return "invalid config: " + "; ".join(msgs)
+
+
+def key_paths(cls: type[BaseModel], prefix: str = ""):
+    """Every dotted key of `cls`, sections and the keys inside them (`rl`, `rl.steps`, ...)."""
+    for name, f in cls.model_fields.items():
+        yield prefix + name
+        ann = next(
+            (a for a in get_args(f.annotation) if isinstance(a, type) and issubclass(a, BaseModel)), f.annotation
+        )
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            yield from key_paths(ann, prefix + name + ".")
+
+
+def did_you_mean(key: str, cls: type) -> str:
+    """` (did you mean 'rl.steps'?)` for an unknown key: a key of `cls` spelled alike, else one with
+    the same last part in another section (`steps` on the pipeline is `rl.steps`)."""
+    if not (isinstance(cls, type) and issubclass(cls, BaseModel)):
+        return ""
+    paths = [p for p in key_paths(cls) if p != key]
+    close = difflib.get_close_matches(key, paths, n=1, cutoff=0.75)
+    close = close or [p for p in paths if p.rsplit(".", 1)[-1] == key.rsplit(".", 1)[-1]][:3]
+    return f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
 
 
 class Strict(BaseModel):
@@ -67,6 +104,14 @@ class Strict(BaseModel):
         return reject_coercions(cls, data)
 
 
+def check_device_name(v: str) -> str:
+    """A device torch knows, checked in the config: torch.device('tpu') raised a RuntimeError deep
+    inside a stage."""
+    if not re.fullmatch(r"(cpu|cuda|mps|xpu)(:\d+)?", v):
+        raise ValueError("device must be cpu, cuda, cuda:N, mps or xpu")
+    return v
+
+
 TRACKERS = ("tensorboard", "wandb", "none")
 
 
@@ -77,3 +122,17 @@ def normalize_report_to(value) -> list[str]:
     if bad or not names:
         raise ValueError(f"report_to must be among {', '.join(TRACKERS)} (or a list of them), got {value!r}")
     return [n for n in dict.fromkeys(names) if n != "none"]
+
+
+# dtype=float16 is in the configs' choices so that it is refused with this reason, not as a typo
+FLOAT16_REFUSED = (
+    "dtype=float16 needs loss scaling (its gradients underflow), which rloo does not do; "
+    "use dtype=bfloat16 (bf16 autocast, fp32 master weights) or float32"
+)
+
+
+def refuse_float16(dtype: str) -> str:
+    """A config's `dtype` validator: float16 refused in one line (rloo.runtime.precision)."""
+    if dtype == "float16":
+        raise ValueError(FLOAT16_REFUSED)
+    return dtype

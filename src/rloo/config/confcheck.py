@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import stat
 import types
 import typing
 from pathlib import Path
@@ -36,7 +37,7 @@ _NoDuplicates.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _m
 def read_yaml_mapping(p: Path) -> dict:
     """The mapping in YAML file `p`, or a one-line ConfigError (missing, binary, invalid, duplicate key)."""
     if not p.is_file():
-        raise ConfigError(f"config file {p} does not exist")
+        raise ConfigError(f"config file {p} {_what_it_is(p)}; pass a YAML file")
     try:
         text = p.read_text(encoding="utf-8")
     except UnicodeDecodeError:
@@ -51,6 +52,19 @@ def read_yaml_mapping(p: Path) -> dict:
     if not isinstance(loaded, dict):
         raise ConfigError(f"config file {p} must hold a mapping of keys to values")
     return loaded
+
+
+def _what_it_is(p: Path) -> str:
+    """What a path that is not a regular file is, for the message (a FIFO would block a read)."""
+    try:
+        mode = p.stat().st_mode
+    except FileNotFoundError:
+        return "does not exist"
+    except OSError as e:
+        return f"cannot be read ({e.strerror})"
+    kinds = {stat.S_ISDIR: "a folder", stat.S_ISFIFO: "a FIFO (named pipe)", stat.S_ISSOCK: "a socket"}
+    kind = next((name for test, name in kinds.items() if test(mode)), "a device or other special file")
+    return f"is {kind}, not a regular file"
 
 
 def _kinds(annotation) -> set:

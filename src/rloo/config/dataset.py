@@ -22,11 +22,21 @@ class DatasetSettings(Strict):
     name: str | None = Field(default=None, description="Hub configuration name (the second argument of load_dataset).")
     split: str = Field(default="train", description="Split used for training.")
     eval_split: str | None = Field(
-        default=None, description="Split for held-out evaluation (null: the training split's tail)."
+        default=None,
+        description="Split (or file) for held-out evaluation; null: rows held out of the training split "
+        "by eval_fraction, which no stage trains on.",
+    )
+    eval_fraction: float = Field(
+        default=0.1,
+        gt=0,
+        lt=1,
+        description="Without eval_split: the share of distinct prompts held out for evaluation, chosen "
+        "by a hash of the prompt (the same rows in every stage; rloo.data.split).",
     )
     format: Literal["plain", "tldr", "hh"] = Field(
         default="plain",
-        description="plain: columns are the fields; tldr: post/title/subreddit -> prompt, summary "
+        description="plain: columns are the fields (TRL's conversational message lists and `messages` "
+        "column too, rendered by the chat template); tldr: post/title/subreddit -> prompt, summary "
         "or chosen/rejected; hh: chosen/rejected dialogues split into prompt + responses.",
     )
     columns: dict[str, str] = Field(
@@ -39,10 +49,10 @@ class DatasetSettings(Strict):
 
     @model_validator(mode="after")
     def _known_columns(self):
-        bad = sorted(set(self.columns) - set(FIELDS) - {"post", "title", "subreddit", "summary"})
+        bad = sorted(set(self.columns) - set(FIELDS) - {"messages", "post", "title", "subreddit", "summary"})
         if bad:
             raise ValueError(
-                f"dataset.columns keys must be among {', '.join(FIELDS)} (or post/title/"
+                f"dataset.columns keys must be among {', '.join(FIELDS)}, messages (or post/title/"
                 f"subreddit/summary for format=tldr); got {', '.join(bad)}"
             )
         return self

@@ -43,6 +43,10 @@ class MethodSpec:
     several_updates: bool | str = False
     online: bool = True  # False: trains on preference pairs, not on samples (rloo.training.dpo)
     value_model: bool = False  # learns a value model (the comparison's GAE-lambda table)
+    # implements rl.max_staleness > 0 / rl.is_correction, the importance-weighted update for samples of
+    # an older policy (docs/async.md)
+    off_policy: bool = False
+    multi_turn: bool = False  # trains on env= episodes with the policy-token mask (docs/agents.md)
     tuned: tuple[str, str] = ("lr", "beta")  # the (learning rate, KL coefficient) `rloo compare` tunes
     variants: dict[str, dict] = field(default_factory=dict)  # more `rloo compare` runs: name -> rl overrides
 
@@ -66,6 +70,8 @@ METHOD_SPECS: dict[str, MethodSpec] = {
             "the other k-1)",
             unscored=True,
             several_updates="rloo_clip",
+            off_policy=True,
+            multi_turn=True,
             variants={
                 "rloo_k2": {"k": 2},
                 "rloo_token_kl": {"algorithm_settings": {"kl_level": "token"}},
@@ -151,6 +157,17 @@ def several_updates_variants() -> tuple[str, ...]:
         for v, (m, over) in compare_variants().items()
         if METHOD_SPECS[m].takes_several_updates(over.get("algorithm_settings", {}))
     )
+
+
+def capable(flag: str) -> list[str]:
+    """The methods whose spec sets `flag` (e.g. "off_policy", "multi_turn")."""
+    return [n for n, s in METHOD_SPECS.items() if getattr(s, flag)]
+
+
+def require(flag: str, algorithm: str, what: str) -> None:
+    """Refuse `what` for a method whose spec does not set `flag` (a MethodSpec field), naming those that do."""
+    if not getattr(METHOD_SPECS[algorithm], flag):
+        raise ValueError(f"{what} are implemented for {one_of(capable(flag))} only, got {algorithm}")
 
 
 def takers(setting: str) -> list[str]:

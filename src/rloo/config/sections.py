@@ -10,10 +10,19 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from rloo.config.base import MAX_BETA, MAX_GRAD_NORM, MAX_LR, Strict
-from rloo.config.methods import DEFAULT_METHOD, METHOD_SPECS, AlgorithmSettings, check_own_settings, names
+from rloo.config.base import (
+    MAX_BETA,
+    MAX_GRAD_NORM,
+    MAX_LR,
+    MAX_SAMPLES,
+    MAX_SCORE,
+    MAX_WEIGHT_DECAY,
+    MIN_TEMPERATURE,
+    Strict,
+)
+from rloo.config.methods import DEFAULT_METHOD, METHOD_SPECS, AlgorithmSettings, check_own_settings, names, require
 
-TASK_NAMES = ("summarize", "dialogue", "arithmetic")
+TASK_NAMES = ("summarize", "dialogue", "arithmetic", "calculator")
 
 
 class ArchConfig(Strict):
@@ -33,8 +42,19 @@ class SFTSettings(Strict):
     epochs: int = Field(default=6, ge=1, description="Passes over the SFT data.")
     batch_size: int = Field(default=64, ge=1, description="Sequences per optimizer step.")
     lr: float = Field(default=3e-3, gt=0, le=MAX_LR, description="Peak AdamW learning rate (cosine decay to 10%).")
-    weight_decay: float = Field(default=0.0, ge=0)
+    weight_decay: float = Field(
+        default=0.0, ge=0, le=MAX_WEIGHT_DECAY, description="AdamW decoupled weight decay (lr x weight_decay < 1)."
+    )
     arch: ArchConfig = Field(default_factory=ArchConfig, description="Used only when `model` is null.")
+
+    @model_validator(mode="after")
+    def _decay_below_one(self):
+        if self.lr * self.weight_decay >= 1:
+            raise ValueError(
+                f"weight_decay: lr x weight_decay must be below 1 (each step multiplies the weights by "
+                f"1 - lr x weight_decay), got {self.lr:g} x {self.weight_decay:g}"
+            )
+        return self
 
 
 class RewardSettings(Strict):
@@ -104,16 +124,26 @@ class RLSettings(Strict):
     )
     steps: int = Field(default=100, ge=1, description="Optimizer steps (one fresh batch of samples each).")
     batch_size: int = Field(default=16, ge=1, description="Prompts per step (B); N = B*k completions.")
-    k: int = Field(default=4, ge=1, description="Samples per prompt for the leave-one-out baseline (eq. 4), >= 2.")
+    k: int = Field(
+        default=4,
+        ge=1,
+        le=MAX_SAMPLES,
+        description="Samples per prompt for the leave-one-out baseline (eq. 4), >= 2 (at most 4096).",
+    )
     beta: float = Field(default=0.25, ge=0, le=MAX_BETA, description="KL coefficient in the shaped reward (eq. 1).")
     lr: float = Field(default=1e-4, gt=0, le=MAX_LR, description="AdamW learning rate (constant after warm-up).")
     warmup_steps: int = Field(default=10, ge=0)
     max_grad_norm: float = Field(default=1.0, gt=0, le=MAX_GRAD_NORM)
-    temperature: float = Field(default=1.0, gt=0, description="Sampling temperature; log-probs use it too.")
+    temperature: float = Field(
+        default=1.0, ge=MIN_TEMPERATURE, description="Sampling temperature; log-probs use it too (>= 0.01)."
+    )
     top_p: float = Field(default=1.0, gt=0, le=1, description="Nucleus sampling mass.")
     max_new_tokens: int = Field(default=16, ge=1, description="Completion length limit (T).")
     truncation_penalty: float | None = Field(
-        default=None, description="If set, the score of a completion that hits max_new_tokens without EOS."
+        default=None,
+        ge=-MAX_SCORE,
+        le=MAX_SCORE,
+        description="If set, the score of a completion that hits max_new_tokens without EOS (|value| <= 1e6).",
     )
     log_every: int = Field(default=1, ge=1, description="Steps between metric records.")
     disable_dropout: bool = Field(
@@ -160,6 +190,22 @@ class RLSettings(Strict):
             check_own_settings(self.algorithm, self.algorithm_settings)
         return self
 
+    @model_validator(mode="after")
+    def _off_policy_methods_only(self):
+        # checked for `rloo compare`'s shared section too: its every method would run the off-policy update
+        if self.off_policy_correction is not None:
+            require("off_policy", self.algorithm, "max_staleness > 0 and is_correction")
+        if self.max_staleness and self.generation != "sampler":
+            raise ValueError("max_staleness > 0 samples with generation=sampler (rloo's own); vLLM is not supported")
+        return self
+
+    @property
+    def off_policy_correction(self) -> str | None:
+        """The importance correction the update applies; None: the paper's on-policy update (today's path)."""
+        if self.max_staleness == 0 and self.is_correction in (None, "none"):
+            return None
+        return self.is_correction or "tis"
+
     sample_every: int = Field(
         default=50,
         ge=1,
@@ -196,6 +242,20 @@ class RLSettings(Strict):
         default="sampler", description="Rollout backend: rloo's sampler or vLLM (GPU)."
     )
     vllm_gpu_memory_utilization: float = Field(default=0.3, gt=0, lt=1, description="GPU memory share vLLM may take.")
+    # -- asynchronous / off-policy RL (docs/async.md; rloo.core.importance) --
+    max_staleness: int = Field(
+        default=0,
+        ge=0,
+        description="Updates a batch's sampling weights may lag the trained ones (N); 0: synchronous, as "
+        "in the paper. rloo only; N > 0 corrects with importance weights (is_correction).",
+    )
+    is_correction: Literal["tis", "mis", "tis_token", "mis_token", "none"] | None = Field(
+        default=None,
+        description="Importance correction for samples from another policy: tis (ratio truncated at "
+        "is_clip), mis (masked outside [1/is_clip, is_clip]), token-level variants, none; null: tis "
+        "when max_staleness > 0, none (the paper's update) at 0.",
+    )
+    is_clip: float = Field(default=2.0, gt=1, description="C of is_correction: truncation / mask bound.")
     reward_weights: dict[str, float] = Field(
         default_factory=dict,
         description="Weights when several reward sources are given: keys "
@@ -214,7 +274,9 @@ class EvalSettings(Strict):
     """How policies are compared on held-out prompts."""
 
     num_prompts: int = Field(default=400, ge=1, description="Held-out prompts, each judged against its reference.")
-    temperature: float = Field(default=1.0, gt=0, description="Sampling temperature of the evaluated policies.")
+    temperature: float = Field(
+        default=1.0, ge=MIN_TEMPERATURE, description="Sampling temperature of the evaluated policies (>= 0.01)."
+    )
     batch_size: int = Field(default=128, ge=1)
     judge: str | None = Field(
         default=None,
@@ -222,8 +284,14 @@ class EvalSettings(Strict):
         "model when a dataset replaces the task), 'gold', 'reward_model', module:function or "
         "path/to/file.py:function (batched: (prompts, completions) -> floats).",
     )
+    checker: str | None = Field(
+        default=None,
+        description="A checker module:function or path/to/file.py:function, batched like a reward: 1 solved, 0 "
+        "not, None unreadable. Evaluation adds pass@k (pass_samples samples per held-out prompt).",
+    )
     pass_samples: int = Field(
         default=16,
         ge=8,
+        le=MAX_SAMPLES,
         description="Tasks with a checker (arithmetic): samples per held-out problem for pass@k, k = 1, 2, 4, 8.",
     )

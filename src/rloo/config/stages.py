@@ -7,9 +7,10 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from rloo.config.base import Strict, normalize_report_to
+from rloo.config.agents import ENV_TASKS, EnvSettings
+from rloo.config.base import Strict, check_device_name, normalize_report_to, refuse_float16
 from rloo.config.dataset import DatasetSettings
-from rloo.config.methods import METHOD_SPECS
+from rloo.config.methods import METHOD_SPECS, capable, one_of
 from rloo.config.sections import EvalSettings, RewardSettings, RLSettings, SFTSettings
 
 CHECKER_TASKS: dict[str, str] = {"arithmetic": "rloo.tasks.arithmetic:reward"}
@@ -36,6 +37,16 @@ TASK_PIPELINE_DEFAULTS: dict[str, dict] = {
         },
         "eval": {"num_prompts": 200, "pass_samples": 16},
     },
+    # multi-turn episodes with a calculator tool (rloo.tasks.calculator, docs/agents.md): a short SFT
+    # teaches the format on the share of traces that use the tool; RLOO on whole episodes, beta = 0
+    # (the checker is the reward, as for arithmetic); the evaluation plays episodes (rloo.eval.episodes)
+    "calculator": {
+        "max_response_tokens": 20,
+        "sft": {"num_examples": 3000, "epochs": 6},
+        "rl": {"k": 4, "batch_size": 16, "beta": 0.0, "lr": 3e-4, "steps": 60, "warmup_steps": 5, "eval_every": None},
+        "eval": {"num_prompts": 100, "pass_samples": 8},
+        "env_settings": {"max_turns": 3, "max_turn_tokens": 12, "max_total_tokens": 24},
+    },
 }
 
 
@@ -48,7 +59,9 @@ def _under(base: dict, extra: dict) -> dict:
 
 
 class _Run(Strict):
-    task: Literal["summarize", "dialogue", "arithmetic"] = Field(default="summarize", description="Built-in task.")
+    task: Literal["summarize", "dialogue", "arithmetic", "calculator"] = Field(
+        default="summarize", description="Built-in task."
+    )
     seed: int = Field(default=0, description="Seeds data, initialization and sampling.")
     output_dir: Path = Field(default=Path("runs/default"), description="Where everything of this run is written.")
     device: str = Field(default="cpu", description="torch device: cpu, cuda, cuda:1, ...")
@@ -56,8 +69,8 @@ class _Run(Strict):
     max_response_tokens: int = Field(default=32, ge=1, description="Reference/preference responses are cut here.")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         default="auto",
-        description="Compute precision (rloo.runtime.precision): auto is bfloat16 on GPU; on CPU bf16 autocast "
-        "with fp32 master weights when a probe finds bf16 matmul >= 1.5x fp32, else float32.",
+        description="Compute precision (rloo.runtime.precision), fp32 master weights always: auto is bf16 autocast "
+        "on GPU; on CPU bf16 autocast when a probe finds bf16 matmul >= 1.5x fp32, else float32. float16: refused.",
     )
     gradient_checkpointing: bool = Field(default=False, description="Recompute activations in backward to save memory.")
     trust_remote_code: bool = Field(
@@ -75,6 +88,13 @@ class _Run(Strict):
     def _trackers(cls, v):
         normalize_report_to(v)
         return v
+
+    _device = field_validator("device")(classmethod(lambda cls, v: check_device_name(v)))
+
+    @field_validator("dtype")
+    @classmethod
+    def _dtype(cls, v):
+        return refuse_float16(v)
 
 
 class SFTConfig(_Run, SFTSettings):
@@ -101,6 +121,26 @@ class RLConfig(_Run, RLSettings):
         "`path/to/file.py:function`; with reward_model too, the sources are summed with reward_weights.",
     )
     eval: EvalSettings = Field(default_factory=EvalSettings)
+    env: str | None = Field(
+        default=None,
+        description="Train on multi-turn episodes of an environment (docs/agents.md): a built-in one "
+        "(calculator) or your class `path/to/file.py:Class` / `module:Class`, called with the tokenizer; "
+        "the environment gives the reward (algorithm=rloo only).",
+    )
+    env_settings: EnvSettings = Field(default_factory=EnvSettings, description="Limits of one episode (with env).")
+
+    @model_validator(mode="after")
+    def _env_alone(self):
+        if self.env is not None and not METHOD_SPECS[self.algorithm].multi_turn:
+            raise ValueError(
+                f"env= trains with algorithm={one_of(capable('multi_turn'))} only (for now), "
+                f"got algorithm={self.algorithm}"
+            )
+        if self.env is not None and (self.reward_model is not None or self.reward_fn):
+            raise ValueError("env= gives the reward: leave reward_model and reward_fn unset")
+        if self.env is not None and self.off_policy_correction is not None:
+            raise ValueError("env= trains on-policy only: max_staleness > 0 and is_correction are for single-turn rloo")
+        return self
 
 
 class EvalConfig(_Run, EvalSettings):
@@ -124,6 +164,17 @@ class PipelineRewardSettings(RewardSettings):
     )
 
 
+class PipelineRLSettings(RLSettings):
+    """The RL stage of the pipeline: its hyperparameters and, optionally, a Python reward."""
+
+    reward_fn: str | list[str] | None = Field(
+        default=None,
+        description="Python reward(s) `module:function` or `path/to/file.py:function`, batched (prompts, "
+        "completions) -> floats. Alone (no reward.dataset, no 'reward_model' in reward_weights) there is no "
+        "reward-model stage and it is also the default eval.judge; otherwise summed with the reward model.",
+    )
+
+
 class PipelineConfig(_Run):
     """`rloo pipeline`: SFT -> reward model -> RL -> evaluation into one output folder."""
 
@@ -138,8 +189,17 @@ class PipelineConfig(_Run):
     )
     sft: SFTSettings = Field(default_factory=SFTSettings)
     reward: PipelineRewardSettings = Field(default_factory=PipelineRewardSettings)
-    rl: RLSettings = Field(default_factory=RLSettings)
+    rl: PipelineRLSettings = Field(default_factory=PipelineRLSettings)
     eval: EvalSettings = Field(default_factory=EvalSettings)
+    env_settings: EnvSettings = Field(
+        default_factory=EnvSettings, description="Limits of one episode (tasks played as episodes: calculator)."
+    )
+
+    @field_validator("rl", mode="before")
+    @classmethod
+    def _plain_rl_settings(cls, v):
+        # an RLSettings (as `rloo compare` holds) is a pipeline RL section without a Python reward
+        return v.model_dump() if isinstance(v, RLSettings) and not isinstance(v, PipelineRLSettings) else v
 
     @field_validator("reward", mode="before")
     @classmethod
@@ -161,6 +221,13 @@ class PipelineConfig(_Run):
         if not isinstance(data, dict) or data.get("task") not in TASK_PIPELINE_DEFAULTS:
             return data
         return _under(TASK_PIPELINE_DEFAULTS[data["task"]], data)
+
+    def trains_reward_model(self) -> bool:
+        """Whether the pipeline has a reward-model stage: not for a checker task, nor when rl.reward_fn
+        is the only reward (no reward.dataset and no 'reward_model' weight asking for one)."""
+        if self.task in CHECKER_TASKS or self.task in ENV_TASKS:
+            return False
+        return self.rl.reward_fn is None or self.reward.dataset is not None or "reward_model" in self.rl.reward_weights
 
     def stage_configs(self) -> tuple[SFTConfig, RewardConfig, RLConfig, EvalConfig]:
         """The four stage configs this pipeline runs, with their paths derived from output_dir."""
@@ -186,13 +253,13 @@ class PipelineConfig(_Run):
             output_dir=out / "reward",
             sft_model=str(out / "sft" / "model"),
         )
-        # a task with a checker has no reward model: the checker is the reward
-        reward: dict[str, Any] = (
-            {"reward_fn": CHECKER_TASKS[self.task]}
-            if self.task in CHECKER_TASKS
-            else {"reward_model": str(out / "reward" / "model")}
-        )
-        rl_settings = self.rl.model_dump()
+        reward, ev_settings = self._rewards(), self.eval
+        fns = reward["reward_fn"]
+        if self.dataset is not None and reward["reward_model"] is None and self.eval.judge is None and fns:
+            # a dataset has no gold judge and there is no reward model: the Python reward judges too
+            # (several are summed in training; the judge is the first, named in every table)
+            ev_settings = self.eval.model_copy(update={"judge": fns if isinstance(fns, str) else fns[0]})
+        rl_settings = self.rl.model_dump(exclude={"reward_fn"})
         if not self.rl.checks_own_settings:  # a section shared by several methods: this one's settings
             own = METHOD_SPECS[self.rl.algorithm].settings.model_fields
             rl_settings["algorithm_settings"] = {k: v for k, v in self.rl.algorithm_settings if k in own}
@@ -200,12 +267,12 @@ class PipelineConfig(_Run):
             **rl_settings,
             **run,
             output_dir=out / "rl",
-            eval=self.eval,
+            eval=ev_settings,
             policy=str(out / "sft" / "model"),
             **reward,
         )
         ev = EvalConfig(
-            **self.eval.model_dump(),
+            **ev_settings.model_dump(),
             **run,
             output_dir=out / "eval",
             policy=str(out / "rl" / "model"),
@@ -214,3 +281,14 @@ class PipelineConfig(_Run):
             max_new_tokens=self.rl.max_new_tokens,
         )
         return sft, rm, rl, ev
+
+    def _rewards(self) -> dict[str, Any]:
+        """The RL stage's reward sources: a checker task's checker, rl.reward_fn, the reward model."""
+        if self.task in ENV_TASKS:  # the environment gives the reward
+            return {"env": self.task, "env_settings": self.env_settings, "reward_fn": None, "reward_model": None}
+        reward: dict[str, Any] = {"reward_fn": self.rl.reward_fn, "reward_model": None}
+        if self.task in CHECKER_TASKS and self.rl.reward_fn is None:
+            reward["reward_fn"] = CHECKER_TASKS[self.task]  # the checker is the reward
+        if self.trains_reward_model():
+            reward["reward_model"] = str(self.output_dir / "reward" / "model")
+        return reward

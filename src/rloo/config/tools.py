@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from rloo.config.base import MAX_BETA, MAX_LR, Strict
+from rloo.config.base import MAX_BETA, MAX_LR, Strict, check_device_name, refuse_float16
 from rloo.config.methods import compare_variants, one_of, several_updates_variants, spec_of_variant
 from rloo.config.sections import EvalSettings, RewardSettings, SFTSettings, SharedRLSettings
 from rloo.config.stages import CHECKER_TASKS
@@ -21,6 +21,7 @@ class BenchConfig(Strict):
         description="Benchmark shapes (see rloo.experiments.bench_assets; 1B: Pythia-1B-sized).",
     )
     device: str = Field(default="cpu", description="cpu or cuda: both trainers run there.")
+    _device = field_validator("device")(classmethod(lambda cls, v: check_device_name(v)))
     dtype: Literal["auto", "float32", "bfloat16"] = Field(
         default="float32",
         description="Both trainers: float32, or bf16 mixed precision (TRL's bf16=True); auto as in "
@@ -110,9 +111,10 @@ class CompareConfig(Strict):
     quick: bool = Field(default=False, description="Tiny settings (smoke run, minutes): overrides the sections below.")
     output_dir: Path = Field(default=Path("runs/compare"), description="Runs in runs/, the report in report/.")
     device: str = Field(default="cpu", description="torch device.")
+    _device = field_validator("device")(classmethod(lambda cls, v: check_device_name(v)))
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         default="auto",
-        description="As in every stage: auto is bf16 on GPU; on CPU bf16 autocast where bf16 matmul is fast.",
+        description="As in every stage: auto is bf16 autocast on GPU, on CPU where bf16 matmul is fast; no float16.",
     )
     max_prompt_tokens: int = Field(default=64, ge=1)
     max_response_tokens: int = Field(default=32, ge=1)
@@ -144,6 +146,11 @@ class CompareConfig(Strict):
         description="Training times, as multiples of the shortest rloo run's, at which the report reads each "
         "method's win rate off its training trajectory (wall-clock of the logged time/* phases).",
     )
+
+    @field_validator("dtype")
+    @classmethod
+    def _dtype(cls, v):
+        return refuse_float16(v)
 
     @field_validator("methods")
     @classmethod

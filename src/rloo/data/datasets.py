@@ -15,16 +15,19 @@ Formats (`dataset.format`):
   \\n\\nAssistant: ...", or lists of {role, content} messages); the prompt is everything up to the
   final assistant turn, the responses are that turn of each dialogue.
 Prompts are wrapped in the tokenizer's chat template when it has one (and `chat_template` is on).
+With format plain, rows in TRL's conversational formats (message lists, a `messages` column) are
+read by rloo.data.conversational.
 """
 
 from __future__ import annotations
 
 import json
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rloo.config import DatasetSettings
+from rloo.data import conversational
 from rloo.errors import RlooError
 from rloo.runtime.names import check_name
 
@@ -38,6 +41,8 @@ class Record:
     completion: str | None = None
     chosen: str | None = None
     rejected: str | None = None
+    # a conversational row's messages (prompt turns, {field: reply turns}), for the chat template
+    turns: tuple | None = field(default=None, repr=False, compare=False)
 
 
 def _load_table(path: str, name: str | None, split: str):
@@ -125,8 +130,16 @@ def load_records(
     tokenizer=None,
     optional: tuple[str, ...] = (),
 ) -> list[Record]:
-    """Records of `split` (default: the training split) with `fields` filled, in dataset order;
-    `optional` fields are filled too when the dataset has them."""
+    """Every record of `split` (default: the training split) with `fields` filled, in dataset order;
+    `optional` fields are filled too when the dataset has them. The stages read their rows through
+    rloo.data.split instead, which keeps the held-out rows out of training."""
+    return with_chat_template(read_records(settings, fields, split, optional), settings, tokenizer)
+
+
+def read_records(
+    settings: DatasetSettings, fields: tuple[str, ...], split: str | None = None, optional: tuple[str, ...] = ()
+) -> list[Record]:
+    """`load_records` before the chat template: prompts as the data has them."""
     split = split or settings.split
     path = split if split != settings.split and _is_file(split) else settings.path
     table = _load_table(path, settings.name, split)
@@ -137,9 +150,26 @@ def load_records(
     convert = {"plain": _plain, "tldr": _tldr, "hh": _hh}[settings.format]
     cols = set(table.column_names)
     fields = tuple(fields) + tuple(f for f in optional if _present(settings, f, cols))
-    records = [convert(row, settings.columns, fields, cols, path) for row in table]
-    if tokenizer is not None and settings.chat_template and getattr(tokenizer, "chat_template", None):
-        for r in records:
+    if settings.format == "plain" and conversational.is_conversational(table[0], settings.columns):
+        # TRL's message lists: plain text here (what the split's hash reads), the turns kept for the
+        # chat template (with_chat_template)
+        return [
+            Record(**conversational.convert(row, fields, _reader(row, settings.columns, cols, path), settings.columns))
+            for row in table
+        ]
+    return [convert(row, settings.columns, fields, cols, path) for row in table]
+
+
+def with_chat_template(records: list[Record], settings: DatasetSettings, tokenizer) -> list[Record]:
+    """The records in the tokenizer's chat template, when it has one and it is on: the prompt, or a
+    conversational row's every field, rendered from its turns."""
+    if tokenizer is None or not settings.chat_template or not getattr(tokenizer, "chat_template", None):
+        return records
+    for r in records:
+        if r.turns is not None:
+            for name, text in conversational.render(r.turns, tokenizer).items():
+                setattr(r, name, text)
+        else:
             r.prompt = apply_chat_template(tokenizer, r.prompt)
     return records
 
@@ -147,6 +177,8 @@ def load_records(
 def _present(settings: DatasetSettings, field: str, cols: set) -> bool:
     if settings.format == "hh" or field in settings.columns:
         return True
+    if field == "completion" and settings.columns.get("messages", "messages") in cols:
+        return True  # a conversation's last assistant message
     alt = {"completion": "summary"} if settings.format == "tldr" else {}
     return field in cols or alt.get(field) in cols
 
@@ -155,40 +187,23 @@ def _is_file(s: str) -> bool:
     return Path(s).is_file() or Path(s).is_dir()
 
 
-def train_eval_records(
-    settings: DatasetSettings, fields: tuple[str, ...], n_eval: int, tokenizer=None, optional: tuple[str, ...] = ()
-) -> tuple[list[Record], list[Record]]:
-    """Training and held-out records: the eval split when one is named (a split name, or a path to
-    another file), else the last n_eval rows of the training split (never trained on)."""
-    train = load_records(settings, fields, tokenizer=tokenizer, optional=optional)
-    if settings.eval_split is not None:
-        held = load_records(settings, fields, split=settings.eval_split, tokenizer=tokenizer, optional=optional)
-        return train, held[:n_eval]
-    if len(train) < 2:
-        raise RlooError(
-            f"dataset {settings.path!r} has {len(train)} row(s): too few to hold out evaluation rows; "
-            f"set dataset.eval_split"
-        )
-    n = min(n_eval, len(train) // 2)
-    return train[:-n], train[-n:]
-
-
-def eval_records(settings: DatasetSettings, fields: tuple[str, ...], n_eval: int, tokenizer=None) -> list[Record]:
-    """The held-out records of `train_eval_records`, without loading the training split when an
-    eval split is named."""
-    if settings.eval_split is not None:
-        return load_records(settings, fields, split=settings.eval_split, tokenizer=tokenizer)[:n_eval]
-    return train_eval_records(settings, fields, n_eval, tokenizer)[1]
-
-
 def _column(row: dict, field: str, columns: dict, cols: set, path: str, default: str | None = None):
     col = columns.get(field, default or field)
     if col not in cols:
         raise RlooError(
             f"dataset {path!r} has no column {col!r} for {field!r} (columns: {', '.join(sorted(cols))}); "
-            f"map one with dataset.columns.{field}=COLUMN"
+            f"map one with dataset.columns.{field}=COLUMN{_tldr_hint(cols)}"
         )
     return row[col]
+
+
+def _tldr_hint(cols: set) -> str:
+    """TL;DR-shaped columns (openai/summarize_from_feedback's comparisons, or posts) read as format=tldr."""
+    return " or set dataset.format=tldr" if {"summaries", "choice"} <= cols or "post" in cols else ""
+
+
+def _reader(row: dict, columns: dict, cols: set, path: str):
+    return lambda field: _column(row, field, columns, cols, path)
 
 
 def _plain(row, columns, fields, cols, path) -> Record:

@@ -8,12 +8,29 @@ costs a second, not a model load. The stages call it too (the Python API gets th
 
 from __future__ import annotations
 
-from rloo.config import METHOD_SPECS, EvalConfig, PipelineConfig, RLConfig, SFTConfig, normalize_report_to
-from rloo.data.datasets import load_records
+import errno
+import os
+from pathlib import Path
+
+from rloo.config import (
+    CHECKER_TASKS,
+    ENV_TASKS,
+    METHOD_SPECS,
+    EvalConfig,
+    PipelineConfig,
+    RewardConfig,
+    RLConfig,
+    SFTConfig,
+    normalize_report_to,
+)
+from rloo.data.datasets import read_records
+from rloo.data.split import check_sides, eval_records, split_records, train_eval_records, train_records
 from rloo.errors import ConfigError, RlooError
 from rloo.runtime.names import check_local, check_name
+from rloo.runtime.sizes import check_generation, check_memory, shape_of
 from rloo.runtime.trackers import check_wandb_installed
 from rloo.runtime.user_code import load_callable
+from rloo.runtime.weightfiles import check_weight_files
 
 MODEL_KEYS = ("model", "tokenizer", "policy", "baseline", "reference_model", "reward_model", "sft_model")
 
@@ -31,6 +48,8 @@ def check_config(cfg, *, reward_fn=None) -> None:
         check_local(value, key)
     for key, value, repo_type in names:
         check_name(value, key, repo_type)
+        if repo_type == "model":
+            check_weight_files(value, key)
     if isinstance(cfg, SFTConfig) and cfg.dataset is not None and cfg.model is None and cfg.tokenizer is None:
         raise ConfigError(
             "sft on a dataset needs model=PATH (or tokenizer=PATH): the built-in word tokenizer "
@@ -40,8 +59,66 @@ def check_config(cfg, *, reward_fn=None) -> None:
         _check_reward_source(cfg, reward_fn)
     if isinstance(cfg, (RLConfig, EvalConfig, PipelineConfig)):
         check_judge(cfg)
+        ev = getattr(cfg, "eval", cfg)
+        if ev.checker is not None:
+            load_callable(ev.checker, "eval.checker" if ev is not cfg else "checker")
     if isinstance(cfg, PipelineConfig):
         _check_pipeline(cfg)
+    _check_sizes(cfg)
+    _check_output_dir(Path(cfg.output_dir))
+    if not isinstance(cfg, PipelineConfig) and getattr(cfg, "dataset", None) is not None:  # last: the slowest
+        _check_stage_data(cfg)
+
+
+def _check_stage_data(cfg) -> None:
+    """The rows the stage will read, read now: a wrong column or split costs a second, not a model load."""
+    ds = cfg.dataset
+    if isinstance(cfg, SFTConfig):
+        train_records(ds, ("prompt", "completion"))
+    elif isinstance(cfg, RewardConfig):
+        train_eval_records(ds, ("prompt", "chosen", "rejected"), 1)
+    elif isinstance(cfg, RLConfig):
+        train_eval_records(ds, ("prompt",), 1)
+    elif isinstance(cfg, EvalConfig):
+        eval_records(ds, ("prompt", "completion"), 1)
+
+
+def _check_output_dir(out: Path) -> None:
+    """An output_dir that is (or lies under) a symbolic link loop can be neither read nor made."""
+    try:
+        os.stat(out)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise ConfigError(
+                f"output_dir {str(out)!r} cannot be used: it is or lies under a symbolic link loop; "
+                "remove the link or choose another output_dir"
+            ) from None
+
+
+def _check_sizes(cfg) -> None:
+    """Completions within the model's context, batches within memory (rloo.runtime.sizes)."""
+    if isinstance(cfg, PipelineConfig):
+        shape, model, rl, ev = shape_of(cfg.model, cfg.sft.arch), cfg.model, cfg.rl, cfg.eval
+        new_tokens, rl_keys, ev_keys = rl.max_new_tokens, "rl.batch_size x rl.k", "eval.batch_size"
+    elif isinstance(cfg, (RLConfig, EvalConfig)):
+        shape, model, new_tokens = shape_of(cfg.policy), cfg.policy, cfg.max_new_tokens
+        rl, ev = (cfg, cfg.eval) if isinstance(cfg, RLConfig) else (None, cfg)
+        rl_keys, ev_keys = "batch_size x k", "eval.batch_size" if rl is not None else "batch_size"
+    else:
+        return
+    what = f"model {model!r}" if model else "the model built from sft.arch"
+    check_generation(
+        shape, what, "rl.max_new_tokens" if isinstance(cfg, PipelineConfig) else "max_new_tokens", new_tokens
+    )
+    tokens = cfg.max_prompt_tokens + new_tokens
+    world = max(1, int(os.environ.get("WORLD_SIZE", "1")))  # under torchrun each process holds its share
+    if rl is not None:
+        check_memory(
+            shape, cfg.device, f"{rl_keys} = {rl.batch_size} x {rl.k}", -(-rl.batch_size * rl.k // world), tokens, True
+        )
+    if cfg.task in CHECKER_TASKS:  # pass@k samples pass_samples per problem at once
+        key = ev_keys.replace("batch_size", "pass_samples")
+        check_memory(shape, cfg.device, f"{key}={ev.pass_samples}", max(ev.batch_size, ev.pass_samples), tokens, False)
 
 
 def _model_names(cfg):
@@ -68,6 +145,10 @@ def _looks_like_file(split: str) -> bool:
 
 
 def _check_reward_source(cfg, reward_fn) -> None:
+    if getattr(cfg, "env", None) is not None:  # the environment is the reward: its class must load
+        if cfg.env not in ENV_TASKS:
+            load_callable(cfg.env, "environment")
+        return
     specs = [cfg.reward_fn] if isinstance(cfg.reward_fn, str) else list(cfg.reward_fn or [])
     if cfg.reward_model is None and not specs and reward_fn is None and METHOD_SPECS[cfg.algorithm].online:
         raise ConfigError(
@@ -108,6 +189,9 @@ def check_judge(cfg) -> None:
 
 def _check_pipeline(cfg) -> None:
     """What the pipeline's stages will need from the data, read now rather than after SFT."""
+    fns = cfg.rl.reward_fn
+    for spec in [fns] if isinstance(fns, str) else list(fns or []):
+        load_callable(spec, "rl.reward_fn")
     if cfg.dataset is None:
         if cfg.reward.dataset is not None:
             raise ConfigError(
@@ -120,10 +204,16 @@ def _check_pipeline(cfg) -> None:
             "a pipeline on your own dataset needs model=PATH (the causal LM SFT starts from) "
             "or tokenizer=PATH: the built-in word tokenizer only knows the built-in tasks' words"
         )
-    load_records(cfg.dataset, ("prompt", "completion"))
-    try:
-        load_records(cfg.reward.dataset or cfg.dataset, ("prompt", "chosen", "rejected"))
-    except RlooError as e:
-        if cfg.reward.dataset is not None:
-            raise
-        raise RlooError(f"{e}; or give the reward stage its own preference data: reward.dataset.path=FILE") from e
+    rows = read_records(cfg.dataset, ("prompt", "completion"))
+    pairs = None
+    if cfg.trains_reward_model():
+        try:
+            pairs = read_records(cfg.reward.dataset or cfg.dataset, ("prompt", "chosen", "rejected"))
+        except RlooError as e:
+            if cfg.reward.dataset is not None:  # its keys are reward.dataset.*, not dataset.*
+                raise RlooError(str(e).replace(" dataset.", " reward.dataset.")) from e
+            raise RlooError(f"{e}; or give the reward stage its own preference data: reward.dataset.path=FILE") from e
+    # both sides of the split are needed: SFT, RM and RL train on one, the evaluations read the other
+    for settings, records in ((cfg.dataset, rows), (cfg.reward.dataset, pairs)):
+        if settings is not None and records is not None and settings.eval_split is None:
+            check_sides(settings, split_records(records, settings.eval_fraction), len(records))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import torch
 
@@ -35,6 +35,14 @@ class PolicyEval:
             "truncated": self.truncated,
         }
         return {prefix + k: v for k, v in d.items() if v is not None}
+
+    def summary(self, samples: bool = False) -> dict:
+        """The numbers for a summary.json (and the samples if asked): the judge's mean score under
+        "gold" only when the judge is a task's gold judge, else under "judge_score" (a reward model's
+        score is no gold result)."""
+        drop = ("wins", "scores", "passk") + (() if samples else ("samples",))
+        gold = (self.judge or "").startswith("gold judge")
+        return {(k if k != "gold" or gold else "judge_score"): v for k, v in asdict(self).items() if k not in drop}
 
 
 def wins(judge_policy: list[float], judge_reference: list[float], tol: float = 1e-9) -> list[float]:
@@ -77,8 +85,10 @@ def evaluate_policy(
     batch_size: int = 128,
     generator: torch.Generator | None = None,
     keep_samples: int = 4,
+    all_done=None,
 ) -> PolicyEval:
-    """One sampled response per prompt, judged against `references` with `judge(prompt, response)`."""
+    """One sampled response per prompt, judged against `references` with `judge(prompt, response)`.
+    `all_done`: the shared stop of processes whose forward passes are collectives (FSDP; see `sample`)."""
     gold, refs_gold, rm, kls, lengths, truncs, samples = [], [], [], [], [], [], []
     chunks = sampled_chunks(
         policy,
@@ -90,6 +100,7 @@ def evaluate_policy(
         max_new_tokens=max_new_tokens,
         temperature=temperature,
         generator=generator,
+        all_done=all_done,
     )
     for i, (chunk, roll) in zip(range(0, len(prompts), batch_size), chunks, strict=True):
         lengths += roll.completion_mask.sum(-1).tolist()

@@ -119,7 +119,7 @@ def evaluate_pass_at_k(
     keep_samples: int = 4,
 ) -> PassAtK:
     """n sampled responses per prompt, each checked (``check(prompt, response)`` is 1 for solved);
-    ``parse(response)`` returning None marks a response unparseable."""
+    ``parse(response)`` returning None marks a response unparseable (without ``parse``: a NaN check)."""
     if n < max(ks, default=1):
         raise ValueError(f"pass@{max(ks)} needs at least {max(ks)} samples per problem, got n={n}")
     counts, lengths, bad, samples = [], [], 0, []
@@ -135,11 +135,11 @@ def evaluate_pass_at_k(
         generator=generator,
     )
     for chunk, roll in chunks:
-        ok = [check(p, c) for p, c in zip(roll.prompts, roll.completions, strict=False)]
-        counts += [int(sum(ok[j * n : (j + 1) * n])) for j in range(len(chunk))]
+        ok = [float(check(p, c)) for p, c in zip(roll.prompts, roll.completions, strict=False)]
+        counts += [sum(v == 1.0 for v in ok[j * n : (j + 1) * n]) for j in range(len(chunk))]
         lengths += roll.completion_mask.sum(-1).tolist()
-        if parse is not None:
-            bad += sum(parse(c) is None for c in roll.completions)
+        # unreadable: what `parse` cannot read, or (without one) what the checker scored NaN (None)
+        bad += sum(parse(c) is None for c in roll.completions) if parse is not None else sum(map(math.isnan, ok))
         samples += list(zip(roll.prompts[::n], roll.completions[::n], strict=False))[
             : max(0, keep_samples - len(samples))
         ]

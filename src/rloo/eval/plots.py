@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 from rloo.runtime.tracking import read_metrics
@@ -39,28 +40,37 @@ def plot_training(metrics_path: Path, out_dir: Path, title: str = "", judge: str
     ]
     written = []
     for fname, keys, ylabel in panels:
-        fig, ax = plt.subplots(figsize=(6, 3.5))
-        for key in keys:
-            xs, ys = _series(records, key)
-            if not xs:
-                continue
-            smooth = key.startswith("reward/")
-            ax.plot(
-                xs,
-                _smooth(ys, 10) if smooth else ys,
-                marker=None if smooth else "o",
-                label=key + (" (10-step mean)" if smooth else ""),
-            )
-        if not ax.lines:
-            plt.close(fig)
+        fig = _panel(plt, records, keys, ylabel, title)
+        if fig is None:
             continue
-        ax.set_xlabel("step")
-        ax.set_ylabel(ylabel)
-        ax.set_title(title)
-        ax.grid(alpha=0.3)
-        ax.legend()
-        fig.tight_layout()
         fig.savefig(out_dir / fname, dpi=100)
         plt.close(fig)
         written.append(out_dir / fname)
     return written
+
+
+def _panel(plt, records, keys, ylabel: str, title: str):
+    """One figure of `keys` over steps, or None when none has data. A long label (a judge's path) is
+    wrapped to the axis height: tight_layout cannot fit a label taller than the figure."""
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for key in keys:
+        xs, ys = _series(records, key)
+        if not xs:
+            continue
+        smooth = key.startswith("reward/")
+        ax.plot(
+            xs,
+            _smooth(ys, 10) if smooth else ys,
+            marker=None if smooth else "o",
+            label=key + (" (10-step mean)" if smooth else ""),
+        )
+    if not ax.lines:
+        plt.close(fig)
+        return None
+    ax.set_xlabel("step")
+    ax.set_ylabel("\n".join(textwrap.wrap(ylabel, 32, break_on_hyphens=False)))
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    return fig

@@ -11,7 +11,7 @@ peak measured here at start in the run's dtype (on a GPU: its model FLOPs utilis
 CPU under bf16 mixed precision, of the faster of bf16 and fp32: `reference_peak`).
 
 `dtype=bfloat16`: rloo runs under its own mixed precision (rloo.runtime.precision: bf16 autocast over fp32
-master weights on CPU, bf16 weights on CUDA) and TRL with `bf16=True` (autocast over fp32 weights).
+master weights, on CUDA too) and TRL with `bf16=True` (autocast over fp32 weights): the same scheme.
 """
 
 from __future__ import annotations
@@ -37,7 +37,8 @@ from rloo.experiments.bench_machine import (  # noqa: F401 - the peak memory fun
 from rloo.experiments.bench_workers import _rloo_worker, _start, _trl_worker
 from rloo.modeling.few_rows import few_rows_pays
 from rloo.runtime.precision import resolve_precision
-from rloo.training.common import check_device
+from rloo.runtime.runlock import run_folder
+from rloo.training.common import check_device, prepare_plain_folder
 
 
 def reference_peak(dtype: str, device: str, threads: int, log=print) -> float:
@@ -198,8 +199,14 @@ def bench_dtype(name: str, device: str) -> str:
     return "bfloat16" if torch.bfloat16 in (p.compute, p.weights) else "float32"
 
 
-def run_bench(cfg, log=print) -> dict:
-    """Run every shape in cfg.shapes; write cfg.output_dir/bench.json; return the report."""
+def run_bench(cfg, log=print, overwrite: bool = False) -> dict:
+    """Run every shape in cfg.shapes; write cfg.output_dir/bench.json; return the report. The folder
+    is held (one process) and, with `overwrite`, emptied first (its assets are rebuilt)."""
+    with run_folder(cfg.output_dir):
+        return _run_bench(cfg, log, overwrite)
+
+
+def _run_bench(cfg, log, overwrite: bool) -> dict:
     trainers = ["rloo", "trl"] if cfg.trl else ["rloo"]
     if cfg.trl:
         try:
@@ -207,8 +214,7 @@ def run_bench(cfg, log=print) -> dict:
         except ImportError:
             raise RlooError("TRL is not installed: pip install 'rloo[bench]' (or run with trl=false)") from None
     dtype = bench_dtype(cfg.dtype, cfg.device)
-    out = Path(cfg.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = prepare_plain_folder(Path(cfg.output_dir), "bench", overwrite)
     peak = reference_peak(dtype, cfg.device, cfg.threads, log)
     report = {
         "machine": machine(),

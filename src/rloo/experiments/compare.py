@@ -19,25 +19,21 @@ process has claimed); the last one to finish writes the complete report.
 from __future__ import annotations
 
 import json
-import shutil
 import time
-from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-import yaml
-
-from rloo.config import METHOD_SPECS, CompareConfig, PipelineConfig, RLConfig, load_config, save_config
+from rloo.config import METHOD_SPECS, CompareConfig, PipelineConfig, RLConfig
 from rloo.config.methods import compare_variants, spec_of_variant
-from rloo.errors import ConfigError, RlooError, option
 from rloo.eval.judge import win_rate
 from rloo.experiments.compare_eval import judge, pass_at_k
+from rloo.experiments.compare_folder import claim, open_study, wait_for_models
 from rloo.experiments.compare_report import write_report
 from rloo.experiments.gradvar import variance_cell
 from rloo.experiments.tuning import choose, trial_variants, tuning_done, tuning_root
 from rloo.modeling.loading import frozen, load_policy, load_reward_model
 from rloo.rewards import RewardModelScorer
+from rloo.runtime.atomic import atomic_write_text
 from rloo.runtime.precision import stage_precision
-from rloo.runtime.runlock import RunFolderBusy, run_folder
 from rloo.runtime.tracking import say
 from rloo.tasks import get_task, has_checker
 from rloo.training.reward import train_reward
@@ -65,12 +61,26 @@ QUICK = {
 
 
 def quick_config(cfg: CompareConfig) -> CompareConfig:
-    """cfg with the tiny QUICK settings laid over it (methods, tasks and output_dir are kept)."""
-    data = cfg.model_dump()
-    for key, val in QUICK.items():
-        data[key] = (data[key] | val) if isinstance(val, dict) else val
-    data["sft"]["arch"] = cfg.sft.arch.model_dump() | QUICK["sft"]["arch"]
+    """cfg with the tiny QUICK settings laid over the keys the user did not set: an explicit
+    `seeds=[0,1,2]` or `rl.steps=40` wins over --quick (said in one line); methods, tasks and
+    output_dir are kept."""
+    kept: list[str] = []
+    data = _lay_quick(cfg, QUICK, "", kept)
+    if kept:
+        say(f"--quick: keeping your {', '.join(kept)} (explicit settings win over the quick ones)")
     return CompareConfig(**data)
+
+
+def _lay_quick(section, quick: dict, prefix: str, kept: list[str]) -> dict:
+    data = section.model_dump()
+    for key, val in quick.items():
+        if isinstance(val, dict):
+            data[key] = _lay_quick(getattr(section, key), val, f"{prefix}{key}.", kept)
+        elif key in section.model_fields_set:
+            kept.append(f"{prefix}{key}={getattr(section, key)}")
+        else:
+            data[key] = val
+    return data
 
 
 def method_config(
@@ -144,7 +154,7 @@ def run_cell(
     sft_file = root / "sft" / "result.json"
     if not sft_file.exists():
         sft_res = judge(ref, tok, task, examples, cfg, scorer, ref, seed) | extra(ref) | {"split": split}
-        sft_file.write_text(json.dumps(sft_res))
+        atomic_write_text(sft_file, json.dumps(sft_res))  # another process may read it meanwhile
     sft_gold = json.loads(sft_file.read_text())["gold_per_prompt"]
     for name, (method, settings) in variants.items():
         out = root / name
@@ -163,7 +173,7 @@ def run_cell(
             "split": split,
             "settings": settings,
         }
-        (out / "result.json").write_text(json.dumps(res))
+        atomic_write_text(out / "result.json", json.dumps(res))
         say(
             f"   {name}: win rate vs refs {res['win_rate']:.3f}, vs SFT {res['win_rate_vs_sft']:.3f}, "
             f"KL {res['kl']:.2f}, {seconds:.0f}s"
@@ -181,46 +191,41 @@ def compare(cfg: CompareConfig, *, overwrite: bool = False) -> Path:
     if cfg.quick:
         cfg = quick_config(cfg)
     out = Path(cfg.output_dir)
-    if overwrite and out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True, exist_ok=True)
-    saved = out / "config.yaml"
-    if saved.exists() and not same_settings(saved, cfg):
-        raise RlooError(
-            f"{out} holds a comparison with other settings; pass {option('overwrite')} or choose another output_dir"
-        )
-    save_config(cfg, saved)
-    t0 = time.perf_counter()
-    for task_name in cfg.tasks if cfg.tuning.trials else []:  # 1. every method's trials (tuning seeds)
-        _tuning_cells(cfg, out, task_name)
-    for task_name in cfg.tasks:  # 2. the reported seeds, at the chosen settings when tuned
-        variants = {m: (m, s) for m, s in _tuned(cfg, out, task_name).items()} if cfg.tuning.trials else None
-        for seed in cfg.seeds:
-            with _claim(out / "runs" / task_name / f"seed-{seed}") as mine:
-                if mine:
-                    run_cell(cfg, task_name, seed, out / "runs", variants)
-        if cfg.variance_batches >= 2 and not has_checker(get_task(task_name)):  # it measures the RM's gradient
-            with _claim(out / "runs" / task_name / "variance") as mine:
-                if mine:
-                    variance_cell(cfg, task_name, cfg.seeds[0], out / "runs")
-    report = write_report(cfg, out)
+    study = open_study(cfg, overwrite)
+    try:
+        t0 = time.perf_counter()
+        for task_name in cfg.tasks if cfg.tuning.trials else []:  # 1. every method's trials (tuning seeds)
+            _tuning_cells(cfg, out, task_name)
+        for task_name in cfg.tasks:  # 2. the reported seeds, at the chosen settings when tuned
+            _reported_cells(cfg, out, task_name)
+        report = write_report(cfg, out)
+    finally:
+        study.close()
     say(f"compare: report in {report} ({time.perf_counter() - t0:.0f}s this invocation)")
     return report
 
 
-@contextmanager
-def _claim(cell: Path):
-    """Lets several `rloo compare` processes on one output_dir share the cells: a cell whose lock
-    (rloo.runtime.runlock) a live process holds is left to it; the lock of a killed run is taken over."""
-    cell.mkdir(parents=True, exist_ok=True)
-    with ExitStack() as stack:
-        try:
-            stack.enter_context(run_folder(cell))
-        except RunFolderBusy as e:
-            say(f"compare: {e}; skipping it here")
-            yield False
-            return
-        yield True
+def _reported_cells(cfg: CompareConfig, out: Path, task_name: str) -> None:
+    """The unfinished cells of a task's reported seeds that no live process holds, then its
+    gradient variance (at seed 0's models: waited for while another process makes them)."""
+    variants = {m: (m, s) for m, s in _tuned(cfg, out, task_name).items()} if cfg.tuning.trials else None
+    runs = out / "runs"
+    for seed in cfg.seeds:
+        with claim(runs / task_name / f"seed-{seed}") as mine:
+            if mine:
+                run_cell(cfg, task_name, seed, runs, variants)
+    if cfg.variance_batches < 2 or has_checker(get_task(task_name)):  # it measures the RM's gradient
+        return
+    if (runs / task_name / f"seed-{cfg.seeds[0]}" / "gradient_variance.json").exists():
+        return
+    with claim(runs / task_name / "variance") as mine:
+        if mine:
+            wait_for_models(
+                runs / task_name / f"seed-{cfg.seeds[0]}",
+                needs_reward=True,
+                make_cell=lambda: run_cell(cfg, task_name, cfg.seeds[0], runs, variants),
+            )
+            variance_cell(cfg, task_name, cfg.seeds[0], runs)
 
 
 def _tuning_cells(cfg: CompareConfig, out: Path, task_name: str) -> None:
@@ -230,7 +235,7 @@ def _tuning_cells(cfg: CompareConfig, out: Path, task_name: str) -> None:
     for seed in cfg.tuning.seeds:
         if tuning_done(out, cfg.tuning, cfg.methods, task_name, seeds=[seed]):
             continue  # finished: no need to load its models again
-        with _claim(tuning_root(out, task_name, seed)) as mine:
+        with claim(tuning_root(out, task_name, seed)) as mine:
             if mine:
                 run_cell(cfg, task_name, seed, out / "tuning", trials, split="valid")
 
@@ -244,17 +249,3 @@ def _tuned(cfg: CompareConfig, out: Path, task_name: str, poll_s: float = 30.0) 
             say(f"compare: waiting for the tuning of {task_name} in other processes")
             time.sleep(poll_s)
     return choose(out, cfg.tuning, cfg.methods, task_name)
-
-
-def same_settings(saved: Path, cfg: CompareConfig) -> bool:
-    """Whether a comparison's saved config.yaml holds cfg's settings; read through CompareConfig, so
-    a comparison saved before a key was added (tuning, equal_kl, rl.eval_split: their defaults are
-    what it ran) is still recognised, and its report can be rebuilt by rerunning its command."""
-    try:
-        return _dump(load_config(CompareConfig, saved)) == _dump(cfg)
-    except ConfigError:
-        return False
-
-
-def _dump(cfg: CompareConfig) -> str:
-    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)

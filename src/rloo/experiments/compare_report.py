@@ -21,6 +21,7 @@ from rloo.experiments.compare_tables import (  # noqa: F401 - mean_ci re-exporte
     results_table,
     variance_table,
 )
+from rloo.runtime.atomic import atomic_write_text
 from rloo.runtime.tracking import read_metrics
 
 
@@ -123,7 +124,8 @@ def write_report(cfg, out: Path) -> Path:
     report.mkdir(parents=True, exist_ok=True)
     data = collect(cfg, out)
     plots = plot_all(cfg, data, report)
-    (report / "results.json").write_text(
+    atomic_write_text(
+        report / "results.json",
         json.dumps(
             {
                 t: {
@@ -136,7 +138,7 @@ def write_report(cfg, out: Path) -> Path:
                 for t, d in data.items()
             },
             indent=1,
-        )
+        ),
     )
     checked = [t for t in cfg.tasks if any("pass" in r for rs in data[t].values() for r in rs)]
     budget = cfg.rl.steps * cfg.rl.batch_size * cfg.rl.k
@@ -182,5 +184,5 @@ def write_report(cfg, out: Path) -> Path:
         *[f"![{p.stem}]({p.name})" for p in plots],
         "",
     ]
-    (report / "report.md").write_text("\n".join(text))
+    atomic_write_text(report / "report.md", "\n".join(text))
     return report

@@ -26,6 +26,7 @@ from rloo.core.losses import sequence_sum_policy_gradient_loss, value_loss
 from rloo.modeling.loading import frozen, load_policy, load_reward_model
 from rloo.rewards import RewardModelScorer
 from rloo.rollout import rollout
+from rloo.runtime.atomic import atomic_write_text
 from rloo.runtime.tracking import say
 from rloo.tasks import get_task
 from rloo.training.sft import sft
@@ -167,5 +168,5 @@ def variance_cell(cfg: CompareConfig, task_name: str, seed: int, runs: Path) -> 
         say(f"== {task_name}: gradient variance at the {label} model")
         torch.manual_seed(seed)
         result[label] = measure(_Snapshot(str(path), rm_path, cfg, seed, task_name), cfg, rm_path)
-    out_file.write_text(json.dumps(result, indent=2))
+    atomic_write_text(out_file, json.dumps(result, indent=2))  # read by other compare processes
     return result

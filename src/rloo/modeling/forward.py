@@ -108,4 +108,18 @@ def reward_scores(
     hidden = backbone(input_ids=ids, attention_mask=mask.long(), position_ids=pos, use_cache=False).last_hidden_state
     last = prompt_ids.shape[1] - 1 + completion_mask.sum(-1)  # (N,)
     pooled = hidden[torch.arange(ids.shape[0], device=ids.device), last]
-    return reward_model.score(pooled).squeeze(-1).float()
+    return score_head(reward_model, pooled)
+
+
+def score_head(reward_model, pooled: Tensor) -> Tensor:
+    """The one-output head on pooled hidden states, in fp32 with autocast off. (N,H) -> (N,).
+
+    Under bf16 autocast the head's output would be rounded to 8 bits (scores of ~10 to steps of
+    0.06): near-equal scores tie, and zero-variance filtering, the leave-one-out baseline and win
+    rates see the ties. One (N,H)x(H,1) product: fp32 costs nothing here."""
+    head = reward_model.score
+    if type(head) is not torch.nn.Linear:  # another head (a PEFT wrapper, say): its own forward
+        return head(pooled).squeeze(-1).float()
+    bias = None if head.bias is None else head.bias.float()
+    with torch.autocast(pooled.device.type, enabled=False):
+        return torch.nn.functional.linear(pooled.float(), head.weight.float(), bias).squeeze(-1)

@@ -40,7 +40,7 @@ from rloo.core.logprobs import token_logprobs
 from rloo.data.buckets import BUCKET_OVERHEAD_TOKENS, length_buckets
 from rloo.data.collate import position_ids, trim_left
 from rloo.modeling.attention import uses_rloo_attention
-from rloo.modeling.forward import MAX_LOGITS_MB, completion_logprobs, lm_token_logprobs
+from rloo.modeling.forward import MAX_LOGITS_MB, completion_logprobs, lm_token_logprobs, score_head
 from rloo.modeling.kvcache import Prefill, cache_kwarg, grouped_pass_cache, grouped_pays, prefill_prompts, whole_groups
 from rloo.modeling.layer_checkpoint import cache_keeping_checkpointing, prefix_cache, supports_shared_checkpointing
 from rloo.runtime.tracking import say_once
@@ -220,4 +220,4 @@ def reward_scores_shared(
         filled = lengths[rows] > 0  # an empty completion keeps the prompt's pooled state
         at = torch.arange(len(rows), device=rows.device)[filled]
         pooled = pooled.index_put((rows[filled],), hidden[at, lengths[rows][filled] - 1])
-    return reward_model.score(pooled).squeeze(-1).float()
+    return score_head(reward_model, pooled)

@@ -55,10 +55,10 @@ def _check_dir(path: str, what: str) -> None:
 
 
 def resolve_dtype(name: str | torch.dtype, device: str) -> torch.dtype:
-    """The dtype weights are stored in under `dtype=name` (rloo.runtime.precision): bfloat16 on GPU for
-    auto/bfloat16 (the memory and speed of half precision without float16's range problems);
-    float32 on CPU, where bf16 is mixed precision (fp32 master weights, bf16 autocast). No probe: the
-    autocast decision is the stage's (rloo.runtime.precision.weights_dtype)."""
+    """The dtype weights are stored in under `dtype=name` (rloo.runtime.precision): float32 on every
+    device, where bf16 is mixed precision (fp32 master weights, bf16 autocast: pure bf16 weights lose
+    most AdamW updates at fine-tuning learning rates). No probe: the autocast decision is the
+    stage's (rloo.runtime.precision.weights_dtype)."""
     return weights_dtype(name, device)
 
 

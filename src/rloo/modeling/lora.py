@@ -25,7 +25,7 @@ def add_lora(model, settings: LoraSettings, adapter_path: str | Path | None = No
     adapters saved at `adapter_path` (resume). Only adapter weights require gradients."""
     peft = _peft()
     if adapter_path is not None:
-        return peft.PeftModel.from_pretrained(model, str(adapter_path), is_trainable=True)
+        return _absolute_base(peft.PeftModel.from_pretrained(model, str(adapter_path), is_trainable=True))
     cfg = peft.LoraConfig(
         r=settings.r,
         lora_alpha=settings.alpha,
@@ -33,7 +33,17 @@ def add_lora(model, settings: LoraSettings, adapter_path: str | Path | None = No
         target_modules=settings.target_modules,
         task_type="CAUSAL_LM",
     )
-    return peft.get_peft_model(model, cfg)
+    return _absolute_base(peft.get_peft_model(model, cfg))
+
+
+def _absolute_base(peft_model):
+    """Saved adapters name their base model (adapter_config.json); a local base is named by its
+    absolute path, so that the adapters load from any folder, not only the one training ran in."""
+    for cfg in peft_model.peft_config.values():
+        base = cfg.base_model_name_or_path
+        if base and Path(base).exists():
+            cfg.base_model_name_or_path = str(Path(base).resolve())
+    return peft_model
 
 
 class AdapterDisabled:

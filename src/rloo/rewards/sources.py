@@ -45,12 +45,7 @@ class FunctionReward:
             # becomes one clear error; sys.exit() or a raised KeyboardInterrupt inside it too, so the
             # loop still writes its checkpoint from before the step
             raise RewardError(f"reward function {self.name} raised {type(e).__name__}: {e}") from e
-        try:
-            values = list(out)
-        except TypeError:
-            raise RewardError(
-                f"reward function {self.name} returned {type(out).__name__}, expected a list of floats"
-            ) from None
+        values = _score_list(out, self.name)
         if len(values) != len(completions):
             raise RewardError(
                 f"reward function {self.name} returned {len(values)} scores for {len(completions)} completions"
@@ -71,6 +66,24 @@ class FunctionReward:
 
     def part_metrics(self) -> dict[str, float]:
         return {}
+
+
+def _score_list(out, name: str) -> list:
+    """The scores of a reward's return value: a list, tuple, NumPy array or 1-D tensor. Anything
+    else is refused: `list()` of a dict would read its keys as scores, of a string its letters."""
+    if isinstance(out, torch.Tensor):
+        return list(out.reshape(-1)) if out.dim() <= 1 else _refuse(out, name)
+    if isinstance(out, (list, tuple)) or (type(out).__module__ == "numpy" and getattr(out, "ndim", 0) == 1):
+        return list(out)
+    return _refuse(out, name)
+
+
+def _refuse(out, name: str):
+    shape = f" of shape {tuple(out.shape)}" if hasattr(out, "shape") else ""
+    raise RewardError(
+        f"reward function {name} returned a {type(out).__name__}{shape}; expected a list (or tuple, "
+        f"1-D array or tensor) of one float or None per completion"
+    )
 
 
 class RewardModelScorer:

@@ -41,6 +41,7 @@ class Rollout:
     truncated: Tensor  # (N,) bool, hit max_new_tokens without EOS
     prompts_truncated: int = 0  # prompts cut to fit the prompt-length limit
     group_size: int = 1  # K: rows come in runs of K sharing one prompt
+    lag: int = 0  # updates the trainer made since the weights that sampled (rl.max_staleness)
     prefill: Prefill | None = None  # the policy's graph-carrying prompt pass, when kept for the update
     # (N,) decoded text before stripping: what a reward model on another tokenizer reads, in the
     # layout it was trained on (datasets give responses as " text"); None: same as `completions`
@@ -70,21 +71,37 @@ def top_p_bias_note(top_p: float) -> str | None:
     KL term and the policy gradient are those of the full temperature-scaled distribution. Using
     the renormalised log-probs instead is not done: the nucleus is a step function of the
     parameters, so a sampled token can leave it after an update (log-prob -inf: an infinite PPO
-    ratio), and the reference's own nucleus need not hold the sampled token (infinite KL).
-    """
+    ratio), and the reference's own nucleus need not hold the sampled token (infinite KL)."""
     if top_p >= 1.0:
         return None
     return (
         f"note: top_p={top_p} samples from the nucleus-renormalised distribution, but the log-probs, the KL "
         f"term and the gradient are the full distribution's (a bias, larger for smaller top_p); top_p=1 "
-        f"trains on exactly what it samples (README, 'Sampling and top_p')"
+        f"trains on exactly what it samples (docs/configs.md, 'Sampling and top_p')"
     )
+
+
+def uniforms(shape: tuple[int, ...], generator: torch.Generator | None, device: torch.device | str) -> Tensor:
+    """U(0,1) noise of `shape` for tensors on `device`, drawn where the generator lives and moved.
+
+    The one place that decides where sampling noise is drawn: the loop's generator is a CPU one
+    (its state is what checkpoints save, rloo.runtime.rng), and CUDA refuses to draw a CUDA tensor
+    with it ("Expected a 'cuda' device type for generator"). Without a generator the noise is
+    drawn on `device` itself, from that device's default generator."""
+    where = generator.device if generator is not None else torch.device(device)
+    return torch.rand(shape, generator=generator, device=where).to(device)
 
 
 def _draw(probs: Tensor, generator: torch.Generator | None) -> Tensor:
     """One token per row with P(i) = probs[i]: the exponential race argmax_i probs_i / E_i, E_i ~ Exp(1)
     (the Gumbel-max trick without logs). The same distribution as torch.multinomial, which on a
-    CPU costs ~20 ms for a (32, 8192) batch; this is a few elementwise passes."""
+    CPU costs ~20 ms for a (32, 8192) batch; this is a few elementwise passes.
+
+    When the generator is on another device than `probs` (a CPU generator, a model on a GPU), one
+    uniform per row is drawn where the generator lives (`uniforms`) and the token picked by inverse
+    CDF: the same distribution, N numbers moved per step instead of N x V."""
+    if generator is not None and generator.device.type != probs.device.type:
+        return _inverse_cdf(probs, uniforms((probs.shape[0],), generator, probs.device))
     race = torch.empty_like(probs).exponential_(generator=generator)
     return (probs / race).argmax(-1)
 
@@ -95,7 +112,9 @@ def _inverse_cdf(probs: Tensor, u: Tensor) -> Tensor:
     One uniform per row (not one per vocabulary entry as in `_draw`), so processes can draw the
     noise of a whole global batch cheaply and each use their rows (see `sample(rows=...)`)."""
     cdf = probs.cumsum(-1)
-    tok = torch.searchsorted(cdf, (u * cdf[:, -1]).unsqueeze(-1).to(cdf.dtype), right=True).squeeze(-1)
+    # select/unsqueeze rather than indexing: tests/unit/test_device_placement.py runs this on fake CUDA tensors
+    total = cdf.select(-1, cdf.shape[-1] - 1)
+    tok = torch.searchsorted(cdf, (u * total).unsqueeze(-1).to(cdf.dtype), right=True).squeeze(-1)
     return tok.clamp(max=probs.shape[-1] - 1)
 
 
@@ -105,7 +124,7 @@ def _next_token(logits: Tensor, temperature: float, top_p: float, generator, u: 
     scaled = logits / temperature
     probs = (_top_p_filter(scaled, top_p) if top_p < 1.0 else scaled).softmax(-1)
     tok = _draw(probs, generator) if u is None else _inverse_cdf(probs, u)
-    return tok, scaled.log_softmax(-1).gather(-1, tok[:, None]).squeeze(-1)
+    return tok, scaled.log_softmax(-1).gather(-1, tok.unsqueeze(-1)).squeeze(-1)
 
 
 def _decoding_cache(model, pre: Prefill, k: int, max_new_tokens: int, grouped: bool | None):
@@ -173,7 +192,7 @@ def sample(
     noise = None
     if rows is not None:
         offset, total = rows
-        noise = torch.rand(max_new_tokens, total, generator=generator)[:, offset : offset + N].to(prompt_ids.device)
+        noise = uniforms((max_new_tokens, total), generator, "cpu")[:, offset : offset + N].to(prompt_ids.device)
     kw, pos = _cache_kwarg(model), position_ids(prompt_mask)
     pre = prefill if prefill is not None else prefill_prompts(model, prompt_ids, prompt_mask)
     logits = pre.last_logits.detach().float()

@@ -34,7 +34,8 @@ def _require_vllm():
 
 class VLLMSampler:
     """Rollouts with the layout of `rollout()`: rows grouped by prompt, left-padded prompts,
-    right-padded completions ending at the first EOS."""
+    right-padded completions ending at the first EOS. `dtype`: what the engine computes in, the
+    trainer's compute dtype (`vllm_dtype`), not vLLM's "auto" (the checkpoint's own)."""
 
     def __init__(
         self,
@@ -48,7 +49,7 @@ class VLLMSampler:
         top_p: float,
         seed: int,
         gpu_memory_utilization: float,
-        dtype: str = "auto",
+        dtype: str = "bfloat16",
     ):
         vllm = _require_vllm()
         self.tokenizer, self.k, self.max_prompt_len = tokenizer, k, max_prompt_len
@@ -107,8 +108,15 @@ class VLLMSampler:
             logprobs=lps,
             truncated=~ended.to(device),
             prompts_truncated=n_trunc,
+            group_size=self.k,  # rows come in runs of k per prompt: prompt sharing and group metrics use it
             raw_completions=texts,
         )
+
+
+def vllm_dtype(precision) -> str:
+    """The engine's dtype for a trainer running `precision` (rloo.runtime.precision.Precision): its
+    compute dtype (bf16 under autocast), else its weights' (float32)."""
+    return str(precision.compute or precision.weights).removeprefix("torch.")
 
 
 def completion_tensors(outputs, pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -94,7 +94,10 @@ def atomic_write_text(path: Path, text: str) -> None:
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
     try:
-        with open(tmp, "w") as fh:
+        # a link planted at the temp name is removed, never written through ("x": O_EXCL, which
+        # also refuses to follow a link created in between)
+        tmp.unlink(missing_ok=True)
+        with open(tmp, "x") as fh:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())

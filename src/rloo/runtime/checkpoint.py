@@ -151,7 +151,13 @@ class Checkpointer:
         self.algo = algo
         self.opt, self.sched, self.gen, self.stream = opt, sched, gen, stream
         self.prompts_sha = prompts_digest(prompts)
-        self.counters = {"updates": 0, "skipped_in_row": 0, "skipped_total": 0, "prompts_truncated": 0}
+        self.counters = {
+            "updates": 0,
+            "skipped_in_row": 0,
+            "skipped_total": 0,
+            "prompts_truncated": 0,
+            "scored_steps": 0,
+        }
         self.streak_start: dict | None = None  # snapshot before the first step of a non-finite streak
         self.inputs: dict = inputs or {}  # content fingerprints of the run's inputs (rloo.runtime.fingerprint)
         self.prompt_steps = prompt_steps  # `steps` the built-in task's prompt list was made for
@@ -205,7 +211,8 @@ class Checkpointer:
         if self.algo is not None:
             self.algo.load_state_dict(state.get("algorithm", {}))
         self.stream.seek(*state["stream"])
-        self.counters = dict(state["counters"])
+        # scored_steps (steps with a scored completion) is newer than some checkpoints: their updates had scores
+        self.counters = {"scored_steps": state["counters"]["updates"]} | dict(state["counters"])
         self.streak_start = state.get("streak_start")
         truncate_metrics(self.out, state["metrics_bytes"])
         return state["step"]

@@ -117,4 +117,6 @@ def prune_checkpoints(run_dir: Path, keep: int, newest: Path) -> None:
 
 def load_state(ckpt: Path) -> dict:
     # weights_only: tensors, numbers, strings and containers only; a pickled object is refused.
-    return torch.load(Path(ckpt) / "state.pt", weights_only=True)
+    # map_location: onto the CPU on every rank (saved from cuda:0, every rank would otherwise load the
+    # optimizer state onto cuda:0); the optimizer moves its state to each parameter's own device.
+    return torch.load(Path(ckpt) / "state.pt", weights_only=True, map_location="cpu")

@@ -74,13 +74,13 @@ class Dist:
         if not self.enabled:
             return stats
         keys = sorted(stats)
-        t = torch.tensor([float(stats[k]) for k in keys], dtype=torch.float64)
+        t = torch.tensor([float(stats[k]) for k in keys], dtype=torch.float64, device=comm_device())
         dist.all_reduce(t)
         return {k: float(v) / self.world for k, v in zip(keys, t.tolist(), strict=False)}
 
     def all_done(self, done: torch.Tensor) -> bool:
         """Stop sampling only when every process is done: FSDP forward passes are collectives."""
-        flag = torch.tensor([int(bool(done.all()))])
+        flag = done.all().to(device=comm_device(), dtype=torch.int32).reshape(1)
         dist.all_reduce(flag, op=dist.ReduceOp.MIN)
         return bool(flag.item())
 
@@ -109,6 +109,10 @@ class Dist:
         samples exactly as P do."""
         return {"rows": rows} | ({"all_done": self.all_done} if self.enabled and self.parallel == "fsdp" else {})
 
+    def eval_kwargs(self) -> dict:
+        """Extra arguments of an evaluation's sampling: the shared stop under FSDP (as `step_kwargs`)."""
+        return {"all_done": self.all_done} if self.enabled and self.parallel == "fsdp" else {}
+
     def checkpoint_role(self) -> tuple[bool, str | None]:
         """(does this process write checkpoints, a note to print once when it never does). Only
         rank 0 writes (DDP replicas are identical). Under FSDP a checkpoint would need the shards
@@ -120,6 +124,14 @@ class Dist:
     def close(self) -> None:
         if self.owns_group and dist.is_initialized():
             dist.destroy_process_group()
+
+
+def comm_device() -> torch.device:
+    """The device a collective's tensors must be on: this process's GPU under NCCL (which takes no CPU
+    tensors: "No backend type associated with device type cpu"), else the CPU (gloo, no group)."""
+    if dist.is_available() and dist.is_initialized() and dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
 
 
 class _WithStateDict:

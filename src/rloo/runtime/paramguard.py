@@ -7,9 +7,11 @@ start: the L2 norm of all trainable parameters above `growth x max(norm at the s
 tuning moves it by a few percent; default growth 10).
 
 Cost: the copy is one buffer per trainable tensor and per optimizer-state tensor, i.e. 3x the
-trainable parameters' bytes for AdamW (weights, exp_avg, exp_avg_sq), allocated once and
-refilled every step (one memcpy of that size, small next to a forward+backward). Under LoRA
-only the adapters are trainable, so it is tiny.
+trainable parameters' bytes for AdamW (weights, exp_avg, exp_avg_sq: 12 bytes per fp32 parameter,
+docs/recipes.md's memory table), allocated once and refilled every step (one memcpy of that size,
+small next to a forward+backward). The norms make no copies: one fp32-accumulated norm per tensor
+(`vector_norm(..., dtype=float32)`), never an fp32 copy of a tensor. Under LoRA only the adapters are
+trainable, so it is tiny.
 """
 
 from __future__ import annotations
@@ -26,14 +28,19 @@ def total_norm(tensors: list[torch.Tensor]) -> float:
     """L2 norm of all `tensors` together (inf/nan when any entry is, or when it overflows)."""
     if not tensors:
         return 0.0
-    norms = torch._foreach_norm([_local(t).detach().float() for t in tensors])
-    return float(torch.linalg.vector_norm(torch.stack([n.cpu() for n in norms])))
+    # per tensor, accumulated in fp32 without an fp32 copy of the tensor (a bf16 model's `.float()`
+    # copies of all weights and moments at once were ~80 GB of temporaries at 7B)
+    norms = [torch.linalg.vector_norm(_local(t).detach(), dtype=torch.float32) for t in tensors]
+    return float(torch.linalg.vector_norm(torch.stack([n.to(norms[0].device) for n in norms])))  # one sync
 
 
 class ParamGuard:
-    def __init__(self, params, opt: torch.optim.Optimizer, growth: float, norm0: float | None = None):
+    """`opt`: the optimizer of `params`, or a list of optimizers that together hold them (PPO's
+    policy and value model: both are checked and undone together)."""
+
+    def __init__(self, params, opt, growth: float, norm0: float | None = None):
         self.params = [p for p in params if p.requires_grad]
-        self.opt = opt
+        self.opts: list[torch.optim.Optimizer] = list(opt) if isinstance(opt, (list, tuple)) else [opt]
         self.norm0 = total_norm(self.params) if norm0 is None else norm0
         self.limit = growth * max(self.norm0, 1.0)
         self._weights: list[torch.Tensor] | None = None
@@ -50,7 +57,7 @@ class ParamGuard:
                 self._weights = [torch.empty_like(_local(p)) for p in self.params]
             torch._foreach_copy_(self._weights, [_local(p).detach() for p in self.params])
             for i, p in enumerate(self.params):
-                st = self.opt.state.get(p)
+                st = self._state_of(p)
                 if not st:
                     self._state[i] = None
                     continue
@@ -76,7 +83,7 @@ class ParamGuard:
                 f"parameter norm {norm:.4g} after the update exceeds {self.limit:.4g} "
                 f"(max_param_growth x the starting norm {self.norm0:.4g})"
             )
-        moments = [v for st in self.opt.state.values() for v in st.values() if torch.is_tensor(v)]
+        moments = [v for o in self.opts for st in o.state.values() for v in st.values() if torch.is_tensor(v)]
         m = total_norm(moments)
         if m != m or m == float("inf"):
             return "non-finite optimizer state after the update"
@@ -89,11 +96,16 @@ class ParamGuard:
             for i, p in enumerate(self.params):
                 saved = self._state.get(i)
                 if saved is None:
-                    self.opt.state.pop(p, None)
+                    for o in self.opts:
+                        o.state.pop(p, None)
                     continue
-                st = self.opt.state[p]
+                st = self._state_of(p)
                 for k, v in saved.items():
                     if torch.is_tensor(v):
                         _local(st[k]).copy_(v)
                     else:
                         st[k] = v
+
+    def _state_of(self, p) -> dict | None:
+        """The optimizer state of `p` in whichever optimizer holds it (None before its first step)."""
+        return next((o.state[p] for o in self.opts if p in o.state), None)

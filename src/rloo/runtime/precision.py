@@ -1,13 +1,15 @@
 """Which floating-point precision a run computes in, per device (`dtype=` of every stage).
 
 - `float32`: weights and compute in fp32.
-- `bfloat16`: on CUDA the weights are stored in bf16 (as before). On CPU it is *mixed* precision:
-  weights, gradients and AdamW state stay fp32 (the master copy), and the forward passes run
-  under `torch.autocast("cpu", torch.bfloat16)`, which computes matmuls/linear layers in bf16 and
-  everything else in the dtype of its inputs; attention runs in fp32 (rloo.modeling.attention: CPU
-  SDPA is slower in bf16).
-- `auto`: bf16 on CUDA; on CPU bf16 autocast where it pays: the CPU must have fast bf16 (a short
-  probe, `cpu_bf16_probe`, once per process: one bf16 and one fp32 matmul, bf16 at least
+- `bfloat16`: *mixed* precision on every device: weights, gradients and AdamW state stay fp32 (the
+  master copy), and the forward passes run under `torch.autocast(device, torch.bfloat16)`, which
+  computes matmuls/linear layers in bf16 and everything else in the dtype of its inputs; on a CPU
+  attention runs in fp32 (rloo.modeling.attention: CPU SDPA is slower in bf16). Pure bf16 weights
+  (what CUDA had until issue 34) lose most AdamW updates at fine-tuning learning rates: an update
+  below half a bf16 ulp of the weight (2^-9 relative) rounds away (`update_fraction`).
+- `float16` is refused: it needs loss scaling, which rloo does not do.
+- `auto`: bf16 autocast over fp32 masters on CUDA; on CPU bf16 autocast where it pays: the CPU
+  must have fast bf16 (a short probe, `cpu_bf16_probe`, once per process: one bf16 and one fp32 matmul, bf16 at least
   `MIN_SPEEDUP` times faster; an x86 CPU without AVX512_BF16 or AMX emulates bf16 ~30x slower and is
   not timed, `cpu_bf16_isa`) and the model must be at
   least `MIN_BF16_WIDTH` wide (narrower, autocast's casts cost what bf16 saves: measured), or
@@ -35,6 +37,7 @@ from pathlib import Path
 
 import torch
 
+from rloo.config.base import FLOAT16_REFUSED
 from rloo.errors import RlooError
 from rloo.runtime.tracking import say
 
@@ -200,24 +203,43 @@ def resolve_precision(
     dev = torch.device(device).type
     if isinstance(name, torch.dtype):
         return Precision(dev, name, None, "given")
-    if name not in ("auto", "float32", "bfloat16", "float16"):
-        raise RlooError(f"dtype={name!r}: expected auto, float32, bfloat16 or float16")
+    check_dtype_name(name)
     if name == "auto" and dev == "cuda":
-        return Precision(dev, torch.bfloat16, None, "auto on CUDA")
+        return Precision(dev, torch.float32, torch.bfloat16, "auto on CUDA: bf16 autocast, fp32 master weights")
     if name == "auto" and dev == "cpu":
         bf16, why = _auto_cpu(width, min_width)
         return Precision(dev, torch.float32, torch.bfloat16 if bf16 else None, why)
     if name == "auto":
         return Precision(dev, torch.float32, None, f"auto on {dev}")
-    if name == "bfloat16" and dev == "cpu":
-        return Precision(dev, torch.float32, torch.bfloat16, "dtype=bfloat16 (CPU: fp32 master weights)")
-    return Precision(dev, getattr(torch, name), None, f"dtype={name}")
+    if name == "bfloat16":
+        return Precision(dev, torch.float32, torch.bfloat16, "dtype=bfloat16 (fp32 master weights)")
+    return Precision(dev, torch.float32, None, "dtype=float32")
+
+
+def check_dtype_name(name: str) -> str:
+    """`name` if rloo runs in it, else one clear error (float16: no loss scaling here)."""
+    if name == "float16":
+        raise RlooError(FLOAT16_REFUSED)
+    if name not in ("auto", "float32", "bfloat16"):
+        raise RlooError(f"dtype={name!r}: expected auto, float32 or bfloat16")
+    return name
+
+
+def update_fraction(weights: torch.Tensor, grad: torch.Tensor, lr: float) -> float:
+    """The fraction of `weights`' elements one AdamW step at `lr` changes (weight decay 0), in the
+    weights' own dtype: what is left of an update after rounding to that dtype. Adam's first step
+    moves every element by ~lr, so in fp32 (24-bit mantissa) it changes all of N(0, 0.02) weights
+    at lr 1e-6, in bf16 (8-bit: a change below |w| 2^-9 rounds away) almost none."""
+    w = torch.nn.Parameter(weights.clone())
+    w.grad = grad.to(w.dtype)
+    torch.optim.AdamW([w], lr=lr, weight_decay=0.0).step()
+    return float((w.detach() != weights).float().mean())
 
 
 def weights_dtype(name: str | torch.dtype, device: str | torch.device = "cpu") -> torch.dtype:
     """The dtype parameters are stored in under `dtype=name`: `resolve_precision(...).weights` without
-    the CPU probe, which decides only autocast (on CPU every `auto` outcome keeps fp32 master weights)."""
-    if name == "auto" and torch.device(device).type == "cpu":
+    the CPU probe, which decides only autocast (every `auto` outcome keeps fp32 master weights)."""
+    if name == "auto":
         return torch.float32
     return resolve_precision(name, device).weights
 

@@ -83,3 +83,25 @@ def prompts_digest(prompts: list[str]) -> str:
     for p in prompts:
         h.update(p.encode("utf-8", "surrogatepass") + b"\0")
     return h.hexdigest()
+
+
+def check_optimizer_matches(optimizer_state: dict, params, ckpt) -> None:
+    """The checkpoint's AdamW moments fit the model it holds, parameter by parameter: a model
+    swapped for another architecture (with a rewritten manifest) is refused here, in one line,
+    rather than inside AdamW's first step. `params`: the trainable parameters, in the optimizer's order."""
+    shapes = [tuple(p.shape) for p in params]
+    saved = optimizer_state.get("state", {})
+    order = [i for g in optimizer_state.get("param_groups", []) for i in g.get("params", [])]
+    if len(order) != len(shapes):
+        raise RlooError(
+            f"cannot resume from {ckpt}: its model has {len(shapes)} trainable tensors but its optimizer state "
+            f"was saved for {len(order)}; the checkpoint's model is not the one it was trained with"
+        )
+    for n, (i, shape) in enumerate(zip(order, shapes, strict=True)):
+        moment = saved.get(i, {}).get("exp_avg")
+        if moment is not None and tuple(moment.shape) != shape:
+            raise RlooError(
+                f"cannot resume from {ckpt}: trainable tensor {n} of its model has shape {list(shape)} but "
+                f"its optimizer state has {list(moment.shape)}; the checkpoint's model is not the one it was "
+                "trained with"
+            )

@@ -21,7 +21,14 @@ def rng_state(generator: torch.Generator) -> dict:
         },
         "torch": torch.get_rng_state(),
         "sampler": generator.get_state(),
-    }
+    } | _cuda_state()
+
+
+def _cuda_state() -> dict:
+    """This process's GPU's random state (dropout on a GPU draws from it), where CUDA is in use."""
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        return {"cuda": torch.cuda.get_rng_state()}
+    return {}
 
 
 def _tuple_to_list(x):
@@ -38,3 +45,5 @@ def set_rng_state(state: dict, generator: torch.Generator) -> None:
     np.random.set_state(("MT19937", n["key"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached"]))
     torch.set_rng_state(state["torch"])
     generator.set_state(state["sampler"])
+    if "cuda" in state and torch.cuda.is_available():  # a checkpoint from a CPU run has none
+        torch.cuda.set_rng_state(state["cuda"])

@@ -13,11 +13,13 @@ Re-entrant within a process (the pipeline's stages, `rloo compare`'s cells).
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import functools
 import json
 import os
 import socket
+import stat
 import sys
 import time
 from contextlib import contextmanager
@@ -32,6 +34,39 @@ class RunFolderBusy(RlooError):
     """Another live process holds the run folder's lock."""
 
 
+class LockFileUnsafe(RlooError):
+    """The lock file is a symbolic link, a hard link or not a regular file: rloo never writes through it."""
+
+
+# O_NOFOLLOW: a `.rloo.lock` planted as a link to someone's file must never be truncated and
+# overwritten with the lock record; O_NONBLOCK: a fifo planted there must not hang the open.
+_SAFE = os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+
+
+def open_lock_file(path: Path, flags: int) -> int:
+    """Open a lock file without following a link; LockFileUnsafe (one line naming it) for a
+    symbolic link, a hard-linked file or anything but a regular file."""
+    try:
+        fd = os.open(path, flags | _SAFE, 0o644)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise _unsafe(path, "a symbolic link") from None
+        raise
+    st = os.fstat(fd)
+    why = "not a regular file" if not stat.S_ISREG(st.st_mode) else "hard-linked" if st.st_nlink > 1 else None
+    if why:
+        os.close(fd)
+        raise _unsafe(path, why)
+    return fd
+
+
+def _unsafe(path: Path, what: str) -> LockFileUnsafe:
+    return LockFileUnsafe(
+        f"the lock file {path} is {what}; rloo never writes through it (it could overwrite another file): "
+        f"remove it and rerun (nothing was changed)"
+    )
+
+
 class _Lock:
     def __init__(self, folder: Path):
         self.folder = Path(folder)
@@ -41,8 +76,8 @@ class _Lock:
     def acquire(self) -> None:
         """Take the lock or raise RunFolderBusy naming the holder; never waits."""
         while self.fd is None:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-            if not _flock(fd, fcntl.LOCK_EX):
+            fd = open_lock_file(self.path, os.O_RDWR | os.O_CREAT)
+            if not try_flock(fd, fcntl.LOCK_EX):
                 os.close(fd)
                 raise _busy(self.folder, self.path)
             # The previous holder may have removed the file between our open and our flock: then we
@@ -81,7 +116,7 @@ class _Lock:
         self.fd = None
 
 
-def _flock(fd: int, mode: int, tries: int = 10) -> bool:
+def try_flock(fd: int, mode: int, tries: int = 10) -> bool:
     """Non-blocking flock, retried for ~0.2 s: a probe (refuse_if_busy) holds the lock for
     microseconds, which must not look like a run holding it."""
     for i in range(tries):
@@ -105,7 +140,11 @@ def _read_holder(path: Path, wait: float = 1.0) -> dict | None:
     deadline = time.monotonic() + wait
     while True:
         try:
-            text = path.read_text()
+            fd = os.open(path, os.O_RDONLY | _SAFE)  # never read through a planted link
+            try:
+                text = os.read(fd, 4096).decode()
+            finally:
+                os.close(fd)
             if text.strip():
                 return json.loads(text)
         except (OSError, ValueError):
@@ -113,6 +152,11 @@ def _read_holder(path: Path, wait: float = 1.0) -> dict | None:
         if time.monotonic() >= deadline:
             return None
         time.sleep(0.05)
+
+
+def describe_holder(folder) -> str:
+    """Who holds `folder`'s lock, in words ("process 4242 on host-a (rloo train, started ...)")."""
+    return _describe(_read_holder(Path(folder) / LOCK_NAME))
 
 
 def _describe(holder: dict | None) -> str:
@@ -175,18 +219,39 @@ def lock_now(folder) -> None:
 def refuse_if_busy(folder) -> None:
     """Probe only (the CLI calls it before its slow imports, so a second process is told at once):
     RunFolderBusy when a live process holds `folder`'s lock. The stage still takes the lock itself."""
+    if is_busy(folder):
+        raise _busy(Path(folder), Path(folder) / LOCK_NAME)
+
+
+def is_busy(folder) -> bool:
+    """Whether a live process holds `folder`'s lock exclusively (a running stage or compare cell)."""
     path = Path(folder) / LOCK_NAME
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = open_lock_file(path, os.O_RDONLY)
     except OSError:
-        return
+        return False  # no lock file, or not a folder: the stage reports it in its own words
     try:
-        if not _flock(fd, fcntl.LOCK_SH):  # shared: probes never block each other
-            raise _busy(Path(folder), path)
+        if not try_flock(fd, fcntl.LOCK_SH):  # shared: probes never block each other
+            return True
         fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
     finally:
         os.close(fd)
 
 
-def is_lock_file(path: Path) -> bool:
-    return Path(path).name == LOCK_NAME
+@contextmanager
+def hold_existing(path: Path):
+    """Hold the existing lock file `path` (of a folder inside one about to be emptied), so that no
+    process starts in that folder meanwhile; RunFolderBusy when a live process holds it. A link or
+    a missing file holds nothing (the caller deletes it without following it)."""
+    try:
+        fd = open_lock_file(path, os.O_RDWR)
+    except (OSError, LockFileUnsafe):
+        yield
+        return
+    try:
+        if not try_flock(fd, fcntl.LOCK_EX):
+            raise _busy(path.parent, path)
+        yield
+    finally:
+        os.close(fd)

@@ -37,6 +37,11 @@ def load_callable(spec: str, what: str = "reward function") -> Callable:
     target, name = split_spec(spec, what)
     module = _load_file(target, spec, what) if is_file_spec(target) else _import(target, spec, what)
     fn = getattr(module, name, None)
+    if not callable(fn) and getattr(module, "__file__", None) is None and not is_file_spec(target):
+        raise RlooError(
+            f"{what} {spec!r}: {target!r} is a folder (a namespace package), not a Python module; "
+            f"name a module or file in it: {target}.module:{name} or {target}/file.py:{name}"
+        )
     if not callable(fn):
         public = sorted(n for n, v in vars(module).items() if callable(v) and not n.startswith("_"))
         raise RlooError(
@@ -61,6 +66,8 @@ def _import(module: str, spec: str, what: str):
 
 def _load_file(target: str, spec: str, what: str):
     path = Path(target).expanduser().resolve()
+    if path.is_dir():
+        raise RlooError(f"{what} {spec!r}: {target!r} is a folder, not a Python file; name the file: {target}/file.py")
     if not path.is_file():
         raise missing_path_error(target, f"{what} file")
     # one module per file: the same file named twice is loaded once

@@ -22,10 +22,11 @@ from rloo.tasks.base import (
     task_stats,
     win_rate,
 )
+from rloo.tasks.calculator import CalculatorTask
 from rloo.tasks.dialogue import DialogueTask
 from rloo.tasks.summarize import SummarizeTask
 
-TASKS: tuple[str, ...] = ("summarize", "dialogue", "arithmetic")
+TASKS: tuple[str, ...] = ("summarize", "dialogue", "arithmetic", "calculator")
 
 
 def get_task(name: str = "summarize") -> Task:
@@ -36,6 +37,8 @@ def get_task(name: str = "summarize") -> Task:
         return DialogueTask()
     if name == "arithmetic":
         return ArithmeticTask()
+    if name == "calculator":
+        return CalculatorTask()
     raise ValueError(f"unknown task {name!r}; available: {', '.join(TASKS)}")
 
 

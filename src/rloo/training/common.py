@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import random
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +16,9 @@ from rloo.runtime.atomic import atomic_write_text
 from rloo.runtime.checkpoint import check_resume_config
 from rloo.runtime.fingerprint import refuse_inputs_inside
 from rloo.runtime.precision import refresh_casts_after_step
-from rloo.runtime.runlock import LOCK_NAME, is_lock_file, lock_now
+from rloo.runtime.runfolder import empty_run_folder, is_bookkeeping_only, kind_of, run_kind, write_marker
+from rloo.runtime.runlock import LOCK_NAME, lock_now
+from rloo.runtime.tracking import say
 
 
 def seed_everything(seed: int) -> torch.Generator:
@@ -33,24 +34,27 @@ def prepare_output_dir(cfg, resume: bool = False, overwrite: bool = False, can_r
 
     A folder that already holds a run is refused unless `overwrite` (start over: the old run is
     deleted) or `resume` (continue it) is given, so one run never silently overwrites or mixes
-    into another. A non-empty folder that does not hold an rloo run of this kind is never
-    deleted, not even with `overwrite`.
+    into another. `overwrite` deletes only through rloo.runtime.runfolder.empty_run_folder: a
+    folder that is not an rloo run of this kind, or that holds anything rloo did not write, is
+    never deleted.
     """
     out = Path(cfg.output_dir)
+    kind = run_kind(cfg)
     current = cfg.model_dump(mode="json")
+    refuse_a_file(out)
     # A folder another run is writing is reported as busy (by the lock), not judged by its
     # half-written contents; the contents are judged again once this process holds the lock.
     if not (out / LOCK_NAME).exists():
-        _refuse_foreign(out, _held_run(out, current), cfg)
+        _refuse_foreign(out, _held_run(out, current, kind), kind)
     out.mkdir(parents=True, exist_ok=True)
     lock_now(out)
-    held = _held_run(out, current)
-    _refuse_foreign(out, held, cfg)
+    held = _held_run(out, current, kind)
+    _refuse_foreign(out, held, kind)
     if held is not None and resume:
         check_resume_config(held, current)
     elif held is not None and overwrite:
         refuse_inputs_inside(cfg, out)
-        clear_folder(out)
+        empty_run_folder(out, kind)
     elif held is not None:
         same = {k: v for k, v in held.items() if k != "output_dir"} == {
             k: v for k, v in current.items() if k != "output_dir"
@@ -63,39 +67,50 @@ def prepare_output_dir(cfg, resume: bool = False, overwrite: bool = False, can_r
             else f"pass {option('overwrite')} to replace it"
         )
         raise RlooError(f"{out} already holds {what}; {how}, or choose another output_dir")
-    out.mkdir(parents=True, exist_ok=True)
+    write_marker(out, kind)
     atomic_write_text(out / "config.yaml", yaml.safe_dump(current, sort_keys=False))
     return out
 
 
-def _refuse_foreign(out: Path, held, cfg) -> None:
+def prepare_plain_folder(out: Path, kind: str, overwrite: bool) -> Path:
+    """The output folder of a command without a config.yaml of its own (`rloo bench`): created and
+    locked; emptied with `overwrite` (rloo.runtime.runfolder), refused when it holds anything else."""
+    refuse_a_file(out)
+    out.mkdir(parents=True, exist_ok=True)
+    lock_now(out)
+    if overwrite:
+        empty_run_folder(out, kind)
+    elif kind_of(out) != kind and not is_bookkeeping_only(out):
+        _refuse_foreign(out, "foreign", kind)
+    write_marker(out, kind)
+    return out
+
+
+def refuse_a_file(out: Path) -> None:
+    if out.exists() and not out.is_dir():
+        raise RlooError(f"output_dir {out} is a file, not a folder; choose another output_dir (nothing was changed)")
+
+
+def _refuse_foreign(out: Path, held, kind: str) -> None:
     if held == "foreign":
         raise RlooError(
-            f"{out} is not empty and does not hold an rloo {type(cfg).__name__} run; choose another "
-            f"output_dir (nothing was deleted)"
+            f"{out} is not empty and does not hold an rloo {kind} run; choose another output_dir (nothing was deleted)"
         )
 
 
-def _held_run(out: Path, current: dict):
-    """None (missing or empty folder), the saved config of an rloo run of the same kind, or "foreign"."""
-    if not out.exists() or (out.is_dir() and all(is_lock_file(p) for p in out.iterdir())):
+def _held_run(out: Path, current: dict, kind: str):
+    """None (missing folder, or only a lock and marker), the saved config of an rloo run of this
+    kind ({} when a run of it was killed before writing its config), or "foreign"."""
+    if not out.is_dir() or is_bookkeeping_only(out):
         return None
-    saved = out / "config.yaml"
+    if kind_of(out) != kind:
+        return "foreign"
     try:
-        held = yaml.safe_load(saved.read_text()) if out.is_dir() and saved.is_file() else None
-    except (OSError, yaml.YAMLError):
+        held = yaml.safe_load((out / "config.yaml").read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
         held = None
-    if isinstance(held, dict):
-        held = upgrade_saved_config(held)  # a run written before a section was renamed is still ours
-    return held if isinstance(held, dict) and set(held) == set(current) else "foreign"
-
-
-def clear_folder(out: Path) -> None:
-    """Delete a run folder's contents for --overwrite, keeping this process's lock file in place."""
-    for p in out.iterdir():
-        if is_lock_file(p):
-            continue
-        shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+    # a run written before a section was renamed is still ours
+    return upgrade_saved_config(held) if isinstance(held, dict) else {}
 
 
 def adamw(params, lr: float, weight_decay: float = 0.0) -> torch.optim.AdamW:
@@ -106,14 +121,12 @@ def adamw(params, lr: float, weight_decay: float = 0.0) -> torch.optim.AdamW:
     )
 
 
-def supervised_step(model, opt, sched, loss, max_grad_norm: float = 1.0) -> float:
-    """One update of a supervised stage (SFT, reward model): backward, clip, step, schedule.
-    Returns the learning rate this update used (after it, `sched` holds the next step's)."""
+def supervised_step(guard, opt, sched, loss, step: int, max_grad_norm: float = 1.0) -> float:
+    """One update of a supervised stage (SFT, reward model) through its StageGuard (training/guard.py):
+    backward, clip, step unless non-finite (or undone), schedule. Returns the learning rate this
+    update used (after it, `sched` holds the next step's)."""
     lr = opt.param_groups[0]["lr"]
-    opt.zero_grad(set_to_none=True)
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
-    opt.step()
+    guard.step(loss, step, max_grad_norm)
     sched.step()
     return lr
 
@@ -139,3 +152,14 @@ def check_device(device: str) -> torch.device:
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise RlooError(f"device {device!r} asked for but CUDA is not available; use device=cpu")
     return dev
+
+
+def note_builtin_task(cfg, tokenizer, task, model: str) -> None:
+    """One line when a model of one's own trains on the built-in task's data because no dataset.path
+    was given: its tokenizer lacks the task's words (the task's own word tokenizer has all of them)."""
+    vocab = tokenizer.get_vocab()
+    if cfg.dataset is None and not all(w in vocab for w in task.words()):
+        say(
+            f"note: no dataset.path, so {model} trains on the built-in task {cfg.task!r}'s synthetic "
+            f"prompts (words its tokenizer does not have); set dataset.path=FILE for your own data"
+        )

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from rloo.algorithms.base import Models, guarded_step
+from rloo.algorithms.base import Models
 from rloo.config import ONLINE_ALGORITHMS, RLConfig
 from rloo.core.logprobs import sequence_logprobs
 from rloo.core.losses import dpo_loss
@@ -32,7 +32,8 @@ from rloo.runtime.precision import stage_precision
 from rloo.runtime.tracking import MetricsLogger, progress, say
 from rloo.tasks import get_task
 from rloo.training.common import adamw, check_device, prepare_output_dir, seed_everything, warmup_constant
-from rloo.training.evalset import EvalSet, eval_metrics
+from rloo.training.evalset import EvalSet, eval_metrics, train_and_eval_prompts
+from rloo.training.guard import StageGuard
 from rloo.training.loop import RLResult
 
 
@@ -111,11 +112,16 @@ def train_dpo(cfg: RLConfig, *, resume: bool = False, overwrite: bool = False) -
             for idx in batches(len(pairs), 256, shuffle=False)
         ]
     ref_c, ref_r = torch.cat([c for c, _ in ref]), torch.cat([r for _, r in ref])
-    eval_set = EvalSet.of_task(task, task.examples(cfg.eval_split, cfg.eval_prompts, seed=cfg.seed))
+    eval_set = (  # own data: its held-out rows (rloo.data.split), never among the reward model's pairs
+        train_and_eval_prompts(cfg, task, None, models)[1]
+        if cfg.dataset is not None
+        else EvalSet.of_task(task, task.examples(cfg.eval_split, cfg.eval_prompts, seed=cfg.seed))
+    )
     # 2. DPO epochs
     total = cfg.algorithm_settings.dpo_epochs * -(-len(pairs) // cfg.algorithm_settings.dpo_batch_size)
     opt = adamw(models.policy.parameters(), cfg.algorithm_settings.dpo_lr)
     sched = warmup_constant(opt, cfg.warmup_steps)
+    guard = StageGuard(cfg.algorithm, models.policy.parameters(), opt, cfg.max_skipped_steps, cfg.max_param_growth)
     log, history, bar, step = (
         MetricsLogger(out, report_to=cfg.report_to, config=cfg.model_dump(mode="json")),
         [],
@@ -134,12 +140,13 @@ def train_dpo(cfg: RLConfig, *, resume: bool = False, overwrite: bool = False) -
                     record(step, eval_metrics(models, eval_set, cfg, step))
                 pc, pr = _pair_logprobs(models.policy, prompts, comps, idx, device, cfg.share_prompt)
                 loss, stats = dpo_loss(pc, pr, ref_c[idx], ref_r[idx], cfg.algorithm_settings.dpo_beta)
-                grad_norm, _ = guarded_step(loss, models.policy.parameters(), opt, cfg.max_grad_norm)
-                sched.step()
                 step += 1
+                grad_norm, _ = guard.step(loss, step, cfg.max_grad_norm)
+                sched.step()
                 if step % cfg.log_every == 0:
                     record(step, {k: float(v) for k, v in stats.items()} | {"grad/norm": grad_norm})
                 bar.update()
+        guard.finish()
         final = eval_metrics(models, eval_set, cfg, step)
         record(step, final)
         save_pretrained_atomic(models.policy, models.tokenizer, out / "model")

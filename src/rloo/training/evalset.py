@@ -10,7 +10,7 @@ import torch
 
 from rloo.algorithms.base import Models
 from rloo.config import RLConfig
-from rloo.data.datasets import train_eval_records
+from rloo.data.split import train_eval_records
 from rloo.eval.judge import evaluate_policy
 from rloo.rewards.judges import make_judge, task_judge
 from rloo.runtime.distributed import unwrap
@@ -29,8 +29,10 @@ class EvalSet:
         return cls([e.prompt for e in examples], [e.reference for e in examples], task_judge(task))
 
 
-def eval_metrics(models: Models, ev: EvalSet, cfg: RLConfig, step: int) -> dict[str, float]:
-    """Periodic evaluation of the policy on `ev`; one printed line per eval (rank 0)."""
+def eval_metrics(models: Models, ev: EvalSet, cfg: RLConfig, step: int, all_done=None) -> dict[str, float]:
+    """Periodic evaluation of the policy on `ev`; one printed line per eval (rank 0). `all_done`: under
+    FSDP every process must stop decoding at the same step (its forward passes are collectives:
+    a process that stopped first would leave the others waiting forever); `Dist.eval_kwargs`."""
     # A fixed generator per eval: every eval sees the same sampling noise, so curves are smoother.
     policy = unwrap(models.policy)
     res = evaluate_policy(
@@ -46,9 +48,13 @@ def eval_metrics(models: Models, ev: EvalSet, cfg: RLConfig, step: int) -> dict[
         max_new_tokens=cfg.max_new_tokens,
         batch_size=cfg.eval.batch_size,
         generator=torch.Generator().manual_seed(cfg.seed + 1),
+        all_done=all_done,
     )
     policy.train()
-    say(eval_line(step, cfg.steps, res, len(ev.prompts)))
+    # without a judge the line would say only "no judge scores": printed for periodic evals (their
+    # KL), not for the final eval of a run that asked for none (eval_every=null); its metrics are kept
+    if res.win_rate is not None or res.gold is not None or cfg.eval_every:
+        say(eval_line(step, cfg.steps, res, len(ev.prompts)))
     return res.as_metrics()
 
 

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+import math
+from collections.abc import Callable
 
 import torch
 
 from rloo.config import EvalConfig
-from rloo.data.datasets import eval_records
 from rloo.data.preflight import check_config
+from rloo.data.split import eval_records
 from rloo.errors import RlooError
 from rloo.eval.judge import PolicyEval, evaluate_policy
 from rloo.eval.paired import compare_paired, describe
@@ -17,6 +18,7 @@ from rloo.eval.passk import PassAtK, evaluate_pass_at_k, format_pass_table, pair
 from rloo.modeling.loading import frozen, load_policy, load_reward_model, model_options
 from rloo.rewards import RewardModelScorer
 from rloo.rewards.judges import make_judge
+from rloo.rewards.sources import FunctionReward, load_function
 from rloo.runtime.precision import MIN_BF16_WIDTH_SAMPLING, stage_precision
 from rloo.runtime.runlock import holds_run_folder
 from rloo.runtime.tracking import say
@@ -42,7 +44,7 @@ def evaluate(cfg: EvalConfig, *, overwrite: bool = False) -> dict[str, PolicyEva
     if cfg.reward_model:
         rm, rm_tok = load_reward_model(cfg.reward_model, **opts)
         scorer = RewardModelScorer(frozen(rm), rm_tok, policy_tokenizer=loaded["policy"][1])
-    # held-out prompts and references: the dataset's eval split (or tail), or the task's eval split
+    # held-out prompts and references: the dataset's eval split (or held-out rows), or the task's eval split
     if cfg.dataset is not None:
         recs = eval_records(cfg.dataset, ("prompt", "completion"), cfg.num_prompts, tokenizer=loaded["policy"][1])
         examples = [Example(r.prompt, r.completion) for r in recs]
@@ -77,16 +79,15 @@ def evaluate(cfg: EvalConfig, *, overwrite: bool = False) -> dict[str, PolicyEva
             generator=torch.Generator().manual_seed(cfg.seed + 7),
             keep_samples=5,
         )
-    summary = {"judge": judge.name} | {
-        k: {kk: vv for kk, vv in asdict(v).items() if kk not in ("wins", "scores", "passk")} for k, v in results.items()
-    }
+    summary = {"judge": judge.name} | {k: v.summary(samples=True) for k, v in results.items()}
     table = format_table(results, judge.name)
     diff = compare_paired(results["policy"], results["baseline"]) if "baseline" in results else None
     if diff is not None:
         summary["difference"] = diff
         table += "\n\n" + describe(diff, judge.name)
-    if has_checker(task) and cfg.dataset is None:
-        passes = {name: _pass_at_k(model, tok, task, examples, cfg) for name, (model, tok) in loaded.items()}
+    check = _checker(cfg, task)
+    if check is not None:
+        passes = {name: _pass_at_k(model, tok, check, examples, cfg) for name, (model, tok) in loaded.items()}
         text, pass_summary = pass_report(passes)
         table += "\n\n" + text
         for name, r in passes.items():
@@ -116,15 +117,33 @@ def format_table(results: dict[str, PolicyEval], judge: str) -> str:
     return "\n".join(rows)
 
 
-def _pass_at_k(model, tok, task, examples, cfg: EvalConfig) -> PassAtK:
+def _checker(cfg: EvalConfig, task) -> tuple[Callable, Callable | None] | None:
+    """(check(prompt, response) -> 1/0/NaN, parse or None) for pass@k: `cfg.checker`, else a built-in
+    checker task's own (on its own problems); None when there is no checker."""
+    if cfg.checker is not None:
+        fn = FunctionReward(load_function(cfg.checker), name=cfg.checker)
+        return lambda p, c: _solved(cfg.checker, fn.score_texts([p], [c])[0].item()), None
+    if has_checker(task) and cfg.dataset is None:
+        return task.gold_score, getattr(task, "parse_answer", None)
+    return None
+
+
+def _solved(name: str, v: float) -> float:
+    """A checker's score as pass@k counts it: 1 solved, 0 not, NaN (it returned None) unreadable."""
+    if not (math.isnan(v) or v in (0.0, 1.0)):
+        raise RlooError(f"checker {name} returned {v:g}: a checker returns 1 (solved), 0 (not) or None (unreadable)")
+    return v
+
+
+def _pass_at_k(model, tok, check, examples, cfg: EvalConfig) -> PassAtK:
     """pass@k of one policy: cfg.pass_samples samples per problem, the same noise for every policy."""
     return evaluate_pass_at_k(
         model,
         tok,
         [e.prompt for e in examples],
-        task.gold_score,
+        check[0],
         n=cfg.pass_samples,
-        parse=getattr(task, "parse_answer", None),
+        parse=check[1],
         temperature=cfg.temperature,
         max_prompt_len=cfg.max_prompt_tokens,
         max_new_tokens=cfg.max_new_tokens,

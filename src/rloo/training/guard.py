@@ -5,7 +5,7 @@ undone (`check_update`, rloo.runtime.paramguard); here the skips are counted, an
 
 from __future__ import annotations
 
-from rloo.algorithms.base import SKIPPED
+from rloo.algorithms.base import SKIPPED, guarded_step
 from rloo.errors import NonFiniteError, option
 from rloo.runtime.checkpoint import Checkpointer
 from rloo.runtime.paramguard import ParamGuard
@@ -67,8 +67,52 @@ def check_update(guard: ParamGuard, dist, skipped: bool) -> dict:
     if dist.enabled:  # every process takes part, and all undo together (FSDP checks its own shard)
         bad = dist.mean_metrics({"bad": float(bad)})["bad"] > 0
     guard.reason = "non-finite loss or gradient" if skipped else None
-    if not bad or skipped:
+    if skipped:  # a method with several updates per step (ppo's minibatches, its value model) may have
+        guard.undo()  # made some before the one skipped: taken back, so a skipped step changes nothing
+        return {"guard/params_undone": 0.0}
+    if not bad:
         return {"guard/params_undone": 0.0}
     guard.undo()
     guard.reason = problem or "bad parameters on another process"
     return {SKIPPED: 1.0, "guard/params_undone": 1.0}
+
+
+class StageGuard:
+    """The same guard for a stage without checkpoints (SFT, reward model, DPO): `guarded_step`
+    skips an update whose loss or gradient is not finite, `ParamGuard` undoes one that left
+    non-finite or exploding weights or optimizer state. `max_skipped_steps` in a row stop the stage
+    (it is short and rerun, so no checkpoint is written); a stage in which no step updated saves
+    no model (`finish`). Costs what RL's guard costs: 3x the trainable parameters' bytes."""
+
+    def __init__(self, stage: str, params, opt, max_skipped_steps: int = 5, growth: float = 10.0):
+        self.stage, self.max_skipped_steps = stage, max_skipped_steps
+        self.params = [p for p in params if p.requires_grad]
+        self.opt, self.params_guard = opt, ParamGuard(self.params, opt, growth)
+        self.updates = self.in_row = self.total = 0
+
+    def step(self, loss, step: int, max_grad_norm: float = 1.0) -> tuple[float, bool]:
+        """One guarded update for step `step` (1-based): (gradient norm, updated)."""
+        self.params_guard.before_step()
+        norm, stepped = guarded_step(loss, self.params, self.opt, max_grad_norm)
+        problem = None if stepped else "non-finite loss or gradient"
+        if stepped and (problem := self.params_guard.problem()) is not None:
+            self.params_guard.undo()
+        if problem is None:
+            self.updates, self.in_row = self.updates + 1, 0
+            return norm, True
+        self.in_row, self.total = self.in_row + 1, self.total + 1
+        say(f"{self.stage} step {step}: {problem}, update skipped ({self.in_row} in a row, {self.total} in all)")
+        if self.in_row >= self.max_skipped_steps:
+            raise NonFiniteError(
+                f"{self.stage}: {self.in_row} steps in a row (steps {step - self.in_row + 1}-{step}) had {problem}; "
+                f"stopped, no model was saved. Lower lr or weight_decay, or check the data"
+            )
+        return norm, False
+
+    def finish(self) -> None:
+        """Refuse to save a model no step updated."""
+        if self.updates == 0:
+            raise NonFiniteError(
+                f"{self.stage}: every step was skipped ({self.total}: non-finite loss, gradient or "
+                f"parameters); no model was saved. Lower lr or weight_decay, or check the data"
+            )

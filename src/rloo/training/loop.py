@@ -17,7 +17,7 @@ import torch
 
 from rloo.algorithms.base import Algorithm, StepResult
 from rloo.data.prompts import PromptStream
-from rloo.errors import Interrupted, NonFiniteError, RlooError, StopNow, option
+from rloo.errors import Interrupted, NonFiniteError, RewardError, RlooError, StopNow, option
 from rloo.eval.plots import plot_training
 from rloo.modeling.loading import save_pretrained_atomic
 from rloo.modeling.lora import for_saving
@@ -69,7 +69,7 @@ class StopFlag:
 
     def _handle(self, signum, frame):
         if self.signum is not None:  # a second signal: the user means it
-            raise StopNow
+            raise StopNow(signum)
         self.signum = signum
         say(f"\nreceived {signal.Signals(signum).name}: stopping after this step and writing a checkpoint")
 
@@ -108,7 +108,7 @@ def loop(cfg, dist, models, state: LoopState, eval_set, start: int) -> RLResult:
             for step in range(start, cfg.steps):
                 pre = ck.snapshot(step)  # the state before this step, for a checkpoint if it fails
                 if eval_set is not None and cfg.eval_every and step % cfg.eval_every == 0:
-                    record(step, eval_metrics(models, eval_set, cfg, step))
+                    record(step, eval_metrics(models, eval_set, cfg, step, **dist.eval_kwargs()))
                 # this process's prompts of the global batch, and its rows of the B*K completions
                 prompts, rows = dist.shard(stream.next(), cfg.k)
                 lr = opt.param_groups[0]["lr"]  # the rate this step's update uses (sched.step() sets the next)
@@ -118,11 +118,13 @@ def loop(cfg, dist, models, state: LoopState, eval_set, start: int) -> RLResult:
                 except RlooError as e:  # raised before the update, so `pre` still matches the weights
                     raise _failed_step(ck, pre, step + 1, e) from e
                 checked = check_update(state.param_guard, dist, result.skipped)
-                result.stats = dist.mean_metrics(result.stats | checked | scorer.part_metrics())
+                parts = scorer.part_metrics() | getattr(models.sampler, "part_metrics", dict)()
+                result.stats = dist.mean_metrics(result.stats | checked | parts)
                 if models.sampler is not None:  # keep vLLM's copy of the weights on-policy
                     models.sampler.sync(unwrap(models.policy))
                 sched.step()
                 _count_truncated_prompts(ck.counters, result.stats, cfg)
+                _count_scored(ck.counters, result.stats, step + 1, len(result.rollout.prompts))
                 undone = bool(result.stats.get("guard/params_undone"))
                 result.stats |= guard.after_step(result.skipped, pre, step, undone)
                 if (step + 1) % cfg.log_every == 0:
@@ -140,8 +142,13 @@ def loop(cfg, dist, models, state: LoopState, eval_set, start: int) -> RLResult:
                     f"non-finite loss, gradient or parameters); no model was saved. Lower lr or "
                     f"max_grad_norm, or check the reward"
                 )
+            if ck.counters["scored_steps"] == 0:
+                raise RewardError(
+                    f"none of the {cfg.steps} steps had a scored completion (the reward returned None for every "
+                    f"completion), so no update had a gradient; no model was saved. Check the reward"
+                )
             # past the last step a signal no longer interrupts: finishing is quicker than resuming
-            final = eval_metrics(models, eval_set, cfg, cfg.steps) if eval_set is not None else {}
+            final = eval_metrics(models, eval_set, cfg, cfg.steps, **dist.eval_kwargs()) if eval_set is not None else {}
             if final:
                 record(cfg.steps, final)
             _save_final(cfg, dist, models, out / "model")
@@ -159,22 +166,31 @@ def loop(cfg, dist, models, state: LoopState, eval_set, start: int) -> RLResult:
     return RLResult(out / "model", history, final, plots)
 
 
+def _saved(ck: Checkpointer, path: Path | None) -> str | None:
+    """Where the checkpoint just saved is, for a message; None when no process writes one (under
+    parallel=fsdp: `ck.skip_note`), where --resume would have nothing to continue from."""
+    if path is not None:
+        return str(path)
+    return None if ck.skip_note else "written by rank 0"
+
+
 def _failed_step(ck: Checkpointer, pre: dict, step: int, e: RlooError) -> RlooError:
     """Save the state from before step `step` (1-based), which failed, and say how to continue."""
-    path = ck.save(pre)
+    where = _saved(ck, ck.save(pre))
+    if where is None:
+        return type(e)(f"{e} (at step {step}; no checkpoint: {ck.skip_note}; fix the cause and rerun from the start)")
     return type(e)(
-        f"{e} (at step {step}; checkpoint from before it: {path}; fix the cause and rerun with {option('resume')})"
+        f"{e} (at step {step}; checkpoint from before it: {where}; fix the cause and rerun with {option('resume')})"
     )
 
 
 def _interrupted(ck: Checkpointer, signum: int, step: int, steps: int) -> Interrupted:
     """Save the state after step `step` (1-based) and say how to continue."""
-    path = ck.save(ck.snapshot(step))
-    return Interrupted(
-        f"{signal.Signals(signum).name} received; stopped at step {step}/{steps} and saved {path}; "
-        f"continue with the same command plus {option('resume')}",
-        signum,
-    )
+    where = _saved(ck, ck.save(ck.snapshot(step)))
+    stopped = f"{signal.Signals(signum).name} received; stopped at step {step}/{steps}"
+    if where is None:
+        return Interrupted(f"{stopped}; nothing saved ({ck.skip_note}): rerun from the start", signum)
+    return Interrupted(f"{stopped} and saved {where}; continue with the same command plus {option('resume')}", signum)
 
 
 def _save_final(cfg, dist, models, path: Path) -> None:
@@ -194,6 +210,14 @@ def _count_truncated_prompts(counters: dict, stats: dict, cfg) -> None:
             f"(counted as data/prompts_truncated)"
         )
     counters["prompts_truncated"] += cut
+
+
+def _count_scored(counters: dict, stats: dict, step: int, n: int) -> None:
+    """Say each step whose every completion the reward left unscored (None): it has no gradient."""
+    if stats.get("reward/unscored", 0.0) < 1.0:
+        counters["scored_steps"] += 1
+        return
+    say(f"step {step}: the reward scored none of the {n} completions (every score None); no gradient from this step")
 
 
 def _periodic_checkpoint(ck: Checkpointer, guard: NonFiniteGuard, step: int) -> None:

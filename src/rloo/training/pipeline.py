@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict
 
-from rloo.config import PipelineConfig
+from rloo.config import ENV_TASKS, PipelineConfig
 from rloo.data.preflight import check_config
+from rloo.data.split import eval_records
 from rloo.eval.paired import compare_paired, describe
 from rloo.eval.passk import paired_pass_difference
 from rloo.runtime.runlock import holds_run_folder
 from rloo.runtime.tracking import say
-from rloo.tasks import get_task, has_checker
+from rloo.training.agents import evaluate_agents
 from rloo.training.common import prepare_output_dir
 from rloo.training.evaluate import evaluate
 from rloo.training.reward import train_reward
@@ -36,9 +36,11 @@ def pipeline(cfg: PipelineConfig, *, overwrite: bool = False) -> dict:
     say(f"[1/4] SFT of {cfg.model or 'a small Llama'} on {data} -> {sft_cfg.output_dir}")
     sft(sft_cfg, overwrite=True)
     times["sft"], t = time.perf_counter() - t, time.perf_counter()
-    checker = has_checker(get_task(cfg.task))
-    if checker:
-        say(f"[2/4] no reward model: {cfg.task}'s checker is the reward ({rl_cfg.reward_fn})")
+    if cfg.task in ENV_TASKS:
+        return _episodes_pipeline(cfg, rl_cfg, ev_cfg, out, times, t)
+    if not cfg.trains_reward_model():
+        whose = f"{cfg.task}'s checker" if cfg.rl.reward_fn is None else "rl.reward_fn"
+        say(f"[2/4] no reward model: {whose} is the reward ({_names(rl_cfg.reward_fn)})")
         rm = None
     else:
         pref = rm_cfg.dataset.path if rm_cfg.dataset is not None else f"{cfg.task} labeler pairs"
@@ -48,13 +50,13 @@ def pipeline(cfg: PipelineConfig, *, overwrite: bool = False) -> dict:
     say(f"[3/4] {cfg.rl.algorithm} for {cfg.rl.steps} steps, k={cfg.rl.k}, beta={cfg.rl.beta} -> {rl_cfg.output_dir}")
     rl = train(rl_cfg, overwrite=True)
     times["rl"], t = time.perf_counter() - t, time.perf_counter()
-    say(f"[4/4] evaluation on {cfg.eval.num_prompts} held-out prompts -> {ev_cfg.output_dir}")
+    say(f"[4/4] evaluation on {_eval_count(cfg)} held-out prompts -> {ev_cfg.output_dir}")
     results = evaluate(ev_cfg, overwrite=True)
     times["eval"] = time.perf_counter() - t
     plots = rl.plots
     judge = results["policy"].judge
     summary = {
-        "task": cfg.task,
+        "task": cfg.task if cfg.dataset is None else None,  # a dataset replaces the task's data and judge
         "dataset": cfg.dataset.path if cfg.dataset else None,
         "seed": cfg.seed,
         "algorithm": cfg.rl.algorithm,
@@ -72,9 +74,37 @@ def pipeline(cfg: PipelineConfig, *, overwrite: bool = False) -> dict:
     return summary
 
 
+def _eval_count(cfg: PipelineConfig) -> int:
+    """How many prompts the evaluation reads: num_prompts, or fewer held-out rows of a dataset."""
+    if cfg.dataset is None:
+        return cfg.eval.num_prompts
+    return len(eval_records(cfg.dataset, ("prompt",), cfg.eval.num_prompts))
+
+
+def _names(specs: str | list[str]) -> str:
+    return specs if isinstance(specs, str) else ", ".join(specs)
+
+
+def _episodes_pipeline(cfg: PipelineConfig, rl_cfg, ev_cfg, out, times: dict, t: float) -> dict:
+    """Stages 2-4 of a task played as episodes (calculator): no reward model (the environment's
+    checker is the reward), RLOO on whole episodes, then both policies play held-out episodes."""
+    say(f"[2/4] no reward model: the {rl_cfg.env} environment gives the reward (docs/agents.md)")
+    run = f"{cfg.rl.steps} steps, k={cfg.rl.k}, beta={cfg.rl.beta}"
+    say(f"[3/4] {rl_cfg.algorithm} on episodes for {run} -> {rl_cfg.output_dir}")
+    rl = train(rl_cfg, overwrite=True)
+    times["rl"], t = time.perf_counter() - t, time.perf_counter()
+    say(f"[4/4] episodes on {cfg.eval.num_prompts} held-out prompts -> {ev_cfg.output_dir}")
+    results = evaluate_agents(ev_cfg, rl_cfg)
+    times["eval"] = time.perf_counter() - t
+    summary = {"task": cfg.task, "seed": cfg.seed, "algorithm": rl_cfg.algorithm, "env": rl_cfg.env, "eval": results}
+    summary |= {"seconds": times, "plots": [str(p) for p in rl.plots]}
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    say("time: " + ", ".join(f"{k} {v:.0f}s" for k, v in times.items()))
+    return summary
+
+
 def _eval_summary(v) -> dict:
-    out = {k: x for k, x in asdict(v).items() if k not in ("samples", "wins", "scores", "passk")}
-    return out | ({"pass": v.passk.summary()} if v.passk is not None else {})
+    return v.summary() | ({"pass": v.passk.summary()} if v.passk is not None else {})
 
 
 def _difference(results) -> dict | None:

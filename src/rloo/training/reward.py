@@ -11,9 +11,9 @@ import torch
 from rloo.config import RewardConfig
 from rloo.core.losses import bradley_terry_loss
 from rloo.data.collate import batches
-from rloo.data.datasets import train_eval_records
 from rloo.data.preferences import encode_pairs, pair_rows, preference_pairs
 from rloo.data.preflight import check_config
+from rloo.data.split import train_eval_records
 from rloo.modeling.dropout import has_dropout, maybe_disable_dropout
 from rloo.modeling.forward import reward_scores
 from rloo.modeling.forward_shared import reward_scores_shared
@@ -37,6 +37,7 @@ from rloo.training.common import (
     supervised_step,
     warmup_cosine,
 )
+from rloo.training.guard import StageGuard
 
 
 @dataclass
@@ -116,8 +117,8 @@ def train_reward(cfg: RewardConfig, *, overwrite: bool = False) -> RewardResult:
     maybe_disable_dropout(model, cfg.disable_dropout)
     if cfg.gradient_checkpointing:
         enable_gradient_checkpointing(model)
-    # 1. preference pairs, the last eval_pairs held out (a dataset: its eval split or its tail,
-    #    loaded before anything is written so that a bad dataset leaves no run folder)
+    # 1. preference pairs, the last eval_pairs held out (a dataset: its eval split or held-out rows,
+    #    rloo.data.split, loaded before anything is written so that a bad dataset leaves no run folder)
     if cfg.dataset is not None:
         train_recs, held_recs = train_eval_records(
             cfg.dataset, ("prompt", "chosen", "rejected"), cfg.eval_pairs, tokenizer=tokenizer
@@ -136,6 +137,7 @@ def train_reward(cfg: RewardConfig, *, overwrite: bool = False) -> RewardResult:
     total = cfg.epochs * -(-len(train_pairs) // cfg.batch_size)
     opt = adamw(model.parameters(), cfg.lr)
     sched = warmup_cosine(opt, total, warmup=max(1, total // 20))
+    guard = StageGuard("reward", model.parameters(), opt)
     log, bar, step = (
         MetricsLogger(out, report_to=cfg.report_to, config=cfg.model_dump(mode="json")),
         progress(total, "reward model"),
@@ -148,8 +150,8 @@ def train_reward(cfg: RewardConfig, *, overwrite: bool = False) -> RewardResult:
             for idx in batches(len(train_pairs), cfg.batch_size, gen):
                 chosen, rejected = _score(model, prompts, comps, idx, device, share)
                 loss, stats = bradley_terry_loss(chosen, rejected)
-                supervised_step(model, opt, sched, loss)
                 step += 1
+                supervised_step(guard, opt, sched, loss, step)
                 log.log(step, {"loss/rm": loss.item(), **{k: float(v) for k, v in stats.items()}})
                 bar.set_postfix(loss=f"{loss.item():.3f}", acc=f"{float(stats['rm/accuracy']):.2f}")
                 bar.update()
@@ -161,6 +163,7 @@ def train_reward(cfg: RewardConfig, *, overwrite: bool = False) -> RewardResult:
     finally:
         bar.close()
         log.close()
+    guard.finish()
     save_pretrained_atomic(model, tokenizer, out / "model")
     (out / "accuracy.json").write_text(json.dumps({"vs_labeler": acc_label, "vs_gold": acc_gold}, indent=2))
     gold = f", {acc_gold:.3f} vs gold judge" if acc_gold is not None else ""

@@ -12,16 +12,20 @@ from pathlib import Path
 import torch
 
 from rloo.algorithms import make_algorithm, supports_distributed
+from rloo.algorithms.agents import episode_reward, sample_episodes
 from rloo.algorithms.base import Models
 from rloo.config import OFFLINE_ALGORITHMS, RLConfig, upgrade_saved_config
 from rloo.data.preflight import check_config
 from rloo.data.prompts import PromptStream
+from rloo.envs import EnvSpec
+from rloo.envs.calculator import env_factory
 from rloo.errors import RlooError, option
 from rloo.modeling.dropout import maybe_disable_dropout
 from rloo.modeling.loading import enable_gradient_checkpointing, frozen, load_policy, load_reward_model, model_options
 from rloo.modeling.lora import AdapterDisabled, add_lora
 from rloo.rewards import build_reward
 from rloo.rollout import rollout
+from rloo.rollout.producer import stale_sampler
 from rloo.rollout.sampler import top_p_bias_note
 from rloo.runtime import distributed
 from rloo.runtime.checkpoint import Checkpointer, check_resume_config, truncate_metrics
@@ -29,12 +33,19 @@ from rloo.runtime.checkpoint_verify import latest_checkpoint, load_state
 from rloo.runtime.distributed import unwrap
 from rloo.runtime.fingerprint import check_inputs_unchanged, fingerprints
 from rloo.runtime.paramguard import ParamGuard
-from rloo.runtime.precision import MIN_BF16_WIDTH_SAMPLING, stage_precision
-from rloo.runtime.resumecheck import check_prompts_unchanged, describe_changes
+from rloo.runtime.precision import MIN_BF16_WIDTH_SAMPLING, resolve_precision, stage_precision
+from rloo.runtime.resumecheck import check_optimizer_matches, check_prompts_unchanged, describe_changes
 from rloo.runtime.runlock import holds_run_folder
 from rloo.runtime.tracking import say
 from rloo.tasks import get_task
-from rloo.training.common import adamw, check_device, prepare_output_dir, seed_everything, warmup_constant
+from rloo.training.common import (
+    adamw,
+    check_device,
+    note_builtin_task,
+    prepare_output_dir,
+    seed_everything,
+    warmup_constant,
+)
 from rloo.training.dpo import check_dpo_arguments, train_dpo
 from rloo.training.evalset import train_and_eval_prompts
 from rloo.training.loop import LoopState, RLResult, loop
@@ -64,7 +75,8 @@ def train(
         if dist.enabled:
             if not supports_distributed(cfg):
                 raise RlooError(
-                    f"torchrun training supports plain algorithm=rloo (no ablation settings); got {cfg.algorithm}"
+                    f"torchrun training supports plain algorithm=rloo (no ablation settings, max_staleness=0); "
+                    f"got {cfg.algorithm}"
                 )
             distributed.check_supported(cfg, resume)
             cfg = cfg.model_copy(update={"device": dist.device(cfg.device)})
@@ -84,9 +96,15 @@ def _train(cfg, dist, prompts, reward_fn, resume, overwrite) -> RLResult:
     if state is not None:
         check_inputs_unchanged(state.get("inputs"), inputs)
     models = load_models(cfg, reward_fn, policy_path=str(ckpt / "model") if ckpt else None)
+    if state is not None:  # before the run folder is touched
+        check_optimizer_matches(state["optimizer"], [p for p in models.policy.parameters() if p.requires_grad], ckpt)
+    if prompts is None and dist.is_main:
+        note_builtin_task(cfg, models.tokenizer, task, cfg.policy)
     # the steps the prompt list was made for: those of the run's start, kept across extensions
     started_steps = cfg.steps if state is None else (state.get("prompt_steps") or json.loads(state["config"])["steps"])
     train_prompts, eval_set = train_and_eval_prompts(cfg, task, prompts, models, started_steps)
+    if models.env is not None:  # the periodic eval samples single responses; episodes: rloo.eval.episodes
+        eval_set = None
     stream = PromptStream(train_prompts, cfg.batch_size, cfg.seed)
     if state is not None:  # every refusal comes before the run folder (config.yaml) is touched
         check_prompts_unchanged(state, stream.prompts, from_api=prompts is not None)
@@ -101,9 +119,13 @@ def _train(cfg, dist, prompts, reward_fn, resume, overwrite) -> RLResult:
     sched = warmup_constant(opt, cfg.warmup_steps)
     algo = make_algorithm(cfg, models)  # the method's step, and its state (value model, baseline)
     writes, skip_note = dist.checkpoint_role()
+    value = getattr(algo, "value", None)  # ppo/vanilla_pg: the value model is guarded with the policy
     # the starting norm comes from the checkpoint when resuming (the loaded weights are not the start)
     param_guard = ParamGuard(
-        models.policy.parameters(), opt, cfg.max_param_growth, norm0=(state or {}).get("guard", {}).get("norm0")
+        [*models.policy.parameters(), *(value.params if value is not None else [])],
+        [opt, value.opt] if value is not None else opt,
+        cfg.max_param_growth,
+        norm0=(state or {}).get("guard", {}).get("norm0"),
     )
     ck = Checkpointer(
         out,
@@ -128,7 +150,13 @@ def _train(cfg, dist, prompts, reward_fn, resume, overwrite) -> RLResult:
         say(f"resuming from {ckpt} at step {start}")
     elif resume:
         truncate_metrics(out, 0)  # records of a run killed before its first checkpoint
-    return loop(cfg, dist, models, LoopState(algo, opt, sched, gen, stream, ck, param_guard), eval_set, start)
+    if cfg.max_staleness:  # samples from the weights of N updates ago (docs/async.md)
+        models.sampler = stale_sampler(cfg, models, gen, stream, start)
+    try:
+        return loop(cfg, dist, models, LoopState(algo, opt, sched, gen, stream, ck, param_guard), eval_set, start)
+    finally:
+        if hasattr(models.sampler, "close"):  # the rollout producer's process ends with the run
+            models.sampler.close()
 
 
 def _resume_point(cfg: RLConfig):
@@ -158,11 +186,20 @@ def load_models(cfg: RLConfig, reward_fn=None, policy_path: str | None = None) -
         ref = frozen(load_policy(cfg.policy, **opts)[0])
     if cfg.gradient_checkpointing:
         enable_gradient_checkpointing(policy)
-    scorer = build_reward(cfg, tokenizer, reward_fn, load_rm=lambda p: _frozen_rm(p, opts, cfg.disable_dropout))
     maybe_disable_dropout(policy, cfg.disable_dropout)
     maybe_disable_dropout(ref, cfg.disable_dropout)
     policy.train()
+    if cfg.env is not None:  # multi-turn episodes: the environment gives the reward
+        return Models(policy, ref, tokenizer, episode_reward, env=env_spec(cfg, tokenizer))
+    scorer = build_reward(cfg, tokenizer, reward_fn, load_rm=lambda p: _frozen_rm(p, opts, cfg.disable_dropout))
     return Models(policy, ref, tokenizer, scorer, sampler=_vllm_sampler(cfg, tokenizer, policy_path))
+
+
+def env_spec(cfg: RLConfig, tokenizer) -> EnvSpec:
+    """The episodes `cfg.env` asks for: its environment factory and cfg.env_settings' limits."""
+    s = cfg.env_settings
+    factory = env_factory(cfg.env, tokenizer, s.tool_timeout_s)
+    return EnvSpec(factory, s.max_turns, s.max_turn_tokens, s.max_total_tokens, s.step_timeout_s)
 
 
 def _frozen_rm(path: str, opts: dict, no_dropout: bool = True):
@@ -175,7 +212,7 @@ def _vllm_sampler(cfg: RLConfig, tokenizer, policy_path: str | None):
         return None
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 or cfg.lora is not None:
         raise RlooError("generation=vllm runs in a single process without lora; use generation=sampler")
-    from rloo.rollout.vllm import VLLMSampler  # optional: imports vllm (GPU only, the `vllm` extra)
+    from rloo.rollout.vllm import VLLMSampler, vllm_dtype  # optional: imports vllm (GPU only, the `vllm` extra)
 
     return VLLMSampler(
         policy_path or cfg.policy,
@@ -187,12 +224,17 @@ def _vllm_sampler(cfg: RLConfig, tokenizer, policy_path: str | None):
         top_p=cfg.top_p,
         seed=cfg.seed,
         gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
+        dtype=vllm_dtype(resolve_precision(cfg.dtype, cfg.device)),
     )
 
 
 def _preflight(models: Models, prompt: str, cfg: RLConfig) -> None:
     """Score one prompt's k samples before anything is written, so a reward source that is
-    broken from the start fails with its error and leaves no half-made run folder behind."""
+    broken from the start fails with its error and leaves no half-made run folder behind (with an
+    environment: play one prompt's k episodes)."""
+    if models.env is not None:
+        sample_episodes(models, [prompt], cfg, torch.Generator().manual_seed(cfg.seed))
+        return
     roll = rollout(
         models.policy,
         models.tokenizer,

@@ -8,8 +8,8 @@ from pathlib import Path
 from rloo.config import SFTConfig
 from rloo.core.losses import sft_loss
 from rloo.data.collate import batches, encode_completions, encode_prompts, trim_left, trim_right
-from rloo.data.datasets import load_records
 from rloo.data.preflight import check_config
+from rloo.data.split import train_records
 from rloo.errors import RlooError
 from rloo.modeling.forward import completion_logprobs
 from rloo.modeling.loading import (
@@ -28,11 +28,13 @@ from rloo.tasks.tokenizer import build_tokenizer
 from rloo.training.common import (
     adamw,
     check_device,
+    note_builtin_task,
     prepare_output_dir,
     seed_everything,
     supervised_step,
     warmup_cosine,
 )
+from rloo.training.guard import StageGuard
 
 
 @dataclass
@@ -54,6 +56,7 @@ def sft(cfg: SFTConfig, *, overwrite: bool = False) -> SFTResult:
     if cfg.model:
         model, model_tok = load_policy(cfg.model, **model_options(cfg))
         tokenizer = tokenizer or model_tok
+        note_builtin_task(cfg, tokenizer, task, cfg.model)
         if cfg.gradient_checkpointing:
             enable_gradient_checkpointing(model)
     elif cfg.dataset is not None and tokenizer is None:
@@ -64,11 +67,12 @@ def sft(cfg: SFTConfig, *, overwrite: bool = False) -> SFTResult:
     else:
         tokenizer = tokenizer or build_tokenizer(task)
         model = build_llama(cfg.arch, tokenizer, cfg.seed).to(device)
-    # 2. data: the dataset's (prompt, completion) pairs, or the task's mixed-quality references
+    # 2. data: the dataset's (prompt, completion) pairs, less its held-out rows, or the task's
+    #    mixed-quality references
     if cfg.dataset is not None:
         examples = [
             Example(r.prompt, r.completion)
-            for r in load_records(cfg.dataset, ("prompt", "completion"), tokenizer=tokenizer)
+            for r in train_records(cfg.dataset, ("prompt", "completion"), tokenizer=tokenizer)
         ]
     else:
         examples = task.examples("sft", cfg.num_examples, seed=cfg.seed)
@@ -80,6 +84,7 @@ def sft(cfg: SFTConfig, *, overwrite: bool = False) -> SFTResult:
     total = cfg.epochs * steps_per_epoch
     opt = adamw(model.parameters(), cfg.lr, cfg.weight_decay)
     sched = warmup_cosine(opt, total, warmup=max(1, total // 20))
+    guard = StageGuard("sft", model.parameters(), opt)
     log, bar, step, loss_ema = (
         MetricsLogger(out, report_to=cfg.report_to, config=cfg.model_dump(mode="json")),
         progress(total, "sft"),
@@ -96,8 +101,8 @@ def sft(cfg: SFTConfig, *, overwrite: bool = False) -> SFTResult:
                     model, p_ids.to(device), p_mask.to(device), c_ids.to(device), c_mask.to(device)
                 )
                 loss, stats = sft_loss(lp, c_mask.to(device))
-                lr = supervised_step(model, opt, sched, loss)
                 step += 1
+                lr = supervised_step(guard, opt, sched, loss, step)
                 loss_ema = loss.item() if loss_ema is None else 0.95 * loss_ema + 0.05 * loss.item()
                 log.log(step, {**{k: float(v) for k, v in stats.items()}, "lr": lr})
                 bar.set_postfix(loss=f"{loss_ema:.3f}")
@@ -105,6 +110,7 @@ def sft(cfg: SFTConfig, *, overwrite: bool = False) -> SFTResult:
     finally:
         bar.close()
         log.close()
+    guard.finish()
     save_pretrained_atomic(model, tokenizer, out / "model")
     say(f"sft: saved {out / 'model'} (loss {loss_ema:.3f} after {step} steps)")
     return SFTResult(out / "model", float(loss_ema))

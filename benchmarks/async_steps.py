@@ -1,0 +1,80 @@
+"""Per-step wall time of the RL stage at rl.max_staleness = 0 and 1, runs alternated (docs/async.md).
+
+    python benchmarks/async_steps.py RL_CONFIG.yaml --steps 20 --rounds 2 --configs 0@2,1@2,0@1 [--out FILE]
+
+RL_CONFIG: the RL stage's config.yaml of a `rloo pipeline` run (its SFT policy and reward model).
+`--configs`: max_staleness@threads (torch intra-op threads of the run; at N = 1 they are split
+between producer and trainer). Each run is a fresh process (`--one`), so its threads and producer
+start clean; the configurations alternate, round after round, so a machine shared with other work
+slows them alike. A step's wall time is
+the time between the starts of consecutive steps (sampling, scoring, update, the weight hand-off,
+logging), taken by wrapping rloo_step; the first 3 steps (warm-up) are left out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+WARMUP = 3
+
+
+def one(config: str, staleness: int, threads: int, steps: int) -> dict:
+    import torch
+
+    torch.set_num_threads(threads)
+
+    import rloo.algorithms.rloo as rloo_module
+    from rloo import RLConfig, train
+    from rloo.config.loading import load_config
+
+    starts: list[float] = []
+    step = rloo_module.rloo_step
+
+    def timed(*args, **kwargs):
+        starts.append(time.perf_counter())
+        return step(*args, **kwargs)
+
+    rloo_module.rloo_step = timed
+    with tempfile.TemporaryDirectory() as out:
+        overrides = [f"steps={steps}", f"output_dir={out}", "eval_every=null", "save_every=null"]
+        cfg = load_config(RLConfig, config, overrides + [f"max_staleness={staleness}", "sample_every=1000"])
+        train(cfg, overwrite=True)
+    laps = [b - a for a, b in zip(starts[WARMUP:], starts[WARMUP + 1 :], strict=False)]
+    return {"max_staleness": staleness, "threads": threads, "median_step_s": statistics.median(laps), "laps": laps}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("config")
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--configs", default="0@2,1@2")
+    ap.add_argument("--one", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--out", default=None)
+    a = ap.parse_args()
+    if a.one is not None:
+        n, threads = (int(x) for x in a.one.split("@"))
+        print(json.dumps(one(a.config, n, threads, a.steps)))
+        return
+    runs = []
+    for i in range(a.rounds):
+        for c in a.configs.split(","):
+            cmd = [sys.executable, __file__, a.config, "--steps", str(a.steps), "--one", c]
+            line = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
+            runs.append(json.loads(line) | {"config": c, "round": i})
+            print(f"round {i} {c}: median step {runs[-1]['median_step_s']:.4f} s", flush=True)
+    med = {c: statistics.median(r["median_step_s"] for r in runs if r["config"] == c) for c in a.configs.split(",")}
+    print("median of run medians (s/step): " + ", ".join(f"{c} {m:.4f}" for c, m in med.items()))
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump({"command": " ".join(sys.argv), "median_step_s": med, "runs": runs}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,36 @@
+"""Multi-turn environments: the episode protocol, tools, and loading a user's environment class.
+
+An environment is a reward source that also answers with observations (docs/agents.md). It sits
+beside `rewards/`; the multi-turn sampler (rloo.rollout.multiturn) drives it and the algorithms
+layer connects the two.
+"""
+
+from rloo.envs.base import (
+    CheckedEnv,
+    EnvError,
+    EnvFactory,
+    Environment,
+    EnvSpec,
+    Step,
+    checked_reset,
+    checked_step,
+    make_env,
+    stop_ids,
+)
+from rloo.envs.tools import ToolEnv, call_tool, parse_call
+
+__all__ = [
+    "CheckedEnv",
+    "EnvError",
+    "EnvFactory",
+    "EnvSpec",
+    "Environment",
+    "Step",
+    "ToolEnv",
+    "call_tool",
+    "checked_reset",
+    "checked_step",
+    "make_env",
+    "parse_call",
+    "stop_ids",
+]

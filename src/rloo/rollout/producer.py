@@ -1,0 +1,116 @@
+"""The asynchronous rollout producer (rl.max_staleness = N > 0, docs/async.md): "a sampler that runs
+ahead", in its own process, so sampling overlaps the trainer's scoring and update.
+
+Trainer side, `ProducerSampler` (a `Models.sampler`): `__call__(policy, prompts)` takes the next batch
+from a bounded queue, `sync(policy)` publishes the weights after each update into a shared-memory
+`WeightRing` (rloo.runtime.weights). Producer side, `_produce`: batch j is sampled with exactly the
+weights of update max(start, j - N), the prompts from its own copy of the prompt stream (the trainer
+checks they are the prompts it expected). The process lives and dies with the trainer
+(rloo.runtime.child). The trainer scores the batches (reward model, reference): the producer only samples.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import time
+
+import torch
+
+from rloo.config import RLConfig
+from rloo.errors import RlooError
+from rloo.rollout.lagged import LaggedSampler, shadow_copy
+from rloo.rollout.sampler import Rollout, rollout
+from rloo.runtime.child import ChildProcess, die_with_parent, put_until, wait_until
+from rloo.runtime.weights import WeightRing
+
+
+def thread_split(total: int) -> tuple[int, int]:
+    """(producer, trainer) intra-op threads out of `total`: half each, the trainer the odd one
+    (docs/async.md measures it on 2 cores)."""
+    producer = max(1, total // 2)
+    return producer, max(1, total - producer)
+
+
+def _produce(parent_pid, stop, out, cfg: RLConfig, model, tokenizer, stream, ring: WeightRing, start, threads):
+    """The producer process's body: sample batch j = start, start+1, ... with weights max(start, j - N)."""
+    die_with_parent(parent_pid)
+    torch.set_num_threads(threads)
+    gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + start)
+    try:
+        for j in itertools.count(start):
+            version = max(start, j - cfg.max_staleness)
+            t0 = time.perf_counter()
+            if not wait_until(lambda v=version: ring.holds(v), stop, parent_pid):
+                return
+            idle = time.perf_counter() - t0
+            ring.load_into(version, model)
+            roll = rollout(
+                model,
+                tokenizer,
+                stream.next(),
+                cfg.k,
+                max_prompt_len=cfg.max_prompt_tokens,
+                max_new_tokens=cfg.max_new_tokens,
+                temperature=cfg.temperature,
+                top_p=cfg.top_p,
+                generator=gen,
+                share_prompt=cfg.share_prompt,
+            )
+            if not put_until(out, ("batch", j, version, idle, roll), stop, parent_pid):
+                return
+    except Exception as e:  # reported to the trainer, which stops with it (one line)
+        put_until(out, ("error", f"{type(e).__name__}: {e}"), stop, parent_pid)
+
+
+class ProducerSampler:
+    """The trainer's end of the producer. `version`: updates made (a resumed run starts at its step)."""
+
+    def __init__(self, policy: torch.nn.Module, tokenizer, cfg: RLConfig, stream, start: int = 0):
+        self.k, self.version, self.next_batch = cfg.k, start, start
+        self.ring = WeightRing(policy, cfg.max_staleness, shared=True, version=start)
+        self.threads_before = torch.get_num_threads()
+        producer, trainer = thread_split(self.threads_before)
+        # the stream is copied at the trainer's position: both draw the same prompts in the same order
+        args = (cfg, shadow_copy(policy), tokenizer, copy.deepcopy(stream), self.ring, start, producer)
+        self.child = ChildProcess(_produce, args, name="rollout producer", queue_size=max(1, cfg.max_staleness))
+        torch.set_num_threads(trainer)
+        self.producer_idle = self.trainer_wait = 0.0  # seconds waited for weights / for the last batch
+
+    @property
+    def pid(self) -> int | None:
+        return self.child.pid
+
+    def __call__(self, policy: torch.nn.Module, prompts: list[str]) -> Rollout:
+        t0 = time.perf_counter()
+        item = self.child.get()  # ChildDied (one line) if the producer ended: the loop saves and says --resume
+        self.trainer_wait = time.perf_counter() - t0
+        if item[0] == "error":
+            raise RlooError(f"the rollout producer failed: {item[1]}")
+        _, j, version, self.producer_idle, roll = item
+        if j != self.next_batch or roll.prompts[:: self.k] != list(prompts):
+            raise RlooError(f"the rollout producer is out of step: batch {j}, expected {self.next_batch}")
+        self.next_batch += 1
+        roll.lag = self.version - version
+        return roll
+
+    def part_metrics(self) -> dict[str, float]:
+        """Logged each step: who waited for whom (docs/async.md)."""
+        return {"time/producer_idle": self.producer_idle, "time/trainer_wait": self.trainer_wait}
+
+    def sync(self, policy: torch.nn.Module) -> None:
+        self.version += 1
+        self.ring.publish(self.version, policy)
+
+    def close(self) -> None:
+        self.child.close()
+        torch.set_num_threads(self.threads_before)
+
+
+def stale_sampler(cfg: RLConfig, models, generator: torch.Generator, stream, start: int):
+    """The sampler of a run with max_staleness > 0 from step `start`: the producer process, or with a
+    single thread (no core to give it) the same lag simulated in the trainer's process (LaggedSampler).
+    A resumed run's ring holds only the resumed weights: its first N batches lag less (docs/async.md)."""
+    if torch.get_num_threads() < 2:
+        return LaggedSampler(models.policy, models.tokenizer, cfg, generator, version=start)
+    return ProducerSampler(models.policy, models.tokenizer, cfg, stream, start)

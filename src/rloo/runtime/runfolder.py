@@ -1,0 +1,250 @@
+"""What an rloo output folder holds, and the one way `--overwrite` deletes (every command uses it).
+
+Each command writes a marker, `.rloo-run` (`{"kind": "train"}`), into the folder it creates. A
+folder written before markers existed is recognised by its config.yaml (the kind's keys; bench:
+its bench.json). `empty_run_folder(folder, kind)` first walks the whole folder without following
+links and refuses, with one line and nothing deleted, when
+  - the folder is not an rloo run/study of `kind`;
+  - any entry, at any depth, is not one rloo writes there (LAYOUTS; a nested run must be one of
+    the kind expected at that place): a user's file, folder, or a foreign run;
+  - a lock file inside it (a nested stage, a compare cell) is held by a live process.
+Only then it deletes, holding those nested locks, so no process starts in them meanwhile; a
+symbolic link is unlinked, never its target, and the folder's own lock and marker stay.
+The layouts name model files exactly (not `*.json`), so a user's `notes.txt` inside `model/` is
+refused too; an unusual tokenizer file name makes `--overwrite` refuse rather than delete.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import shutil
+from contextlib import ExitStack
+from pathlib import Path
+
+import yaml
+
+from rloo.config import (
+    BenchConfig,
+    CompareConfig,
+    EvalConfig,
+    PipelineConfig,
+    RewardConfig,
+    RLConfig,
+    SFTConfig,
+    upgrade_saved_config,
+)
+from rloo.errors import RlooError, option
+from rloo.runtime.atomic import atomic_write_text
+from rloo.runtime.runlock import LOCK_NAME, hold_existing
+
+MARKER = ".rloo-run"
+CONFIGS = {
+    "train": RLConfig,
+    "sft": SFTConfig,
+    "reward": RewardConfig,
+    "eval": EvalConfig,
+    "pipeline": PipelineConfig,
+    "compare": CompareConfig,
+    "bench": BenchConfig,
+}
+KINDS = {cls.__name__: kind for kind, cls in CONFIGS.items()}
+# files that make a folder neither a run nor a user's: the lock, the marker, their temp names
+BOOKKEEPING = {LOCK_NAME, MARKER, f".{MARKER}.tmp", ".config.yaml.tmp"}
+
+FILE, TREE = "file", "tree"  # a file; a folder owned whole (wandb's own layout)
+
+
+def _run(kind: str) -> tuple[str, str]:
+    return ("run", kind)
+
+
+_MODEL_FILES = (
+    "config.json generation_config.json model.safetensors model-*-of-*.safetensors model.safetensors.index.json "
+    "tokenizer.json tokenizer_config.json special_tokens_map.json added_tokens.json vocab.json vocab.txt "
+    "merges.txt tokenizer.model spiece.model chat_template.jinja chat_template.json adapter_config.json "
+    "adapter_model.safetensors"
+).split()
+MODEL = dict.fromkeys(_MODEL_FILES, FILE)
+_CKPT = {"model": MODEL, "state.pt": FILE, "COMPLETE": FILE}
+_STAGE = dict.fromkeys(BOOKKEEPING | {"config.yaml", "metrics.jsonl"}, FILE) | {
+    "tensorboard": {"events.out.tfevents.*": FILE},
+    "wandb": TREE,
+}
+_MODELS = {"model": MODEL, "model.tmp": MODEL, "model.old": MODEL}
+_CELL = {LOCK_NAME: FILE, "gradient_variance.json": FILE} | {
+    "sft": _run("sft"),
+    "reward": _run("reward"),
+    "weak_sft": _run("sft"),
+    "*": _run("train"),  # one folder per method or tuning trial
+}
+_PLOTS = "frontier.png learning_curves.png ppo_clip_fraction.png overoptimization.png".split()
+LAYOUTS: dict[str, dict] = {
+    "sft": _STAGE | _MODELS | {"result.json": FILE},  # result.json: rloo compare's evaluation of it
+    "reward": _STAGE | _MODELS | {"pairs.jsonl": FILE, "accuracy.json": FILE},
+    "train": _STAGE
+    | _MODELS
+    | {
+        "checkpoints": {"step-*": _CKPT, ".tmp-step-*": _CKPT, ".old-step-*": _CKPT},
+        "plots": dict.fromkeys(["reward.png", "kl.png", "win_rate.png"], FILE),
+        "result.json": FILE,
+    },
+    "eval": _STAGE | {"summary.json": FILE, "report.md": FILE},
+    "pipeline": dict.fromkeys(BOOKKEEPING | {"config.yaml", "summary.json"}, FILE)
+    | {"sft": _run("sft"), "reward": _run("reward"), "rl": _run("train"), "eval": _run("eval")},
+    "compare": dict.fromkeys(BOOKKEEPING | {"config.yaml"}, FILE)
+    | {
+        "report": dict.fromkeys(["report.md", "results.json", *_PLOTS], FILE),
+        "runs": {"*": {"seed-*": _CELL, "variance": {LOCK_NAME: FILE}}},
+        "tuning": {"*": {"selection.json": FILE, "seed-*": _CELL}},
+    },
+    "bench": dict.fromkeys(BOOKKEEPING | {"bench.json"}, FILE)
+    | {"assets": {"*": {"policy": MODEL, "reward": MODEL, "words.txt": FILE}}},
+}
+
+
+def run_kind(cfg) -> str:
+    """The kind of run a config makes ("train" for an RLConfig, ...)."""
+    return KINDS[type(cfg).__name__]
+
+
+def write_marker(folder: Path, kind: str) -> None:
+    """Mark `folder` as an rloo run of `kind` (atomically; a planted link is replaced, not followed)."""
+    if _marker_kind(Path(folder)) != kind:
+        atomic_write_text(Path(folder) / MARKER, json.dumps({"kind": kind}) + "\n")
+
+
+def kind_of(folder: Path) -> str | None:
+    """The kind of rloo run `folder` holds, by its marker or (written before markers) its
+    config.yaml; None when it holds none."""
+    folder = Path(folder)
+    return _marker_kind(folder) or _legacy_kind(folder)
+
+
+def is_bookkeeping_only(folder: Path) -> bool:
+    """An empty folder, or one holding only a lock and a marker (a run killed as it started)."""
+    return all(p.name in BOOKKEEPING for p in Path(folder).iterdir())
+
+
+def empty_run_folder(folder: Path, kind: str) -> None:
+    """`--overwrite`: delete everything in `folder`, an rloo run of `kind`, but its lock file (held by
+    the caller) and marker. RlooError (one line, nothing deleted) when it is not one, when anything
+    in it is not rloo's, or when a lock inside it is held (see the module's docstring)."""
+    folder = Path(folder)
+    if kind_of(folder) != kind and not is_bookkeeping_only(folder):
+        raise RlooError(
+            f"{folder} is not empty and does not hold an rloo {kind} run; choose another output_dir "
+            f"(nothing was deleted)"
+        )
+    locks: list[Path] = []
+    _check(folder, LAYOUTS[kind], locks)
+    with ExitStack() as stack:
+        for lock in locks:
+            stack.enter_context(hold_existing(lock))
+        for entry in sorted(os.scandir(folder), key=lambda e: e.name):
+            if entry.name not in (LOCK_NAME, MARKER):
+                _remove(Path(entry.path))
+
+
+def _check(folder: Path, spec: dict, locks: list[Path], top: bool = True) -> None:
+    """Refuse anything in `folder` that `spec` does not name; collect the nested lock files."""
+    for entry in sorted(os.scandir(folder), key=lambda e: e.name):
+        path, what = Path(entry.path), _match(entry.name, spec)
+        if what is None:
+            raise _not_ours(path)
+        if entry.is_symlink() and _match(entry.name, {k: v for k, v in spec.items() if k != "*"}) is None:
+            raise _not_ours(path)  # rloo makes no links: one named by a bare "*" (a method's run) is not ours
+        if entry.is_symlink() or what == TREE:
+            continue  # a link is unlinked, never followed; TREE is deleted whole
+        is_dir = entry.is_dir(follow_symlinks=False)
+        if what == FILE:
+            if is_dir:
+                raise _not_ours(path)
+            if entry.name == LOCK_NAME and not top:
+                locks.append(path)
+        elif not is_dir:
+            raise _not_ours(path)
+        elif isinstance(what, tuple):
+            _check_nested_run(path, what[1], locks)
+        else:
+            _check(path, what, locks, top=False)
+
+
+def _check_nested_run(path: Path, kind: str, locks: list[Path]) -> None:
+    if kind_of(path) == kind:
+        _check(path, LAYOUTS[kind], locks, top=False)
+    elif is_bookkeeping_only(path):
+        locks.extend(p for p in path.iterdir() if p.name == LOCK_NAME)
+    else:
+        first = min(path.iterdir(), key=lambda p: p.name)
+        raise RlooError(
+            f"{option('overwrite')} would delete {first}, which rloo did not write: {path} does not hold an "
+            f"rloo {kind} run; move it away or choose another output_dir (nothing was deleted)"
+        )
+
+
+def _match(name: str, spec: dict):
+    if name in spec:
+        return spec[name]
+    for pattern, what in spec.items():
+        if fnmatch.fnmatchcase(name, pattern):
+            return what
+    # the temp name of an atomic write (rloo.runtime.atomic) of a file named here
+    if name.startswith(".") and name.endswith(".tmp") and _match(name[1:-4], spec) == FILE:
+        return FILE
+    return None
+
+
+def _not_ours(path: Path) -> RlooError:
+    return RlooError(
+        f"{option('overwrite')} would delete {path}, which rloo did not write; move it away or choose another "
+        f"output_dir (nothing was deleted)"
+    )
+
+
+def _remove(path: Path) -> None:
+    # rmtree never follows a link inside the tree (it unlinks it; on Linux it works through file
+    # descriptors, so a folder swapped for a link mid-way is not followed either)
+    if path.is_symlink() or not path.is_dir():
+        path.unlink()
+    else:
+        shutil.rmtree(path)
+
+
+def _marker_kind(folder: Path) -> str | None:
+    path = folder / MARKER
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        data = json.loads(os.read(fd, 4096).decode())
+        return data.get("kind") if isinstance(data, dict) else None
+    except (OSError, ValueError):
+        return None
+    finally:
+        os.close(fd)
+
+
+def _legacy_kind(folder: Path) -> str | None:
+    """A folder written before markers: a stage's config.yaml has exactly its config's keys (the
+    kinds differ in them); a comparison's loads as one; a bench folder holds bench.json."""
+    saved = folder / "config.yaml"
+    if saved.is_file() and not saved.is_symlink():
+        try:
+            held = yaml.safe_load(saved.read_text())
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            held = None
+        if isinstance(held, dict):
+            held = upgrade_saved_config(held)
+            for kind, cls in CONFIGS.items():
+                if set(held) == set(cls.model_fields):
+                    return kind
+            try:
+                CompareConfig(**held)
+                return "compare"
+            except Exception:  # noqa: BLE001 - any validation failure: not a comparison
+                pass
+    bench = folder / "bench.json"
+    return "bench" if bench.is_file() and not bench.is_symlink() else None

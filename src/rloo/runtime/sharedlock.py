@@ -1,0 +1,65 @@
+"""A folder several processes work in at once (an `rloo compare` study) and its shared lock.
+
+Each process holds a shared flock on `<folder>/.rloo.lock` for its whole run, so a stage (which
+takes the same file exclusively, rloo.runtime.runlock) cannot start there meanwhile, and a process
+that is to empty the folder (`--overwrite`) holds it exclusively first: it never deletes under a
+live process.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+
+from rloo.runtime.runlock import LOCK_NAME, RunFolderBusy, open_lock_file, try_flock
+
+
+class SharedFolder:
+    """A folder several processes work in at once (an `rloo compare` study): each holds a shared
+    flock on `<folder>/.rloo.lock` for its whole run. The first process holds it exclusively while
+    it sets the folder up (its marker and config: one writer, `exclusive` is then True), later ones
+    join once that is done; one that is to empty the folder (`overwrite`) must hold it exclusively,
+    so it never deletes under a live process. The file is left in place (others may hold it)."""
+
+    JOIN_TRIES = 1500  # x 0.02 s: a joining process waits up to 30 s for the first one's set-up
+
+    def __init__(self, folder, overwrite: bool):
+        self.folder = Path(folder)
+        self.path = self.folder / LOCK_NAME
+        self.created = not os.path.lexists(self.path)
+        self.fd = open_lock_file(self.path, os.O_RDWR | os.O_CREAT)
+        self.exclusive = try_flock(self.fd, fcntl.LOCK_EX, tries=10 if overwrite else 1)
+        if not self.exclusive and (overwrite or not try_flock(self.fd, fcntl.LOCK_SH, tries=self.JOIN_TRIES)):
+            others = _holders(self.fd)
+            os.close(self.fd)
+            who = f"process {', '.join(map(str, others))}" if others else "another process"
+            raise RunFolderBusy(
+                f"{self.folder} is in use by {who} (rloo compare); wait for it to finish or choose another "
+                f"output_dir (nothing was deleted)"
+            )
+
+    def share(self) -> None:
+        """Let other processes join (after an exclusive start)."""
+        fcntl.flock(self.fd, fcntl.LOCK_SH)
+
+    def close(self, refused: bool = False) -> None:
+        """Release; `refused`: the folder was not taken, so a lock file made just now goes again."""
+        if refused and self.created:
+            self.path.unlink(missing_ok=True)
+        os.close(self.fd)
+
+
+def _holders(fd: int) -> list[int]:
+    """PIDs that hold a flock on fd's file, from /proc/locks (Linux; [] elsewhere)."""
+    ino = os.fstat(fd).st_ino
+    try:
+        lines = Path("/proc/locks").read_text().splitlines()
+    except OSError:
+        return []
+    pids = []
+    for line in lines:
+        parts = [x for x in line.split() if x != "->"]  # "->": a waiter
+        if "FLOCK" in parts and len(parts) >= 6 and parts[5].rsplit(":", 1)[-1] == str(ino):
+            pids.append(int(parts[4]))
+    return sorted({p for p in pids if p != os.getpid()})

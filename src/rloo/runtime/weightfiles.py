@@ -1,0 +1,53 @@
+"""A model folder's safetensors files, checked before any loader opens them: an empty, cut-off or
+garbled file is one line naming it (safetensors itself raised `header too small` or `incomplete
+metadata` from deep inside transformers). Reads each file's header only (8 bytes + a JSON header).
+
+Layout (the safetensors format): 8 bytes little-endian header length n, n bytes of JSON mapping
+each tensor to its dtype, shape and [begin, end) byte offsets into the data after the header.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+from rloo.errors import RlooError
+
+MAX_HEADER = 100 * 2**20  # safetensors' own limit on the JSON header
+
+
+def safetensors_problem(f: Path) -> str | None:
+    """Why `f` is not a whole safetensors file, or None."""
+    size = f.stat().st_size
+    if size < 8:
+        return "is empty" if size == 0 else f"has {size} bytes, too few for a safetensors header"
+    with f.open("rb") as fh:
+        (n,) = struct.unpack("<Q", fh.read(8))
+        if n > MAX_HEADER or 8 + n > size:
+            return f"is cut off or not a safetensors file (its header says {n} bytes; the file has {size})"
+        try:
+            header = json.loads(fh.read(n))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            return "has a garbled header (not JSON)"
+    if not isinstance(header, dict):
+        return "has a garbled header (not a JSON object)"
+    ends = [v.get("data_offsets", [0, 0])[1] for k, v in header.items() if k != "__metadata__" and isinstance(v, dict)]
+    need = 8 + n + max(ends, default=0)
+    if need > size:
+        return f"is cut off: its tensors need {need} bytes, the file has {size}"
+    return None
+
+
+def check_weight_files(path: str, what: str) -> None:
+    """One RlooError line for the first broken *.safetensors file in the local folder `path`."""
+    folder = Path(path)
+    if not folder.is_dir():
+        return
+    for f in sorted(folder.glob("*.safetensors")):
+        problem = safetensors_problem(f)
+        if problem is not None:
+            raise RlooError(
+                f"{what} {path!r}: weights file {f.name} {problem}; copy the model again "
+                "(an interrupted download or copy leaves such a file)"
+            )

@@ -1,0 +1,188 @@
+"""Multi-turn episodes (issue 30): token in, token out, and one RLOO gradient against a plain reference.
+
+The environment here answers each policy turn with observation ids that depend on the turn, gives
+a reward that depends on the turn's ids, and ends after a few turns, so the trajectories of one
+batch have different numbers of turns, observations and lengths (some truncated).
+
+The reference, written here and sharing nothing with rloo but the models: one trajectory at a
+time, unpadded, no KV cache, the policy's log-prob of its own tokens only:
+    eq. 1  R_i = r_i - beta * sum_{t policy} (log pi(y_t|.) - log pi_ref(y_t|.))     (no gradient)
+    eq. 4  A_i = R_i - 1/(k-1) * sum_{j != i} R_j
+    eq. 5  loss = -1/N * sum_i A_i * sum_{t policy} log pi(y_t|.)
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from helpers.tiny_archs import ARCHS, EOS, PAD, V, tiny_lm
+from rloo.algorithms.agents import episode_reward, limits
+from rloo.algorithms.base import Models
+from rloo.algorithms.rloo import rloo_step
+from rloo.config import RLConfig
+from rloo.envs import EnvSpec, Step, make_env
+from rloo.rollout import multiturn
+from tolerance import TINY_MODEL_BACKWARD, TINY_MODEL_FORWARD, assert_close
+
+K, BETA, STOP = 4, 0.1, 5
+PROMPTS = ["7 8 9", "10 11 12 13 14"]
+
+
+class Tok:
+    """The tiny models' ids as text (only for display: nothing is re-encoded)."""
+
+    eos_token_id, pad_token_id = EOS, PAD
+
+    def batch_decode(self, rows, skip_special_tokens=True):
+        return [" ".join(str(t) for t in r if t not in (PAD, EOS)) for r in rows]
+
+
+class EchoEnv:
+    """Answers a turn with 1-3 ids derived from it; reward = share of even ids in the turn; done at
+    the third turn or when the turn ends with EOS. Records what it received."""
+
+    stop_ids = (STOP,)
+    log: list = []
+
+    def reset(self, prompt):
+        self.turns = []
+        EchoEnv.log.append(self.turns)
+        return [int(w) for w in prompt.split()]
+
+    def step(self, turn):
+        self.turns.append(list(turn))
+        obs = [20 + (sum(turn) + j) % 15 for j in range(1 + sum(turn) % 3)]
+        self.turns.append(obs)
+        reward = sum(t % 2 == 0 for t in turn) / len(turn)
+        return Step(obs, reward, len(self.turns) >= 6 or turn[-1] == EOS)
+
+
+def spec(total: int = 20) -> EnvSpec:
+    return EnvSpec(EchoEnv, max_turns=3, max_turn_tokens=6, max_total_tokens=total, step_timeout_s=30)
+
+
+def _episodes(policy, total=20, seed=0):
+    EchoEnv.log.clear()
+    envs = [make_env(EchoEnv, V) for _ in range(len(PROMPTS) * K)]
+    gen = torch.Generator().manual_seed(seed)
+    return multiturn.episodes(policy, Tok(), envs, PROMPTS, K, limits(spec(total)), max_prompt_len=16, generator=gen)
+
+
+def _plain_logprobs(model, prompt: list[int], traj: torch.Tensor) -> torch.Tensor:
+    """log pi of every trajectory token (T,) from one unpadded forward pass, no cache."""
+    ids = torch.tensor([*prompt, *traj.tolist()])[None]
+    logits = model(input_ids=ids, use_cache=False).logits[0, len(prompt) - 1 : -1].float()
+    return logits.log_softmax(-1).gather(-1, traj[:, None]).squeeze(-1)
+
+
+def _rows(roll, i):
+    """Row i's unpadded prompt ids, trajectory ids and policy mask."""
+    prompt = roll.prompt_ids[i][roll.prompt_mask[i]].tolist()
+    real = roll.completion_mask[i]
+    return prompt, roll.completion_ids[i][real], roll.policy_mask[i][real]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_trained_ids_are_the_sampled_ids(arch, monkeypatch):
+    """The ids the sampler drew at each step are the trajectory's ids at the policy's positions,
+    the environment received exactly those ids turn by turn and its observations follow them
+    verbatim; the sampled log-probs equal a plain cache-free forward pass over the trajectory."""
+    drawn = []
+    real_next = multiturn._next_token
+
+    def spy(*a, **kw):
+        tok, lp = real_next(*a, **kw)
+        drawn.append(tok.clone())
+        return tok, lp
+
+    monkeypatch.setattr(multiturn, "_next_token", spy)
+    policy = tiny_lm(arch).eval()
+    roll = _episodes(policy)
+    drawn = torch.stack(drawn, 1)[:, : roll.completion_ids.shape[1]]
+    pol = roll.policy_mask
+    assert torch.equal(roll.completion_ids[pol], drawn[pol])
+    assert bool((~pol & roll.completion_mask).any()), "no observation tokens: the test checks nothing"
+    assert len(set(roll.turns.tolist())) > 1, "every episode had as many turns: the batch is not mixed"
+    assert 0 < int(roll.truncated.sum()) < len(roll.truncated), "truncated and finished episodes both wanted"
+    for i, log in enumerate(EchoEnv.log):
+        prompt, traj, mask = _rows(roll, i)
+        # the trajectory is the env's log (turn, observation, turn, ...) concatenated (a last
+        # observation dropped at a limit), then the policy's turn cut by the token limit, unsent
+        flat = [t for part in log for t in part][: len(traj)]
+        assert traj[: len(flat)].tolist() == flat, i
+        assert bool(mask[len(flat) :].all()), i
+        # runs of policy tokens are exactly the turns the env received (a truncated last turn unsent)
+        turns, run = [], []
+        for t, p in zip(traj.tolist(), mask.tolist(), strict=True):
+            if p:
+                run.append(t)
+            elif run:
+                turns, run = [*turns, run], []
+        assert turns == log[0::2][: len(turns)], i
+        with torch.no_grad():
+            plain = _plain_logprobs(policy, prompt, traj)
+        # two forward computations of one log-softmax (decode with cache vs one plain pass), each
+        # within TINY_MODEL_FORWARD of the log-prob's scale (|log p| + 1)
+        assert_close(
+            roll.logprobs[i][roll.completion_mask[i]][mask],
+            plain[mask],
+            2 * TINY_MODEL_FORWARD,
+            scale=1 + float(plain.abs().max()),
+        )
+
+
+class GradRecorder:
+    """An optimizer that records the gradients at step() and leaves the parameters unchanged."""
+
+    def __init__(self, model):
+        self.params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        self.grads = None
+
+    def zero_grad(self, set_to_none=True):
+        for _, p in self.params:
+            p.grad = None
+
+    def step(self):
+        self.grads = {n: p.grad.detach().clone() for n, p in self.params if p.grad is not None}
+
+
+def _reference_grads(policy, ref, roll, scores):
+    """eq. 1, 4, 5 one unpadded trajectory at a time over the policy's tokens (module docstring)."""
+    policy.zero_grad(set_to_none=True)
+    seq_lp, rewards = [], []
+    for i in range(len(roll.prompts)):
+        prompt, traj, mask = _rows(roll, i)
+        lp = _plain_logprobs(policy, prompt, traj)[mask].sum()
+        with torch.no_grad():
+            ref_lp = _plain_logprobs(ref, prompt, traj)[mask].sum()
+        seq_lp.append(lp)
+        rewards.append(float(scores[i]) - BETA * (lp.detach() - ref_lp).item())
+    r = torch.tensor(rewards).view(-1, K)
+    adv = (r - (r.sum(1, keepdim=True) - r) / (K - 1)).view(-1)
+    loss = -(adv * torch.stack(seq_lp)).mean()
+    loss.backward()
+    return {n: p.grad.detach().clone() for n, p in policy.named_parameters() if p.grad is not None}, loss
+
+
+@pytest.mark.parametrize("share", [True, False])
+@pytest.mark.parametrize("arch", ARCHS)
+def test_rloo_step_gradient_equals_reference(arch, share):
+    """rloo_step on episodes: its gradient is the plain per-trajectory one, whose sums run over the
+    policy's tokens only (a mask that also counted observations gives another gradient)."""
+    # another seed for the reference: KL(pi || ref) != 0, so eq. 1's sum over policy tokens is checked too
+    policy, ref = tiny_lm(arch), tiny_lm(arch, seed=1).requires_grad_(False).eval()
+    cfg = RLConfig(policy="unused", k=K, beta=BETA, lr=1e-2, max_grad_norm=1e6, share_prompt=share)
+    opt = GradRecorder(policy)
+    models = Models(policy, ref, Tok(), episode_reward, env=spec())
+    EchoEnv.log.clear()
+    result = rloo_step(models, opt, PROMPTS, cfg, torch.Generator().manual_seed(0))
+    stats, roll = result.stats, result.rollout
+    assert bool((~roll.policy_mask & roll.completion_mask).any())
+    assert abs(stats["reward/kl"]) > 1e-2, "KL ~ 0: eq. 1's sum over the policy's tokens would go unchecked"
+    assert stats["gen/length"] == pytest.approx(roll.policy_mask.sum(-1).float().mean().item())
+    grads, loss = _reference_grads(policy, ref, roll, episode_reward(roll))
+    assert_close(stats["loss/policy"], loss.item(), TINY_MODEL_FORWARD, scale=1 + abs(loss.item()))
+    scale = max(float(g.abs().max()) for g in grads.values())
+    for name, g in grads.items():
+        assert_close(opt.grads[name], g, TINY_MODEL_BACKWARD, scale=scale, msg=name)

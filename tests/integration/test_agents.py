@@ -1,0 +1,106 @@
+"""`env=`: training on multi-turn episodes from the command line, built-in and a user's class from a
+file, and the one-line errors of a broken environment (docs/agents.md)."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+from conftest import TINY
+from rloo.cli import main
+from rloo.modeling.loading import build_llama
+from rloo.tasks import get_task
+from rloo.tasks.tokenizer import build_tokenizer
+
+TINY_ARGS = [
+    "steps=2",
+    "batch_size=2",
+    "k=2",
+    "warmup_steps=0",
+    "eval_every=null",
+    "save_every=null",
+    "env_settings.max_turns=2",
+    "env_settings.max_turn_tokens=10",
+    "env_settings.max_total_tokens=20",
+    "seed=0",
+]
+
+
+@pytest.fixture(scope="module")
+def calculator_model(tmp_path_factory):
+    """A fresh tiny Llama with the calculator task's word tokenizer."""
+    path = tmp_path_factory.mktemp("calc") / "model"
+    tok = build_tokenizer(get_task("calculator"))
+    build_llama(TINY, tok, seed=0).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+def _train(model, tmp_path, *extra):
+    return main(["train", f"policy={model}", f"output_dir={tmp_path / 'run'}", "task=calculator", *TINY_ARGS, *extra])
+
+
+def test_builtin_calculator_env_trains(calculator_model, tmp_path, capsys):
+    rc = _train(calculator_model, tmp_path, "env=calculator")
+    assert rc == 0, capsys.readouterr().err
+    recs = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in recs if "env/turns" in r]
+    assert len(steps) == 2 and all(1 <= r["env/turns"] <= 2 for r in steps)
+    assert all("env/tool_calls" in r and "env/observation_tokens" in r for r in steps)
+
+
+MYENV = """
+from rloo.envs import Step
+
+class MyEnv:
+    '''Ends after the first turn; reward 1 when the turn says "ans".'''
+    stop_ids = ()
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+
+    def reset(self, prompt):
+        return self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+
+    def step(self, turn):
+        words = self.tokenizer.decode(turn, skip_special_tokens=True).split()
+        return Step([], float("ans" in words), True)
+
+class Broken(MyEnv):
+    def step(self, turn):
+        raise ValueError("the board is on fire")
+
+class WrongType(MyEnv):
+    def step(self, turn):
+        return {"observation": [], "reward": 1.0, "done": True}
+"""
+
+
+def test_user_env_from_a_file(calculator_model, tmp_path, capsys):
+    (tmp_path / "myenv.py").write_text(textwrap.dedent(MYENV))
+    rc = _train(calculator_model, tmp_path, f"env={tmp_path / 'myenv.py'}:MyEnv")
+    assert rc == 0, capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("cls", "message"),
+    [
+        ("Broken", "rloo train: error: environment Broken.step raised ValueError: the board is on fire"),
+        ("WrongType", "rloo train: error: environment WrongType.step returned dict, expected rloo.envs.Step"),
+        ("Missing", "has no callable 'Missing'"),
+    ],
+)
+def test_broken_user_env_is_one_line_and_writes_nothing(calculator_model, tmp_path, capsys, cls, message):
+    (tmp_path / "myenv.py").write_text(textwrap.dedent(MYENV))
+    rc = _train(calculator_model, tmp_path, f"env={tmp_path / 'myenv.py'}:{cls}")
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1 and message in err, err
+    assert not (tmp_path / "run").exists()  # found before the run folder is made: nothing to lose
+
+
+def test_env_with_another_algorithm_is_one_line(calculator_model, tmp_path, capsys):
+    rc = _train(calculator_model, tmp_path, "env=calculator", "algorithm=grpo")
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1 and "algorithm=rloo only" in err, err

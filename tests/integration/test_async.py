@@ -1,0 +1,54 @@
+"""rl.max_staleness end to end through the API (docs/async.md): the lag of every batch and the
+importance ratio's stats are logged, and the run trains."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from rloo import RLConfig, train
+
+PROMPTS = ["post : job rent tl;dr :", "post : exam car tl;dr :", "post : loan sister tl;dr :"]
+
+
+def _reward_short(prompts, completions):
+    return [-len(c.split()) / 10 for c in completions]
+
+
+@pytest.mark.parametrize("threads", [1, 2])  # 1: the lag simulated in process; 2: the producer process
+def test_lagged_run_logs_lag_and_ratios(tiny_model_dir, tmp_path, monkeypatch, threads):
+    import rloo.rollout.producer as producer
+
+    made = []
+    monkeypatch.setattr(producer.torch, "get_num_threads", lambda: threads)
+    for cls in (producer.ProducerSampler, producer.LaggedSampler):
+        monkeypatch.setattr(cls, "sync", lambda self, policy, f=cls.sync: made.append(type(self)) or f(self, policy))
+    cfg = RLConfig(
+        policy=str(tiny_model_dir),
+        output_dir=tmp_path / "run",
+        steps=4,
+        batch_size=2,
+        k=2,
+        max_new_tokens=6,
+        lr=1e-2,
+        warmup_steps=0,
+        eval_every=None,
+        save_every=None,
+        max_staleness=2,
+        is_correction="mis",
+    )
+    history = [h for h in train(cfg, prompts=PROMPTS, reward_fn=_reward_short).history if "loss/policy" in h]
+    assert set(made) == {producer.ProducerSampler if threads > 1 else producer.LaggedSampler}
+    assert all(("time/trainer_wait" in h) == (threads > 1) for h in history)
+    # batch t was sampled with the weights of update max(0, t - 2)
+    assert [h["is/lag"] for h in history] == [0.0, 1.0, 2.0, 2.0]
+    assert all(math.isfinite(h["is/ratio_mean"]) and 0.0 <= h["is/masked"] <= 1.0 for h in history)
+    # at lag 0 the ratio is 1 up to the float difference of the sampling pass and the training pass:
+    # per token about 2^8 eps (1 + |log p|) (tests/equivalence/test_gradient_matrix.py), |log p| <= 10
+    # for these models' small vocabulary, summed over <= 6 tokens
+    bound = 6 * 2**8 * torch.finfo(torch.float32).eps * 11
+    assert abs(history[0]["is/ratio_max"] - 1.0) < bound and history[0]["is/masked"] == 0.0
+    # lr=1e-2 moves a tiny model: a lagged batch's ratios are no longer all 1
+    assert max(abs(h["is/ratio_max"] - 1.0) for h in history[2:]) > bound

@@ -1,0 +1,359 @@
+"""Round three of bad input (issue 28): every command, a table of bad inputs. Each must exit 2 with
+exactly one line on stderr naming the key or path, no traceback, in well under 3 s (all are found
+before a model loads), and create nothing. The cases that need a run (non-finite updates in every
+stage, a reward returning a dict or only None, a checkpoint whose model was swapped, a second
+SIGTERM) follow the table."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from rloo.cli import main
+from rloo.config import CompareConfig, RewardConfig, SFTConfig
+from rloo.config.loading import load_config
+from rloo.errors import NonFiniteError, RewardError
+from rloo.rewards.sources import FunctionReward
+
+from ._runner import run_cli
+from .test_bad_input import TINY_RUN, _files, _one_line
+
+RW = "reward_fn=reliability._helpers:reward_short"
+
+# the keys each command needs, so that the key under test is the only problem
+REQUIRED = {
+    "sft": [],
+    "reward": ["sft_model={model}"],
+    "train": ["policy={model}", RW],
+    "eval": ["policy={model}"],
+    "pipeline": [],
+    "compare": [],
+    "bench": [],
+}
+
+# (command, arguments, what the one line must contain); {model}, {zero}, {trunc}, {loop}, {dir},
+# {fifo} are made by the `inputs` fixture, {out} is a fresh output folder
+TABLE = [
+    # item 5: absurd settings of the stages that train
+    ("sft", ["weight_decay=1e30"], "weight_decay: Input should be less than or equal to 10"),
+    ("sft", ["weight_decay=5", "lr=0.5"], "weight_decay: lr x weight_decay must be below 1"),
+    ("pipeline", ["sft.weight_decay=1e30"], "sft.weight_decay"),
+    # item 8
+    ("train", ["policy={model}", RW, "truncation_penalty=1e300"], "truncation_penalty: Input should be less"),
+    ("pipeline", ["rl.truncation_penalty=-1e300"], "rl.truncation_penalty: Input should be greater"),
+    # item 9: the context, and memory
+    ("train", ["policy={model}", RW, "max_new_tokens=100000000"], "max_new_tokens=100000000 is longer than the"),
+    ("eval", ["policy={model}", "max_new_tokens=100000000"], "max_new_tokens=100000000 is longer than the"),
+    ("pipeline", ["rl.max_new_tokens=100000000"], "rl.max_new_tokens=100000000 is longer than the context"),
+    ("train", ["policy={model}", RW, "batch_size=4000", "k=4000"], "batch_size x k = 4000 x 4000: 16000000"),
+    # item 10: device=tpu, every command
+    *[(c, [*REQUIRED[c], "device=tpu"], "device: device must be") for c in REQUIRED],
+    # item 11: output_dir a symbolic link loop, or under one
+    ("train", ["policy={model}", RW, "output_dir={loop}"], "is or lies under a symbolic link loop"),
+    ("sft", ["output_dir={loop}/x"], "is or lies under a symbolic link loop"),
+    ("eval", ["policy={model}", "output_dir={loop}"], "is or lies under a symbolic link loop"),
+    ("pipeline", ["output_dir={loop}"], "is or lies under a symbolic link loop"),
+    # items 12, 13: a zero-byte or truncated model.safetensors
+    ("train", ["policy={zero}", RW], "policy '{zero}': weights file model.safetensors is empty"),
+    ("train", ["policy={trunc}", RW], "policy '{trunc}': weights file model.safetensors is cut off"),
+    ("sft", ["model={trunc}"], "model '{trunc}': weights file model.safetensors is cut off"),
+    ("reward", ["sft_model={zero}"], "sft_model '{zero}': weights file model.safetensors is empty"),
+    ("eval", ["policy={model}", "baseline={trunc}"], "baseline '{trunc}': weights file model.safetensors is cut"),
+    # minor: a folder or FIFO as --config, a folder as reward_fn, k and pass_samples, temperature
+    ("train", ["policy={model}", RW, "--config", "{dir}"], "config file {dir} is a folder, not a regular file"),
+    ("sft", ["--config", "{fifo}"], "config file {fifo} is a FIFO (named pipe), not a regular file"),
+    ("train", ["policy={model}", "reward_fn={dir}:fn"], "reward_fn '{dir}:fn': '{dir}' is a folder, not a Python"),
+    ("train", ["policy={model}", RW, "k=100000"], "k: Input should be less than or equal to 4096"),
+    ("eval", ["policy={model}", "task=arithmetic", "pass_samples=100000"], "pass_samples: Input should be less"),
+    ("pipeline", ["task=arithmetic", "eval.pass_samples=100000"], "eval.pass_samples: Input should be less"),
+    ("train", ["policy={model}", RW, "temperature=1e-30"], "temperature: Input should be greater than or equal"),
+    ("eval", ["policy={model}", "temperature=1e-30"], "temperature: Input should be greater than or equal"),
+]
+
+
+@pytest.fixture
+def inputs(tiny_model_dir, tmp_path, monkeypatch):
+    """The bad inputs of the table, under tmp_path/in; the current folder is tmp_path."""
+    d = tmp_path / "in"
+    (d / "adir").mkdir(parents=True)
+    for name, cut in (("zero", 0), ("trunc", 3000)):
+        shutil.copytree(tiny_model_dir, d / name)
+        weights = d / name / "model.safetensors"
+        weights.write_bytes(weights.read_bytes()[:cut])
+    (d / "loop-a").symlink_to(d / "loop-b")
+    (d / "loop-b").symlink_to(d / "loop-a")
+    os.mkfifo(d / "fifo")
+    monkeypatch.chdir(tmp_path)
+    return {"model": str(tiny_model_dir), "zero": str(d / "zero"), "trunc": str(d / "trunc")} | {
+        "loop": str(d / "loop-a"),
+        "dir": str(d / "adir"),
+        "fifo": str(d / "fifo"),
+        "out": str(tmp_path / "out"),
+    }
+
+
+def _tree(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+
+
+@pytest.mark.parametrize("command, args, needle", TABLE, ids=[f"{c}-{'-'.join(a)[-40:]}" for c, a, _ in TABLE])
+def test_bad_input_table(command, args, needle, inputs, tmp_path, capsys):
+    args = [a.format(**inputs) for a in args]
+    if not any(a.startswith("output_dir=") for a in args):
+        args.append(f"output_dir={inputs['out']}")
+    before = _tree(tmp_path)
+    t = time.perf_counter()
+    rc = main([command, *args])
+    seconds = time.perf_counter() - t
+    _one_line(rc, capsys.readouterr().err.strip(), f"rloo {command}: error: ", needle.format(**inputs))
+    assert _tree(tmp_path) == before, "nothing is created"
+    assert seconds < 3, f"took {seconds:.1f}s"
+
+
+# -- item 6: what a reward function may return -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "value",
+    [[1.0, None], (1.0, 2.0), np.array([1.0, 2.0]), torch.tensor([1.0, 2.0]), [np.float32(1), torch.tensor(2.0)]],
+    ids=["list", "tuple", "ndarray", "tensor", "mixed"],
+)
+def test_reward_sequences_are_accepted(value):
+    scores = FunctionReward(lambda p, c: value, "r").score_texts(["a", "b"], ["x", "y"])
+    assert scores.shape == (2,) and scores[0] == 1.0
+
+
+@pytest.mark.parametrize(
+    "value, needle",
+    [
+        ({0: 1.0, 1: 1.0}, "returned a dict"),
+        ("ab", "returned a str"),
+        ({1.0, 2.0}, "returned a set"),
+        ((x for x in (1.0, 2.0)), "returned a generator"),
+        (torch.ones(2, 1), "returned a Tensor of shape (2, 1)"),
+        (np.ones((2, 1)), "returned a ndarray of shape (2, 1)"),
+        (3.0, "returned a float"),
+    ],
+    ids=["dict", "str", "set", "generator", "tensor-2d", "ndarray-2d", "float"],
+)
+def test_reward_non_sequences_are_refused(value, needle):
+    with pytest.raises(RewardError, match="expected a list") as e:
+        FunctionReward(lambda p, c: value, "r").score_texts(["a", "b"], ["x", "y"])
+    assert needle in str(e.value)
+
+
+def test_reward_returning_a_dict_stops_the_run(tiny_model_dir, tmp_path, capsys):
+    out = tmp_path / "run"
+    rc = main(["train", f"policy={tiny_model_dir}", f"output_dir={out}", *TINY_RUN, "reward_fn=rewards3:as_dict"])
+    _one_line(rc, capsys.readouterr().err.strip(), "reward function as_dict returned a dict", progress_before=True)
+    assert not out.exists()
+
+
+# -- item 7: a run in which the reward scored nothing ------------------------------------------
+
+
+def test_a_run_with_no_scored_step_is_not_a_success(tiny_model_dir, tmp_path, capsys):
+    out = tmp_path / "run"
+    rc = main(["train", f"policy={tiny_model_dir}", f"output_dir={out}", *TINY_RUN, "reward_fn=rewards3:nothing"])
+    err = capsys.readouterr().err.strip()
+    _one_line(rc, err, "none of the 2 steps had a scored completion", "no model was saved", progress_before=True)
+    said = [x for x in err.splitlines() if "the reward scored none of the 4 completions" in x]
+    assert [x.split(":")[0] for x in said] == ["step 1", "step 2"], err
+    assert not (out / "model").exists()
+
+
+def test_a_step_with_no_scored_sample_is_said(tiny_model_dir, tmp_path, capsys):
+    out = tmp_path / "run"
+    rc = main(["train", f"policy={tiny_model_dir}", f"output_dir={out}", *TINY_RUN, "reward_fn=rewards3:first_none"])
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    assert [x.split(":")[0] for x in err.splitlines() if "scored none" in x] == ["step 1"], err
+    assert (out / "model" / "model.safetensors").exists()
+
+
+@pytest.fixture(autouse=True)
+def _rewards3(tmp_path, monkeypatch):
+    """rewards3.py: rewards that return a dict, only None, or only None at the first training step."""
+    (tmp_path / "rewards3.py").write_text(
+        "calls = 0\n"
+        "def as_dict(prompts, completions):\n"
+        "    return {i: 1.0 for i in range(len(completions))}\n"
+        "def nothing(prompts, completions):\n"
+        "    return [None] * len(completions)\n"
+        "def first_none(prompts, completions):\n"
+        "    global calls\n"
+        "    calls += 1  # call 1 is the check before the run, call 2 the first step\n"
+        "    return [None] * len(completions) if calls == 2 else [-len(c) / 10 for c in completions]\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield
+    import sys
+
+    sys.modules.pop("rewards3", None)
+
+
+# -- item 5: every stage that trains refuses non-finite updates --------------------------------
+
+
+def _nan_loss(real):
+    def loss(*args, **kwargs):
+        value, stats = real(*args, **kwargs)
+        return value * float("nan"), stats
+
+    return loss
+
+
+@pytest.mark.parametrize("stage", ["sft", "reward", "dpo"])
+def test_every_stage_refuses_non_finite_updates(stage, tiny_model_dir, tmp_path, monkeypatch, capsys):
+    """A loss that is NaN at every step: each update skipped and said, no model saved (before: an
+    all-NaN SFT or reward model, or an unchanged DPO policy, saved with exit 0)."""
+    from rloo import train
+    from rloo.config import RLConfig
+    from rloo.training import dpo, reward, sft
+
+    out = tmp_path / stage
+    if stage == "sft":
+        monkeypatch.setattr(sft, "sft_loss", _nan_loss(sft.sft_loss))
+        cfg = SFTConfig(model=str(tiny_model_dir), output_dir=out, num_examples=8, batch_size=4, epochs=1)
+        run = lambda: sft.sft(cfg)  # noqa: E731
+    elif stage == "reward":
+        monkeypatch.setattr(reward, "bradley_terry_loss", _nan_loss(reward.bradley_terry_loss))
+        cfg = RewardConfig(
+            sft_model=str(tiny_model_dir), output_dir=out, num_pairs=8, eval_pairs=4, batch_size=4, policy_pairs=0
+        )
+        run = lambda: reward.train_reward(cfg)  # noqa: E731
+    else:
+        monkeypatch.setattr(dpo, "dpo_loss", _nan_loss(dpo.dpo_loss))
+        cfg = RLConfig(
+            policy=str(tiny_model_dir),
+            output_dir=out,
+            algorithm="dpo",
+            eval_every=None,
+            eval_prompts=2,
+            algorithm_settings={"dpo_pairs": 8, "dpo_batch_size": 4},
+        )
+        run = lambda: train(cfg)  # noqa: E731
+    with pytest.raises(NonFiniteError, match=f"{stage}: every step was skipped"):
+        run()
+    assert not (out / "model").exists()
+    assert f"{stage} step 1: non-finite loss or gradient, update skipped" in capsys.readouterr().err
+
+
+def test_sft_undoes_an_update_that_left_bad_weights(tiny_model_dir, tmp_path, monkeypatch, capsys):
+    """A finite gradient whose update leaves non-finite weights (what weight_decay=1e30 did): undone."""
+    from rloo.training import common, sft
+
+    real = common.adamw
+
+    def exploding(params, lr, weight_decay=0.0):
+        return real(params, lr, weight_decay=1e30)  # past the config's bound, as a bug elsewhere could be
+
+    monkeypatch.setattr(sft, "adamw", exploding)
+    out = tmp_path / "sft"
+    with pytest.raises(NonFiniteError, match="sft: every step was skipped"):
+        sft.sft(SFTConfig(model=str(tiny_model_dir), output_dir=out, num_examples=8, batch_size=4, epochs=1))
+    assert "update skipped" in capsys.readouterr().err and not (out / "model").exists()
+
+
+@pytest.mark.parametrize("value_model", ["separate", "head"])
+def test_the_value_model_is_guarded_too(value_model, tiny_model_dir, tmp_path, monkeypatch, capsys):
+    """ppo's value model: an update that blows up its weights (its optimizer's lr patched to 1e30,
+    beyond the config's bound) is taken back with the policy's, and the checkpoint written when the
+    run stops holds the value model from before (before: it held weights near 1e30)."""
+    from rloo.algorithms import ppo
+
+    real = ppo.refresh_casts_after_step
+
+    def huge_lr(opt):
+        for group in opt.param_groups:
+            group["lr"] = 1e30
+        return real(opt)
+
+    monkeypatch.setattr(ppo, "refresh_casts_after_step", huge_lr)
+    out = tmp_path / "run"
+    rc = main(
+        [
+            "train",
+            f"policy={tiny_model_dir}",
+            f"output_dir={out}",
+            RW,
+            *TINY_RUN,
+            "algorithm=ppo",
+            f"algo.value_model={value_model}",
+            "max_skipped_steps=2",
+        ]
+    )
+    _one_line(rc, capsys.readouterr().err.strip(), "2 steps in a row", progress_before=True)
+    assert not (out / "model").exists()
+    state = torch.load(out / "checkpoints" / "step-000000" / "state.pt", weights_only=True)
+    values = state["algorithm"]["value_model"]
+    worst = max(v.abs().max().item() for v in values.values() if v.is_floating_point())
+    assert worst < 1e3, f"the checkpoint holds a value model with weights up to {worst:.3g}"
+
+
+# -- item 15: a checkpoint whose model was swapped for another architecture --------------------
+
+
+def test_resume_with_a_swapped_model_architecture_is_refused(tiny_model_dir, tmp_path, capsys):
+    from transformers import AutoTokenizer
+
+    from rloo.config.sections import ArchConfig
+    from rloo.modeling.loading import build_llama
+
+    out = tmp_path / "run"
+    argv = ["train", f"policy={tiny_model_dir}", f"output_dir={out}", RW, *TINY_RUN]
+    assert main(argv) == 0
+    ckpt = out / "checkpoints" / "step-000002"
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    other = build_llama(ArchConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=96), tok, seed=1)
+    shutil.rmtree(ckpt / "model")
+    other.save_pretrained(ckpt / "model")
+    tok.save_pretrained(ckpt / "model")
+    manifest = json.loads((ckpt / "COMPLETE").read_text())  # re-hashed: the manifest vouches for the swap
+    manifest["files"] = {
+        str(p.relative_to(ckpt)): [p.stat().st_size, hashlib.sha256(p.read_bytes()).hexdigest()]
+        for p in sorted(ckpt.rglob("*"))
+        if p.is_file() and p.name != "COMPLETE"
+    }
+    (ckpt / "COMPLETE").write_text(json.dumps(manifest))
+    capsys.readouterr()
+    before = _files(out)
+    rc = main([*argv, "steps=3", "--resume"])
+    _one_line(
+        rc,
+        capsys.readouterr().err.strip(),
+        f"cannot resume from {ckpt}: trainable tensor",
+        "optimizer state has",
+        progress_before=True,
+    )
+    assert _files(out) == before
+
+
+# -- a second SIGTERM, and --quick with explicit settings --------------------------------------
+
+
+def test_a_second_sigterm_exits_143(tiny_model_dir, tmp_path):
+    out = tmp_path / "run"
+    argv = ["train", f"policy={tiny_model_dir}", f"output_dir={out}", RW, *TINY_RUN, "steps=4"]
+    rc, text = run_cli(argv, tmp_path / "log.txt", "term2@2")
+    assert rc == 128 + signal.SIGTERM, text
+    assert text.strip().splitlines()[-1] == "rloo train: interrupted", text
+
+
+def test_quick_keeps_the_settings_the_user_gave(capsys):
+    from rloo.experiments.compare import QUICK, quick_config
+
+    cfg = load_config(CompareConfig, None, ["seeds=[1,2]", "variance_batches=3", "rl.steps=5"])
+    quick = quick_config(cfg.model_copy(update={"quick": True}))
+    assert (quick.seeds, quick.variance_batches, quick.rl.steps) == ([1, 2], 3, 5)
+    assert (quick.rl.k, quick.variance_samples) == (QUICK["rl"]["k"], QUICK["variance_samples"])  # the rest is quick
+    assert "--quick: keeping your rl.steps=5, variance_batches=3, seeds=[1, 2]" in capsys.readouterr().err

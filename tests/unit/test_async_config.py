@@ -1,0 +1,37 @@
+"""rl.max_staleness / rl.is_correction / rl.is_clip: defaults, derived correction, refusals (docs/async.md)."""
+
+import pytest
+
+from rloo.config import RLConfig
+from rloo.errors import ConfigError
+
+
+def test_defaults_keep_the_paper_update():
+    cfg = RLConfig(policy="x")
+    assert (cfg.max_staleness, cfg.is_correction, cfg.is_clip) == (0, None, 2.0)
+    assert cfg.off_policy_correction is None  # today's path
+    assert RLConfig(policy="x", is_correction="none").off_policy_correction is None
+
+
+def test_correction_is_derived_from_staleness():
+    assert RLConfig(policy="x", max_staleness=1).off_policy_correction == "tis"
+    assert RLConfig(policy="x", max_staleness=2, is_correction="mis_token").off_policy_correction == "mis_token"
+    assert RLConfig(policy="x", max_staleness=1, is_correction="none").off_policy_correction == "none"
+    assert RLConfig(policy="x", is_correction="mis").off_policy_correction == "mis"  # lag 0, mismatched sampler
+
+
+@pytest.mark.parametrize(
+    "kw,words",
+    [
+        (dict(is_clip=1.0), "is_clip"),
+        (dict(max_staleness=-1), "max_staleness"),
+        (dict(is_correction="ppo"), "is_correction"),
+        (dict(max_staleness=1, algorithm="grpo"), "rloo only"),
+        (dict(is_correction="tis", algorithm="ppo"), "rloo only"),
+        (dict(max_staleness=1, generation="vllm"), "generation=sampler"),
+    ],
+)
+def test_refusals_are_one_line(kw, words):
+    with pytest.raises(ConfigError, match=words) as e:
+        RLConfig(policy="x", **kw)
+    assert "\n" not in str(e.value)
