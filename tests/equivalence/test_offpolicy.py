@@ -152,8 +152,10 @@ def test_on_policy_path_is_untouched_at_lag_zero(tiny_model_dir, tmp_path, monke
     cfg = _cfg(tiny_model_dir, tmp_path)
     assert cfg.off_policy_correction is None
     models = load_models(cfg, reward_fn=reward_fn)
-    stats, _, _ = make_algorithm(cfg, models).step(
-        models, GradRecorder(models.policy), PROMPTS, cfg, torch.Generator().manual_seed(0)
+    stats = (
+        make_algorithm(cfg, models)
+        .step(models, GradRecorder(models.policy), PROMPTS, cfg, torch.Generator().manual_seed(0))
+        .stats
     )
     assert not any(k.startswith("is/") for k in stats)
 
