@@ -199,7 +199,13 @@ class PipelineConfig(_Run):
     @classmethod
     def _plain_rl_settings(cls, v):
         # an RLSettings (as `rloo compare` holds) is a pipeline RL section without a Python reward
-        return v.model_dump() if isinstance(v, RLSettings) and not isinstance(v, PipelineRLSettings) else v
+        if not isinstance(v, RLSettings) or isinstance(v, PipelineRLSettings):
+            return v
+        data = v.model_dump()
+        if not v.checks_own_settings:  # a section shared by several methods: the chosen one's settings
+            own = METHOD_SPECS[v.algorithm].settings.model_fields
+            data["algorithm_settings"] = {k: val for k, val in v.algorithm_settings if k in own}
+        return data
 
     @field_validator("reward", mode="before")
     @classmethod
@@ -259,12 +265,8 @@ class PipelineConfig(_Run):
             # a dataset has no gold judge and there is no reward model: the Python reward judges too
             # (several are summed in training; the judge is the first, named in every table)
             ev_settings = self.eval.model_copy(update={"judge": fns if isinstance(fns, str) else fns[0]})
-        rl_settings = self.rl.model_dump(exclude={"reward_fn"})
-        if not self.rl.checks_own_settings:  # a section shared by several methods: this one's settings
-            own = METHOD_SPECS[self.rl.algorithm].settings.model_fields
-            rl_settings["algorithm_settings"] = {k: v for k, v in self.rl.algorithm_settings if k in own}
         rl = RLConfig(
-            **rl_settings,
+            **self.rl.model_dump(exclude={"reward_fn"}),
             **run,
             output_dir=out / "rl",
             eval=ev_settings,
