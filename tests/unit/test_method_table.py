@@ -98,3 +98,25 @@ def test_group_methods_need_k_of_two_with_their_reason():
                 RLConfig(policy="p", algorithm=name, k=1)
         else:
             assert RLConfig(policy="p", algorithm=name, k=1).k == 1
+
+
+def test_off_policy_and_env_are_refused_for_methods_whose_spec_lacks_the_flag():
+    # the table's flags decide: a method without off_policy/multi_turn gets one line naming those with it
+    off = [n for n, s in METHOD_SPECS.items() if s.off_policy]
+    multi = [n for n, s in METHOD_SPECS.items() if s.multi_turn]
+    assert off and multi
+    for name, spec in METHOD_SPECS.items():
+        if not spec.online:
+            continue
+        staleness = dict(policy="p", algorithm=name, max_staleness=1)
+        env = dict(policy="p", algorithm=name, env="calculator")
+        if spec.off_policy:
+            assert RLConfig(**staleness).off_policy_correction == "tis"
+        else:
+            with pytest.raises(ConfigError, match=f"implemented for {' or '.join(off)} only, got {name}"):
+                RLConfig(**staleness)
+        if spec.multi_turn:
+            assert RLConfig(**env).env == "calculator"
+        else:
+            with pytest.raises(ConfigError, match=f"env= trains with algorithm={' or '.join(multi)} only"):
+                RLConfig(**env)
