@@ -58,7 +58,7 @@ def main() -> None:
         try:
             batch = prompts[i * cfg.batch_size : (i + 1) * cfg.batch_size]
             t0 = time.perf_counter()
-            stats, _, _ = rloo_step(models, opt, batch, cfg, gen, rows=(0, len(batch) * cfg.k))
+            stats = rloo_step(models, opt, batch, cfg, gen, rows=(0, len(batch) * cfg.k)).stats
             took = time.perf_counter() - t0
         finally:
             sampler.few_rows_pays = sampler_rule

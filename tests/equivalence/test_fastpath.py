@@ -150,10 +150,8 @@ def test_rloo_step_shared_equals_plain():
         scorer = RewardModelScorer(_reward_model().eval(), tok, policy_tokenizer=tok, share_prompt=share)
         cfg = RLConfig(policy="unused", k=K, beta=0.1, max_new_tokens=T, lr=1e-2, share_prompt=share)
         opt = _GradRecorder(policy.parameters())
-        stats, roll, rewards = rloo_step(
-            Models(policy, ref, tok, scorer), opt, prompts, cfg, torch.Generator().manual_seed(0)
-        )
-        after.append((stats, roll, rewards, opt.grads))
+        r = rloo_step(Models(policy, ref, tok, scorer), opt, prompts, cfg, torch.Generator().manual_seed(0))
+        after.append((r.stats, r.rollout, r.rewards, opt.grads))
     (s0, roll0, r0, g0), (s1, roll1, r1, g1) = after
     assert torch.equal(roll1.completion_ids, roll0.completion_ids)  # same noise, same tokens (see above)
     assert_close(r1, r0, TINY_MODEL_FORWARD)

@@ -41,7 +41,7 @@ import torch
 
 from helpers.tiny_archs import ARCHS, save_tiny_lm
 from rloo.algorithms import make_algorithm
-from rloo.config import AlgorithmSettings, LoraSettings, RLConfig
+from rloo.config import METHOD_SPECS, AlgorithmSettings, LoraSettings, RLConfig
 from rloo.training.rl import load_models
 
 # ---------------------------------------------------------------------------------------------
@@ -164,7 +164,10 @@ def model_dirs(tmp_path_factory):
 
 
 def _config(c: Combo, path: Path, out: Path, algorithm: str = "rloo") -> RLConfig:
-    algo = AlgorithmSettings(ppo_epochs=1, num_minibatches=1, value_model="head", rloo_clip=algorithm == "rloo_clip")
+    method = "rloo" if algorithm == "rloo_clip" else algorithm
+    wanted = dict(ppo_epochs=1, num_minibatches=1, value_model="head", rloo_clip=algorithm == "rloo_clip")
+    own = METHOD_SPECS[method].settings.model_fields  # a method refuses another method's settings
+    algo = AlgorithmSettings(**{k: v for k, v in wanted.items() if k in own})
     return RLConfig(
         policy=str(path),
         output_dir=out,
@@ -177,7 +180,7 @@ def _config(c: Combo, path: Path, out: Path, algorithm: str = "rloo") -> RLConfi
         gradient_checkpointing=c.checkpointing,
         max_grad_norm=1e6,  # the largest allowed (issue 16); a tiny model's gradient norm is far below: no clipping
         max_logits_mb=1e-3 if c.chunked else 256,
-        algorithm="rloo" if algorithm == "rloo_clip" else algorithm,
+        algorithm=method,
         algorithm_settings=algo,
         lora=LoraSettings(r=4, alpha=8, dropout=0.1 if c.dropout else 0.0) if c.lora else None,
     )
@@ -256,7 +259,7 @@ def run_pg(c: Combo, path: Path, out: Path, method: str = "rloo") -> dict:
     models = load_models(cfg, reward_fn=reward_fn)
     opt = GradRecorder(models.policy)
     algo = make_algorithm(cfg, models)
-    _, roll, _ = algo.step(models, opt, PADDED if c.padded else UNPADDED, cfg, torch.Generator().manual_seed(0))
+    roll = algo.step(models, opt, PADDED if c.padded else UNPADDED, cfg, torch.Generator().manual_seed(0)).rollout
     ref = reference_gradient(models, roll, cfg, method)
     assert opt.grads is not None and opt.grads.keys() == {n for n, g in ref.items() if n in opt.grads}
     scale = max(g.abs().max().item() for g in ref.values())

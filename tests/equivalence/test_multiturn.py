@@ -176,7 +176,8 @@ def test_rloo_step_gradient_equals_reference(arch, share):
     opt = GradRecorder(policy)
     models = Models(policy, ref, Tok(), episode_reward, env=spec())
     EchoEnv.log.clear()
-    stats, roll, _ = rloo_step(models, opt, PROMPTS, cfg, torch.Generator().manual_seed(0))
+    result = rloo_step(models, opt, PROMPTS, cfg, torch.Generator().manual_seed(0))
+    stats, roll = result.stats, result.rollout
     assert bool((~roll.policy_mask & roll.completion_mask).any())
     assert abs(stats["reward/kl"]) > 1e-2, "KL ~ 0: eq. 1's sum over the policy's tokens would go unchecked"
     assert stats["gen/length"] == pytest.approx(roll.policy_mask.sum(-1).float().mean().item())

@@ -132,7 +132,8 @@ def test_corrected_gradient_matches_the_per_sequence_reference(tiny_model_dir, t
 
     models.sampler = sample_with_mu
     opt = GradRecorder(models.policy)
-    stats, roll, _ = make_algorithm(cfg, models).step(models, opt, PROMPTS, cfg, torch.Generator().manual_seed(0))
+    result = make_algorithm(cfg, models).step(models, opt, PROMPTS, cfg, torch.Generator().manual_seed(0))
+    stats, roll = result.stats, result.rollout
     expected, weights = reference_gradient(models, roll, cfg, correction)
     scale = max(g.abs().max().item() for g in expected.values())
     for name, g in expected.items():
@@ -151,8 +152,10 @@ def test_on_policy_path_is_untouched_at_lag_zero(tiny_model_dir, tmp_path, monke
     cfg = _cfg(tiny_model_dir, tmp_path)
     assert cfg.off_policy_correction is None
     models = load_models(cfg, reward_fn=reward_fn)
-    stats, _, _ = make_algorithm(cfg, models).step(
-        models, GradRecorder(models.policy), PROMPTS, cfg, torch.Generator().manual_seed(0)
+    stats = (
+        make_algorithm(cfg, models)
+        .step(models, GradRecorder(models.policy), PROMPTS, cfg, torch.Generator().manual_seed(0))
+        .stats
     )
     assert not any(k.startswith("is/") for k in stats)
 

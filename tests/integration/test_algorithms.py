@@ -11,14 +11,15 @@ from transformers import AutoModelForCausalLM
 
 from rloo import RLConfig, train
 from rloo.cli import main
-from rloo.config import ArchConfig
+from rloo.config import METHOD_SPECS, OFFLINE_ALGORITHMS, ONLINE_ALGORITHMS, ArchConfig
 from rloo.modeling.loading import build_llama
 from rloo.runtime.checkpoint import latest_checkpoint, load_state
 from rloo.tasks import get_task
 from rloo.tasks.tokenizer import build_tokenizer
 from tolerance import ELEMENTWISE, TINY_MODEL_FORWARD, tolerance
 
-ONLINE = ["rloo", "reinforce", "vanilla_pg", "ppo", "grpo", "raft", "dr_grpo", "reinforce_pp"]
+ONLINE = list(ONLINE_ALGORITHMS)  # from the method table (rloo.config.methods)
+OFFLINE = list(OFFLINE_ALGORITHMS)
 PROMPTS = ["post : job rent tl;dr :", "post : exam car tl;dr :", "post : loan sister tl;dr :"]
 
 
@@ -42,6 +43,11 @@ def _cfg(tiny_model_dir, out, **kw):
     return RLConfig(**(base | kw))
 
 
+def _head(algorithm: str) -> dict:
+    """A value head instead of a separate value model, for the methods that have one (faster)."""
+    return {"value_model": "head"} if "value_model" in METHOD_SPECS[algorithm].settings.model_fields else {}
+
+
 def _changed(before_dir, after_dir) -> bool:
     a = AutoModelForCausalLM.from_pretrained(before_dir).state_dict()
     b = AutoModelForCausalLM.from_pretrained(after_dir).state_dict()
@@ -50,7 +56,7 @@ def _changed(before_dir, after_dir) -> bool:
 
 @pytest.mark.parametrize("algorithm", ONLINE)
 def test_api_every_online_method_updates_the_policy(algorithm, tiny_model_dir, tmp_path):
-    cfg = _cfg(tiny_model_dir, tmp_path / algorithm, algorithm=algorithm, algo={"value_model": "head"})
+    cfg = _cfg(tiny_model_dir, tmp_path / algorithm, algorithm=algorithm, algo=_head(algorithm))
     result = train(cfg, prompts=PROMPTS, reward_fn=_reward_short)
     steps = [h for h in result.history if "reward/score" in h]
     assert len(steps) == 2
@@ -154,7 +160,7 @@ def tiny_dialogue_dir(tmp_path_factory):
     return path
 
 
-@pytest.mark.parametrize("algorithm", ONLINE + ["dpo"])
+@pytest.mark.parametrize("algorithm", ONLINE + OFFLINE)
 def test_cli_every_method_on_the_dialogue_task(algorithm, tiny_dialogue_dir, tmp_path, capsys):
     # the tiny causal LM doubles as a (random) reward model and the separate value model's start
     rc = main(
@@ -172,10 +178,9 @@ def test_cli_every_method_on_the_dialogue_task(algorithm, tiny_dialogue_dir, tmp
             "eval_every=null",
             "eval_prompts=4",
             "eval.batch_size=4",
-            "algorithm_settings.dpo_pairs=8",
-            "algorithm_settings.dpo_batch_size=4",
             "save_every=null",
         ]
+        + (["algorithm_settings.dpo_pairs=8", "algorithm_settings.dpo_batch_size=4"] if algorithm in OFFLINE else [])
     )
     assert rc == 0, capsys.readouterr().err
     recs = [json.loads(x) for x in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
@@ -207,7 +212,7 @@ def test_dpo_uses_the_reward_models_pairs(tiny_model_dir, tmp_path):
     # reference pass runs in other batches (other padding), its summed log-probs (< 256 in size:
     # two completions of < 16 tokens, |log p| < 8) differ by the forward bound; the loss moves by
     # beta/2 per unit of margin
-    tol = tolerance(None, TINY_MODEL_FORWARD, scale=cfg.algo.dpo_beta / 2 * 256)
+    tol = tolerance(None, TINY_MODEL_FORWARD, scale=cfg.algorithm_settings.dpo_beta / 2 * 256)
     assert len(losses) == 2 and losses[0] == pytest.approx(math.log(2), abs=tol)
     assert _changed(tiny_model_dir, result.model_path)
 
@@ -251,6 +256,6 @@ def test_every_online_method_samples_through_the_configured_backend(algorithm, t
 
     made = []
     monkeypatch.setattr(rl, "_vllm_sampler", lambda cfg, tok, path: made.append(_CountingSampler(cfg, tok)) or made[-1])
-    cfg = _cfg(tiny_model_dir, tmp_path / algorithm, algorithm=algorithm, algo={"value_model": "head"})
+    cfg = _cfg(tiny_model_dir, tmp_path / algorithm, algorithm=algorithm, algo=_head(algorithm))
     train(cfg, prompts=PROMPTS, reward_fn=_reward_short)
     assert [(s.calls, s.syncs) for s in made] == [(2, 2)]

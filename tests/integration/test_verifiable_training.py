@@ -11,7 +11,7 @@ import torch
 
 from rloo import RLConfig, train
 from rloo.cli import main
-from rloo.config import CompareConfig
+from rloo.config import METHOD_SPECS, CompareConfig
 from rloo.errors import RlooError
 from rloo.experiments.compare import compare
 
@@ -56,7 +56,8 @@ def test_group_methods_train_with_unscored_samples(algorithm, tiny_model_dir, tm
 
 @pytest.mark.parametrize("algorithm", ["reinforce", "ppo", "raft"])
 def test_methods_without_a_group_baseline_refuse_unscored_samples(algorithm, tiny_model_dir, tmp_path):
-    cfg = _cfg(tiny_model_dir, tmp_path / algorithm, algorithm=algorithm, algo={"value_model": "head"})
+    head = {"value_model": "head"} if "value_model" in METHOD_SPECS[algorithm].settings.model_fields else {}
+    cfg = _cfg(tiny_model_dir, tmp_path / algorithm, algorithm=algorithm, algo=head)
     with pytest.raises(RlooError, match="could not score .* no rule for that"):
         train(cfg, prompts=PROMPTS, reward_fn=lambda p, c: [None] * len(c))
 

@@ -98,7 +98,6 @@ def test_algo_is_still_accepted_for_the_algorithm_settings_section(tmp_path):
     old.write_text("policy: p\nalgorithm: ppo\nalgo:\n  gae_lambda: 0.5\n")
     cfg = load_config(RLConfig, old, ["algo.clip_eps=0.1"])
     assert cfg.algorithm_settings.gae_lambda == 0.5 and cfg.algorithm_settings.clip_eps == 0.1
-    assert cfg.algo is cfg.algorithm_settings  # read-only alias for code written against 0.1
     assert (
         load_config(RLConfig, None, ["policy=p", "algorithm_settings.ppo_epochs=3"]).algorithm_settings.ppo_epochs == 3
     )

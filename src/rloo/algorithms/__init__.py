@@ -1,6 +1,7 @@
 """The RL methods. Each is an Algorithm (algorithms/base.py): a step plus, when it keeps something
 between batches, a state the checkpoint saves; the loop in rloo.training.loop is shared.
-`make_algorithm(cfg, models)` picks one by `cfg.algorithm` from the registry (algorithms/registry.py).
+`make_algorithm(cfg, models)` picks one by `cfg.algorithm` from the registry (algorithms/registry.py);
+`add_method(spec, step)` adds one (its rloo.config.MethodSpec table entry and its step).
 DPO is offline: rloo.training.dpo.
 
     algorithm    advantage                                   loss
@@ -16,7 +17,7 @@ DPO is offline: rloo.training.dpo.
 """
 
 from rloo.algorithms.base import Algorithm, Models, Stateless, guarded_step, score_rollout
-from rloo.algorithms.registry import REGISTRY, make_algorithm, supports_distributed
+from rloo.algorithms.registry import REGISTRY, add_method, make_algorithm, supports_distributed
 
 __all__ = [
     "Algorithm",
@@ -25,6 +26,7 @@ __all__ = [
     "guarded_step",
     "score_rollout",
     "REGISTRY",
+    "add_method",
     "make_algorithm",
     "supports_distributed",
 ]

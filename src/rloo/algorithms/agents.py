@@ -18,12 +18,24 @@ from rloo.rollout.multiturn import Limits, Trajectories, episodes
 from rloo.runtime.distributed import unwrap
 
 
-def episode_reward(roll) -> torch.Tensor:
-    """The scorer of a multi-turn run: each episode's summed environment reward (N,)."""
-    rewards = getattr(roll, "env_rewards", None)
-    if rewards is None:
-        raise EnvError("episode_reward scores multi-turn episodes only; this rollout has no environment rewards")
-    return rewards
+class EpisodeReward:
+    """The scorer of a multi-turn run (a rloo.rewards.base.RewardSource): each episode's summed
+    environment reward (N,)."""
+
+    def __call__(self, roll) -> torch.Tensor:
+        rewards = getattr(roll, "env_rewards", None)
+        if rewards is None:
+            raise EnvError("episode_reward scores multi-turn episodes only; this rollout has no environment rewards")
+        return rewards
+
+    def score_texts(self, prompts: list[str], completions: list[str]) -> torch.Tensor:
+        raise EnvError("an environment's reward comes from its episodes, not from texts alone")
+
+    def part_metrics(self) -> dict[str, float]:
+        return {}
+
+
+episode_reward = EpisodeReward()
 
 
 def limits(spec: EnvSpec) -> Limits:

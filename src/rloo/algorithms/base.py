@@ -2,7 +2,7 @@
 rollout, and the guarded optimizer step (the one place a non-finite update is skipped).
 
 A step has the signature
-    step(models, opt, prompts, cfg, gen, **kw) -> (stats dict, Rollout, shaped rewards (N,))
+    step(models, opt, prompts, cfg, gen, **kw) -> StepResult (stats, Rollout, shaped rewards (N,))
 so the shared loop (rloo.training.loop) does not know which method it runs.
 """
 
@@ -20,9 +20,9 @@ from rloo.config import RLConfig, RLSettings
 from rloo.envs import EnvSpec
 from rloo.modeling.forward import completion_logprobs
 from rloo.modeling.forward_shared import completion_logprobs_shared
+from rloo.rewards import RewardSource
 from rloo.rollout import Rollout
 
-Scorer = Callable[[Rollout], Tensor]  # Rollout -> scores (N,)
 Sampler = Callable[[torch.nn.Module, list[str]], Rollout]  # (policy, prompts) -> Rollout (vLLM)
 
 
@@ -33,9 +33,39 @@ class Models:
     policy: torch.nn.Module  # trainable; under torchrun wrapped by DDP/FSDP
     ref: torch.nn.Module  # frozen reference (the starting policy)
     tokenizer: PreTrainedTokenizerBase
-    scorer: Scorer | None  # the reward source
+    scorer: RewardSource | None  # the reward source
     sampler: Sampler | None = None  # optional generation backend (vLLM); None: rloo's sampler
     env: EnvSpec | None = None  # multi-turn episodes instead of single responses (rloo.algorithms.agents)
+
+
+# The keys of the stats every step logs that the loop reads (written by common.step_stats).
+SCORE, KL, SKIPPED = "reward/score", "reward/kl", "guard/skipped"
+
+
+@dataclass
+class StepResult:
+    """What a step returns: `stats`, every number it logs (one dict per step, the loss's, the
+    method's own, `step_stats`' and the phase times), the rollout, and its shaped rewards (N,).
+    The loop reads the score, the KL and whether the update was skipped through the properties."""
+
+    stats: dict[str, float]
+    rollout: Rollout
+    rewards: Tensor
+
+    @property
+    def score(self) -> float:
+        """Mean score of the scored samples."""
+        return self.stats[SCORE]
+
+    @property
+    def kl(self) -> float:
+        """Mean KL to the reference policy (of the shaped reward)."""
+        return self.stats[KL]
+
+    @property
+    def skipped(self) -> bool:
+        """No update was made (non-finite loss or gradient, or an update undone by the weight guard)."""
+        return bool(self.stats[SKIPPED])
 
 
 class Algorithm(Protocol):
@@ -47,9 +77,9 @@ class Algorithm(Protocol):
 
     def step(
         self, models: Models, opt: torch.optim.Optimizer, prompts: list[str], cfg: RLConfig, gen: torch.Generator
-    ) -> tuple[dict[str, float], Rollout, Tensor]:
+    ) -> StepResult:
         """One update on `prompts` (this process's share under torchrun, where a `distributed`
-        step also takes rows= and all_done=): (stats, the rollout, shaped rewards (N,))."""
+        step also takes rows= and all_done=): its stats, the rollout, shaped rewards (N,)."""
         ...
 
     def state_dict(self) -> dict: ...

@@ -1,5 +1,5 @@
-"""Pieces the other online methods' steps share: sampling, scoring, minibatches, stats
-(the guarded optimizer step and the step signature are in algorithms/base.py)."""
+"""Pieces every online method's step shares: sampling, scoring, the update's log-probs, minibatches,
+stats (the guarded optimizer step, the step signature and its result are in algorithms/base.py)."""
 
 from __future__ import annotations
 
@@ -9,14 +9,16 @@ from collections.abc import Iterable, Iterator
 import torch
 from torch import Tensor
 
-from rloo.algorithms.base import Models, guarded_step, rows_logprobs, score_rollout
-from rloo.algorithms.rloo import sample, step_stats
-from rloo.config import RLConfig
+from rloo.algorithms.base import Models, guarded_step, rollout_logprobs, rows_logprobs, score_rollout
+from rloo.config import METHOD_SPECS, RLConfig
+from rloo.config.methods import capable, one_of
 from rloo.core.advantages import unscored, zero_variance_groups
 from rloo.core.kl import shaped_reward
-from rloo.errors import RewardError
-from rloo.rollout import Rollout
-from rloo.runtime.distributed import is_wrapped
+from rloo.errors import EnvError, RewardError
+from rloo.modeling.forward import completion_logprobs
+from rloo.rollout import Rollout, rollout
+from rloo.rollout.multiturn import policy_tokens
+from rloo.runtime.distributed import is_wrapped, unwrap
 
 
 class Timer:
@@ -31,11 +33,85 @@ class Timer:
         self.last = now
 
 
+def scored_mean(scores: torch.Tensor) -> float:
+    """Mean of the scored samples (a None score is NaN); 0 when none was scored (reward/unscored = 1)."""
+    filled, valid = unscored(scores)
+    return (filled.sum() / valid.sum().clamp(min=1)).item()
+
+
+def group_stats(scores: torch.Tensor, k: int) -> dict[str, float]:
+    """groups/zero_variance: share of prompts whose k scores (the scored ones) are all equal, the
+    groups no group baseline draws a gradient from; reward/unscored: share of None scores (NaN)."""
+    _, valid = unscored(scores)
+    out = {"reward/unscored": 1.0 - valid.float().mean().item()}
+    if k > 1:
+        out["groups/zero_variance"] = zero_variance_groups(scores.view(-1, k), valid.view(-1, k)).float().mean().item()
+    return out
+
+
+def sample(
+    models: Models,
+    prompts: list[str],
+    cfg: RLConfig,
+    gen: torch.Generator,
+    rows=None,
+    all_done=None,
+    keep_prefill: bool = False,
+):
+    """Step 1 of every online method: K completions per prompt with the sampled tokens' log-probs,
+    from the configured sampler (generation=vllm) or rloo's own rollout. keep_prefill: keep the
+    graph-carrying prompt pass for the update to reuse (rloo_step's fast path; see `rollout`)."""
+    if models.env is not None:  # a multi-turn method samples episodes itself (rloo.algorithms.agents)
+        multi = one_of(capable("multi_turn"))
+        raise EnvError(f"algorithm={cfg.algorithm} does not train on multi-turn environments; use algorithm={multi}")
+    if models.sampler is not None:
+        return models.sampler(unwrap(models.policy), prompts)
+    return rollout(
+        unwrap(models.policy),
+        models.tokenizer,
+        prompts,
+        cfg.k,
+        max_prompt_len=cfg.max_prompt_tokens,
+        max_new_tokens=cfg.max_new_tokens,
+        temperature=cfg.temperature,
+        top_p=cfg.top_p,
+        generator=gen,
+        share_prompt=cfg.share_prompt,
+        keep_prefill=keep_prefill,
+        rows=rows,
+        all_done=all_done,
+    )
+
+
+def keeps_prefill(models: Models, cfg: RLConfig) -> bool:
+    """Should sampling keep the graph-carrying prompt pass for the update (`update_logprobs`) to reuse:
+    with share_prompt, unless the policy is DDP/FSDP-wrapped (its update must be one forward through
+    the wrapper)."""
+    return cfg.share_prompt and not is_wrapped(models.policy)
+
+
+def update_logprobs(models: Models, roll, cfg: RLConfig) -> torch.Tensor:
+    """Per-token log-probs (N, T) of the sampled completions under the policy, with the graph for the
+    backward pass: through the DDP/FSDP wrapper when there is one, else reusing the rollout's
+    prompt pass where it kept one."""
+    if not is_wrapped(models.policy):
+        return rollout_logprobs(models.policy, roll, cfg, prefill=roll.prefill)
+    return completion_logprobs(
+        models.policy,
+        roll.prompt_ids,
+        roll.prompt_mask,
+        roll.completion_ids,
+        roll.completion_mask,
+        temperature=cfg.temperature,
+        max_logits_mb=cfg.max_logits_mb,
+    )
+
+
 def sample_and_score(
     models: Models, prompts: list[str], cfg: RLConfig, gen: torch.Generator, timer: Timer, keep_prefill: bool = False
 ):
     """1-2 of every method: K completions per prompt, their scores (N,) and reference log-probs (N,T).
-    keep_prefill: as for rloo_step (`rloo.algorithms.rloo.sample`), for a method whose update is
+    keep_prefill: as for rloo_step (`sample`), for a method whose update is
     rloo's one pass over every row in order (`update_logprobs`)."""
     roll = sample(models, prompts, cfg, gen, keep_prefill=keep_prefill)  # generation=vllm or rloo's sampler
     timer.lap("rollout")
@@ -71,10 +147,11 @@ def mean_stats(records: Iterable[dict]) -> dict[str, float]:
 def require_scored(scores: Tensor, algorithm: str) -> None:
     """Methods without a group baseline have no rule for a reward function's None: stop clearly."""
     if torch.isnan(scores).any():
+        tolerant = [n for n, spec in METHOD_SPECS.items() if spec.unscored]
         raise RewardError(
             f"the reward function could not score {int(torch.isnan(scores).sum())} completion(s) "
-            f"(returned None); {algorithm} has no rule for that: use rloo, grpo, dr_grpo or "
-            f"reinforce_pp, which leave unscored samples out of the baseline"
+            f"(returned None); {algorithm} has no rule for that: use {one_of(tolerant)}, which leave "
+            f"unscored samples out of the baseline"
         )
 
 
@@ -108,7 +185,7 @@ def clipped_updates(
     params = list(models.policy.parameters())
     if rows.numel() == 0:
         return records, 0.0, False
-    epochs, parts = passes or (cfg.algo.ppo_epochs, cfg.algo.num_minibatches)
+    epochs, parts = passes or (cfg.algorithm_settings.ppo_epochs, cfg.algorithm_settings.num_minibatches)
     wrapped = is_wrapped(models.policy)
     for part in minibatches(rows.numel(), parts, epochs, gen):
         r = rows[part]
@@ -126,3 +203,25 @@ def rollout_stats(
 ) -> dict[str, float]:
     """The metrics every method logs (rloo_step's, so curves line up across methods) and its phase times."""
     return step_stats(roll, scores, kl, rewards, grad_norm, not skipped, roll.group_size) | timer.laps
+
+
+def step_stats(roll, scores, kl, rewards, grad_norm: float, finite: bool, k: int) -> dict[str, float]:
+    """The logged numbers of one step besides the loss's own and the phase times; lengths count the
+    policy's tokens (a multi-turn episode's tool output is not the policy's), and an episode's
+    rollout adds its environment's stats."""
+    lengths = policy_tokens(roll).sum(-1).float()
+    return (
+        group_stats(scores, k)
+        | getattr(roll, "env_stats", {})
+        | {
+            "reward/score": scored_mean(scores),
+            "reward/kl": kl.mean().item(),
+            "reward/total": rewards.mean().item(),
+            "kl/ref": kl.mean().item(),
+            "grad/norm": grad_norm,
+            "gen/length": lengths.mean().item(),
+            "gen/truncated": roll.truncated.float().mean().item(),
+            "guard/skipped": float(not finite),
+            "data/prompts_truncated": float(roll.prompts_truncated),
+        }
+    )

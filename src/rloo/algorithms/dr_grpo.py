@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from rloo.algorithms.base import Models
+from rloo.algorithms.base import Models, StepResult
 from rloo.algorithms.common import (
     Timer,
     clipped_updates,
@@ -36,16 +36,16 @@ def dr_grpo_step(models: Models, opt, prompts: list[str], cfg: RLConfig, gen: to
     filled, valid = unscored(scores)
     rewards, kl = sequence_rewards(filled, roll, ref_lp, cfg)  # logged only: the KL is in the loss
     advantages = group_mean_advantages(filled.view(-1, cfg.k), valid.view(-1, cfg.k)).view(-1)
-    rows, dropped = kept_rows(scores, cfg.k, cfg.algo.drop_zero_variance)
-    norm_length = cfg.algo.norm_length or cfg.max_new_tokens
+    rows, dropped = kept_rows(scores, cfg.k, cfg.algorithm_settings.drop_zero_variance)
+    norm_length = cfg.algorithm_settings.norm_length or cfg.max_new_tokens
 
     def loss_fn(lp, r):
         mask = roll.completion_mask[r]
         return dr_grpo_loss(
-            lp, roll.logprobs[r], ref_lp[r], advantages[r], mask, cfg.algo.clip_eps, cfg.beta, norm_length
+            lp, roll.logprobs[r], ref_lp[r], advantages[r], mask, cfg.algorithm_settings.clip_eps, cfg.beta, norm_length
         )
 
     records, norm, skipped = clipped_updates(models, opt, roll, rows, loss_fn, cfg, gen)
     timer.lap("update")
     stats = mean_stats(records) | {"groups/dropped": float(dropped)}
-    return stats | rollout_stats(roll, scores, kl, rewards, norm, skipped, timer), roll, rewards
+    return StepResult(stats | rollout_stats(roll, scores, kl, rewards, norm, skipped, timer), roll, rewards)

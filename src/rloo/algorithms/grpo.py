@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from rloo.algorithms.base import Models
+from rloo.algorithms.base import Models, StepResult
 from rloo.algorithms.common import (
     Timer,
     clipped_updates,
@@ -33,14 +33,21 @@ def grpo_step(models: Models, opt, prompts: list[str], cfg: RLConfig, gen: torch
     grouped, valid_g = filled.view(-1, cfg.k), valid.view(-1, cfg.k)
     advantages = (group_normalized(grouped) if valid.all() else group_normalized_valid(grouped, valid_g)).view(-1)
     roll.record(advantage=advantages)
-    rows, dropped = kept_rows(scores, cfg.k, cfg.algo.drop_zero_variance)
+    settings = cfg.algorithm_settings
+    rows, dropped = kept_rows(scores, cfg.k, settings.drop_zero_variance)
 
     def loss_fn(lp, r):
         return grpo_loss(
-            lp, roll.logprobs[r], ref_lp[r], advantages[r], roll.completion_mask[r], cfg.algo.clip_eps, cfg.beta
+            lp,
+            roll.logprobs[r],
+            ref_lp[r],
+            advantages[r],
+            roll.completion_mask[r],
+            cfg.algorithm_settings.clip_eps,
+            cfg.beta,
         )
 
     records, norm, skipped = clipped_updates(models, opt, roll, rows, loss_fn, cfg, gen)
     timer.lap("update")
     stats = mean_stats(records) | {"adv/std": advantages.std().item(), "groups/dropped": float(dropped)}
-    return stats | rollout_stats(roll, scores, kl, rewards, norm, skipped, timer), roll, rewards
+    return StepResult(stats | rollout_stats(roll, scores, kl, rewards, norm, skipped, timer), roll, rewards)

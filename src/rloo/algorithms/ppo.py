@@ -19,7 +19,7 @@ import torch
 from torch import Tensor, nn
 from transformers import PretrainedConfig
 
-from rloo.algorithms.base import Models, guarded_step
+from rloo.algorithms.base import Models, StepResult, guarded_step
 from rloo.algorithms.common import (
     Timer,
     mean_stats,
@@ -187,4 +187,5 @@ class PPO:
             skipped |= not ok
         timer.lap("update")
         stats = mean_stats(records) | {"value/mean": old_values[roll.completion_mask].mean().item()}
-        return stats | rollout_stats(roll, scores, kl, seq_rewards, max(norms), skipped, timer), roll, seq_rewards
+        stats |= rollout_stats(roll, scores, kl, seq_rewards, max(norms), skipped, timer)
+        return StepResult(stats, roll, seq_rewards)

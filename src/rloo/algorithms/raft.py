@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import torch
 
-from rloo.algorithms.base import Models, guarded_step
+from rloo.algorithms.base import Models, StepResult, guarded_step, rows_logprobs
 from rloo.algorithms.common import Timer, require_scored, rollout_stats, sample_and_score, sequence_rewards
 from rloo.config import RLConfig
 from rloo.core.losses import raft_select, sft_loss
-from rloo.modeling.forward import completion_logprobs
+from rloo.runtime.distributed import is_wrapped
 
 
 def raft_rows(rewards: torch.Tensor, k: int) -> torch.Tensor:
@@ -26,21 +26,14 @@ def raft_rows(rewards: torch.Tensor, k: int) -> torch.Tensor:
 def raft_step(models: Models, opt, prompts: list[str], cfg: RLConfig, gen: torch.Generator):
     timer = Timer()
     roll, scores, ref_lp = sample_and_score(models, prompts, cfg, gen, timer)
-    require_scored(scores, "raft")
+    require_scored(scores, cfg.algorithm)
     rewards, kl = sequence_rewards(scores, roll, ref_lp, cfg)
     rows = raft_rows(rewards, cfg.k)
     mask = roll.completion_mask[rows]
-    logprobs = completion_logprobs(
-        models.policy,
-        roll.prompt_ids[rows],
-        roll.prompt_mask[rows],
-        roll.completion_ids[rows],
-        mask,
-        temperature=cfg.temperature,
-        max_logits_mb=cfg.max_logits_mb,
-    )
+    # one row per prompt (never whole groups): the plain pass, through the DDP/FSDP wrapper if any
+    logprobs = rows_logprobs(models.policy, roll, rows, cfg, is_wrapped(models.policy))
     loss, stats = sft_loss(logprobs, mask)
     grad_norm, stepped = guarded_step(loss, list(models.policy.parameters()), opt, cfg.max_grad_norm)
     timer.lap("update")
     stats = {k: float(v) for k, v in stats.items()} | {"raft/kept_reward": rewards[rows].mean().item()}
-    return stats | rollout_stats(roll, scores, kl, rewards, grad_norm, not stepped, timer), roll, rewards
+    return StepResult(stats | rollout_stats(roll, scores, kl, rewards, grad_norm, not stepped, timer), roll, rewards)

@@ -1,6 +1,7 @@
-"""One registry: algorithm name (rloo.config.ALGORITHMS, where the names are written) -> how to
-build it, and whether it may run under torchrun (declared here, by the algorithm, so
-rloo.runtime.distributed never needs to know which methods exist)."""
+"""One registry: algorithm name (rloo.config.METHOD_SPECS, the method table where the names are
+written) -> how to build it, and whether it may run under torchrun (declared here, by the
+algorithm, so rloo.runtime.distributed never needs to know which methods exist). `add_method` is
+the extension point: one table entry and one step, from any module."""
 
 from __future__ import annotations
 
@@ -16,7 +17,9 @@ from rloo.algorithms.raft import raft_step
 from rloo.algorithms.reinforce import Reinforce
 from rloo.algorithms.reinforce_pp import reinforce_pp_step
 from rloo.algorithms.rloo_ablations import is_plain_rloo, rloo_ablation_step
-from rloo.config import ONLINE_ALGORITHMS, RLConfig
+from rloo.config import MethodSpec, RLConfig
+from rloo.config.methods import add_method as add_spec
+from rloo.config.methods import names
 from rloo.errors import RlooError
 
 
@@ -53,10 +56,31 @@ REGISTRY: dict[str, Entry] = {
     "dr_grpo": Entry(lambda cfg, models: Stateless(dr_grpo_step)),
     "reinforce_pp": Entry(lambda cfg, models: Stateless(reinforce_pp_step)),
 }
-if set(REGISTRY) != set(ONLINE_ALGORITHMS):  # the config's choices and the code must name the same methods
-    raise ImportError(
-        f"algorithm registry {sorted(REGISTRY)} != rloo.config.ONLINE_ALGORITHMS {sorted(ONLINE_ALGORITHMS)}"
-    )
+if set(REGISTRY) != set(names(online=True)):  # the table's online methods and the code must be the same
+    raise ImportError(f"algorithm registry {sorted(REGISTRY)} != the method table's {sorted(names(online=True))}")
+
+
+def add_method(
+    spec: MethodSpec,
+    step: Callable | None = None,
+    *,
+    build: Callable[[RLConfig, Models], Algorithm] | None = None,
+    distributed: Callable[[RLConfig], bool] = _never,
+) -> None:
+    """Add an online method: its table entry (rloo.config.methods.MethodSpec: settings, groups,
+    comparison variants) and its code, either a stateless `step(models, opt, prompts, cfg, gen) ->
+    StepResult` or `build(cfg, models) -> Algorithm` (a class with state, as `Reinforce`). After it,
+    `algorithm=<spec.name>` trains through `rloo train` and `rloo compare` runs it."""
+    if (step is None) == (build is None):
+        raise ValueError("add_method takes a step or a build, not both")
+    if not spec.online:
+        raise ValueError(f"{spec.name}: add_method adds online methods (offline ones need their own loop)")
+    if build is None:
+        assert step is not None
+        stateless = step
+        build = lambda cfg, models: Stateless(stateless)  # noqa: E731
+    add_spec(spec)
+    REGISTRY[spec.name] = Entry(build, distributed)
 
 
 def make_algorithm(cfg: RLConfig, models: Models) -> Algorithm:

@@ -13,9 +13,16 @@ from __future__ import annotations
 
 import torch
 
-from rloo.algorithms.base import Models, guarded_step
-from rloo.algorithms.common import Timer, require_scored, rollout_stats, sample_and_score, sequence_rewards
-from rloo.algorithms.rloo import keeps_prefill, update_logprobs
+from rloo.algorithms.base import Models, StepResult, guarded_step
+from rloo.algorithms.common import (
+    Timer,
+    keeps_prefill,
+    require_scored,
+    rollout_stats,
+    sample_and_score,
+    sequence_rewards,
+    update_logprobs,
+)
 from rloo.config import RLConfig
 from rloo.core.advantages import moving_average_advantages, moving_average_update
 from rloo.core.logprobs import sequence_logprobs
@@ -38,7 +45,7 @@ class Reinforce:
     def step(self, models: Models, opt, prompts: list[str], cfg: RLConfig, gen: torch.Generator):
         timer = Timer()
         roll, scores, ref_lp = sample_and_score(models, prompts, cfg, gen, timer, keeps_prefill(models, cfg))
-        require_scored(scores, "reinforce")
+        require_scored(scores, cfg.algorithm)
         rewards, kl = sequence_rewards(scores, roll, ref_lp, cfg)
         # The first batch has no past: it is centred on its own mean (a one-off warm start),
         # afterwards the baseline only holds earlier batches, so it is independent of the samples.
@@ -54,4 +61,5 @@ class Reinforce:
             self.baseline = moving_average_update(baseline, rewards, self.momentum)
         timer.lap("update")
         stats = {k: float(v) for k, v in stats.items()} | {"reinforce/baseline": float(baseline)}
-        return stats | rollout_stats(roll, scores, kl, rewards, grad_norm, not stepped, timer), roll, rewards
+        stats |= rollout_stats(roll, scores, kl, rewards, grad_norm, not stepped, timer)
+        return StepResult(stats, roll, rewards)

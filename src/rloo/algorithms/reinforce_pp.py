@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from rloo.algorithms.base import Models
+from rloo.algorithms.base import Models, StepResult
 from rloo.algorithms.common import (
     Timer,
     clipped_updates,
@@ -35,16 +35,18 @@ def reinforce_pp_step(models: Models, opt, prompts: list[str], cfg: RLConfig, ge
     roll, scores, ref_lp = sample_and_score(models, prompts, cfg, gen, timer)
     filled, valid = unscored(scores)
     rewards, kl = sequence_rewards(filled, roll, ref_lp, cfg)
-    rows, dropped = kept_rows(scores, cfg.k, cfg.algo.drop_zero_variance)
+    rows, dropped = kept_rows(scores, cfg.k, cfg.algorithm_settings.drop_zero_variance)
     in_update = torch.zeros_like(valid)
     in_update[rows] = True
-    kl_tokens = kl_per_token(roll.logprobs, ref_lp, cfg.algo.kl_estimator)
+    kl_tokens = kl_per_token(roll.logprobs, ref_lp, cfg.algorithm_settings.kl_estimator)
     advantages = reinforce_pp_advantages(filled, kl_tokens, roll.completion_mask, cfg.beta, valid & in_update)
 
     def loss_fn(lp, r):
-        return ppo_clip_loss(lp, roll.logprobs[r], advantages[r], roll.completion_mask[r], cfg.algo.clip_eps)
+        return ppo_clip_loss(
+            lp, roll.logprobs[r], advantages[r], roll.completion_mask[r], cfg.algorithm_settings.clip_eps
+        )
 
     records, norm, skipped = clipped_updates(models, opt, roll, rows, loss_fn, cfg, gen)
     timer.lap("update")
     stats = mean_stats(records) | {"groups/dropped": float(dropped)}
-    return stats | rollout_stats(roll, scores, kl, rewards, norm, skipped, timer), roll, rewards
+    return StepResult(stats | rollout_stats(roll, scores, kl, rewards, norm, skipped, timer), roll, rewards)

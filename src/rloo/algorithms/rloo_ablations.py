@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from rloo.algorithms.base import Models
+from rloo.algorithms.base import Models, StepResult
 from rloo.algorithms.common import (
     Timer,
     clipped_updates,
@@ -34,16 +34,16 @@ from rloo.core.losses import policy_gradient_loss, ppo_clip_loss, sequence_sum_p
 
 
 def is_plain_rloo(cfg: RLConfig) -> bool:
-    a = cfg.algo
+    a = cfg.algorithm_settings
     return a.kl_estimator == "k1" and a.kl_level == "sequence" and not a.rloo_clip and not a.drop_zero_variance
 
 
 def _advantages(scores, roll, ref_lp, cfg: RLConfig):
     filled, valid = unscored(scores)
     rewards, kl = sequence_rewards(filled, roll, ref_lp, cfg)
-    if cfg.algo.kl_level == "token":
+    if cfg.algorithm_settings.kl_level == "token":
         require_scored(scores, "rloo with kl_level=token")
-        kl_tokens = kl_per_token(roll.logprobs, ref_lp, cfg.algo.kl_estimator)
+        kl_tokens = kl_per_token(roll.logprobs, ref_lp, cfg.algorithm_settings.kl_estimator)
         adv = leave_one_out_token_kl(scores, kl_tokens, roll.completion_mask, cfg.beta, cfg.k)  # (N, T)
     else:
         adv = leave_one_out_valid(rewards.view(-1, cfg.k), valid.view(-1, cfg.k)).view(-1)  # (N,)
@@ -67,8 +67,12 @@ def rloo_ablation_step(models: Models, opt, prompts: list[str], cfg: RLConfig, g
     timer = Timer()
     roll, scores, ref_lp = sample_and_score(models, prompts, cfg, gen, timer)
     adv, rewards, kl = _advantages(scores, roll, ref_lp, cfg)
-    rows, dropped = kept_rows(scores, cfg.k, cfg.algo.drop_zero_variance)
-    passes = (cfg.algo.ppo_epochs, cfg.algo.num_minibatches) if cfg.algo.rloo_clip else (1, 1)
+    rows, dropped = kept_rows(scores, cfg.k, cfg.algorithm_settings.drop_zero_variance)
+    passes = (
+        (cfg.algorithm_settings.ppo_epochs, cfg.algorithm_settings.num_minibatches)
+        if cfg.algorithm_settings.rloo_clip
+        else (1, 1)
+    )
 
     def loss_fn(lp, r):
         return _loss(lp, roll.logprobs[r], adv[r], roll.completion_mask[r], cfg)
@@ -76,4 +80,4 @@ def rloo_ablation_step(models: Models, opt, prompts: list[str], cfg: RLConfig, g
     records, norm, skipped = clipped_updates(models, opt, roll, rows, loss_fn, cfg, gen, passes)
     timer.lap("update")
     stats = mean_stats(records) | {"groups/dropped": float(dropped)}
-    return stats | rollout_stats(roll, scores, kl, rewards, norm, skipped, timer), roll, rewards
+    return StepResult(stats | rollout_stats(roll, scores, kl, rewards, norm, skipped, timer), roll, rewards)

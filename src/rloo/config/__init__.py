@@ -5,6 +5,9 @@ use it. `from rloo.config import RLConfig` is the stable import path; the module
     base.py      Strict, the base of every section (unknown keys and bad values: one-line ConfigError;
                  inf/nan and bool/str -> number are errors), the tracker names of report_to
     confcheck.py reading YAML (duplicate keys, binary files) and the no-coercion check of Strict
+    methods.py   the method table (a MethodSpec per method: its settings model, groups, comparison
+                 variants); every list of methods is derived from it
+    method_settings.py  each method's own settings, and AlgorithmSettings (the `algorithm_settings:` section)
     sections.py  the stage sections: model shape, SFT, reward model, RL (+ methods, LoRA), evaluation
     dataset.py   the `dataset:` section (your own data)
     stages.py    the stage configs: run-wide keys + a section (`rloo sft|reward|train|eval|pipeline`)
@@ -23,6 +26,7 @@ from rloo.config.loading import (
     save_config,
     upgrade_saved_config,
 )
+from rloo.config.methods import DEFAULT_METHOD, METHOD_SPECS, AlgorithmSettings, MethodSpec
 from rloo.config.sections import (
     ALGORITHMS,
     GROUP_ALGORITHMS,
@@ -30,7 +34,6 @@ from rloo.config.sections import (
     ONLINE_ALGORITHMS,
     TASK_NAMES,
     Algorithm,
-    AlgorithmSettings,
     ArchConfig,
     EvalSettings,
     LoraSettings,
@@ -64,6 +67,9 @@ __all__ = [
     "DatasetSettings",
     "LoraSettings",
     "ALGORITHMS",
+    "DEFAULT_METHOD",
+    "METHOD_SPECS",
+    "MethodSpec",
     "COMPARE_METHODS",
     "GROUP_ALGORITHMS",
     "OFFLINE_ALGORITHMS",

@@ -5,9 +5,10 @@ run-wide keys; every field's description is its documentation (`rloo <stage> --h
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from typing import TYPE_CHECKING, ClassVar, Literal
 
-from pydantic import AliasChoices, Field, model_validator
+from pydantic import AliasChoices, Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from rloo.config.base import (
     MAX_BETA,
@@ -19,6 +20,7 @@ from rloo.config.base import (
     MIN_TEMPERATURE,
     Strict,
 )
+from rloo.config.methods import DEFAULT_METHOD, METHOD_SPECS, AlgorithmSettings, check_own_settings, names, require
 
 TASK_NAMES = ("summarize", "dialogue", "arithmetic", "calculator")
 
@@ -81,67 +83,16 @@ class RewardSettings(Strict):
     )
 
 
-Algorithm = Literal["rloo", "reinforce", "vanilla_pg", "ppo", "grpo", "raft", "dpo", "dr_grpo", "reinforce_pp"]
-"""The methods: their names are written here only (rloo.algorithms.registry maps each online one
-to its code and checks at import that none is missing)."""
-ALGORITHMS: tuple[str, ...] = get_args(Algorithm)
-OFFLINE_ALGORITHMS = ("dpo",)  # trained on preference pairs, not on samples (rloo.training.dpo)
-ONLINE_ALGORITHMS = tuple(a for a in ALGORITHMS if a not in OFFLINE_ALGORITHMS)
-GROUP_ALGORITHMS = ("rloo", "grpo", "dr_grpo")  # their baselines come from the other samples of the same prompt
-
-
-class AlgorithmSettings(Strict):
-    """Settings of the methods compared with RLOO, and RLOO's ablations. Plain RLOO ignores them
-    unless an ablation is switched on (kl_level, kl_estimator, rloo_clip)."""
-
-    kl_estimator: Literal["k1", "k3"] = Field(
-        default="k1",
-        description="KL estimator in the shaped reward (k3: lower-variance, Schulman 2020). RLOO ablation when k3.",
-    )
-    kl_level: Literal["sequence", "token"] = Field(
-        default="sequence",
-        description="RLOO ablation: 'token' gives each token only the KL penalty of itself and later tokens.",
-    )
-    rloo_clip: bool = Field(
-        default=False,
-        description="RLOO ablation: PPO ratio + clipping on top of RLOO "
-        "(ppo_epochs x num_minibatches updates per batch).",
-    )
-    baseline_momentum: float = Field(
-        default=0.9, ge=0, lt=1, description="reinforce: moving-average baseline momentum (eq. 3)."
-    )
-    gamma: float = Field(default=1.0, gt=0, le=1, description="ppo/vanilla_pg: discount of GAE.")
-    gae_lambda: float = Field(default=0.95, ge=0, le=1, description="ppo: GAE lambda (vanilla_pg always uses 1).")
-    clip_eps: float = Field(default=0.2, gt=0, description="ppo/grpo/rloo_clip: ratio clip range.")
-    ppo_epochs: int = Field(default=2, ge=1, description="ppo/grpo/rloo_clip: passes over each batch of samples.")
-    num_minibatches: int = Field(default=2, ge=1, description="ppo/grpo/rloo_clip: minibatches per pass.")
-    value_model: Literal["separate", "head"] = Field(
-        default="separate",
-        description="ppo/vanilla_pg: a separate value model (from the reward model) or a head on the policy.",
-    )
-    value_lr: float = Field(
-        default=1e-4, gt=0, le=MAX_LR, description="ppo/vanilla_pg: learning rate of the value model/head."
-    )
-    vf_coef: float = Field(
-        default=0.5, ge=0, description="ppo/vanilla_pg with value_model=head: weight of the value loss."
-    )
-    value_clip_eps: float | None = Field(default=0.2, description="ppo: value clipping range (null: off).")
-    whiten_advantages: bool = Field(default=True, description="ppo/vanilla_pg: normalise GAE advantages per batch.")
-    drop_zero_variance: bool = Field(
-        default=False,
-        description="rloo/grpo/dr_grpo/reinforce_pp: leave groups whose k scores are all equal out of the update "
-        "(logged as groups/dropped).",
-    )
-    norm_length: int | None = Field(
-        default=None,
-        ge=1,
-        description="dr_grpo: the constant a completion's token sum is divided by (null: max_new_tokens).",
-    )
-    dpo_beta: float = Field(default=0.1, gt=0, le=MAX_BETA, description="dpo: beta of the DPO loss.")
-    dpo_pairs: int = Field(default=6000, ge=1, description="dpo: preference pairs (the reward model's first pairs).")
-    dpo_epochs: int = Field(default=1, ge=1, description="dpo: passes over the pairs.")
-    dpo_batch_size: int = Field(default=64, ge=1, description="dpo: pairs per optimizer step.")
-    dpo_lr: float = Field(default=1e-4, gt=0, le=MAX_LR, description="dpo: learning rate.")
+# The methods are written once, in rloo.config.methods' table; these are derived from it.
+ALGORITHMS: tuple[str, ...] = names()
+OFFLINE_ALGORITHMS = names(online=False)  # trained on preference pairs, not on samples (rloo.training.dpo)
+ONLINE_ALGORITHMS = names(online=True)
+GROUP_ALGORITHMS = tuple(n for n, s in METHOD_SPECS.items() if s.groups)  # baselines from the same prompt's samples
+if TYPE_CHECKING:
+    Algorithm = str
+else:
+    Algorithm = Literal[ALGORITHMS]
+    """The built-in methods' names as a type (`RLSettings.algorithm` also takes ones added by add_method)."""
 
 
 class LoraSettings(Strict):
@@ -159,17 +110,17 @@ class LoraSettings(Strict):
 class RLSettings(Strict):
     """Hyperparameters of the RL stage (RLOO by default, eq. 1, 4, 5)."""
 
-    algorithm: Algorithm = Field(
-        default="rloo",
-        description="The method: rloo (the paper's, default), reinforce (moving-average baseline), "
-        "vanilla_pg, ppo, grpo, raft, dpo (offline, on the reward model's pairs), dr_grpo (group mean, no std, "
-        "constant length norm), reinforce_pp (batch-level baseline).",
+    algorithm: str = Field(
+        default=DEFAULT_METHOD,
+        description="The method: "
+        + ", ".join(f"{s.name} ({s.summary})" if s.summary else s.name for s in METHOD_SPECS.values())
+        + ".",
     )
     algorithm_settings: AlgorithmSettings = Field(
         default_factory=AlgorithmSettings,
         validation_alias=AliasChoices("algorithm_settings", "algo"),
-        description="Settings of the methods other than plain RLOO, and RLOO's ablations (`algo:` is accepted "
-        "too: the section's name until 0.1).",
+        description="Settings of the methods other than plain RLOO, and RLOO's ablations; each method takes "
+        "its own (rloo.config.methods; `algo:` is accepted too: the section's name until 0.1).",
     )
     steps: int = Field(default=100, ge=1, description="Optimizer steps (one fresh batch of samples each).")
     batch_size: int = Field(default=16, ge=1, description="Prompts per step (B); N = B*k completions.")
@@ -215,24 +166,35 @@ class RLSettings(Strict):
         "backward (Llama/Mistral/Qwen2/Qwen3 heads), so a 150k vocabulary does not cost GBs.",
     )
 
+    @field_validator("algorithm")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        if v not in METHOD_SPECS:  # the table, read now: a method added by add_method is known too
+            expected = ", ".join(repr(n) for n in list(METHOD_SPECS)[:-1]) + f" or {list(METHOD_SPECS)[-1]!r}"
+            raise PydanticCustomError("literal_error", "Input should be {expected}", {"expected": expected})
+        return v
+
     @model_validator(mode="after")
     def _k_at_least_two(self):
-        if self.k < 2 and self.algorithm in GROUP_ALGORITHMS:
-            why = {
-                "rloo": "leave-one-out needs k >= 2 samples per prompt (the baseline of one sample is the "
-                "mean of the other k-1)",
-                "grpo": "grpo needs k >= 2 samples per prompt (each advantage is normalised by the mean and "
-                "std of its prompt's group)",
-                "dr_grpo": "dr_grpo needs k >= 2 samples per prompt (each advantage subtracts the mean of its "
-                "prompt's group)",
-            }[self.algorithm]
+        why = METHOD_SPECS[self.algorithm].groups
+        if self.k < 2 and why:
             raise ValueError(f"{why}, got k={self.k}")
         return self
 
+    # False where the section is shared by several methods (`rloo compare`'s rl section)
+    checks_own_settings: ClassVar[bool] = True
+
     @model_validator(mode="after")
-    def _off_policy_rloo_only(self):
-        if self.off_policy_correction is not None and self.algorithm != "rloo":
-            raise ValueError(f"max_staleness > 0 and is_correction are implemented for rloo only, got {self.algorithm}")
+    def _own_settings(self):
+        if self.checks_own_settings:
+            check_own_settings(self.algorithm, self.algorithm_settings)
+        return self
+
+    @model_validator(mode="after")
+    def _off_policy_methods_only(self):
+        # checked for `rloo compare`'s shared section too: its every method would run the off-policy update
+        if self.off_policy_correction is not None:
+            require("off_policy", self.algorithm, "max_staleness > 0 and is_correction")
         if self.max_staleness and self.generation != "sampler":
             raise ValueError("max_staleness > 0 samples with generation=sampler (rloo's own); vLLM is not supported")
         return self
@@ -243,11 +205,6 @@ class RLSettings(Strict):
         if self.max_staleness == 0 and self.is_correction in (None, "none"):
             return None
         return self.is_correction or "tis"
-
-    @property
-    def algo(self) -> AlgorithmSettings:
-        """The section's old name, read-only, so code written against `cfg.algo` keeps running."""
-        return self.algorithm_settings
 
     sample_every: int = Field(
         default=50,
@@ -304,6 +261,13 @@ class RLSettings(Strict):
         description="Weights when several reward sources are given: keys "
         "'reward_model' or a reward_fn spec; default 1 each.",
     )
+
+
+class SharedRLSettings(RLSettings):
+    """`rloo compare`'s rl section: shared by every method, so it may hold any method's settings
+    (each method's run takes its own: rloo.experiments.compare.method_config)."""
+
+    checks_own_settings: ClassVar[bool] = False
 
 
 class EvalSettings(Strict):

@@ -10,6 +10,7 @@ from pydantic import Field, field_validator, model_validator
 from rloo.config.agents import ENV_TASKS, EnvSettings
 from rloo.config.base import Strict, check_device_name, normalize_report_to, refuse_float16
 from rloo.config.dataset import DatasetSettings
+from rloo.config.methods import METHOD_SPECS, capable, one_of
 from rloo.config.sections import EvalSettings, RewardSettings, RLSettings, SFTSettings
 
 CHECKER_TASKS: dict[str, str] = {"arithmetic": "rloo.tasks.arithmetic:reward"}
@@ -130,8 +131,11 @@ class RLConfig(_Run, RLSettings):
 
     @model_validator(mode="after")
     def _env_alone(self):
-        if self.env is not None and self.algorithm != "rloo":
-            raise ValueError(f"env= trains with algorithm=rloo only (for now), got algorithm={self.algorithm}")
+        if self.env is not None and not METHOD_SPECS[self.algorithm].multi_turn:
+            raise ValueError(
+                f"env= trains with algorithm={one_of(capable('multi_turn'))} only (for now), "
+                f"got algorithm={self.algorithm}"
+            )
         if self.env is not None and (self.reward_model is not None or self.reward_fn):
             raise ValueError("env= gives the reward: leave reward_model and reward_fn unset")
         if self.env is not None and self.off_policy_correction is not None:
@@ -195,7 +199,13 @@ class PipelineConfig(_Run):
     @classmethod
     def _plain_rl_settings(cls, v):
         # an RLSettings (as `rloo compare` holds) is a pipeline RL section without a Python reward
-        return v.model_dump() if isinstance(v, RLSettings) and not isinstance(v, PipelineRLSettings) else v
+        if not isinstance(v, RLSettings) or isinstance(v, PipelineRLSettings):
+            return v
+        data = v.model_dump()
+        if not v.checks_own_settings:  # a section shared by several methods: the chosen one's settings
+            own = METHOD_SPECS[v.algorithm].settings.model_fields
+            data["algorithm_settings"] = {k: val for k, val in v.algorithm_settings if k in own}
+        return data
 
     @field_validator("reward", mode="before")
     @classmethod

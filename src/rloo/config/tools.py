@@ -8,7 +8,8 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from rloo.config.base import MAX_BETA, MAX_LR, Strict, check_device_name, refuse_float16
-from rloo.config.sections import EvalSettings, RewardSettings, RLSettings, SFTSettings
+from rloo.config.methods import compare_variants, one_of, several_updates_variants, spec_of_variant
+from rloo.config.sections import EvalSettings, RewardSettings, SFTSettings, SharedRLSettings
 from rloo.config.stages import CHECKER_TASKS
 
 
@@ -39,26 +40,11 @@ class BenchConfig(Strict):
     output_dir: Path = Field(default=Path("runs/bench"), description="Built models (assets/) and bench.json.")
 
 
-COMPARE_METHODS = (
-    "rloo",
-    "rloo_k2",
-    "reinforce",
-    "vanilla_pg",
-    "ppo",
-    "ppo_lambda1",
-    "grpo",
-    "raft",
-    "dpo",
-    "rloo_token_kl",
-    "rloo_k3_kl",
-    "rloo_clip",
-    "dr_grpo",
-    "reinforce_pp",
-)
-"""Methods `rloo compare` knows: an algorithm plus overrides (rloo.experiments.compare.METHODS)."""
+COMPARE_METHODS = tuple(compare_variants())
+"""Methods `rloo compare` knows: an algorithm plus overrides (rloo.config.methods.compare_variants)."""
 
 
-MULTI_UPDATE_METHODS = ("ppo", "ppo_lambda1", "grpo", "rloo_clip", "dr_grpo", "reinforce_pp")
+MULTI_UPDATE_METHODS = several_updates_variants()
 """Methods that take ppo_epochs x num_minibatches optimizer steps per batch (the others take one)."""
 
 
@@ -113,7 +99,8 @@ class CompareConfig(Strict):
     """`rloo compare`: methods x tasks x seeds under the same sample budget, one report folder."""
 
     methods: list[str] = Field(
-        default=list(COMPARE_METHODS), description="Methods to compare: " + ", ".join(COMPARE_METHODS)
+        default_factory=lambda: list(compare_variants()),
+        description="Methods to compare: " + ", ".join(COMPARE_METHODS),
     )
     tasks: list[Literal["summarize", "dialogue", "arithmetic"]] = Field(
         default=["summarize", "dialogue"], description="Built-in tasks."
@@ -133,8 +120,8 @@ class CompareConfig(Strict):
     max_response_tokens: int = Field(default=32, ge=1)
     sft: SFTSettings = Field(default_factory=SFTSettings)
     reward: RewardSettings = Field(default_factory=RewardSettings)
-    rl: RLSettings = Field(
-        default_factory=RLSettings,
+    rl: SharedRLSettings = Field(
+        default_factory=SharedRLSettings,
         description="Shared by every method; steps x batch_size x k is the sample budget of each.",
     )
     eval: EvalSettings = Field(default_factory=EvalSettings)
@@ -168,9 +155,10 @@ class CompareConfig(Strict):
     @field_validator("methods")
     @classmethod
     def _known(cls, v: list[str]) -> list[str]:
-        bad = [m for m in v if m not in COMPARE_METHODS]
+        known = compare_variants()  # read now: a method added by add_method is known too
+        bad = [m for m in v if m not in known]
         if bad or not v:
-            raise ValueError(f"unknown method(s) {bad}; choose from {', '.join(COMPARE_METHODS)}")
+            raise ValueError(f"unknown method(s) {bad}; choose from {', '.join(known)}")
         return v
 
     @field_validator("equal_kl", "equal_compute")
@@ -191,11 +179,12 @@ class CompareConfig(Strict):
         return self
 
     @model_validator(mode="after")
-    def _dpo_needs_pairs(self):
+    def _offline_needs_pairs(self):
         checked = [t for t in self.tasks if t in CHECKER_TASKS]
-        if "dpo" in self.methods and checked:
+        offline = [m for m in self.methods if not spec_of_variant(m).online]
+        if offline and checked:
             raise ValueError(
-                f"dpo trains on a reward model's preference pairs, which {', '.join(checked)} (scored by a "
-                f"checker) does not have; drop dpo from methods"
+                f"{one_of(offline, 'and')} trains on a reward model's preference pairs, which {', '.join(checked)} "
+                f"(scored by a checker) does not have; drop {one_of(offline, 'and')} from methods"
             )
         return self

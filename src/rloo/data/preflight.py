@@ -15,6 +15,7 @@ from pathlib import Path
 from rloo.config import (
     CHECKER_TASKS,
     ENV_TASKS,
+    METHOD_SPECS,
     EvalConfig,
     PipelineConfig,
     RewardConfig,
@@ -149,7 +150,7 @@ def _check_reward_source(cfg, reward_fn) -> None:
             load_callable(cfg.env, "environment")
         return
     specs = [cfg.reward_fn] if isinstance(cfg.reward_fn, str) else list(cfg.reward_fn or [])
-    if cfg.reward_model is None and not specs and reward_fn is None and cfg.algorithm != "dpo":
+    if cfg.reward_model is None and not specs and reward_fn is None and METHOD_SPECS[cfg.algorithm].online:
         raise ConfigError(
             "no reward source: set reward_model=PATH or reward_fn=module:function (or path/to/file.py:function)"
         )

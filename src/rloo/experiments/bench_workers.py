@@ -48,7 +48,8 @@ def _rloo_worker(conn, job: dict) -> None:
         batch = job["batches"][i]
         # as `rloo train` runs it: under the stage's precision, rows= as in rloo.runtime.distributed.step_kwargs
         with resolve_precision(cfg.dtype, cfg.device).autocast():
-            stats, roll, _ = rloo_step(models, opt, batch, cfg, gen, rows=(0, len(batch) * cfg.k))
+            result = rloo_step(models, opt, batch, cfg, gen, rows=(0, len(batch) * cfg.k))
+            stats, roll = result.stats, result.rollout
         sync()
         conn.send(
             {

@@ -22,7 +22,8 @@ import json
 import time
 from pathlib import Path
 
-from rloo.config import CompareConfig, PipelineConfig, RLConfig
+from rloo.config import METHOD_SPECS, CompareConfig, PipelineConfig, RLConfig
+from rloo.config.methods import compare_variants, spec_of_variant
 from rloo.eval.judge import win_rate
 from rloo.experiments.compare_eval import judge, pass_at_k
 from rloo.experiments.compare_folder import claim, open_study, wait_for_models
@@ -39,24 +40,9 @@ from rloo.training.reward import train_reward
 from rloo.training.rl import train
 from rloo.training.sft import sft
 
-# name -> (algorithm, overrides of the shared rl settings). rloo_k2 doubles the prompts per batch so
-# that its sample budget equals the others'.
-METHODS: dict[str, tuple[str, dict]] = {
-    "rloo": ("rloo", {}),
-    "rloo_k2": ("rloo", {"k": 2}),
-    "reinforce": ("reinforce", {}),
-    "vanilla_pg": ("vanilla_pg", {}),
-    "ppo": ("ppo", {}),
-    "ppo_lambda1": ("ppo", {"algorithm_settings": {"gae_lambda": 1.0}}),
-    "grpo": ("grpo", {}),
-    "raft": ("raft", {}),
-    "dpo": ("dpo", {}),
-    "rloo_token_kl": ("rloo", {"algorithm_settings": {"kl_level": "token"}}),
-    "rloo_k3_kl": ("rloo", {"algorithm_settings": {"kl_estimator": "k3"}}),
-    "rloo_clip": ("rloo", {"algorithm_settings": {"rloo_clip": True}}),
-    "dr_grpo": ("dr_grpo", {}),
-    "reinforce_pp": ("reinforce_pp", {}),
-}
+# name -> (algorithm, overrides of the shared rl settings), from the method table (each method's
+# `variants`). rloo_k2 doubles the prompts per batch so that its sample budget equals the others'.
+METHODS: dict[str, tuple[str, dict]] = compare_variants()
 
 QUICK = {
     "sft": {
@@ -103,12 +89,15 @@ def method_config(
     """The RLConfig of one method: the shared rl settings, the method's overrides, then `settings`
     (a trial's or the tuned choice: lr, beta, eval_split, algorithm_settings), the same budget."""
     _, _, base, _ = pipe.stage_configs()
-    algorithm, over = METHODS[method]
+    algorithm, over = compare_variants()[method]  # the table, read now: an added method is known too
+    own = METHOD_SPECS[algorithm].settings.model_fields  # the shared section's keys this method takes
     settings = settings or {}
     data = base.model_dump() | {k: v for k, v in settings.items() if k != "algorithm_settings"}
     data |= {"algorithm": algorithm, "output_dir": out}
     key = "algorithm_settings"
-    data[key] = data[key] | over.get(key, {}) | settings.get(key, {}) | {"dpo_pairs": cfg.reward.num_pairs}
+    pairs = {"dpo_pairs": cfg.reward.num_pairs} if "dpo_pairs" in own else {}
+    shared = {k: v for k, v in cfg.rl.algorithm_settings if k in own}
+    data[key] = shared | over.get(key, {}) | settings.get(key, {}) | pairs
     if "k" in over:
         data["k"], data["batch_size"] = over["k"], base.batch_size * base.k // over["k"]
     return RLConfig(**data)
@@ -193,7 +182,7 @@ def run_cell(
 
 def _samples(cfg: CompareConfig, method: str) -> int:
     """Generated completions a method trained on (0 for offline DPO)."""
-    return 0 if method == "dpo" else cfg.rl.steps * cfg.rl.batch_size * cfg.rl.k
+    return 0 if not spec_of_variant(method).online else cfg.rl.steps * cfg.rl.batch_size * cfg.rl.k
 
 
 @stage_precision

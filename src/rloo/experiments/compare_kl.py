@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from rloo.config.methods import DEFAULT_METHOD
 from rloo.experiments.compare_tables import mean_ci
 from rloo.experiments.tuning import describe
 
@@ -66,13 +67,13 @@ def _cell(xs: list[float], signed: bool = False) -> str:
     return f"{m:{fmt}} (n={len(xs)})" if h is None else f"{m:{fmt}} ± {h:.3f} (n={len(xs)})"
 
 
-def equal_kl_table(cfg, data: dict, task: str, base: str = "rloo") -> str:
+def equal_kl_table(cfg, data: dict, task: str, base: str = DEFAULT_METHOD) -> str:
     """Per method and KL value: win rate at that KL (mean ± 95% t-interval over the seeds whose run
     reached it), and its difference from `base` paired by seed (seeds where both reached it)."""
     return _at_table(cfg, data, task, trajectory, list(cfg.equal_kl), [f"KL {k:g}" for k in cfg.equal_kl], base)
 
 
-def equal_compute_table(cfg, data: dict, task: str, base: str = "rloo") -> str:
+def equal_compute_table(cfg, data: dict, task: str, base: str = DEFAULT_METHOD) -> str:
     """As equal_kl_table, at training seconds T x each of cfg.equal_compute, T = the shortest training
     time (compute_trajectory's last point) of `base`'s runs on the task, so every base run reaches 1.0."""
     ends = [pts[-1][0] for r in data[task].get(base, []) if (pts := compute_trajectory(r.get("metrics", [])))]

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rloo.config.methods import spec_of_variant
+
 
 def _plt():
     # imported here, not at the top: the file backend must be chosen before pyplot loads, and
@@ -76,9 +78,10 @@ def learning_curves(plt, cfg, data, path: Path) -> Path:
     per_step = cfg.rl.batch_size * cfg.rl.k
     for ax, task in zip(axes[0], cfg.tasks, strict=False):
         for name, runs in _methods_run(cfg, data, task):
-            scale = cfg.rl.algorithm_settings.dpo_batch_size if name == "dpo" else per_step
+            offline = not spec_of_variant(name).online  # dpo: steps of dpo_batch_size pairs
+            scale = cfg.rl.algorithm_settings.dpo_batch_size if offline else per_step
             xs, ys = _mean_curve(runs, "eval/win_rate")
-            ax.plot([x * scale for x in xs], ys, marker=".", label=name + (" (x: pairs)" if name == "dpo" else ""))
+            ax.plot([x * scale for x in xs], ys, marker=".", label=name + (" (x: pairs)" if offline else ""))
         ax.set(title=f"{task}: win rate vs references during training", xlabel="generated samples", ylabel="win rate")
         _legend(ax)
     return _save(plt, fig, path)

@@ -9,6 +9,7 @@ import json
 import math
 from pathlib import Path
 
+from rloo.config.methods import DEFAULT_METHOD, spec_of_variant
 from rloo.eval.passk import paired_pass_difference
 
 # two-sided 95% Student-t quantiles t_{0.975, df}; the normal 1.96 beyond df = 30
@@ -66,7 +67,7 @@ def results_table(cfg, data: dict) -> str:
     return "\n".join(rows)
 
 
-def paired_differences(cfg, data: dict, base: str = "rloo") -> str:
+def paired_differences(cfg, data: dict, base: str = DEFAULT_METHOD) -> str:
     """Each method's win rate minus `base`'s, paired by seed: the two share the SFT model, the reward
     model, the eval prompts and the eval sampling noise of that seed, so the seed-to-seed spread of
     those (large with tiny models) cancels and only the methods' own randomness is left."""
@@ -115,7 +116,7 @@ def variance_table(out: Path, cfg) -> str:
 
 
 def ppo_lambda_table(cfg, data: dict) -> str:
-    names = [n for n in ("ppo", "ppo_lambda1", "vanilla_pg") if n in cfg.methods]
+    names = [n for n in cfg.methods if spec_of_variant(n).value_model]
     rows = ["| task | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
     for task in cfg.tasks:
         rows.append(
@@ -165,7 +166,7 @@ def pass_table(cfg, data: dict, task: str) -> str:
     return "\n".join(rows)
 
 
-def pass_differences(cfg, data: dict, task: str, base: str = "rloo") -> str:
+def pass_differences(cfg, data: dict, task: str, base: str = DEFAULT_METHOD) -> str:
     """Each method's pass@1 and pass@8 minus `base`'s, paired by seed (same SFT model, problems and
     evaluation noise), mean ± 95% t-interval over seeds, and the seeds where it is ahead."""
     names = [n for n in ["sft", *cfg.methods] if n != base]

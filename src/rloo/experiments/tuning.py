@@ -14,7 +14,8 @@ import json
 import random
 from pathlib import Path
 
-from rloo.config.tools import MULTI_UPDATE_METHODS, TuningSettings
+from rloo.config.methods import several_updates_variants, spec_of_variant
+from rloo.config.tools import TuningSettings
 
 
 def trial_settings(tuning: TuningSettings, method: str) -> list[dict]:
@@ -22,17 +23,18 @@ def trial_settings(tuning: TuningSettings, method: str) -> list[dict]:
     settings ({"lr", "beta"} or, for dpo, {"algorithm_settings": {"dpo_lr", "dpo_beta"}}, plus
     ppo_epochs/num_minibatches for the multi-step methods). Methods with the same grid get the same
     trials (one draw per grid size), in grid order."""
-    updates = tuning.updates if method in MULTI_UPDATE_METHODS else [None]
+    updates = tuning.updates if method in several_updates_variants() else [None]
+    tuned = spec_of_variant(method).tuned  # (lr, beta), or dpo's own (algorithm_settings.dpo_lr, ...)
     grid = list(itertools.product(tuning.lr, tuning.beta, updates))
     picked = sorted(
         random.Random(f"rloo.tuning/{tuning.search_seed}/{len(grid)}").sample(range(len(grid)), tuning.trials)
     )
     out = []
     for lr, beta, upd in (grid[i] for i in picked):
-        algo = {"dpo_lr": lr, "dpo_beta": beta} if method == "dpo" else {}
+        over: dict = {k: v for k, v in zip(tuned, (lr, beta), strict=True) if "." not in k}
+        algo = {k.split(".", 1)[1]: v for k, v in zip(tuned, (lr, beta), strict=True) if "." in k}
         if upd is not None:
             algo |= {"ppo_epochs": upd[0], "num_minibatches": upd[1]}
-        over: dict = {} if method == "dpo" else {"lr": lr, "beta": beta}
         out.append(over | ({"algorithm_settings": algo} if algo else {}))
     return out
 

@@ -9,16 +9,17 @@ import torch
 from torch import Tensor
 
 from rloo.errors import RlooError
+from rloo.rewards.base import RewardSource, is_reward_source
 from rloo.rewards.sources import FunctionReward, RewardModelScorer, load_function
 
 
 class WeightedReward:
-    """r(x, y) = sum_j w_j r_j(x, y) over named sources; each source is a Rollout -> (N,) callable.
+    """r(x, y) = sum_j w_j r_j(x, y) over named sources, each a RewardSource (rewards/base.py).
 
     The parts are kept (`last_parts`) so the loop can log each source's mean next to the total.
     """
 
-    def __init__(self, sources: dict[str, object], weights: dict[str, float] | None = None):
+    def __init__(self, sources: dict[str, RewardSource], weights: dict[str, float] | None = None):
         if not sources:
             raise RlooError("no reward source: set reward_model=PATH or reward_fn=module:function")
         weights = weights or {}
@@ -40,8 +41,12 @@ class WeightedReward:
         return total
 
     def part_metrics(self) -> dict[str, float]:
-        """Each source's mean score of the last batch (`reward/part/<name>`), when there are several."""
-        return {f"reward/part/{n}": v for n, v in self.last_parts.items()} if len(self.sources) > 1 else {}
+        """Each source's mean score of the last batch (`reward/part/<name>`), when there are several,
+        and the sources' own metrics."""
+        out = {f"reward/part/{n}": v for n, v in self.last_parts.items()} if len(self.sources) > 1 else {}
+        for src in self.sources.values():
+            out |= src.part_metrics()
+        return out
 
     def score_texts(self, prompts: list[str], completions: list[str]) -> Tensor:
         parts = [
@@ -55,10 +60,15 @@ class WeightedReward:
         return self.sources.get("reward_model")
 
 
+def _source(fn) -> RewardSource:
+    """A RewardSource as it is; a function (prompts, completions) -> floats, checked (FunctionReward)."""
+    return fn if is_reward_source(fn) else FunctionReward(fn)
+
+
 def build_reward(cfg, policy_tokenizer, reward_fn: Callable | None = None, load_rm=None) -> WeightedReward:
     """The reward source a config asks for. A `reward_fn` callable given to the API takes the place
     of cfg.reward_fn; a reward model and function(s) together are summed with cfg.reward_weights."""
-    sources: dict[str, object] = {}
+    sources: dict[str, RewardSource] = {}
     if cfg.reward_model is not None:
         rm, rm_tok = load_rm(cfg.reward_model)
         sources["reward_model"] = RewardModelScorer(
@@ -69,9 +79,9 @@ def build_reward(cfg, policy_tokenizer, reward_fn: Callable | None = None, load_
             share_prompt=cfg.share_prompt,
         )
     if reward_fn is not None:
-        sources[getattr(reward_fn, "__name__", "reward_fn")] = FunctionReward(reward_fn)
+        sources[getattr(reward_fn, "__name__", "reward_fn")] = _source(reward_fn)
     else:
         specs = [cfg.reward_fn] if isinstance(cfg.reward_fn, str) else list(cfg.reward_fn or [])
         for spec in specs:
-            sources[spec] = FunctionReward(load_function(spec))
+            sources[spec] = _source(load_function(spec))
     return WeightedReward(sources, cfg.reward_weights)

@@ -64,6 +64,9 @@ class FunctionReward:
             out.append(float(v))
         return torch.tensor(out, dtype=torch.float32)
 
+    def part_metrics(self) -> dict[str, float]:
+        return {}
+
 
 def _score_list(out, name: str) -> list:
     """The scores of a reward's return value: a list, tuple, NumPy array or 1-D tensor. Anything
@@ -130,6 +133,9 @@ class RewardModelScorer:
             for i in range(0, p_ids.shape[0], size)
         ]
         return torch.cat(out).cpu()
+
+    def part_metrics(self) -> dict[str, float]:
+        return {}
 
 
 def load_function(spec: str) -> RewardFn:

@@ -71,8 +71,7 @@ def top_p_bias_note(top_p: float) -> str | None:
     KL term and the policy gradient are those of the full temperature-scaled distribution. Using
     the renormalised log-probs instead is not done: the nucleus is a step function of the
     parameters, so a sampled token can leave it after an update (log-prob -inf: an infinite PPO
-    ratio), and the reference's own nucleus need not hold the sampled token (infinite KL).
-    """
+    ratio), and the reference's own nucleus need not hold the sampled token (infinite KL)."""
     if top_p >= 1.0:
         return None
     return (

@@ -138,6 +138,9 @@ class Checkpointer:
         algo=None,
         writes: bool = True,
         skip_note: str | None = None,
+        guard=None,
+        inputs: dict | None = None,
+        prompt_steps: int | None = None,
     ):
         self.out, self.cfg, self.policy, self.tokenizer = Path(out), cfg, policy, tokenizer
         # who writes is decided by the caller (under torchrun: rank 0 only; none under FSDP, with
@@ -156,9 +159,9 @@ class Checkpointer:
             "scored_steps": 0,
         }
         self.streak_start: dict | None = None  # snapshot before the first step of a non-finite streak
-        self.inputs: dict = {}  # content fingerprints of the run's inputs (rloo.runtime.fingerprint)
-        self.prompt_steps: int | None = None  # `steps` the built-in task's prompt list was made for
-        self.guard = None  # rloo.runtime.paramguard.ParamGuard, set by the loop
+        self.inputs: dict = inputs or {}  # content fingerprints of the run's inputs (rloo.runtime.fingerprint)
+        self.prompt_steps = prompt_steps  # `steps` the built-in task's prompt list was made for
+        self.guard = guard  # rloo.runtime.paramguard.ParamGuard: its starting norm is saved
 
     def snapshot(self, step: int) -> dict:
         snap = snapshot(step, self.counters, self.gen, self.sched, self.stream, self.out / "metrics.jsonl")

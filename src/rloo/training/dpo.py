@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from rloo.algorithms.base import Models
-from rloo.config import RLConfig
+from rloo.config import ONLINE_ALGORITHMS, RLConfig
 from rloo.core.logprobs import sequence_logprobs
 from rloo.core.losses import dpo_loss
 from rloo.data.collate import batches
@@ -87,7 +87,7 @@ def check_dpo_arguments(prompts, reward_fn) -> None:
             f"algorithm='dpo' trains offline on preference pairs (the reward model's pairs.jsonl, "
             f"or the task's) and samples nothing, so train({', '.join(g + '=...' for g in given)}) "
             f"would be ignored; call train(cfg) without {' and '.join(given)}, or pick an online "
-            f"method (algorithm='rloo', 'ppo', 'grpo', ...) to train on them"
+            f"method (algorithm={', '.join(repr(n) for n in ONLINE_ALGORITHMS[:3])}, ...) to train on them"
         )
 
 
@@ -121,11 +121,11 @@ def train_dpo(cfg: RLConfig, *, resume: bool = False, overwrite: bool = False) -
     total = cfg.algorithm_settings.dpo_epochs * -(-len(pairs) // cfg.algorithm_settings.dpo_batch_size)
     opt = adamw(models.policy.parameters(), cfg.algorithm_settings.dpo_lr)
     sched = warmup_constant(opt, cfg.warmup_steps)
-    guard = StageGuard("dpo", models.policy.parameters(), opt, cfg.max_skipped_steps, cfg.max_param_growth)
+    guard = StageGuard(cfg.algorithm, models.policy.parameters(), opt, cfg.max_skipped_steps, cfg.max_param_growth)
     log, history, bar, step = (
         MetricsLogger(out, report_to=cfg.report_to, config=cfg.model_dump(mode="json")),
         [],
-        progress(total, "dpo"),
+        progress(total, cfg.algorithm),
         0,
     )
 

@@ -5,7 +5,7 @@ undone (`check_update`, rloo.runtime.paramguard); here the skips are counted, an
 
 from __future__ import annotations
 
-from rloo.algorithms.base import guarded_step
+from rloo.algorithms.base import SKIPPED, guarded_step
 from rloo.errors import NonFiniteError, option
 from rloo.runtime.checkpoint import Checkpointer
 from rloo.runtime.paramguard import ParamGuard
@@ -16,8 +16,8 @@ class NonFiniteGuard:
     """Keeps the skip counters in the checkpointer (`ck.counters`, `ck.streak_start`), so they
     are saved with every checkpoint and a resumed run continues a streak it was in."""
 
-    def __init__(self, ck: Checkpointer, max_skipped_steps: int):
-        self.ck, self.max_skipped_steps = ck, max_skipped_steps
+    def __init__(self, ck: Checkpointer, max_skipped_steps: int, param_guard: ParamGuard | None = None):
+        self.ck, self.max_skipped_steps, self.param_guard = ck, max_skipped_steps, param_guard
 
     @property
     def in_streak(self) -> int:
@@ -36,7 +36,7 @@ class NonFiniteGuard:
             ck.streak_start = {k: v for k, v in pre.items() if k != "streak_start"}
         c["skipped_in_row"] += 1
         c["skipped_total"] += 1
-        why = getattr(ck.guard, "reason", None) or "non-finite loss or gradient"
+        why = getattr(self.param_guard, "reason", None) or "non-finite loss or gradient"
         say(
             f"step {step + 1}: {why}, update {'undone' if undone else 'skipped'} "
             f"({c['skipped_in_row']} in a row, {c['skipped_total']} in all)"
@@ -59,9 +59,9 @@ class NonFiniteGuard:
         return {"guard/skipped_total": float(c["skipped_total"])}
 
 
-def check_update(guard: ParamGuard, dist, stats: dict) -> dict:
-    """Undo an update that left bad weights (rloo.runtime.paramguard); it then counts as a skipped step."""
-    skipped = bool(stats["guard/skipped"])
+def check_update(guard: ParamGuard, dist, skipped: bool) -> dict:
+    """Undo an update that left bad weights (rloo.runtime.paramguard); it then counts as a skipped
+    step. `skipped`: the step made no update (nothing to check). Returns the metrics to log."""
     problem = None if skipped else guard.problem()
     bad = problem is not None
     if dist.enabled:  # every process takes part, and all undo together (FSDP checks its own shard)
@@ -74,7 +74,7 @@ def check_update(guard: ParamGuard, dist, stats: dict) -> dict:
         return {"guard/params_undone": 0.0}
     guard.undo()
     guard.reason = problem or "bad parameters on another process"
-    return {"guard/skipped": 1.0, "guard/params_undone": 1.0}
+    return {SKIPPED: 1.0, "guard/params_undone": 1.0}
 
 
 class StageGuard:

@@ -11,18 +11,39 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+import torch
+
+from rloo.algorithms.base import Algorithm, StepResult
+from rloo.data.prompts import PromptStream
 from rloo.errors import Interrupted, NonFiniteError, RewardError, RlooError, StopNow, option
 from rloo.eval.plots import plot_training
 from rloo.modeling.loading import save_pretrained_atomic
 from rloo.modeling.lora import for_saving
 from rloo.runtime.checkpoint import Checkpointer
 from rloo.runtime.distributed import unwrap
+from rloo.runtime.paramguard import ParamGuard
 from rloo.runtime.progress_text import progress_suffix
 from rloo.runtime.trackers import sample_rows
 from rloo.runtime.tracking import MetricsLogger, progress, say
 from rloo.training.evalset import eval_metrics
 from rloo.training.guard import NonFiniteGuard, check_update
+
+
+@dataclass
+class LoopState:
+    """What the loop runs with: the method (its step and state), the optimizer and its schedule,
+    the generator, the prompt stream, the checkpointer that saves all of them, and the weight guard
+    (rloo.runtime.paramguard) that undoes an update leaving bad weights."""
+
+    algo: Algorithm
+    opt: torch.optim.Optimizer
+    sched: Any
+    gen: torch.Generator
+    stream: PromptStream
+    ck: Checkpointer
+    param_guard: ParamGuard
 
 
 @dataclass
@@ -57,12 +78,14 @@ class StopFlag:
             signal.signal(s, h)
 
 
-def loop(cfg, dist, models, ck: Checkpointer, eval_set, start: int) -> RLResult:
-    """Steps start..cfg.steps of ck.algo, with periodic evals, metrics, checkpoints; stops cleanly
+def loop(cfg, dist, models, state: LoopState, eval_set, start: int) -> RLResult:
+    """Steps start..cfg.steps of state.algo, with periodic evals, metrics, checkpoints; stops cleanly
     (with a checkpoint) on SIGINT/SIGTERM; the final eval and the final model."""
-    out, opt, sched, stream = ck.out, ck.opt, ck.sched, ck.stream
-    guard = NonFiniteGuard(ck, cfg.max_skipped_steps)
-    step_kwargs = dist.step_kwargs if ck.algo.distributed else lambda rows: {}
+    ck, opt, sched, stream, algo = state.ck, state.opt, state.sched, state.stream, state.algo
+    out, scorer = ck.out, models.scorer
+    assert scorer is not None, "an online method needs a reward source"
+    guard = NonFiniteGuard(ck, cfg.max_skipped_steps, state.param_guard)
+    step_kwargs = dist.step_kwargs if algo.distributed else lambda rows: {}
     log = (
         MetricsLogger(
             out, purge_step=start + 1 if start else None, report_to=cfg.report_to, config=cfg.model_dump(mode="json")
@@ -89,26 +112,26 @@ def loop(cfg, dist, models, ck: Checkpointer, eval_set, start: int) -> RLResult:
                 # this process's prompts of the global batch, and its rows of the B*K completions
                 prompts, rows = dist.shard(stream.next(), cfg.k)
                 lr = opt.param_groups[0]["lr"]  # the rate this step's update uses (sched.step() sets the next)
-                ck.guard.before_step()
+                state.param_guard.before_step()
                 try:
-                    stats, roll, rewards = ck.algo.step(models, opt, prompts, cfg, ck.gen, **step_kwargs(rows))
+                    result = algo.step(models, opt, prompts, cfg, state.gen, **step_kwargs(rows))
                 except RlooError as e:  # raised before the update, so `pre` still matches the weights
                     raise _failed_step(ck, pre, step + 1, e) from e
-                stats |= check_update(ck.guard, dist, stats)
-                parts = getattr(models.scorer, "part_metrics", dict)() | getattr(models.sampler, "part_metrics", dict)()
-                stats = dist.mean_metrics(stats | parts)
+                checked = check_update(state.param_guard, dist, result.skipped)
+                parts = scorer.part_metrics() | getattr(models.sampler, "part_metrics", dict)()
+                result.stats = dist.mean_metrics(result.stats | checked | parts)
                 if models.sampler is not None:  # keep vLLM's copy of the weights on-policy
                     models.sampler.sync(unwrap(models.policy))
                 sched.step()
-                _count_truncated_prompts(ck.counters, stats, cfg)
-                _count_scored(ck.counters, stats, step + 1, len(roll.prompts))
-                undone = bool(stats.get("guard/params_undone"))
-                stats |= guard.after_step(bool(stats["guard/skipped"]), pre, step, undone)
+                _count_truncated_prompts(ck.counters, result.stats, cfg)
+                _count_scored(ck.counters, result.stats, step + 1, len(result.rollout.prompts))
+                undone = bool(result.stats.get("guard/params_undone"))
+                result.stats |= guard.after_step(result.skipped, pre, step, undone)
                 if (step + 1) % cfg.log_every == 0:
-                    record(step + 1, stats | {"lr": lr})
-                _show(bar, cfg, step, stats, roll, rewards, clock)
+                    record(step + 1, result.stats | {"lr": lr})
+                _show(bar, cfg, step, result, clock)
                 if log is not None and (step + 1) % cfg.sample_every == 0:
-                    log.log_samples(step + 1, sample_rows(roll))
+                    log.log_samples(step + 1, sample_rows(result.rollout))
                 if stop.signum is not None:
                     raise _interrupted(ck, stop.signum, step + 1, cfg.steps)
                 if cfg.save_every and (step + 1) % cfg.save_every == 0:
@@ -204,18 +227,15 @@ def _periodic_checkpoint(ck: Checkpointer, guard: NonFiniteGuard, step: int) -> 
     ck.save(ck.snapshot(step))
 
 
-def _show(bar, cfg, step, stats, roll, rewards, clock) -> None:
-    bar.set_postfix(score=f"{stats['reward/score']:.3f}", kl=f"{stats['reward/kl']:.3f}")
+def _show(bar, cfg, step, result: StepResult, clock) -> None:
+    bar.set_postfix(score=f"{result.score:.3f}", kl=f"{result.kl:.3f}")
     bar.update()
     if bar.disable and (step + 1) % max(1, cfg.steps // 10) == 0:  # no terminal: a line with an ETA
         t0, start = clock
         eta = progress_suffix(step + 1 - start, cfg.steps - start, time.perf_counter() - t0)
-        say(
-            f"{cfg.algorithm} step {step + 1}/{cfg.steps}: score {stats['reward/score']:.3f} "
-            f"kl {stats['reward/kl']:.3f} ({eta})"
-        )
+        say(f"{cfg.algorithm} step {step + 1}/{cfg.steps}: score {result.score:.3f} kl {result.kl:.3f} ({eta})")
     if (step + 1) % cfg.sample_every == 0:
-        _print_samples(step + 1, roll, rewards)
+        _print_samples(step + 1, result.rollout, result.rewards)
 
 
 def _print_samples(step: int, roll, rewards, n: int = 2) -> None:

@@ -89,13 +89,14 @@ def _episodes_pipeline(cfg: PipelineConfig, rl_cfg, ev_cfg, out, times: dict, t:
     """Stages 2-4 of a task played as episodes (calculator): no reward model (the environment's
     checker is the reward), RLOO on whole episodes, then both policies play held-out episodes."""
     say(f"[2/4] no reward model: the {rl_cfg.env} environment gives the reward (docs/agents.md)")
-    say(f"[3/4] rloo on episodes for {cfg.rl.steps} steps, k={cfg.rl.k}, beta={cfg.rl.beta} -> {rl_cfg.output_dir}")
+    run = f"{cfg.rl.steps} steps, k={cfg.rl.k}, beta={cfg.rl.beta}"
+    say(f"[3/4] {rl_cfg.algorithm} on episodes for {run} -> {rl_cfg.output_dir}")
     rl = train(rl_cfg, overwrite=True)
     times["rl"], t = time.perf_counter() - t, time.perf_counter()
     say(f"[4/4] episodes on {cfg.eval.num_prompts} held-out prompts -> {ev_cfg.output_dir}")
     results = evaluate_agents(ev_cfg, rl_cfg)
     times["eval"] = time.perf_counter() - t
-    summary = {"task": cfg.task, "seed": cfg.seed, "algorithm": "rloo", "env": rl_cfg.env, "eval": results}
+    summary = {"task": cfg.task, "seed": cfg.seed, "algorithm": rl_cfg.algorithm, "env": rl_cfg.env, "eval": results}
     summary |= {"seconds": times, "plots": [str(p) for p in rl.plots]}
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     say("time: " + ", ".join(f"{k} {v:.0f}s" for k, v in times.items()))

@@ -48,7 +48,7 @@ from rloo.training.common import (
 )
 from rloo.training.dpo import check_dpo_arguments, train_dpo
 from rloo.training.evalset import train_and_eval_prompts
-from rloo.training.loop import RLResult, loop
+from rloo.training.loop import LoopState, RLResult, loop
 
 
 @holds_run_folder  # one process per run folder, for the whole run (rloo.runtime.runlock)
@@ -119,6 +119,14 @@ def _train(cfg, dist, prompts, reward_fn, resume, overwrite) -> RLResult:
     sched = warmup_constant(opt, cfg.warmup_steps)
     algo = make_algorithm(cfg, models)  # the method's step, and its state (value model, baseline)
     writes, skip_note = dist.checkpoint_role()
+    value = getattr(algo, "value", None)  # ppo/vanilla_pg: the value model is guarded with the policy
+    # the starting norm comes from the checkpoint when resuming (the loaded weights are not the start)
+    param_guard = ParamGuard(
+        [*models.policy.parameters(), *(value.params if value is not None else [])],
+        [opt, value.opt] if value is not None else opt,
+        cfg.max_param_growth,
+        norm0=(state or {}).get("guard", {}).get("norm0"),
+    )
     ck = Checkpointer(
         out,
         cfg,
@@ -132,8 +140,10 @@ def _train(cfg, dist, prompts, reward_fn, resume, overwrite) -> RLResult:
         algo=algo,
         writes=writes,
         skip_note=skip_note,
+        guard=param_guard,
+        inputs=inputs,
+        prompt_steps=started_steps,
     )
-    ck.inputs, ck.prompt_steps = inputs, started_steps
     start = 0
     if state is not None:
         start = ck.restore(state)
@@ -141,16 +151,9 @@ def _train(cfg, dist, prompts, reward_fn, resume, overwrite) -> RLResult:
     elif resume:
         truncate_metrics(out, 0)  # records of a run killed before its first checkpoint
     if cfg.max_staleness:  # samples from the weights of N updates ago (docs/async.md)
-        models.sampler = stale_sampler(cfg, models, ck.gen, stream, start)
-    value = getattr(algo, "value", None)  # ppo/vanilla_pg: the value model is guarded with the policy
-    ck.guard = ParamGuard(
-        [*models.policy.parameters(), *(value.params if value is not None else [])],
-        [opt, value.opt] if value is not None else opt,
-        cfg.max_param_growth,
-        norm0=(state or {}).get("guard", {}).get("norm0"),
-    )
+        models.sampler = stale_sampler(cfg, models, gen, stream, start)
     try:
-        return loop(cfg, dist, models, ck, eval_set, start)
+        return loop(cfg, dist, models, LoopState(algo, opt, sched, gen, stream, ck, param_guard), eval_set, start)
     finally:
         if hasattr(models.sampler, "close"):  # the rollout producer's process ends with the run
             models.sampler.close()

@@ -1,0 +1,191 @@
+"""The method table: one `MethodSpec` per method, the one place a method's name is written (with
+its step module). Every list of methods elsewhere (the `algorithm` choices, the methods that need
+groups, tolerate unscored samples or take several updates per batch, `rloo compare`'s variants,
+rloo.algorithms' registry) is derived from `METHOD_SPECS`; `add_method` extends it at run time
+(`rloo.algorithms.add_method` adds the step too).
+
+A method's settings are its own model (rloo.config.method_settings); `AlgorithmSettings`, the
+`algorithm_settings:` section, holds every method's (one flat, typed object for the code to read),
+and a setting the chosen method does not take is refused (`check_own_settings`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rloo.config.base import Strict
+from rloo.config.method_settings import (
+    AlgorithmSettings,
+    DPOSettings,
+    DrGRPOSettings,
+    GRPOSettings,
+    KLEstimatorSettings,
+    PPOSettings,
+    ReinforceSettings,
+    RlooSettings,
+    VanillaPGSettings,
+)
+
+# ---- the table -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """What the rest of rloo needs to know about a method (its step is in rloo.algorithms)."""
+
+    name: str
+    summary: str  # a few words, shown in the `algorithm` setting's description
+    settings: type[Strict]  # the keys of `algorithm_settings` it takes (a subset of AlgorithmSettings)
+    groups: str | None = None  # why it needs k >= 2 samples per prompt; None: it does not
+    unscored: bool = False  # leaves a reward function's None out of its baseline (the others stop)
+    # takes ppo_epochs x num_minibatches optimizer steps per batch: True, or the boolean setting
+    # that switches it on (rloo's `rloo_clip`)
+    several_updates: bool | str = False
+    online: bool = True  # False: trains on preference pairs, not on samples (rloo.training.dpo)
+    value_model: bool = False  # learns a value model (the comparison's GAE-lambda table)
+    # implements rl.max_staleness > 0 / rl.is_correction, the importance-weighted update for samples of
+    # an older policy (docs/async.md)
+    off_policy: bool = False
+    multi_turn: bool = False  # trains on env= episodes with the policy-token mask (docs/agents.md)
+    tuned: tuple[str, str] = ("lr", "beta")  # the (learning rate, KL coefficient) `rloo compare` tunes
+    variants: dict[str, dict] = field(default_factory=dict)  # more `rloo compare` runs: name -> rl overrides
+
+    def takes_several_updates(self, algorithm_settings: dict) -> bool:
+        """With these `algorithm_settings` overrides, does it take several optimizer steps per batch?"""
+        if isinstance(self.several_updates, str):
+            return bool(algorithm_settings.get(self.several_updates, False))
+        return self.several_updates
+
+
+_GROUP = "{} needs k >= 2 samples per prompt ({})"
+
+METHOD_SPECS: dict[str, MethodSpec] = {
+    s.name: s
+    for s in (
+        MethodSpec(
+            "rloo",
+            "the paper's, default",
+            RlooSettings,
+            groups="leave-one-out needs k >= 2 samples per prompt (the baseline of one sample is the mean of "
+            "the other k-1)",
+            unscored=True,
+            several_updates="rloo_clip",
+            off_policy=True,
+            multi_turn=True,
+            variants={
+                "rloo_k2": {"k": 2},
+                "rloo_token_kl": {"algorithm_settings": {"kl_level": "token"}},
+                "rloo_k3_kl": {"algorithm_settings": {"kl_estimator": "k3"}},
+                "rloo_clip": {"algorithm_settings": {"rloo_clip": True}},
+            },
+        ),
+        MethodSpec("reinforce", "moving-average baseline", ReinforceSettings),
+        MethodSpec("vanilla_pg", "", VanillaPGSettings, value_model=True),
+        MethodSpec(
+            "ppo",
+            "",
+            PPOSettings,
+            several_updates=True,
+            value_model=True,
+            variants={"ppo_lambda1": {"algorithm_settings": {"gae_lambda": 1.0}}},
+        ),
+        MethodSpec(
+            "grpo",
+            "",
+            GRPOSettings,
+            groups=_GROUP.format("grpo", "each advantage is normalised by the mean and std of its prompt's group"),
+            unscored=True,
+            several_updates=True,
+        ),
+        MethodSpec("raft", "", KLEstimatorSettings),
+        MethodSpec(
+            "dpo",
+            "offline, on the reward model's pairs",
+            DPOSettings,
+            online=False,
+            tuned=("algorithm_settings.dpo_lr", "algorithm_settings.dpo_beta"),
+        ),
+        MethodSpec(
+            "dr_grpo",
+            "group mean, no std, constant length norm",
+            DrGRPOSettings,
+            groups=_GROUP.format("dr_grpo", "each advantage subtracts the mean of its prompt's group"),
+            unscored=True,
+            several_updates=True,
+        ),
+        MethodSpec("reinforce_pp", "batch-level baseline", GRPOSettings, unscored=True, several_updates=True),
+    )
+}
+DEFAULT_METHOD = next(iter(METHOD_SPECS))  # rloo: the paper's method, and the comparison's baseline
+
+
+def add_method(spec: MethodSpec) -> None:
+    """Add a method to the table (rloo.algorithms.add_method also registers its step). Its settings
+    must be keys of AlgorithmSettings, the one `algorithm_settings:` section."""
+    if spec.name in METHOD_SPECS or spec.name in compare_variants():
+        raise ValueError(f"a method or comparison variant named {spec.name!r} already exists")
+    unknown = set(spec.settings.model_fields) - set(AlgorithmSettings.model_fields)
+    if unknown:
+        raise ValueError(f"{spec.name}: settings {sorted(unknown)} are not keys of AlgorithmSettings")
+    METHOD_SPECS[spec.name] = spec
+
+
+def names(*, online: bool | None = None) -> tuple[str, ...]:
+    """The methods' names in table order (only the online or offline ones when asked)."""
+    return tuple(n for n, s in METHOD_SPECS.items() if online is None or s.online == online)
+
+
+def compare_variants() -> dict[str, tuple[str, dict]]:
+    """`rloo compare`'s runs: name -> (method, overrides of the shared rl settings); each method
+    under its own name, then its variants."""
+    out: dict[str, tuple[str, dict]] = {}
+    for spec in METHOD_SPECS.values():
+        out[spec.name] = (spec.name, {})
+        out |= {v: (spec.name, over) for v, over in spec.variants.items()}
+    return out
+
+
+def spec_of_variant(variant: str) -> MethodSpec:
+    """The method a comparison variant runs."""
+    return METHOD_SPECS[compare_variants()[variant][0]]
+
+
+def several_updates_variants() -> tuple[str, ...]:
+    """Comparison variants that take ppo_epochs x num_minibatches optimizer steps per batch."""
+    return tuple(
+        v
+        for v, (m, over) in compare_variants().items()
+        if METHOD_SPECS[m].takes_several_updates(over.get("algorithm_settings", {}))
+    )
+
+
+def capable(flag: str) -> list[str]:
+    """The methods whose spec sets `flag` (e.g. "off_policy", "multi_turn")."""
+    return [n for n, s in METHOD_SPECS.items() if getattr(s, flag)]
+
+
+def require(flag: str, algorithm: str, what: str) -> None:
+    """Refuse `what` for a method whose spec does not set `flag` (a MethodSpec field), naming those that do."""
+    if not getattr(METHOD_SPECS[algorithm], flag):
+        raise ValueError(f"{what} are implemented for {one_of(capable(flag))} only, got {algorithm}")
+
+
+def takers(setting: str) -> list[str]:
+    """The methods whose settings include `setting`."""
+    return [n for n, s in METHOD_SPECS.items() if setting in s.settings.model_fields]
+
+
+def one_of(items: list[str] | tuple[str, ...], last: str = "or") -> str:
+    """'a, b or c'."""
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} {last} {items[-1]}"
+
+
+def check_own_settings(algorithm: str, settings: AlgorithmSettings) -> None:
+    """Refuse a setting of another method: one that the chosen method's settings model does not
+    have, set to other than its default (a saved config lists every key at its default)."""
+    own = METHOD_SPECS[algorithm].settings.model_fields
+    for key in settings.model_fields_set - set(own):
+        if getattr(settings, key) != AlgorithmSettings.model_fields[key].default:
+            raise ValueError(
+                f"algorithm_settings.{key} is a setting of {one_of(takers(key))}, not of algorithm={algorithm}"
+            )
