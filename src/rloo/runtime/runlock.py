@@ -49,8 +49,13 @@ def open_lock_file(path: Path, flags: int) -> int:
     try:
         fd = os.open(path, flags | _SAFE, 0o644)
     except OSError as e:
-        if e.errno == errno.ELOOP:
+        if e.errno == errno.ELOOP and Path(path).is_symlink():  # is_symlink: lstat of the lock itself
             raise _unsafe(path, "a symbolic link") from None
+        if e.errno == errno.ELOOP:  # the lock is no link: a folder above it loops
+            raise RlooError(
+                f"output_dir {str(Path(path).parent)!r} cannot be used: it is or lies under a symbolic link "
+                "loop; remove the link or choose another output_dir"
+            ) from None
         raise
     st = os.fstat(fd)
     why = "not a regular file" if not stat.S_ISREG(st.st_mode) else "hard-linked" if st.st_nlink > 1 else None
