@@ -39,6 +39,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from helpers.grads import GradRecorder
 from helpers.tiny_archs import ARCHS, save_tiny_lm
 from rloo.algorithms import make_algorithm
 from rloo.config import METHOD_SPECS, AlgorithmSettings, LoraSettings, RLConfig
@@ -184,25 +185,6 @@ def _config(c: Combo, path: Path, out: Path, algorithm: str = "rloo") -> RLConfi
         algorithm_settings=algo,
         lora=LoraSettings(r=4, alpha=8, dropout=0.1 if c.dropout else 0.0) if c.lora else None,
     )
-
-
-class GradRecorder:
-    """An optimizer that records the gradients at step() and leaves the parameters unchanged."""
-
-    def __init__(self, model):
-        self.params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-        self.grads = None
-
-    def zero_grad(self, set_to_none=True):
-        for _, p in self.params:
-            p.grad = None
-
-    def step(self):
-        if self.grads is None:
-            self.grads = {n: p.grad.detach().clone() for n, p in self.params if p.grad is not None}
-
-
-# ---- the reference: eq. 1, 4, 5 one sequence at a time -------------------------------------------
 
 
 def _sequence_logprob(model, x: torch.Tensor, y: torch.Tensor, temperature: float) -> torch.Tensor:

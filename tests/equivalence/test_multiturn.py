@@ -16,6 +16,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from helpers.grads import GradRecorder
 from helpers.tiny_archs import ARCHS, EOS, PAD, V, tiny_lm
 from rloo.algorithms.agents import episode_reward, limits
 from rloo.algorithms.base import Models
@@ -130,21 +131,6 @@ def test_trained_ids_are_the_sampled_ids(arch, monkeypatch):
             2 * TINY_MODEL_FORWARD,
             scale=1 + float(plain.abs().max()),
         )
-
-
-class GradRecorder:
-    """An optimizer that records the gradients at step() and leaves the parameters unchanged."""
-
-    def __init__(self, model):
-        self.params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-        self.grads = None
-
-    def zero_grad(self, set_to_none=True):
-        for _, p in self.params:
-            p.grad = None
-
-    def step(self):
-        self.grads = {n: p.grad.detach().clone() for n, p in self.params if p.grad is not None}
 
 
 def _reference_grads(policy, ref, roll, scores):

@@ -16,6 +16,7 @@ import copy
 import pytest
 import torch
 
+from helpers.grads import GradRecorder
 from rloo.algorithms import make_algorithm
 from rloo.config import LoraSettings, RLConfig
 from rloo.data.prompts import PromptStream
@@ -38,21 +39,6 @@ def reward_fn(prompts, completions):
 def _cfg(path, out, **kw) -> RLConfig:
     base = dict(policy=str(path), output_dir=out, k=K, beta=BETA, max_new_tokens=8, seed=0, max_grad_norm=1e6)
     return RLConfig(**(base | kw))
-
-
-class GradRecorder:
-    """An optimizer that records the gradients at step() and leaves the parameters unchanged."""
-
-    def __init__(self, model):
-        self.params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-        self.grads = None
-
-    def zero_grad(self, set_to_none=True):
-        for _, p in self.params:
-            p.grad = None
-
-    def step(self):
-        self.grads = {n: p.grad.detach().clone() for n, p in self.params if p.grad is not None}
 
 
 def _token_logprobs(model, x, y):
