@@ -109,3 +109,29 @@ def test_logprob_passes_under_bf16_autocast_are_the_fp32_heads(path):
                     model, rp_ids, rp_mask, c_ids, c_mask, max_logits_mb=1e-6 if path == "chunked" else 256
                 )
     _assert_fp32_close(got, ref, c_mask, _head_scale(model, rp_ids, rp_mask, c_ids, c_mask))
+
+
+@pytest.mark.parametrize("max_logits_mb", [256, 1e-6], ids=["plain", "chunked"])
+def test_head_gradient_under_bf16_autocast_is_the_fp32_heads(max_logits_mb):
+    """The head's weight gradient sum_i dz_i h_i^T, with |dz_iv| <= 2 (softmax minus one-hot) over n
+    positions: each entry is a sum of n products, so off by at most n eps * 2 max_j sum_i |h_ij| in
+    fp32, plus the dz's own error (2 (H + V) eps S, the log-probs' bound, times sum_i |h_ij|)."""
+    model, (p_ids, p_mask) = _model(), _prompts()
+    rp_ids, rp_mask = p_ids.repeat_interleave(K, 0), p_mask.repeat_interleave(K, 0)
+    c_ids = torch.randint(2, V, (B * K, T), generator=torch.Generator().manual_seed(4))
+    c_mask = torch.ones(B * K, T, dtype=torch.bool)
+
+    def head_grad(autocast: bool):
+        model.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            lp = completion_logprobs(model, rp_ids, rp_mask, c_ids, c_mask, max_logits_mb=max_logits_mb)
+        lp[c_mask].sum().backward()
+        return model.lm_head.weight.grad.clone()
+
+    ref, got = head_grad(False), head_grad(True)
+    ids, mask = torch.cat([rp_ids, c_ids], 1), torch.cat([rp_mask, c_mask], 1)
+    with torch.no_grad():
+        h = model.model(input_ids=ids, attention_mask=mask.long(), use_cache=False).last_hidden_state[:, -T - 1 : -1]
+    h_sum = float(h.abs().sum((0, 1)).max())
+    S = _head_scale(model, rp_ids, rp_mask, c_ids, c_mask)
+    assert_close(got, ref, 1.0, scale=2 * h_sum * (B * K * T + (H + V) * S), msg="head gradient under autocast")
