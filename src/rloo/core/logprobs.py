@@ -7,6 +7,8 @@ Masks are bool tensors where True marks a real token that counts
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from torch import Tensor
 
@@ -118,17 +120,30 @@ def completion_mask(tokens: Tensor, eos_id: int, pad_id: int | None = None) -> T
     return mask
 
 
+def fp32_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    """x W^T + b in float32, with autocast off where it is on. x (..., H), weight (V, H), bias (V,) -> (..., V).
+
+    The LM head of every log-prob pass (issue 34): under bf16 autocast its product would round the
+    logits to 8 bits before the fp32 log-softmax (so the sampler's log-probs, a training pass's and
+    a reference's would differ by bf16 rounding: step-0 KL != 0, first PPO ratio != 1). On fp32
+    tensors without autocast this is exactly F.linear (the .float() calls return their input)."""
+    on = torch.is_autocast_enabled(x.device.type)
+    with torch.autocast(x.device.type, enabled=False) if on else contextlib.nullcontext():
+        return torch.nn.functional.linear(x.float(), weight.float(), None if bias is None else bias.float())
+
+
 class _HeadLogprobs(torch.autograd.Function):
     """log softmax(h W^T + b)/temperature at the target tokens, `chunk` positions at a time, with
     no (n, V) tensor kept: the backward pass recomputes each chunk's logits (one extra LM-head
-    matmul) and uses d lp_i / d z_ij = (1[j = y_i] - softmax_ij) / temperature."""
+    matmul) and uses d lp_i / d z_ij = (1[j = y_i] - softmax_ij) / temperature. Both passes compute in
+    float32 (`fp32_linear`, autocast off), the gradients are returned in the inputs' dtypes."""
 
     @staticmethod
     def forward(ctx, hidden, weight, bias, tokens, temperature, chunk):
         out = hidden.new_empty(hidden.shape[0], dtype=torch.float32)
         lse = torch.empty_like(out)
         for s in range(0, hidden.shape[0], chunk):
-            z = torch.nn.functional.linear(hidden[s : s + chunk], weight, bias).float()
+            z = fp32_linear(hidden[s : s + chunk], weight, bias)
             if temperature != 1.0:
                 z = z.div_(temperature)  # in place: a chunk's logits are the largest tensors here
             lse[s : s + chunk] = z.logsumexp(-1)
@@ -142,21 +157,27 @@ class _HeadLogprobs(torch.autograd.Function):
         hidden, weight, bias, tokens, lse = ctx.saved_tensors
         t, chunk = ctx.temperature, ctx.chunk
         need_h, need_w, need_b = ctx.needs_input_grad[:3]
+        f32 = {"dtype": torch.float32}
         grad_h = torch.empty_like(hidden) if need_h else None
-        grad_w = torch.zeros_like(weight) if need_w else None
-        grad_b = torch.zeros_like(bias) if need_b else None
-        for s in range(0, hidden.shape[0], chunk):
-            h, g = hidden[s : s + chunk], grad[s : s + chunk]
-            z = torch.nn.functional.linear(h, weight, bias).float()
-            dz = z.div_(t).sub_(lse[s : s + chunk, None]).exp_().mul_(-g[:, None])  # -g * softmax, in place
-            dz.scatter_add_(-1, tokens[s : s + chunk, None], g[:, None])  # + g at the target
-            dz = dz.div_(t).to(hidden.dtype)
-            if grad_h is not None:
-                grad_h[s : s + chunk] = dz @ weight
-            if grad_w is not None:
-                grad_w.addmm_(dz.t(), h)
-            if grad_b is not None:
-                grad_b += dz.sum(0)
+        grad_w = torch.zeros_like(weight, **f32) if need_w else None
+        grad_b = torch.zeros_like(bias, **f32) if need_b else None
+        on = torch.is_autocast_enabled(hidden.device.type)
+        with torch.autocast(hidden.device.type, enabled=False) if on else contextlib.nullcontext():
+            w = weight.float()
+            for s in range(0, hidden.shape[0], chunk):
+                h, g = hidden[s : s + chunk].float(), grad[s : s + chunk]
+                z = fp32_linear(h, w, bias)
+                dz = z.div_(t).sub_(lse[s : s + chunk, None]).exp_().mul_(-g[:, None])  # -g * softmax, in place
+                dz.scatter_add_(-1, tokens[s : s + chunk, None], g[:, None])  # + g at the target
+                dz = dz.div_(t)
+                if grad_h is not None:
+                    grad_h[s : s + chunk] = dz @ w
+                if grad_w is not None:
+                    grad_w.addmm_(dz.t(), h)
+                if grad_b is not None:
+                    grad_b += dz.sum(0)
+        grad_w = None if grad_w is None else grad_w.to(weight.dtype)
+        grad_b = None if grad_b is None else grad_b.to(bias.dtype)
         return grad_h, grad_w, grad_b, None, None, None
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from rloo.core.logprobs import head_token_logprobs, token_logprobs
+from rloo.core.logprobs import fp32_linear, head_token_logprobs, token_logprobs
 from rloo.data.collate import position_ids
 
 # The largest float32 (positions x vocabulary) logits a log-prob pass may hold at once; above it
@@ -23,6 +23,30 @@ def plain_head(model):
         return None
     head = model.get_output_embeddings()
     return head if type(head) is torch.nn.Linear else None
+
+
+def head_logits(hidden: Tensor, head: torch.nn.Module) -> Tensor:
+    """The float32 logits head(hidden) (..., H) -> (..., V): under autocast the head's product runs in
+    fp32 (`fp32_linear`), so log-probs are taken from fp32 logits, not bf16-rounded ones; without
+    autocast the head's own forward (rloo.modeling.few_rows may have swapped it), as the model runs it."""
+    if torch.is_autocast_enabled(hidden.device.type):
+        return fp32_linear(hidden, head.weight, head.bias)
+    return head(hidden).float()
+
+
+def lm_logits(model, keep: int, **inputs):
+    """(float32 logits of the last `keep` >= 1 positions of model(**inputs) (N, keep, V), the output
+    that holds its cache): the one place the log-prob passes (sampler prefill and decode, plain,
+    shared) compute logits. A plain head (`plain_head`) runs on the backbone's hidden states through
+    `head_logits` (fp32 under autocast); any other model (DDP/FSDP/PEFT wrappers, other architectures)
+    gives its own logits, upcast (bf16-rounded under autocast)."""
+    head = plain_head(model)
+    if head is None:
+        out = model(**inputs, logits_to_keep=keep)
+        return out.logits.float(), out
+    out = getattr(model, model.base_model_prefix)(**inputs)
+    # the slice transformers' ForCausalLM takes for logits_to_keep: the same product, so fp32 runs keep their bits
+    return head_logits(out.last_hidden_state[:, -keep:, :], head), out
 
 
 def chunked_head(model, positions: int, max_logits_mb: float = MAX_LOGITS_MB):
@@ -47,12 +71,13 @@ def lm_token_logprobs(
 
     When the (N, W, V) float32 logits would exceed max_logits_mb and the model's head is plain,
     the backbone's hidden states go through `head_token_logprobs` in chunks of that size, so no
-    (N, W, V) tensor exists in forward or backward; otherwise the model's own logits are used."""
+    (N, W, V) tensor exists in forward or backward; otherwise the logits of `lm_logits`. Either way a
+    plain head computes in fp32 under autocast."""
     N, W = targets.shape
     keep, chunked = W + int(skip_last), chunked_head(model, N * W, max_logits_mb)
     if chunked is None:
-        logits = model(**inputs, logits_to_keep=keep).logits
-        return token_logprobs(logits[:, :W].float(), targets, temperature=temperature)
+        logits = lm_logits(model, keep, **inputs)[0]
+        return token_logprobs(logits[:, :W], targets, temperature=temperature)
     head, chunk = chunked
     hidden = getattr(model, model.base_model_prefix)(**inputs).last_hidden_state[:, -keep:][:, :W]
     return head_token_logprobs(hidden, head.weight, head.bias, targets, temperature, chunk=chunk)

@@ -19,6 +19,7 @@ from transformers.cache_utils import DynamicLayer
 
 from rloo.data.collate import position_ids
 from rloo.modeling.dropout import has_dropout  # noqa: F401 - re-exported (the sampler's import)
+from rloo.modeling.forward import lm_logits
 from rloo.modeling.layer_checkpoint import prefix_cache
 
 
@@ -179,10 +180,11 @@ def cache_kwarg(model) -> str:
 
 @dataclass
 class Prefill:
-    """The policy's pass over the B distinct prompts (B,P): its KV cache and the logits at each
-    prompt's last position (B,V). Computed with autograd on, generation uses a detached copy and
-    the policy-gradient pass reuses it, so the prompt's forward pass runs once per step and its
-    backward pass runs through this graph. Valid only while the weights are unchanged."""
+    """The policy's pass over the B distinct prompts (B,P): its KV cache and the float32 logits at each
+    prompt's last position (B,V) (`rloo.modeling.forward.lm_logits`: an fp32 head under autocast).
+    Computed with autograd on, generation uses a detached copy and the policy-gradient pass reuses
+    it, so the prompt's forward pass runs once per step and its backward pass runs through this
+    graph. Valid only while the weights are unchanged."""
 
     ids: Tensor
     mask: Tensor
@@ -194,15 +196,16 @@ def prefill_prompts(model, ids: Tensor, mask: Tensor) -> Prefill:
     """The model's pass over the prompts (B,P). Its cache layers are PrefixLayers (replay-safe under
     rloo.modeling.layer_checkpoint); sampling decodes into a fresh copy (`expanded`), never into this one."""
     cache = prefix_cache()
-    out = model(
+    logits, _ = lm_logits(
+        model,
+        1,
         input_ids=ids,
         attention_mask=mask.long(),
         position_ids=position_ids(mask),
         use_cache=True,
-        logits_to_keep=1,
         **{cache_kwarg(model): cache},
     )
-    return Prefill(ids, mask, cache, out.logits[:, -1])
+    return Prefill(ids, mask, cache, logits[:, -1])
 
 
 def expanded(cache: DynamicCache, k: int) -> DynamicCache:

@@ -27,6 +27,7 @@ from torch import Tensor
 
 from rloo.data.collate import position_ids
 from rloo.errors import EnvError
+from rloo.modeling.forward import lm_logits
 from rloo.modeling.kvcache import cache_kwarg, prefill_prompts
 from rloo.rollout.sampler import Rollout, _decoding_cache, _next_token
 from rloo.runtime.threads import call_all
@@ -175,14 +176,16 @@ def episodes(
         if all(ep.done for ep in eps):
             break
         attn = torch.cat([attn, torch.ones_like(attn[:, :1])], dim=1)
-        out = model(
+        logits = lm_logits(
+            model,
+            1,
             input_ids=col[0][:, None].to(p_ids.device),
             attention_mask=attn,
             position_ids=next_pos,
             use_cache=True,
             **{cache_kwarg(model): cache},
-        )
-        logits, next_pos = out.logits[:, -1].float(), next_pos + 1
+        )[0][:, -1]
+        next_pos = next_pos + 1
     model.train(was_training)
     for ep in eps:  # a row still live when the token budget ran out (cannot happen: `used` reaches it first)
         ep.truncated |= not ep.done

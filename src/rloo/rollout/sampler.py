@@ -14,6 +14,7 @@ from torch import Tensor
 from rloo.data.collate import encode_prompts, position_ids
 from rloo.modeling.attention import uses_rloo_attention
 from rloo.modeling.few_rows import few_rows_linears, few_rows_pays
+from rloo.modeling.forward import lm_logits
 from rloo.modeling.kvcache import (
     Prefill,
     expanded,
@@ -216,18 +217,8 @@ def sample(
             if finished or len(ids) == max_new_tokens:  # the last token's forward would be wasted
                 break
             mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
-            logits = (
-                model(
-                    input_ids=tok[:, None],
-                    attention_mask=mask,
-                    position_ids=next_pos,
-                    use_cache=True,
-                    **{kw: cache},
-                    **kw_grouped,
-                )
-                .logits[:, -1]
-                .float()
-            )
+            step = {"input_ids": tok[:, None], "attention_mask": mask, "position_ids": next_pos, "use_cache": True}
+            logits = lm_logits(model, 1, **step, **{kw: cache}, **kw_grouped)[0][:, -1]
             next_pos = next_pos + 1
     return torch.stack(ids, 1), torch.stack(masks, 1), torch.stack(lps, 1)
 
