@@ -157,10 +157,9 @@ class _HeadLogprobs(torch.autograd.Function):
         hidden, weight, bias, tokens, lse = ctx.saved_tensors
         t, chunk = ctx.temperature, ctx.chunk
         need_h, need_w, need_b = ctx.needs_input_grad[:3]
-        f32 = {"dtype": torch.float32}
         grad_h = torch.empty_like(hidden) if need_h else None
-        grad_w = torch.zeros_like(weight, **f32) if need_w else None
-        grad_b = torch.zeros_like(bias, **f32) if need_b else None
+        grad_w = torch.zeros_like(weight, dtype=torch.float32) if need_w else None
+        grad_b = torch.zeros_like(bias, dtype=torch.float32) if need_b else None
         on = torch.is_autocast_enabled(hidden.device.type)
         with torch.autocast(hidden.device.type, enabled=False) if on else contextlib.nullcontext():
             w = weight.float()
