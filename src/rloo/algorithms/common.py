@@ -18,6 +18,7 @@ from rloo.errors import EnvError, RewardError
 from rloo.modeling.forward import completion_logprobs
 from rloo.rollout import Rollout, rollout
 from rloo.rollout.multiturn import policy_tokens
+from rloo.rollout.settings import sampling_settings
 from rloo.runtime.distributed import is_wrapped, unwrap
 
 
@@ -71,12 +72,8 @@ def sample(
         models.tokenizer,
         prompts,
         cfg.k,
-        max_prompt_len=cfg.max_prompt_tokens,
-        max_new_tokens=cfg.max_new_tokens,
-        temperature=cfg.temperature,
-        top_p=cfg.top_p,
+        **sampling_settings(cfg),
         generator=gen,
-        share_prompt=cfg.share_prompt,
         keep_prefill=keep_prefill,
         rows=rows,
         all_done=all_done,

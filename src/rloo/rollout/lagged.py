@@ -16,6 +16,7 @@ import torch
 
 from rloo.config import RLConfig
 from rloo.rollout.sampler import Rollout, rollout
+from rloo.rollout.settings import sampling_settings
 from rloo.runtime.weights import WeightRing
 
 
@@ -50,12 +51,8 @@ class LaggedSampler:
             self.tokenizer,
             prompts,
             cfg.k,
-            max_prompt_len=cfg.max_prompt_tokens,
-            max_new_tokens=cfg.max_new_tokens,
-            temperature=cfg.temperature,
-            top_p=cfg.top_p,
+            **sampling_settings(cfg),
             generator=self.generator,
-            share_prompt=cfg.share_prompt,
         )
         roll.lag = self.version - v
         return roll

@@ -21,6 +21,7 @@ from rloo.config import RLConfig
 from rloo.errors import RlooError
 from rloo.rollout.lagged import LaggedSampler, shadow_copy
 from rloo.rollout.sampler import Rollout, rollout
+from rloo.rollout.settings import sampling_settings
 from rloo.runtime.child import ChildProcess, die_with_parent, put_until, wait_until
 from rloo.runtime.weights import WeightRing
 
@@ -50,12 +51,8 @@ def _produce(parent_pid, stop, out, cfg: RLConfig, model, tokenizer, stream, rin
                 tokenizer,
                 stream.next(),
                 cfg.k,
-                max_prompt_len=cfg.max_prompt_tokens,
-                max_new_tokens=cfg.max_new_tokens,
-                temperature=cfg.temperature,
-                top_p=cfg.top_p,
+                **sampling_settings(cfg),
                 generator=gen,
-                share_prompt=cfg.share_prompt,
             )
             if not put_until(out, ("batch", j, version, idle, roll), stop, parent_pid):
                 return
