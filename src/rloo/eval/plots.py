@@ -5,6 +5,7 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
+from rloo.runtime.atomic import atomic_savefig
 from rloo.runtime.tracking import read_metrics
 
 
@@ -43,7 +44,7 @@ def plot_training(metrics_path: Path, out_dir: Path, title: str = "", judge: str
         fig = _panel(plt, records, keys, ylabel, title)
         if fig is None:
             continue
-        fig.savefig(out_dir / fname, dpi=100)
+        atomic_savefig(fig, out_dir / fname, dpi=100)
         plt.close(fig)
         written.append(out_dir / fname)
     return written

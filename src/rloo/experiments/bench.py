@@ -36,6 +36,7 @@ from rloo.experiments.bench_machine import (  # noqa: F401 - the peak memory fun
 )
 from rloo.experiments.bench_workers import _rloo_worker, _start, _trl_worker
 from rloo.modeling.few_rows import few_rows_pays
+from rloo.runtime.atomic import atomic_write_text
 from rloo.runtime.precision import resolve_precision
 from rloo.runtime.runlock import run_folder
 from rloo.training.common import check_device, prepare_plain_folder
@@ -247,6 +248,6 @@ def _run_bench(cfg, log, overwrite: bool) -> dict:
                 log=log,
             )
         )
-        (out / "bench.json").write_text(json.dumps(report, indent=1))
+        atomic_write_text(out / "bench.json", json.dumps(report, indent=1))
     log(format_table(report))
     return report

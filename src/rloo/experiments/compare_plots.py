@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rloo.config.methods import spec_of_variant
+from rloo.runtime.atomic import atomic_savefig
 
 
 def _plt():
@@ -44,7 +45,7 @@ def _save(plt, fig, path: Path) -> Path:
     for ax in fig.axes:
         ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    atomic_savefig(fig, path, dpi=90)
     plt.close(fig)
     return path
 

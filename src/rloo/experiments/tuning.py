@@ -16,6 +16,7 @@ from pathlib import Path
 
 from rloo.config.methods import several_updates_variants, spec_of_variant
 from rloo.config.tools import TuningSettings
+from rloo.runtime.atomic import atomic_write_text
 
 
 def trial_settings(tuning: TuningSettings, method: str) -> list[dict]:
@@ -99,7 +100,7 @@ def choose(out: Path, tuning: TuningSettings, methods: list[str], task: str) -> 
             ],
         }
     (out / "tuning" / task).mkdir(parents=True, exist_ok=True)
-    (out / "tuning" / task / "selection.json").write_text(json.dumps(table, indent=1))
+    atomic_write_text(out / "tuning" / task / "selection.json", json.dumps(table, indent=1))
     return chosen
 
 

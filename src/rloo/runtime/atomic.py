@@ -108,6 +108,63 @@ def atomic_write_text(path: Path, text: str) -> None:
         raise WriteError(f"could not write {path}: {why}") from e
 
 
+def _not_a_link(path: Path) -> WriteError:
+    return WriteError(
+        f"could not write {path}: it is a link (rloo writes its own files in a run folder, never "
+        f"through a link: remove it and run again)"
+    )
+
+
+def open_append(path: Path):
+    """`path` opened for appending text, never through a link: a link planted where a run folder's
+    log should be (to someone's file) is refused in one line instead of being written through."""
+    path = Path(path)
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise _not_a_link(path) from e
+        raise WriteError(f"could not write {path}: {describe_write_failure(e, path.parent)}") from e
+    return os.fdopen(fd, "a")
+
+
+def truncate_file(path: Path, nbytes: int) -> None:
+    """Cut `path` back to `nbytes` (a resumed run's log to its checkpoint), never through a link:
+    os.truncate would cut the file a planted link points to."""
+    path = Path(path)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise _not_a_link(path) from e
+        raise WriteError(f"could not write {path}: {describe_write_failure(e, path.parent)}") from e
+    try:
+        if os.fstat(fd).st_size > nbytes:
+            os.ftruncate(fd, nbytes)
+    finally:
+        os.close(fd)
+
+
+def atomic_savefig(fig, path: Path, **kwargs) -> Path:
+    """matplotlib's `fig.savefig` through a temporary sibling and a rename, like atomic_write_text:
+    a reader (another compare process) never sees half an image, a planted link is replaced, not
+    written through."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        tmp.unlink(missing_ok=True)
+        with open(tmp, "xb") as fh:
+            fig.savefig(fh, format=path.suffix.lstrip(".") or "png", **kwargs)
+        os.replace(tmp, path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise WriteError(f"could not write {path}: {describe_write_failure(e, path.parent)}") from e
+    return path
+
+
 def remove_tree(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
 

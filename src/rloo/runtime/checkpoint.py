@@ -22,7 +22,14 @@ from pathlib import Path
 import torch
 
 from rloo.errors import RlooError, option
-from rloo.runtime.atomic import WriteError, describe_write_failure, fsync_dir, remove_tree, sync_and_hash
+from rloo.runtime.atomic import (
+    WriteError,
+    describe_write_failure,
+    fsync_dir,
+    remove_tree,
+    sync_and_hash,
+    truncate_file,
+)
 from rloo.runtime.checkpoint_verify import (  # noqa: F401 - the rest re-exported
     MARKER,
     is_verified,
@@ -53,7 +60,7 @@ def save_checkpoint(run_dir: Path, step: int, model, tokenizer, state: dict, kee
         write_model(model, tokenizer, tmp / "model")
         write_state({**state, "step": step}, tmp / "state.pt")
         manifest = sync_and_hash(tmp)
-        with open(tmp / MARKER, "w") as fh:
+        with open(tmp / MARKER, "x") as fh:  # "x": a fresh file, never through a link
             fh.write(json.dumps({"step": step, "files": manifest}))
             fh.flush()
             os.fsync(fh.fileno())
@@ -97,9 +104,7 @@ def _replace_dir(src: Path, dst: Path) -> None:
 
 def truncate_metrics(run_dir: Path, nbytes: int) -> None:
     """Drop metric records written after the checkpoint, so a resumed run does not log a step twice."""
-    path = Path(run_dir) / "metrics.jsonl"
-    if path.exists() and path.stat().st_size > nbytes:
-        os.truncate(path, nbytes)
+    truncate_file(Path(run_dir) / "metrics.jsonl", nbytes)
 
 
 def snapshot(step: int, counters: dict, gen: torch.Generator, sched, stream, metrics_path: Path) -> dict:

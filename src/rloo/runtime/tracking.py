@@ -12,7 +12,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from rloo.config import normalize_report_to
-from rloo.runtime.atomic import WriteError, describe_write_failure
+from rloo.runtime.atomic import WriteError, describe_write_failure, open_append
 from rloo.runtime.progress_text import PlainProgress
 from rloo.runtime.trackers import start_trackers
 
@@ -35,7 +35,7 @@ class MetricsLogger:
     ):
         out_dir.mkdir(parents=True, exist_ok=True)
         self.path = out_dir / "metrics.jsonl"
-        self._file = self.path.open("a")
+        self._file = open_append(self.path)
         names = normalize_report_to(report_to) if tensorboard else []
         self.failed = False
         _TB_FAILED.clear()

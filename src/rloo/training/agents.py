@@ -11,6 +11,7 @@ from rloo.config import EvalConfig, RLConfig
 from rloo.eval.episodes import evaluate_episodes
 from rloo.eval.passk import paired_pass_difference
 from rloo.modeling.loading import load_policy, model_options
+from rloo.runtime.atomic import atomic_write_text
 from rloo.runtime.tracking import say
 from rloo.tasks import get_task
 from rloo.training.common import prepare_output_dir
@@ -40,7 +41,7 @@ def evaluate_agents(ev: EvalConfig, rl: RLConfig) -> dict:
     diff, half = paired_pass_difference(results["policy"].counts, results["baseline"].counts, ev.pass_samples, 1)
     summary = {name: r.summary() | {"examples": r.examples} for name, r in results.items()}
     summary["difference"] = {"pass@1": {"diff": diff, "ci95": half}}
-    (out / "results.json").write_text(json.dumps(summary, indent=2))
+    atomic_write_text(out / "results.json", json.dumps(summary, indent=2))
     base, pol = results["baseline"], results["policy"]
     say(f"\nepisodes on {len(prompts)} held-out problems ({ev.pass_samples} each, seed {ev.seed}):")
     say(

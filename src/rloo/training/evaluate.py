@@ -19,6 +19,7 @@ from rloo.modeling.loading import frozen, load_policy, load_reward_model, model_
 from rloo.rewards import RewardModelScorer
 from rloo.rewards.judges import make_judge
 from rloo.rewards.sources import FunctionReward, load_function
+from rloo.runtime.atomic import atomic_write_text
 from rloo.runtime.precision import MIN_BF16_WIDTH_SAMPLING, stage_precision
 from rloo.runtime.runlock import holds_run_folder
 from rloo.runtime.tracking import say
@@ -95,9 +96,9 @@ def evaluate(cfg: EvalConfig, *, overwrite: bool = False) -> dict[str, PolicyEva
         summary.setdefault("difference", {}).update(pass_summary)
         for name, r in passes.items():  # kept on the result for callers (the pipeline's summary)
             results[name].passk = r
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    atomic_write_text(out / "summary.json", json.dumps(summary, indent=2))
     data = cfg.dataset.path if cfg.dataset is not None else cfg.task
-    (out / "report.md").write_text(f"# Evaluation on {len(examples)} held-out {data} prompts\n\n{table}\n")
+    atomic_write_text(out / "report.md", f"# Evaluation on {len(examples)} held-out {data} prompts\n\n{table}\n")
     say("\n" + table)
     return results
 

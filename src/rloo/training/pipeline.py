@@ -12,6 +12,7 @@ from rloo.data.preflight import check_config
 from rloo.data.split import eval_records
 from rloo.eval.paired import compare_paired, describe
 from rloo.eval.passk import paired_pass_difference
+from rloo.runtime.atomic import atomic_write_text
 from rloo.runtime.runlock import holds_run_folder
 from rloo.runtime.tracking import say
 from rloo.training.agents import evaluate_agents
@@ -69,7 +70,7 @@ def pipeline(cfg: PipelineConfig, *, overwrite: bool = False) -> dict:
         "seconds": times,
         "plots": [str(p) for p in plots],
     }
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    atomic_write_text(out / "summary.json", json.dumps(summary, indent=2))
     _print_summary(summary)
     return summary
 
@@ -98,7 +99,7 @@ def _episodes_pipeline(cfg: PipelineConfig, rl_cfg, ev_cfg, out, times: dict, t:
     times["eval"] = time.perf_counter() - t
     summary = {"task": cfg.task, "seed": cfg.seed, "algorithm": rl_cfg.algorithm, "env": rl_cfg.env, "eval": results}
     summary |= {"seconds": times, "plots": [str(p) for p in rl.plots]}
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    atomic_write_text(out / "summary.json", json.dumps(summary, indent=2))
     say("time: " + ", ".join(f"{k} {v:.0f}s" for k, v in times.items()))
     return summary
 

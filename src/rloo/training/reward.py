@@ -25,6 +25,7 @@ from rloo.modeling.loading import (
     save_pretrained_atomic,
 )
 from rloo.rollout import rollout
+from rloo.runtime.atomic import atomic_write_text
 from rloo.runtime.precision import stage_precision
 from rloo.runtime.runlock import holds_run_folder
 from rloo.runtime.tracking import MetricsLogger, progress, say
@@ -131,7 +132,7 @@ def train_reward(cfg: RewardConfig, *, overwrite: bool = False) -> RewardResult:
         pairs = preference_pairs(task, cfg.num_pairs + cfg.eval_pairs, cfg.seed, sampler, cfg.policy_pairs)
         train_pairs, held_out = pairs[: cfg.num_pairs], pairs[cfg.num_pairs :]
     # kept so that DPO can train on exactly these pairs (rloo.training.dpo)
-    (out / "pairs.jsonl").write_text("".join(json.dumps(p) + "\n" for p in train_pairs))
+    atomic_write_text(out / "pairs.jsonl", "".join(json.dumps(p) + "\n" for p in train_pairs))
     prompts, comps = encode_pairs(tokenizer, train_pairs, cfg)
     # 2. Bradley-Terry training
     total = cfg.epochs * -(-len(train_pairs) // cfg.batch_size)
@@ -165,7 +166,7 @@ def train_reward(cfg: RewardConfig, *, overwrite: bool = False) -> RewardResult:
         log.close()
     guard.finish()
     save_pretrained_atomic(model, tokenizer, out / "model")
-    (out / "accuracy.json").write_text(json.dumps({"vs_labeler": acc_label, "vs_gold": acc_gold}, indent=2))
+    atomic_write_text(out / "accuracy.json", json.dumps({"vs_labeler": acc_label, "vs_gold": acc_gold}, indent=2))
     gold = f", {acc_gold:.3f} vs gold judge" if acc_gold is not None else ""
     say(f"reward: held-out pairwise accuracy {acc_label:.3f} vs {'labeler' if task else 'dataset labels'}{gold}")
     return RewardResult(out / "model", acc_label, acc_gold)
