@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers.fp32_head_models import EOS, H, PAD, V, head_only_lm, head_scale
+from helpers.fp32_head_models import EOS, H, PAD, V, head_input, head_only_lm, head_scale
 
 from rloo.modeling.forward import completion_logprobs, score_head
 from rloo.rollout.sampler import sample
@@ -100,6 +100,29 @@ def test_training_pass_under_bf16_autocast_is_the_fp32_heads(name, tmp_path, glo
             got = completion_logprobs(model, p_ids, p_mask, c_ids, c_mask)
     assert got.dtype == torch.float32
     assert_close(got[c_mask], ref[c_mask], 2 * (H + V), scale=scale, msg=f"{name}: log-probs under bf16 autocast")
+
+
+@pytest.mark.parametrize("name", ["ddp", "fsdp"])
+def test_head_gradient_through_ddp_and_fsdp_under_bf16_autocast_is_the_fp32_heads(name, tmp_path, gloo_group):
+    """Through the wrappers' own backward (DDP's reducer, FSDP2's reduce-scatter): the head's weight
+    gradient sum_i dz_i h_i^T against the fp32 one, bound as in test_fp32_head.py: n eps * 2 max_j
+    sum_i |h_ij| from the sum over n positions, plus the dz's own error 2 (H + V) eps S times sum_i |h_ij|."""
+    model, scale = _case(name, tmp_path)
+    p_ids, p_mask, c_ids, c_mask = _batch()
+    inner = model.module if name == "ddp" else model
+
+    def head_grad(autocast: bool):
+        model.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            lp = completion_logprobs(model, p_ids, p_mask, c_ids, c_mask)
+        lp[c_mask].sum().backward()
+        g = inner.get_output_embeddings().weight.grad
+        return (g.full_tensor() if hasattr(g, "full_tensor") else g).clone()
+
+    ref, got = head_grad(False), head_grad(True)
+    h = head_input(inner, torch.cat([p_ids, c_ids], 1), torch.cat([p_mask, c_mask], 1))[:, -T - 1 : -1]
+    h_sum, n = float(h.abs().sum((0, 1)).max()), int(c_mask.sum())
+    assert_close(got, ref, 1.0, scale=2 * h_sum * (n + (H + V) * scale), msg=f"{name}: head gradient")
 
 
 @pytest.mark.parametrize("name", [n for n, (_, tied, wrap) in CASES.items() if wrap != "ddp" and not tied])

@@ -80,13 +80,18 @@ def abs_head(head, h: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def head_scale(model, ids: torch.Tensor, mask: torch.Tensor) -> float:
-    """S = max over positions and outputs of `abs_head`, the head's input captured in an fp32 forward."""
+def head_input(model, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The hidden states entering the LM head in an fp32 forward over every position (N, L, H)."""
     head, seen = model.get_output_embeddings(), []
     hook = head.register_forward_pre_hook(lambda m, args: seen.append(args[0]))
     try:
         with torch.no_grad():
             model(input_ids=ids, attention_mask=mask.long(), use_cache=False)
-            return float(abs_head(head, seen[0]).max())
+        return seen[0]
     finally:
         hook.remove()
+
+
+def head_scale(model, ids: torch.Tensor, mask: torch.Tensor) -> float:
+    """S = max over positions and outputs of `abs_head`, on the head's input in an fp32 forward."""
+    return float(abs_head(model.get_output_embeddings(), head_input(model, ids, mask)).max())
