@@ -165,7 +165,8 @@ def logprobs(device: str, dry: bool, assets: Path) -> dict:
         "reward_dtype": str(scores.dtype),
         "reward_ties": int(scores.numel() - scores.unique().numel()),
         **wrapped,
-        "ok": float((fwd - lp_ref)[m].abs().max()) == 0.0 and scores.dtype == torch.float32
+        "ok": float((fwd - lp_ref)[m].abs().max()) == 0.0
+        and scores.dtype == torch.float32
         and wrapped.get("lora_step0_kl_max_abs", 0.0) == 0.0,
     }
 

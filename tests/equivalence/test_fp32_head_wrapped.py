@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers.fp32_head_models import EOS, H, PAD, V, head_input, head_only_lm, head_scale
 
+from helpers.fp32_head_models import EOS, PAD, H, V, head_input, head_only_lm, head_scale
 from rloo.modeling.forward import completion_logprobs, score_head
 from rloo.rollout.sampler import sample
 from tolerance import assert_close

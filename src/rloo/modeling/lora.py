@@ -28,7 +28,8 @@ def add_lora(model, settings: LoraSettings, adapter_path: str | Path | None = No
     `target_modules` that names the LM head)."""
     peft = _peft()
     if adapter_path is not None:
-        return use_fp32_heads(_absolute_base(peft.PeftModel.from_pretrained(model, str(adapter_path), is_trainable=True)))
+        loaded = peft.PeftModel.from_pretrained(model, str(adapter_path), is_trainable=True)
+        return use_fp32_heads(_absolute_base(loaded))
     cfg = peft.LoraConfig(
         r=settings.r,
         lora_alpha=settings.alpha,
