@@ -4,10 +4,12 @@
 
 Each part writes one JSON object to FILE. Every part would have caught one of issue 34's defects:
   update_fraction  one AdamW step at lr 1e-6 under dtype=auto's weights: the fraction of weights changed (fp32's)
-  collectives      a one-rank NCCL group (gloo on CPU): mean_metrics, all_done, FSDP2 wrap, clipping, state dict
+  collectives      a one-rank NCCL group (gloo on CPU): mean_metrics, all_done, FSDP2 wrap (fp32 logits under
+                   bf16 autocast), clipping, state dict
   train_resume     `rloo train device=... eval_every=1 save_every=1`, then `--resume` (sampler, eval, checkpoints)
   logprobs         on the 1B shape: sampler log-probs against a policy forward, the step-0 KL against a frozen
-                   copy, the first PPO ratio, reward-score ties
+                   copy, the first PPO ratio, reward-score ties; the same KL and ratio through PEFT LoRA
+                   (a wrapper running the model's own forward: its head must stay fp32 under autocast)
   guard_memory     peak memory of one 1B training step with the weight guard on
 The dry run (CPU, tiny shapes, gloo) checks the script itself: tests/integration/test_gpu_check.py.
 """
@@ -30,10 +32,12 @@ import torch  # noqa: E402
 
 
 def _model(device: str, dry: bool, cls=None):
-    """A Llama of the bench's 1B shape (random weights, fp32 masters), or a tiny one in the dry run."""
+    """A Llama of the bench's 1B shape (random weights, fp32 masters), or a tiny one in the dry run; its
+    output head in fp32 under autocast, as rloo's loaders give it (rloo.modeling.fp32_head)."""
     from transformers import LlamaForCausalLM
 
     from rloo.experiments.bench_assets import SHAPES, llama_config
+    from rloo.modeling.fp32_head import use_fp32_heads
 
     shape = SHAPES["1B"]
     cfg = llama_config(shape, 512 if dry else shape.vocab_size)
@@ -43,7 +47,7 @@ def _model(device: str, dry: bool, cls=None):
     cfg.num_labels = 1
     torch.manual_seed(0)
     with torch.device(device):
-        return (cls or LlamaForCausalLM)(cfg)
+        return use_fp32_heads((cls or LlamaForCausalLM)(cfg))
 
 
 def _peak_reset(device: str) -> None:
@@ -75,6 +79,7 @@ def collectives(device: str, dry: bool, assets: Path) -> dict:
     from rloo.algorithms.base import total
     from rloo.runtime import distributed
     from rloo.runtime.distributed import Dist
+    from rloo.runtime.precision import resolve_precision
 
     cuda = device.startswith("cuda")
     if cuda:
@@ -87,11 +92,14 @@ def collectives(device: str, dry: bool, assets: Path) -> dict:
         out["all_done"] = [d.all_done(torch.tensor([True], device=device)), d.all_done(torch.tensor([False]))]
         model = d.wrap(_model(device, True))
         ids = torch.randint(2, 500, (2, 8), device=device)
+        with resolve_precision("bfloat16", device).autocast(), torch.no_grad():  # the head inside FSDP2: fp32
+            out["fsdp_autocast_logits_dtype"] = str(model(input_ids=ids).logits.dtype)
         model(input_ids=ids, labels=ids).loss.backward()
         out["grad_norm"] = float(total(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)))
         out["state_dict_keys"] = len(d.saveable(model).state_dict)
         out["ok"] = (out["mean_metrics"] == {"a": 1.0} and out["all_done"] == [True, False]
-                     and out["grad_norm"] > 0 and out["state_dict_keys"] > 0)  # fmt: skip
+                     and out["grad_norm"] > 0 and out["state_dict_keys"] > 0
+                     and out["fsdp_autocast_logits_dtype"] == "torch.float32")  # fmt: skip
         return out
     finally:
         tdist.destroy_process_group()
@@ -147,6 +155,7 @@ def logprobs(device: str, dry: bool, assets: Path) -> dict:
             scores = reward_scores(rm, p_ids, p_mask, c_ids, c_mask)
     m = c_mask
     n = int(m.sum())
+    wrapped = _lora_logprobs(policy, prec, lps, lp_ref, (p_ids, p_mask, c_ids, c_mask))
     return {
         "precision": prec.why,
         "tokens": n,
@@ -155,8 +164,32 @@ def logprobs(device: str, dry: bool, assets: Path) -> dict:
         "first_ratio_max_dev": float((fwd - lps)[m].exp().sub(1).abs().max()),
         "reward_dtype": str(scores.dtype),
         "reward_ties": int(scores.numel() - scores.unique().numel()),
-        "ok": float((fwd - lp_ref)[m].abs().max()) == 0.0 and scores.dtype == torch.float32,
+        **wrapped,
+        "ok": float((fwd - lp_ref)[m].abs().max()) == 0.0
+        and scores.dtype == torch.float32
+        and wrapped.get("lora_step0_kl_max_abs", 0.0) == 0.0,
     }
+
+
+def _lora_logprobs(policy, prec, lps, lp_ref, batch) -> dict:
+    """The wrapped path: the policy under PEFT LoRA (rloo.modeling.lora.add_lora; B = 0, so the same
+    function) runs its own forward, whose LM head must still compute in fp32 under autocast
+    (rloo.modeling.fp32_head): its log-probs then equal the plain pass's bits, a step-0 KL of exactly 0
+    against the frozen copy. Wraps `policy` in place: call it last."""
+    try:
+        import peft  # noqa: F401
+    except ImportError:
+        return {"lora": "peft is not installed: the wrapped path was not run"}
+    from rloo.config import LoraSettings
+    from rloo.modeling.forward import completion_logprobs
+    from rloo.modeling.lora import add_lora
+
+    lora = add_lora(policy, LoraSettings(r=8, alpha=16, target_modules=["q_proj", "v_proj"])).eval()
+    with prec.autocast(), torch.no_grad():
+        lp = completion_logprobs(lora, *batch)
+    m = batch[3]
+    return {"lora_step0_kl_max_abs": float((lp - lp_ref)[m].abs().max()),
+            "lora_first_ratio_max_dev": float((lp - lps)[m].exp().sub(1).abs().max())}  # fmt: skip
 
 
 def guard_memory(device: str, dry: bool, assets: Path) -> dict:

@@ -53,6 +53,10 @@ def _check(report, trainers, parts):
         assert "error" not in part, (name, part["error"])
     assert report["parts"]["update_fraction"]["fraction"] == report["parts"]["update_fraction"]["fp32"]
     assert report["parts"]["collectives"]["backend"] == "gloo"
+    assert report["parts"]["collectives"]["fsdp_autocast_logits_dtype"] == "torch.float32"
+    # the wrapped path (PEFT LoRA, B = 0) keeps the LM head in fp32 under bf16 autocast: the plain pass's
+    # bits, a step-0 KL of exactly 0 (before issue 34's wrapped fix: bf16-rounded logits, KL != 0)
+    assert report["parts"]["logprobs"]["lora_step0_kl_max_abs"] == 0.0, report["parts"]["logprobs"]
     tests = report["cuda_tests"]["tests"]
     # the CUDA tests were collected (not silently missing) and, without a GPU, skipped
     assert any("test_precision" in name for name in tests), tests

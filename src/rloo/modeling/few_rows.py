@@ -18,6 +18,8 @@ import platform
 import torch
 import torch.nn.functional as F
 
+from rloo.modeling.fp32_head import is_fp32_head
+
 # the row counts measured in place (8-64); the prefill's hundreds of rows gained ~3%, within noise
 MAX_ROWS = 64
 
@@ -61,13 +63,27 @@ def few_rows_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
 @contextlib.contextmanager
 def few_rows_linears(model: torch.nn.Module, enabled: bool = True):
     """Within the block every `torch.nn.Linear` of `model` (exactly that type: LoRA's base layers and
-    adapters too, not subclasses with a forward of their own) computes through `few_rows_linear`.
-    Restored on exit, also on an error."""
-    patched = [m for m in model.modules() if type(m) is torch.nn.Linear and "forward" not in vars(m)] if enabled else []
+    adapters too, not subclasses with a forward of their own) computes as `few_rows_linear` does:
+    swapped where `takes_swapped`, else through its own forward (nn.Linear's, F.linear; or an output
+    head's `rloo.modeling.fp32_head.fp32_head_forward`, which is nn.Linear's without autocast, the only
+    case a swap is taken in). Restored on exit, also on an error."""
+    patched = [m for m in model.modules() if type(m) is torch.nn.Linear and _plain_forward(m)] if enabled else []
+    before = [vars(m).get("forward") for m in patched]
     for m in patched:
-        m.forward = lambda x, m=m: few_rows_linear(x, m.weight, m.bias)
+        own = m.forward
+        m.forward = lambda x, m=m, own=own: (
+            swapped_linear(x, m.weight, m.bias) if takes_swapped(x, m.weight) else own(x)
+        )
     try:
         yield len(patched)
     finally:
-        for m in patched:
-            del m.forward
+        for m, forward in zip(patched, before, strict=True):
+            if forward is None:
+                del m.forward
+            else:
+                m.forward = forward
+
+
+def _plain_forward(m: torch.nn.Module) -> bool:
+    """nn.Linear's forward, or the fp32 head's (the same product without autocast)."""
+    return "forward" not in vars(m) or is_fp32_head(m)

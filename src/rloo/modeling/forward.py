@@ -17,8 +17,9 @@ PLAIN_HEAD = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwe
 
 
 def plain_head(model):
-    """The model's LM head (a Linear) when its logits are exactly head(hidden), else None
-    (other architectures, wrappers such as DDP/FSDP/PEFT: they keep the model's own forward)."""
+    """The model's LM head (a Linear) when its logits are exactly head(hidden), else None (other
+    architectures, wrappers such as DDP/FSDP/PEFT: they keep the model's own forward, whose head
+    computes in fp32 under autocast when rloo loaded the model: rloo.modeling.fp32_head)."""
     if type(model).__name__ not in PLAIN_HEAD:
         return None
     head = model.get_output_embeddings()
@@ -27,8 +28,9 @@ def plain_head(model):
 
 def head_logits(hidden: Tensor, head: torch.nn.Module) -> Tensor:
     """The float32 logits head(hidden) (..., H) -> (..., V): under autocast the head's product runs in
-    fp32 (`fp32_linear`), so log-probs are taken from fp32 logits, not bf16-rounded ones; without
-    autocast the head's own forward (rloo.modeling.few_rows may have swapped it), as the model runs it."""
+    fp32 (`fp32_linear`, as a loaded model's head does inside a wrapper: rloo.modeling.fp32_head), so
+    log-probs are taken from fp32 logits, not bf16-rounded ones; without autocast the head's own
+    forward (rloo.modeling.few_rows may have swapped it), as the model runs it."""
     if torch.is_autocast_enabled(hidden.device.type):
         return fp32_linear(hidden, head.weight, head.bias)
     return head(hidden).float()
@@ -39,7 +41,8 @@ def lm_logits(model, keep: int, **inputs):
     that holds its cache): the one place the log-prob passes (sampler prefill and decode, plain,
     shared) compute logits. A plain head (`plain_head`) runs on the backbone's hidden states through
     `head_logits` (fp32 under autocast); any other model (DDP/FSDP/PEFT wrappers, other architectures)
-    gives its own logits, upcast (bf16-rounded under autocast)."""
+    gives its own logits, upcast: fp32 products under autocast too where its head has the fp32 forward
+    (`rloo.modeling.fp32_head.use_fp32_heads`, which rloo's loaders apply), else bf16-rounded."""
     head = plain_head(model)
     if head is None:
         out = model(**inputs, logits_to_keep=keep)
@@ -143,8 +146,6 @@ def score_head(reward_model, pooled: Tensor) -> Tensor:
     0.06): near-equal scores tie, and zero-variance filtering, the leave-one-out baseline and win
     rates see the ties. One (N,H)x(H,1) product: fp32 costs nothing here."""
     head = reward_model.score
-    if type(head) is not torch.nn.Linear:  # another head (a PEFT wrapper, say): its own forward
-        return head(pooled).squeeze(-1).float()
-    bias = None if head.bias is None else head.bias.float()
-    with torch.autocast(pooled.device.type, enabled=False):
-        return torch.nn.functional.linear(pooled.float(), head.weight.float(), bias).squeeze(-1)
+    if type(head) is not torch.nn.Linear:  # a PEFT wrapper, say: its own forward, whose Linear keeps
+        return head(pooled).squeeze(-1).float()  # the fp32 forward of a loaded model (rloo.modeling.fp32_head)
+    return fp32_linear(pooled, head.weight, head.bias).squeeze(-1)

@@ -19,6 +19,7 @@ from transformers.utils import logging as hf_logging
 from rloo.config import ArchConfig
 from rloo.errors import RlooError
 from rloo.modeling.attention import use_rloo_attention
+from rloo.modeling.fp32_head import use_fp32_heads
 from rloo.runtime.atomic import WriteError, describe_write_failure, fsync_dir, sync_and_hash
 from rloo.runtime.names import check_name
 from rloo.runtime.precision import weights_dtype
@@ -29,7 +30,8 @@ hf_logging.set_verbosity_error()
 
 
 def build_llama(arch: ArchConfig, tokenizer, seed: int) -> LlamaForCausalLM:
-    """A small Llama-architecture causal LM initialised from scratch for `tokenizer`."""
+    """A small Llama-architecture causal LM initialised from scratch for `tokenizer` (its head in fp32
+    under autocast, as every loaded model's: rloo.modeling.fp32_head)."""
     if arch.hidden_size % arch.num_heads:
         raise RlooError(f"arch.hidden_size={arch.hidden_size} must be divisible by arch.num_heads={arch.num_heads}")
     cfg = LlamaConfig(
@@ -46,7 +48,7 @@ def build_llama(arch: ArchConfig, tokenizer, seed: int) -> LlamaForCausalLM:
         tie_word_embeddings=True,
     )
     torch.manual_seed(seed)
-    return use_rloo_attention(LlamaForCausalLM(cfg))
+    return use_fp32_heads(use_rloo_attention(LlamaForCausalLM(cfg)))
 
 
 def _check_dir(path: str, what: str) -> None:
@@ -104,13 +106,15 @@ def _check_safetensors(path: str, what: str) -> None:
 
 
 def _load(cls, path: str, what: str, device: str, dtype, trust_remote_code: bool, **kw):
+    """(model, tokenizer) from `path`: rloo's attention (rloo.modeling.attention), and its output heads
+    in fp32 under autocast (rloo.modeling.fp32_head), set before any wrapper (DDP, FSDP2, PEFT) sees it."""
     _check_dir(path, what)
     _check_safetensors(path, what)
     try:
         model = cls.from_pretrained(path, dtype=resolve_dtype(dtype, device), trust_remote_code=trust_remote_code, **kw)
     except (OSError, ValueError, ImportError) as e:
         raise RlooError(f"could not load a {what} from {path!r}: {str(e).splitlines()[0]}") from e
-    return use_rloo_attention(model.to(device)), load_tokenizer(path, trust_remote_code)
+    return use_fp32_heads(use_rloo_attention(model.to(device))), load_tokenizer(path, trust_remote_code)
 
 
 def load_policy(

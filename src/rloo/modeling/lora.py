@@ -10,6 +10,7 @@ import torch
 
 from rloo.config import LoraSettings
 from rloo.errors import RlooError
+from rloo.modeling.fp32_head import use_fp32_heads
 
 
 def _peft():
@@ -22,10 +23,13 @@ def _peft():
 
 def add_lora(model, settings: LoraSettings, adapter_path: str | Path | None = None):
     """Wrap `model` with fresh adapters (B = 0, so it starts equal to the base model), or with the
-    adapters saved at `adapter_path` (resume). Only adapter weights require gradients."""
+    adapters saved at `adapter_path` (resume). Only adapter weights require gradients. The output head
+    keeps its fp32 product under autocast (rloo.modeling.fp32_head), adapters on it included (a
+    `target_modules` that names the LM head)."""
     peft = _peft()
     if adapter_path is not None:
-        return _absolute_base(peft.PeftModel.from_pretrained(model, str(adapter_path), is_trainable=True))
+        loaded = peft.PeftModel.from_pretrained(model, str(adapter_path), is_trainable=True)
+        return use_fp32_heads(_absolute_base(loaded))
     cfg = peft.LoraConfig(
         r=settings.r,
         lora_alpha=settings.alpha,
@@ -33,7 +37,7 @@ def add_lora(model, settings: LoraSettings, adapter_path: str | Path | None = No
         target_modules=settings.target_modules,
         task_type="CAUSAL_LM",
     )
-    return _absolute_base(peft.get_peft_model(model, cfg))
+    return use_fp32_heads(_absolute_base(peft.get_peft_model(model, cfg)))
 
 
 def _absolute_base(peft_model):

@@ -19,9 +19,10 @@
   probing (the test suite pins float32 this way, see tests/conftest.py).
 
 What stays fp32 under autocast (and why it is safe): the LM head of every log-prob pass computes in
-fp32 with autocast off (`rloo.modeling.forward.lm_logits`, `rloo.core.logprobs.fp32_linear`) and
-log-softmax/log-probs upcast the logits (`rloo.core.logprobs`), reward scores come from an fp32 score
-head (`rloo.modeling.forward.score_head`), and the KL,
+fp32 with autocast off (`rloo.modeling.forward.lm_logits`, `rloo.core.logprobs.fp32_linear`; inside
+DDP, FSDP2 and PEFT wrappers and non-plain heads through the heads' own forward,
+`rloo.modeling.fp32_head`) and log-softmax/log-probs upcast the logits (`rloo.core.logprobs`), reward
+scores come from an fp32 score head (`rloo.modeling.forward.score_head`), and the KL,
 advantages and loss reductions only see those fp32 tensors (autocast casts only matmul-like ops).
 """
 
