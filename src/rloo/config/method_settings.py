@@ -7,7 +7,7 @@ own model (its table entry, rloo.config.methods, which also refuses a setting of
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from pydantic import BaseModel, Field, create_model
 
@@ -158,5 +158,5 @@ def as_settings_model(method: str, settings: type[BaseModel] | Mapping[str, Any]
     if isinstance(settings, type) and issubclass(settings, Strict):
         return settings
     if isinstance(settings, type) and issubclass(settings, BaseModel):
-        return create_model(title, __base__=(settings, Strict))
+        return cast("type[Strict]", create_model(title, __base__=(settings, Strict)))  # a Strict subclass
     raise TypeError(f"{method}: settings must be a pydantic model or a dict of fields, got {settings!r}")
