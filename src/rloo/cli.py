@@ -20,7 +20,6 @@ from rloo.config import (
 from rloo.errors import Interrupted, RewardError, RlooError, cli_options
 from rloo.runtime.atomic import describe_write_failure
 from rloo.runtime.runlock import refuse_if_busy
-from rloo.runtime.user_code import load_module
 
 EXAMPLES = {
     "pipeline": "rloo pipeline                      # the whole pipeline on the default task\n"
@@ -164,8 +163,11 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(describe_fields(cls)))
         return 0
     try:
-        for target in getattr(args, "plugin", []):  # before the config: it may name the plugin's method
-            load_module(target, "plugin")
+        if getattr(args, "plugin", []):  # before the config: it may name the plugin's method
+            from rloo.runtime.user_code import load_module  # lazy (it loads huggingface_hub): fast --help
+
+            for target in args.plugin:
+                load_module(target, "plugin")
         cfg = load_config(cls, args.config, args.overrides)
         if getattr(cfg, "output_dir", None) is not None:  # before the slow imports of the stage
             refuse_if_busy(cfg.output_dir)
