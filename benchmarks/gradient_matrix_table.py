@@ -10,10 +10,18 @@ docs/results/gradient-matrix/gradient_matrix.pairwise.jsonl.
 import json
 import sys
 
+from rloo.config.methods import DEFAULT_METHOD, compare_variants
+
 FACTORS = (
     "arch", "tied", "dropout", "padded", "share", "buckets", "checkpointing", "lora", "chunked", "grouped", "few_rows",
 )  # fmt: skip
-METHODS = ("ppo", "grpo", "rloo_clip")
+
+
+def methods_with(rows: list[dict], metric: str) -> list[str]:
+    """The methods and comparison variants (names from the method table) some row measured `metric`
+    of, in the order the test wrote them (the rows' first mention)."""
+    known = compare_variants()
+    return list(dict.fromkeys(m for r in rows for m, v in r.items() if m in known and metric in v))
 
 
 def yes(v) -> str:
@@ -32,21 +40,21 @@ def main(paths: list[str]) -> None:
     }
     for r in data["rows"]:  # runs from before a factor existed ran with it off
         r["combo"] = {f: False for f in FACTORS} | r["combo"]
+    grads, ratios = methods_with(data["rows"], "grad_err_rel"), methods_with(data["rows"], "logratio_max")
     rows = sorted(data["rows"], key=lambda r: tuple(str(r["combo"][f]) for f in FACTORS))
-    head = [f for f in FACTORS] + ["rloo grad err / max", "reinforce grad err / max", "distinct lengths"]
-    head += [f"{m} max log-ratio" for m in METHODS]
+    head = [f for f in FACTORS] + [f"{m} grad err / max" for m in grads] + ["distinct lengths"]
+    head += [f"{m} max log-ratio" for m in ratios]
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for r in rows:
         c = r["combo"]
-        reinforce = f"{r['reinforce']['grad_err_rel']:.1e}" if "reinforce" in r else ""  # runs before it was checked
-        cells = [yes(c[f]) for f in FACTORS] + [f"{r['rloo']['grad_err_rel']:.1e}", reinforce]
-        cells += [str(r["rloo"]["distinct_lengths"])]
-        cells += [f"{r[m]['logratio_max']:.1e}" if m in r else "" for m in METHODS]
+        cells = [yes(c[f]) for f in FACTORS] + [f"{r[m]['grad_err_rel']:.1e}" if m in r else "" for m in grads]
+        cells += [str(r[DEFAULT_METHOD]["distinct_lengths"])]  # the same batch for every method
+        cells += [f"{r[m]['logratio_max']:.1e}" if m in r else "" for m in ratios]
         print("| " + " | ".join(cells) + " |")
-    errs = [r[m]["grad_err_rel"] for r in rows for m in ("rloo", "reinforce") if m in r]
-    lr = [r[m]["logratio_max"] for r in rows for m in METHODS if m in r]
-    clip = [r[m]["clipfrac"] for r in rows for m in METHODS if m in r]
+    errs = [r[m]["grad_err_rel"] for r in rows for m in grads if m in r]
+    lr = [r[m]["logratio_max"] for r in rows for m in ratios if m in r]
+    clip = [r[m]["clipfrac"] for r in rows for m in ratios if m in r]
     print(
         f"\n{len(rows)} combinations; gradient error / max |entry|: max {max(errs):.1e} "
         f"(tolerance {data['grad_rel_tol']:.1e}); ratio methods: max |log ratio| {max(lr):.1e}, "

@@ -107,6 +107,8 @@ COMMANDS = {
 
 
 PREFLIGHT = ("pipeline", "sft", "reward", "train", "eval")
+# The commands that train with a method, so may take one added by the user's module (--plugin)
+PLUGINS = ("pipeline", "train", "compare")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -131,6 +133,15 @@ def build_parser() -> argparse.ArgumentParser:
             sp.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in output_dir")
         if name == "compare":
             sp.add_argument("--quick", action="store_true", help="tiny settings: every method in minutes")
+        if name in PLUGINS:
+            sp.add_argument(
+                "--plugin",
+                action="append",
+                default=[],
+                metavar="FILE.py|MODULE",
+                help="import your module first, e.g. one that adds a method (rloo.algorithms.add_method, "
+                "docs/methods.md); repeatable",
+            )
     return p
 
 
@@ -152,6 +163,11 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(describe_fields(cls)))
         return 0
     try:
+        if getattr(args, "plugin", []):  # before the config: it may name the plugin's method
+            from rloo.runtime.user_code import load_module  # lazy (it loads huggingface_hub): fast --help
+
+            for target in args.plugin:
+                load_module(target, "plugin")
         cfg = load_config(cls, args.config, args.overrides)
         if getattr(cfg, "output_dir", None) is not None:  # before the slow imports of the stage
             refuse_if_busy(cfg.output_dir)

@@ -1,23 +1,31 @@
 """Adding a method or a reward source touches one place: a module of its own, written against the
-public extension points only (`rloo.algorithms.add_method`: one table entry and one step; a
-`RewardSource` named by reward_fn=module:name), runs through `rloo train` and `rloo compare`."""
+public extension points only (`rloo.algorithms.add_method`: one table entry with its own settings,
+and one step; a `RewardSource` named by reward_fn=module:name), runs through `rloo train` and
+`rloo compare`, imported in the test or by the CLI (`--plugin`)."""
 
 from __future__ import annotations
 
 import importlib
 import json
+import os
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
 import yaml
 
+import rloo
 from rloo.algorithms import REGISTRY
 from rloo.cli import main
 from rloo.config import METHOD_SPECS
 
 TOY_METHOD = '''
-"""REINFORCE with the batch's mean shaped reward as its baseline, and a k3-KL comparison variant."""
+"""REINFORCE with a share of the batch's mean shaped reward as its baseline (a setting of its own), and
+a k3-KL comparison variant."""
+from pydantic import Field
+
 from rloo.algorithms import add_method
 from rloo.algorithms.base import StepResult, guarded_step
 from rloo.algorithms.common import Timer, require_scored, rollout_stats, sample_and_score, sequence_rewards
@@ -33,13 +41,15 @@ def toy_step(models, opt, prompts, cfg, gen):
     roll, scores, ref_lp = sample_and_score(models, prompts, cfg, gen, timer)
     require_scored(scores, cfg.algorithm)
     rewards, kl = sequence_rewards(scores, roll, ref_lp, cfg)
-    advantages = rewards - rewards.mean()
+    baseline = cfg.algorithm_settings.baseline_share * rewards.mean()
+    advantages = rewards - baseline
     roll.record(advantage=advantages)
     logprobs = update_logprobs(models, roll, cfg)
     loss, stats = policy_gradient_loss(sequence_logprobs(logprobs, roll.completion_mask), advantages)
     norm, stepped = guarded_step(loss, list(models.policy.parameters()), opt, cfg.max_grad_norm)
     timer.lap("update")
-    stats = {k: float(v) for k, v in stats.items()} | {"toy/baseline": rewards.mean().item()}
+    stats = {k: float(v) for k, v in stats.items()} | {"toy/baseline": baseline.item()}
+    stats["toy/mean"] = rewards.mean().item()
     return StepResult(stats | rollout_stats(roll, scores, kl, rewards, norm, not stepped, timer), roll, rewards)
 
 
@@ -47,11 +57,15 @@ def short(prompts, completions):
     return [-len(c.split()) / 10 for c in completions]
 
 
+class ToySettings(KLEstimatorSettings):  # the shared rollout's KL estimator, and a key of its own
+    baseline_share: float = Field(default=1.0, ge=0, le=1, description="toy_pg: share of the batch mean subtracted.")
+
+
 add_method(
     MethodSpec(
         "toy_pg",
         "batch-mean baseline",
-        KLEstimatorSettings,
+        ToySettings,
         variants={"toy_pg_k3": {"algorithm_settings": {"kl_estimator": "k3"}}},
     ),
     toy_step,
@@ -110,7 +124,7 @@ def _records(run) -> list[dict]:
     return [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
 
 
-def test_a_method_from_its_own_module_trains_and_compares(plugin, tiny_model_dir, tmp_path, capsys):
+def test_a_method_from_its_own_module_trains_with_its_own_settings(plugin, tiny_model_dir, tmp_path, capsys):
     assert main(["train", "algorithm=toy_pg", f"policy={tiny_model_dir}"]) == 2  # unknown before it is added
     assert "algorithm: Input should be" in capsys.readouterr().err
     plugin("toy_method", TOY_METHOD)
@@ -119,42 +133,12 @@ def test_a_method_from_its_own_module_trains_and_compares(plugin, tiny_model_dir
     assert main(args + TRAIN) == 0, capsys.readouterr().err
     steps = [r for r in _records(run) if "toy/baseline" in r]
     assert len(steps) == 2 and all(r["reward/score"] <= 0 for r in steps)
-    # its settings are its own: another method's is refused in one line
-    assert main(args + TRAIN + ["algorithm_settings.gae_lambda=0.5"]) == 2
+    assert all(r["toy/baseline"] == r["toy/mean"] for r in steps)  # baseline_share's default, 1
+    # its settings are its own: another method's is refused in one line, and its own for another method
+    assert main(args + TRAIN + ["algorithm_settings.gae_lambda=0.95"]) == 2
     assert "algorithm_settings.gae_lambda is a setting of ppo, not of algorithm=toy_pg" in capsys.readouterr().err
-    out = tmp_path / "compare"
-    rc = main(
-        [
-            "compare",
-            "methods=[toy_pg,toy_pg_k3]",
-            "tasks=[summarize]",
-            "seeds=[0]",
-            f"output_dir={out}",
-            "sft.num_examples=64",
-            "sft.epochs=1",
-            "sft.arch.hidden_size=32",
-            "sft.arch.num_layers=1",
-            "sft.arch.num_heads=2",
-            "sft.arch.intermediate_size=64",
-            "reward.num_pairs=64",
-            "reward.eval_pairs=16",
-            "reward.epochs=1",
-            "rl.steps=2",
-            "rl.batch_size=2",
-            "rl.max_new_tokens=5",
-            "rl.eval_every=null",
-            "rl.eval_prompts=8",
-            "rl.save_every=null",
-            "eval.num_prompts=8",
-            "eval.batch_size=8",
-            "variance_batches=0",
-        ]
-    )
-    assert rc == 0, capsys.readouterr().err
-    results = json.loads((out / "report" / "results.json").read_text())["summarize"]
-    assert {"toy_pg", "toy_pg_k3"} <= set(results)
-    k3 = yaml.safe_load((out / "runs" / "summarize" / "seed-0" / "toy_pg_k3" / "config.yaml").read_text())
-    assert k3["algorithm"] == "toy_pg" and k3["algorithm_settings"]["kl_estimator"] == "k3"
+    assert main(args[:1] + args[2:] + TRAIN + ["algorithm_settings.baseline_share=0.5"]) == 2
+    assert "algorithm_settings.baseline_share is a setting of toy_pg, not of algorithm=rloo" in capsys.readouterr().err
 
 
 def test_a_reward_source_from_its_own_module_is_used_as_it_is(plugin, tiny_model_dir, tmp_path, capsys):
@@ -168,3 +152,59 @@ def test_a_reward_source_from_its_own_module_is_used_as_it_is(plugin, tiny_model
     # at most max_new_tokens=4 tokens: -0.4 <= score <= 0, up to the rounding of 4/10 in float32
     lowest = -0.4 * (1 + torch.finfo(torch.float32).eps)
     assert all(lowest <= r["reward/score"] <= 0 for r in steps)
+
+
+def _rloo(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    """The `rloo` command in a process of its own (the source this test imports), as a user runs it."""
+    env = dict(os.environ, PYTHONPATH=str(Path(rloo.__file__).parents[1]))
+    return subprocess.run(
+        [sys.executable, "-m", "rloo.cli", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
+    )
+
+
+def test_the_cli_loads_a_method_with_plugin_for_train_and_compare_quick(tiny_model_dir, tmp_path):
+    # fails on main: the CLI had no way to import the module that calls add_method (no --plugin)
+    (tmp_path / "toy_method.py").write_text(TOY_METHOD)
+    args = ["--plugin", "toy_method.py", "algorithm=toy_pg", f"policy={tiny_model_dir}"]
+    args += ["reward_fn=toy_method.py:short"]  # the same file: loaded once
+    train = _rloo(["train", *args, "algorithm_settings.baseline_share=0.5", "output_dir=run", *TRAIN], tmp_path)
+    assert train.returncode == 0, train.stderr[-3000:]
+    steps = [r for r in _records(tmp_path / "run") if "toy/baseline" in r]
+    assert len(steps) == 2 and all(r["toy/baseline"] == 0.5 * r["toy/mean"] for r in steps)
+    # `rloo compare --quick` (its tiny settings) on the plugin's method and its variant, one task, no
+    # variance study; the shared section holds the plugin's own setting
+    quick = ["--quick", "--plugin", "toy_method", "methods=[toy_pg,toy_pg_k3]", "tasks=[summarize]"]
+    quick += ["variance_batches=0", "rl.algorithm_settings.baseline_share=0.25", "output_dir=cmp"]
+    compare = _rloo(["compare", *quick], tmp_path)
+    assert compare.returncode == 0, compare.stderr[-3000:]
+    results = json.loads((tmp_path / "cmp" / "report" / "results.json").read_text())["summarize"]
+    assert {"toy_pg", "toy_pg_k3"} <= set(results)
+    for run, kl in (("toy_pg", "k1"), ("toy_pg_k3", "k3")):
+        saved = yaml.safe_load((tmp_path / "cmp" / "runs" / "summarize" / "seed-0" / run / "config.yaml").read_text())
+        assert saved["steps"] == 12 and saved["algorithm"] == "toy_pg"  # --quick's rl.steps
+        assert saved["algorithm_settings"] == {"kl_estimator": kl, "baseline_share": 0.25}
+
+
+@pytest.mark.parametrize(
+    ("plugin", "says"),
+    [
+        ("missing.py", "plugin file 'missing.py' does not exist"),
+        ("missing_module", "plugin 'missing_module': cannot import 'missing_module'"),
+        ("raises.py", "plugin 'raises.py': running raises.py raised ValueError: no GPU here"),
+        ("raises", "plugin 'raises': importing raises raised ValueError: no GPU here"),
+        ("needs_dep", "plugin 'needs_dep': importing needs_dep raised ModuleNotFoundError: No module named 'nope_dep'"),
+    ],
+)
+def test_a_plugin_that_is_missing_or_raises_is_one_line(plugin, says, tmp_path, monkeypatch, capsys):
+    (tmp_path / "raises.py").write_text('raise ValueError("no GPU here")\n')
+    (tmp_path / "needs_dep.py").write_text("import nope_dep\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for command in ("train", "compare", "pipeline"):
+        assert (
+            main([command, "--plugin", plugin, "policy=p"] if command == "train" else [command, "--plugin", plugin])
+            == 2
+        )
+        err = capsys.readouterr().err
+        assert err.startswith(f"rloo {command}: error: {says}") and err.count("\n") == 1, err
+        sys.modules.pop(plugin, None)

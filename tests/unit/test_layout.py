@@ -30,6 +30,7 @@ LAZY_OK = {
         "rloo.experiments.bench",
         "rloo.experiments.compare",
         "rloo.data.preflight",
+        "rloo.runtime.user_code",  # --plugin only
     },
     "modeling/lora.py": {"peft"},
     "rollout/vllm.py": {"vllm", "vllm.inputs"},

@@ -67,10 +67,12 @@ def add_method(
     build: Callable[[RLConfig, Models], Algorithm] | None = None,
     distributed: Callable[[RLConfig], bool] = _never,
 ) -> None:
-    """Add an online method: its table entry (rloo.config.methods.MethodSpec: settings, groups,
-    comparison variants) and its code, either a stateless `step(models, opt, prompts, cfg, gen) ->
-    StepResult` or `build(cfg, models) -> Algorithm` (a class with state, as `Reinforce`). After it,
-    `algorithm=<spec.name>` trains through `rloo train` and `rloo compare` runs it."""
+    """Add an online method: its table entry (rloo.config.methods.MethodSpec: its own settings,
+    groups, comparison variants) and its code, either a stateless `step(models, opt, prompts, cfg,
+    gen) -> StepResult` or `build(cfg, models) -> Algorithm` (a class with state, as `Reinforce`),
+    which reads its settings as `cfg.algorithm_settings.<key>`. After it, `algorithm=<spec.name>`
+    trains through `rloo train` and `rloo compare` runs it (from the command line: --plugin, the
+    module that calls this)."""
     if (step is None) == (build is None):
         raise ValueError("add_method takes a step or a build, not both")
     if not spec.online:

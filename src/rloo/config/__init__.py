@@ -7,7 +7,8 @@ use it. `from rloo.config import RLConfig` is the stable import path; the module
     confcheck.py reading YAML (duplicate keys, binary files) and the no-coercion check of Strict
     methods.py   the method table (a MethodSpec per method: its settings model, groups, comparison
                  variants); every list of methods is derived from it
-    method_settings.py  each method's own settings, and AlgorithmSettings (the `algorithm_settings:` section)
+    method_settings.py  the built-in methods' own settings, and AlgorithmSettings (every built-in key: the
+                 `algorithm_settings:` section's type; a run holds its method's own model)
     sections.py  the stage sections: model shape, SFT, reward model, RL (+ methods, LoRA), evaluation
     dataset.py   the `dataset:` section (your own data)
     stages.py    the stage configs: run-wide keys + a section (`rloo sft|reward|train|eval|pipeline`)
@@ -26,7 +27,8 @@ from rloo.config.loading import (
     save_config,
     upgrade_saved_config,
 )
-from rloo.config.methods import DEFAULT_METHOD, METHOD_SPECS, AlgorithmSettings, MethodSpec
+from rloo.config.method_settings import AlgorithmSettings
+from rloo.config.methods import DEFAULT_METHOD, METHOD_SPECS, MethodSpec
 from rloo.config.sections import (
     ALGORITHMS,
     GROUP_ALGORITHMS,

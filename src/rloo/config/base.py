@@ -44,6 +44,8 @@ def describe_validation_error(e: ValidationError, cls: type) -> str:
             msgs.append(f"unknown key {key!r} for {cls.__name__}{did_you_mean(key, cls)}")
         elif err["type"] == "missing":
             msgs.append(f"missing required key {key!r}")
+        elif err["type"] == "foreign_setting":  # rloo.config.methods.own_settings
+            msgs.append(f"{key} {msg}")
         elif not key:
             msgs.append(msg)
         elif isinstance(got, dict) and msg.split(": ", 1)[0] in got:  # a section's check naming its key

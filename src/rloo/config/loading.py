@@ -13,6 +13,7 @@ from pydantic import BaseModel, ValidationError
 
 from rloo.config.base import describe_validation_error
 from rloo.config.confcheck import read_yaml_mapping
+from rloo.config.methods import METHOD_SPECS
 from rloo.errors import ConfigError
 
 C = TypeVar("C", bound=BaseModel)
@@ -82,10 +83,17 @@ RENAMED = {"algo": "algorithm_settings"}
 
 def upgrade_saved_config(saved: dict) -> dict:
     """A config saved by an earlier version (a run folder's config.yaml, a checkpoint) with its
-    renamed sections under their present names, at the top and one level down (`rl.algo`), so it
-    compares equal to the same settings written today."""
+    renamed sections under their present names, at the top and one level down (`rl.algo`), and
+    only its method's own keys in `algorithm_settings`, so it compares equal to the same settings
+    written today."""
     out = {}
     for k, v in saved.items():
         v = upgrade_saved_config(v) if isinstance(v, dict) and k not in RENAMED.values() else v
         out[RENAMED.get(k, k)] = v
+    algorithm = out.get("algorithm")
+    spec = METHOD_SPECS.get(algorithm) if isinstance(algorithm, str) else None
+    if spec is not None and isinstance(out.get("algorithm_settings"), dict):
+        # saved before each method had its own settings: every method's keys, the others' at their defaults
+        own = spec.settings_model.model_fields
+        out["algorithm_settings"] = {k: v for k, v in out["algorithm_settings"].items() if k in own}
     return out

@@ -1,14 +1,15 @@
-"""Each method's own settings model, built from small sections several methods share, and
-`AlgorithmSettings`, the `algorithm_settings:` section: every method's settings in one flat, typed
-object for the code to read. Which model a method takes is in its table entry (rloo.config.methods),
-and a setting of another method is refused there (`check_own_settings`).
+"""Each built-in method's own settings model, built from small sections several methods share, and
+`AlgorithmSettings`, every built-in key in one model: what `--help-config` lists and what the type
+checker reads `cfg.algorithm_settings` as. A run's `algorithm_settings` is an instance of its method's
+own model (its table entry, rloo.config.methods, which also refuses a setting of another method).
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Mapping
+from typing import Any, Literal, cast
 
-from pydantic import Field
+from pydantic import BaseModel, Field, create_model
 
 from rloo.config.base import MAX_BETA, MAX_LR, Strict
 
@@ -142,6 +143,20 @@ class AlgorithmSettings(
     RlooAblationSettings,
     KLEstimatorSettings,
 ):
-    """Settings of the methods compared with RLOO, and RLOO's ablations (each method takes its own
-    settings model's keys: `METHOD_SPECS[name].settings`). Plain RLOO ignores them unless an
-    ablation is switched on (kl_level, kl_estimator, rloo_clip)."""
+    """Every built-in method's settings keys (each method takes its own model's: `METHOD_SPECS[name].settings`;
+    RLOO's are its ablations: kl_level, kl_estimator, rloo_clip). The type `cfg.algorithm_settings`
+    is declared as; the value is the method's own model, which holds only its keys."""
+
+
+def as_settings_model(method: str, settings: type[BaseModel] | Mapping[str, Any]) -> type[Strict]:
+    """A method's settings as a Strict model (unknown keys and bad values refused like every
+    section's): a Strict model as it is, another pydantic model with Strict's rules added, or a dict
+    of fields as pydantic.create_model takes them ({"scale": (float, Field(1.0, gt=0))})."""
+    title = "".join(p.title() for p in method.split("_")) + "Settings"
+    if isinstance(settings, Mapping):
+        return create_model(title, __base__=Strict, **dict(settings))
+    if isinstance(settings, type) and issubclass(settings, Strict):
+        return settings
+    if isinstance(settings, type) and issubclass(settings, BaseModel):
+        return cast("type[Strict]", create_model(title, __base__=(settings, Strict)))  # a Strict subclass
+    raise TypeError(f"{method}: settings must be a pydantic model or a dict of fields, got {settings!r}")

@@ -4,18 +4,23 @@ groups, tolerate unscored samples or take several updates per batch, `rloo compa
 rloo.algorithms' registry) is derived from `METHOD_SPECS`; `add_method` extends it at run time
 (`rloo.algorithms.add_method` adds the step too).
 
-A method's settings are its own model (rloo.config.method_settings); `AlgorithmSettings`, the
-`algorithm_settings:` section, holds every method's (one flat, typed object for the code to read),
-and a setting the chosen method does not take is refused (`check_own_settings`).
+A method's settings are its own model (`MethodSpec.settings`: a pydantic model, built-in ones from the
+sections of rloo.config.method_settings, or a dict of fields): `algorithm_settings:` is validated as
+the model of the method `algorithm` names (`own_settings`), so a setting of another method, given
+explicitly, is refused in one line naming the methods that take it, whatever its value
+(rloo.config.method_choice).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel
 
 from rloo.config.base import Strict
 from rloo.config.method_settings import (
-    AlgorithmSettings,
     DPOSettings,
     DrGRPOSettings,
     GRPOSettings,
@@ -24,6 +29,7 @@ from rloo.config.method_settings import (
     ReinforceSettings,
     RlooSettings,
     VanillaPGSettings,
+    as_settings_model,
 )
 
 # ---- the table -----------------------------------------------------------------------------------
@@ -35,7 +41,9 @@ class MethodSpec:
 
     name: str
     summary: str  # a few words, shown in the `algorithm` setting's description
-    settings: type[Strict]  # the keys of `algorithm_settings` it takes (a subset of AlgorithmSettings)
+    # its own settings, the keys of `algorithm_settings` it takes: a pydantic model or a dict of
+    # fields as pydantic.create_model takes them ({"toy_scale": (float, 1.0)}); made a Strict model
+    settings: type[BaseModel] | Mapping[str, Any]
     groups: str | None = None  # why it needs k >= 2 samples per prompt; None: it does not
     unscored: bool = False  # leaves a reward function's None out of its baseline (the others stop)
     # takes ppo_epochs x num_minibatches optimizer steps per batch: True, or the boolean setting
@@ -49,6 +57,15 @@ class MethodSpec:
     multi_turn: bool = False  # trains on env= episodes with the policy-token mask (docs/agents.md)
     tuned: tuple[str, str] = ("lr", "beta")  # the (learning rate, KL coefficient) `rloo compare` tunes
     variants: dict[str, dict] = field(default_factory=dict)  # more `rloo compare` runs: name -> rl overrides
+
+    def __post_init__(self):
+        object.__setattr__(self, "settings", as_settings_model(self.name, self.settings))
+
+    @property
+    def settings_model(self) -> type[Strict]:
+        """Its settings as a Strict model (what `settings` holds after construction)."""
+        assert isinstance(self.settings, type) and issubclass(self.settings, Strict)
+        return self.settings
 
     def takes_several_updates(self, algorithm_settings: dict) -> bool:
         """With these `algorithm_settings` overrides, does it take several optimizer steps per batch?"""
@@ -121,12 +138,12 @@ DEFAULT_METHOD = next(iter(METHOD_SPECS))  # rloo: the paper's method, and the c
 
 def add_method(spec: MethodSpec) -> None:
     """Add a method to the table (rloo.algorithms.add_method also registers its step). Its settings
-    must be keys of AlgorithmSettings, the one `algorithm_settings:` section."""
+    model may bring keys of its own; `cfg.algorithm_settings` is an instance of it in its runs."""
     if spec.name in METHOD_SPECS or spec.name in compare_variants():
-        raise ValueError(f"a method or comparison variant named {spec.name!r} already exists")
-    unknown = set(spec.settings.model_fields) - set(AlgorithmSettings.model_fields)
-    if unknown:
-        raise ValueError(f"{spec.name}: settings {sorted(unknown)} are not keys of AlgorithmSettings")
+        raise ValueError(
+            f"a method or comparison variant named {spec.name!r} already exists (is the module that adds it "
+            "imported twice, once as a file and once as a module?)"
+        )
     METHOD_SPECS[spec.name] = spec
 
 
@@ -172,20 +189,9 @@ def require(flag: str, algorithm: str, what: str) -> None:
 
 def takers(setting: str) -> list[str]:
     """The methods whose settings include `setting`."""
-    return [n for n, s in METHOD_SPECS.items() if setting in s.settings.model_fields]
+    return [n for n, s in METHOD_SPECS.items() if setting in s.settings_model.model_fields]
 
 
 def one_of(items: list[str] | tuple[str, ...], last: str = "or") -> str:
     """'a, b or c'."""
     return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} {last} {items[-1]}"
-
-
-def check_own_settings(algorithm: str, settings: AlgorithmSettings) -> None:
-    """Refuse a setting of another method: one that the chosen method's settings model does not
-    have, set to other than its default (a saved config lists every key at its default)."""
-    own = METHOD_SPECS[algorithm].settings.model_fields
-    for key in settings.model_fields_set - set(own):
-        if getattr(settings, key) != AlgorithmSettings.model_fields[key].default:
-            raise ValueError(
-                f"algorithm_settings.{key} is a setting of {one_of(takers(key))}, not of algorithm={algorithm}"
-            )

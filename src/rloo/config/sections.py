@@ -7,8 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, ClassVar, Literal
 
-from pydantic import AliasChoices, Field, field_validator, model_validator
-from pydantic_core import PydanticCustomError
+from pydantic import Field, model_validator
 
 from rloo.config.base import (
     MAX_BETA,
@@ -20,7 +19,8 @@ from rloo.config.base import (
     MIN_TEMPERATURE,
     Strict,
 )
-from rloo.config.methods import DEFAULT_METHOD, METHOD_SPECS, AlgorithmSettings, check_own_settings, names, require
+from rloo.config.method_choice import MethodChoice
+from rloo.config.methods import METHOD_SPECS, names, require
 
 TASK_NAMES = ("summarize", "dialogue", "arithmetic", "calculator")
 
@@ -107,21 +107,9 @@ class LoraSettings(Strict):
     )
 
 
-class RLSettings(Strict):
+class RLSettings(MethodChoice):
     """Hyperparameters of the RL stage (RLOO by default, eq. 1, 4, 5)."""
 
-    algorithm: str = Field(
-        default=DEFAULT_METHOD,
-        description="The method: "
-        + ", ".join(f"{s.name} ({s.summary})" if s.summary else s.name for s in METHOD_SPECS.values())
-        + ".",
-    )
-    algorithm_settings: AlgorithmSettings = Field(
-        default_factory=AlgorithmSettings,
-        validation_alias=AliasChoices("algorithm_settings", "algo"),
-        description="Settings of the methods other than plain RLOO, and RLOO's ablations; each method takes "
-        "its own (rloo.config.methods; `algo:` is accepted too: the section's name until 0.1).",
-    )
     steps: int = Field(default=100, ge=1, description="Optimizer steps (one fresh batch of samples each).")
     batch_size: int = Field(default=16, ge=1, description="Prompts per step (B); N = B*k completions.")
     k: int = Field(
@@ -166,28 +154,11 @@ class RLSettings(Strict):
         "backward (Llama/Mistral/Qwen2/Qwen3 heads), so a 150k vocabulary does not cost GBs.",
     )
 
-    @field_validator("algorithm")
-    @classmethod
-    def _known(cls, v: str) -> str:
-        if v not in METHOD_SPECS:  # the table, read now: a method added by add_method is known too
-            expected = ", ".join(repr(n) for n in list(METHOD_SPECS)[:-1]) + f" or {list(METHOD_SPECS)[-1]!r}"
-            raise PydanticCustomError("literal_error", "Input should be {expected}", {"expected": expected})
-        return v
-
     @model_validator(mode="after")
     def _k_at_least_two(self):
         why = METHOD_SPECS[self.algorithm].groups
         if self.k < 2 and why:
             raise ValueError(f"{why}, got k={self.k}")
-        return self
-
-    # False where the section is shared by several methods (`rloo compare`'s rl section)
-    checks_own_settings: ClassVar[bool] = True
-
-    @model_validator(mode="after")
-    def _own_settings(self):
-        if self.checks_own_settings:
-            check_own_settings(self.algorithm, self.algorithm_settings)
         return self
 
     @model_validator(mode="after")
@@ -265,7 +236,7 @@ class RLSettings(Strict):
 
 class SharedRLSettings(RLSettings):
     """`rloo compare`'s rl section: shared by every method, so it may hold any method's settings
-    (each method's run takes its own: rloo.experiments.compare.method_config)."""
+    (each method's run takes the given ones it has: rloo.experiments.compare.method_config)."""
 
     checks_own_settings: ClassVar[bool] = False
 

@@ -10,6 +10,7 @@ from pydantic import Field, field_validator, model_validator
 from rloo.config.agents import ENV_TASKS, EnvSettings
 from rloo.config.base import Strict, check_device_name, normalize_report_to, refuse_float16
 from rloo.config.dataset import DatasetSettings
+from rloo.config.method_choice import shared_settings
 from rloo.config.methods import METHOD_SPECS, capable, one_of
 from rloo.config.sections import EvalSettings, RewardSettings, RLSettings, SFTSettings
 
@@ -203,8 +204,7 @@ class PipelineConfig(_Run):
             return v
         data = v.model_dump()
         if not v.checks_own_settings:  # a section shared by several methods: the chosen one's settings
-            own = METHOD_SPECS[v.algorithm].settings.model_fields
-            data["algorithm_settings"] = {k: val for k, val in v.algorithm_settings if k in own}
+            data["algorithm_settings"] = shared_settings(v.algorithm, v.algorithm_settings)
         return data
 
     @field_validator("reward", mode="before")

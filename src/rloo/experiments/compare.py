@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from rloo.config import METHOD_SPECS, CompareConfig, PipelineConfig, RLConfig
+from rloo.config.method_choice import shared_settings
 from rloo.config.methods import compare_variants, spec_of_variant
 from rloo.eval.judge import win_rate
 from rloo.experiments.compare_eval import judge, pass_at_k
@@ -90,14 +91,16 @@ def method_config(
     (a trial's or the tuned choice: lr, beta, eval_split, algorithm_settings), the same budget."""
     _, _, base, _ = pipe.stage_configs()
     algorithm, over = compare_variants()[method]  # the table, read now: an added method is known too
-    own = METHOD_SPECS[algorithm].settings.model_fields  # the shared section's keys this method takes
+    own = METHOD_SPECS[algorithm].settings_model.model_fields
     settings = settings or {}
     data = base.model_dump() | {k: v for k, v in settings.items() if k != "algorithm_settings"}
     data |= {"algorithm": algorithm, "output_dir": out}
     key = "algorithm_settings"
     pairs = {"dpo_pairs": cfg.reward.num_pairs} if "dpo_pairs" in own else {}
-    shared = {k: v for k, v in cfg.rl.algorithm_settings if k in own}
-    data[key] = shared | over.get(key, {}) | settings.get(key, {}) | pairs
+    # the shared section may hold any method's settings: this method's run takes those it has
+    data[key] = (
+        shared_settings(algorithm, cfg.rl.algorithm_settings) | over.get(key, {}) | settings.get(key, {}) | pairs
+    )
     if "k" in over:
         data["k"], data["batch_size"] = over["k"], base.batch_size * base.k // over["k"]
     return RLConfig(**data)

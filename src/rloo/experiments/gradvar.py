@@ -20,6 +20,7 @@ import torch
 from rloo.algorithms.base import rollout_logprobs
 from rloo.algorithms.ppo import ValueFunction, hidden_states
 from rloo.config import CompareConfig, PipelineConfig, RLConfig
+from rloo.config.methods import capable
 from rloo.core.advantages import gae, leave_one_out
 from rloo.core.kl import token_level_rewards
 from rloo.core.losses import sequence_sum_policy_gradient_loss, value_loss
@@ -81,8 +82,12 @@ class _Snapshot:
 
 def _fit_value(snap: _Snapshot, cfg: CompareConfig, rm_path: str, steps: int) -> ValueFunction:
     """A separate value model (from the reward model, as PPO's) regressed on Monte-Carlo returns."""
-    vcfg = RLConfig(
-        policy="unused", reward_model=rm_path, device=cfg.device, algorithm_settings={"value_model": "separate"}
+    vcfg = RLConfig(  # the settings of a method with a value model (value_model, value_lr)
+        policy="unused",
+        reward_model=rm_path,
+        device=cfg.device,
+        algorithm=capable("value_model")[0],
+        algorithm_settings={"value_model": "separate"},
     )
     value = ValueFunction(vcfg, models=None)
     for _ in range(steps):

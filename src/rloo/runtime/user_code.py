@@ -1,4 +1,5 @@
-"""The user's Python callables named in a config: `module:function` or `path/to/file.py:function`.
+"""The user's Python callables named in a config: `module:function` or `path/to/file.py:function`;
+and the user's modules the CLI imports first (`--plugin path/to/file.py|module`, `load_module`).
 
 `module:function` is found as `python -m` finds a module: from the current folder first, then the
 installed packages, so `reward_fn=mypkg.rewards:fn` works from the folder that holds `mypkg/`
@@ -51,17 +52,32 @@ def load_callable(spec: str, what: str = "reward function") -> Callable:
     return fn
 
 
-def _import(module: str, spec: str, what: str):
+def load_module(target: str, what: str = "plugin"):
+    """The module `target` names, run on first use: path/to/file.py, or module.name found as
+    `python -m` finds it. One RlooError line when it is missing or its code raises."""
+    if is_file_spec(target):
+        return _load_file(target, target, what)
+    if not all(part.isidentifier() for part in target.split(".")):
+        raise RlooError(f"{what} {target!r} must be given as path/to/file.py or a module name (my_methods)")
+    return _import(target, target, what, instead="path/to/file.py")
+
+
+def _import(module: str, spec: str, what: str, instead: str = "path/to/file.py:function"):
     cwd = os.getcwd()
     if cwd not in sys.path and "" not in sys.path:
         sys.path.insert(0, cwd)  # what `python -m` does; the rloo CLI entry point does not
     try:
         return importlib.import_module(module)
-    except ImportError as e:
+    except ModuleNotFoundError as e:
+        if e.name is not None and module != e.name and not module.startswith(e.name + "."):
+            # the module was found; one it imports was not
+            raise RlooError(f"{what} {spec!r}: importing {module} raised ModuleNotFoundError: {e}") from e
         raise RlooError(
             f"{what} {spec!r}: cannot import {module!r} from {cwd} or the installed packages "
-            f"({e}); give a file instead: path/to/file.py:function"
+            f"({e}); give a file instead: {instead}"
         ) from e
+    except Exception as e:  # noqa: BLE001 - the user's module failed to run: say which and why, in one line
+        raise RlooError(f"{what} {spec!r}: importing {module} raised {type(e).__name__}: {e}") from e
 
 
 def _load_file(target: str, spec: str, what: str):
