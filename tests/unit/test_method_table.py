@@ -154,6 +154,28 @@ def test_a_config_saved_with_every_methods_keys_compares_equal_after_upgrade():
     assert upgrade_saved_config(old) == RLConfig(policy="p", algorithm="grpo").model_dump(mode="json")
 
 
+def test_a_config_yaml_saved_with_every_methods_keys_is_read_by_config_again(tmp_path):
+    # a run's config.yaml from before each method had its own model (every method's keys, the others'
+    # at their defaults) fed back with --config; refused key by key before loading.py took it
+    import yaml
+
+    every = AlgorithmSettings().model_dump(mode="json") | {"drop_zero_variance": True}
+    pipe = PipelineConfig(task="summarize", rl={"algorithm": "grpo"}).model_dump(mode="json")
+    pipe["rl"]["algorithm_settings"] = every
+    f = tmp_path / "old.yaml"
+    for pipeline in (True, False):
+        old = RLConfig(policy="p", algorithm="grpo").model_dump(mode="json") | {"algorithm_settings": every}
+        f.write_text(yaml.safe_dump(pipe if pipeline else old))
+        cfg = load_config(PipelineConfig, f).rl if pipeline else load_config(RLConfig, f)
+        assert type(cfg.algorithm_settings) is METHOD_SPECS["grpo"].settings_model
+        assert cfg.algorithm_settings.drop_zero_variance is True
+    # another method's key away from its default is still refused; a hand-written file is taken as written
+    old["algorithm_settings"]["gae_lambda"] = 0.5
+    f.write_text(yaml.safe_dump(old))
+    with pytest.raises(ConfigError, match="gae_lambda is a setting of ppo, not of algorithm=grpo"):
+        load_config(RLConfig, f)
+
+
 def test_compare_shares_one_section_and_gives_each_method_its_own_keys(tmp_path):
     cfg = CompareConfig(rl={"algorithm_settings": {"gae_lambda": 0.9, "clip_eps": 0.1, "kl_level": "token"}})
     pipe = PipelineConfig(task="summarize", output_dir=tmp_path, rl=cfg.rl)

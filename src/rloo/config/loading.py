@@ -13,6 +13,7 @@ from pydantic import BaseModel, ValidationError
 
 from rloo.config.base import describe_validation_error
 from rloo.config.confcheck import read_yaml_mapping
+from rloo.config.method_settings import AlgorithmSettings
 from rloo.config.methods import METHOD_SPECS
 from rloo.errors import ConfigError
 
@@ -47,13 +48,29 @@ def load_config(cls: type[C], path: str | Path | None = None, overrides: list[st
     """Build `cls` from a YAML file, `key=value` overrides and keyword values (highest wins)."""
     data: dict[str, Any] = {}
     if path is not None:
-        data = read_yaml_mapping(Path(path))
+        data = _without_dumped_defaults(read_yaml_mapping(Path(path)))
     data = _merge(data, parse_overrides(overrides or []))
     data = _merge(data, values)
     try:
         return cls(**data)
     except ValidationError as e:
         raise ConfigError(describe_validation_error(e, cls)) from e
+
+
+def _without_dumped_defaults(data: dict) -> dict:
+    """A config.yaml saved by a version before each method had its own settings lists every method's
+    keys (the other methods' at their defaults: that version refused any other value). Fed back with
+    --config, such a complete dump keeps its method's keys and any other key set away from its
+    default (still refused, in one line); a hand-written file is taken as written."""
+    every = set(AlgorithmSettings.model_fields)
+    for node in [data, *(v for v in data.values() if isinstance(v, dict))]:
+        key = next((k for k in ("algorithm_settings", "algo") if isinstance(node.get(k), dict)), None)
+        spec = METHOD_SPECS.get(node.get("algorithm")) if isinstance(node.get("algorithm"), str) else None
+        if key is None or spec is None or not every <= set(node[key]):
+            continue
+        defaults, own = AlgorithmSettings().model_dump(mode="json"), spec.settings_model.model_fields
+        node[key] = {k: v for k, v in node[key].items() if k in own or v != defaults.get(k, v)}
+    return data
 
 
 def describe_fields(cls: type[BaseModel], prefix: str = "") -> list[str]:
