@@ -12,6 +12,7 @@ import sys
 
 FACTORS = (
     "arch", "tied", "dropout", "padded", "share", "buckets", "checkpointing", "lora", "chunked", "grouped", "few_rows",
+    "micro",
 )  # fmt: skip
 METHODS = ("ppo", "grpo", "rloo_clip")
 

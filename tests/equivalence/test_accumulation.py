@@ -44,6 +44,7 @@ CASES = {
     "dr_grpo": ("dr_grpo", {"ppo_epochs": 1, "num_minibatches": 1}),
     "reinforce_pp": ("reinforce_pp", {"ppo_epochs": 1, "num_minibatches": 1}),
     "ppo_head": ("ppo", {"ppo_epochs": 1, "num_minibatches": 1, "value_model": "head"}),
+    "ppo_separate": ("ppo", {"ppo_epochs": 1, "num_minibatches": 1, "value_model": "separate"}),
     "vanilla_pg": ("vanilla_pg", {"value_model": "head"}),
 }
 

@@ -163,7 +163,8 @@ class PPO:
         """One minibatch's update in micro-batches (rl.micro_batch_size): policy and value losses are
         token means, so each micro-batch weighs by its tokens; one backward of their sum (the value
         head's weighted by vf_coef; a separate value model's parameters are disjoint from the policy's),
-        then each model's clipped step. (grad norm, stepped, stats)."""
+        then each model's clipped step; both are skipped when a loss or either gradient is not
+        finite. (grad norm, stepped, stats)."""
         coef = cfg.algorithm_settings.vf_coef if self.value.kind == "head" else 1.0
 
         def loss_of(rows):
