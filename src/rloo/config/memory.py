@@ -19,7 +19,9 @@ class LoraSettings(Strict):
     dropout: float = Field(default=0.0, ge=0, lt=1)
     target_modules: list[str] | str = Field(default="all-linear", description="Module names to adapt, or 'all-linear'.")
     save: Literal["merged", "adapter"] = Field(
-        default="merged", description="merged: a plain model (loads without peft); adapter: adapter weights only."
+        default="merged",
+        description="merged: a plain model (loads without peft); adapter: adapter weights only (rloo's "
+        "stages load them merged into their base).",
     )
 
 
@@ -27,8 +29,8 @@ MICRO_BATCH_RULE = (
     "the batch's update is split in micro-batches of this many {unit}, one forward and backward "
     "each, whose gradients are summed before the one clipped optimizer step: the same gradient as "
     "the whole batch at once (each micro-batch's loss weighted by its share of the batch's rows or "
-    "tokens), less activation memory, more passes. The last micro-batch holds the remainder; "
-    "null (or >= the batch): one pass."
+    "tokens), less activation memory, more passes. The last micro-batch holds the remainder, and "
+    "it may not exceed the batch; null: the whole batch in one pass"
 )
 
 
