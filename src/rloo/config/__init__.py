@@ -8,7 +8,8 @@ use it. `from rloo.config import RLConfig` is the stable import path; the module
     methods.py   the method table (a MethodSpec per method: its settings model, groups, comparison
                  variants); every list of methods is derived from it
     method_settings.py  each method's own settings, and AlgorithmSettings (the `algorithm_settings:` section)
-    sections.py  the stage sections: model shape, SFT, reward model, RL (+ methods, LoRA), evaluation
+    sections.py  the stage sections: model shape, SFT, reward model, RL (+ methods), evaluation
+    memory.py    micro_batch_size (gradient accumulation) and LoRA, shared by the training stages
     dataset.py   the `dataset:` section (your own data)
     stages.py    the stage configs: run-wide keys + a section (`rloo sft|reward|train|eval|pipeline`)
     tools.py     `rloo bench` and `rloo compare`
