@@ -75,6 +75,7 @@ def _config(path, out, method: str, settings: dict, micro: int | None, **kw) -> 
 def first_gradient(cfg: RLConfig) -> dict[str, torch.Tensor]:
     models = load_models(cfg, reward_fn=reward_fn)
     opt = GradRecorder(models.policy)
+    torch.manual_seed(0)  # a separate value model's fresh score head is drawn from the global generator
     make_algorithm(cfg, models).step(models, opt, PROMPTS, cfg, torch.Generator().manual_seed(0))
     assert opt.grads is not None
     return opt.grads
