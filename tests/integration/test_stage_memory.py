@@ -150,3 +150,24 @@ def test_sft_lora_adapter_save_needs_a_model_on_disk(tmp_path):
     cfg = SFTConfig(output_dir=tmp_path / "s", lora=LoraSettings(save="adapter"), num_examples=4, **SMALL)
     with pytest.raises(RlooError, match="lora.save=adapter needs model=PATH"):
         sft(cfg)
+
+
+def test_pipeline_runs_with_lora_and_micro_batches_in_every_stage(tmp_path):
+    """`rloo pipeline` end to end: SFT with LoRA (merged) feeds the reward model (LoRA, saved as
+    adapters) and RL; RL loads both; every stage accumulates micro-batches with a remainder."""
+    from rloo.cli import main
+
+    tiny = [f"sft.arch.{k}={v}" for k, v in (("hidden_size", 32), ("num_layers", 2), ("num_heads", 2))]
+    rc = main(
+        ["pipeline", f"output_dir={tmp_path / 'p'}", "report_to=none", "sft.num_examples=32", "sft.epochs=1",
+         "sft.batch_size=16", "sft.micro_batch_size=5", "sft.lora.r=4", "sft.arch.intermediate_size=64", *tiny,
+         "reward.num_pairs=16", "reward.eval_pairs=4", "reward.batch_size=16", "reward.micro_batch_size=6",
+         "reward.lora.r=4", "reward.lora.save=adapter", "rl.steps=2", "rl.batch_size=4", "rl.micro_batch_size=3",
+         "rl.k=2", "rl.eval_every=null", "rl.save_every=null", "rl.eval_prompts=4", "eval.num_prompts=4",
+         "eval.batch_size=4"]
+    )  # fmt: skip
+    assert rc == 0
+    out = tmp_path / "p"
+    assert not (out / "sft" / "model" / "adapter_config.json").exists()  # merged: a plain model
+    assert (out / "reward" / "model" / "adapter_config.json").exists()
+    assert (out / "rl" / "model" / "model.safetensors").exists() and (out / "eval").is_dir()
