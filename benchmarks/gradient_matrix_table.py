@@ -14,6 +14,7 @@ from rloo.config.methods import DEFAULT_METHOD, compare_variants
 
 FACTORS = (
     "arch", "tied", "dropout", "padded", "share", "buckets", "checkpointing", "lora", "chunked", "grouped", "few_rows",
+    "micro",
 )  # fmt: skip
 
 

@@ -49,10 +49,15 @@ def _sharp_attention_copy(model_dir: Path, out: Path, factor: float = 8.0) -> Pa
 
 
 @pytest.mark.equivalence
-@pytest.mark.parametrize("grouped", [False, True], ids=["expanded", "grouped"])
-def test_two_processes_match_one(tiny_model_dir, tmp_path, grouped):
+@pytest.mark.parametrize(
+    "grouped,micro", [(False, False), (True, False), (False, True)], ids=["expanded", "grouped", "micro"]
+)
+def test_two_processes_match_one(tiny_model_dir, tmp_path, grouped, micro):
     """grouped: the two processes run grouped attention wherever it can run (in sampling under the
-    wrappers, and in the reference's shared pass); the one-process reference does not."""
+    wrappers, and in the reference's shared pass); the one-process reference does not. micro: the two
+    processes accumulate their update over micro-batches of one prompt (DDP's no_sync, FSDP2's
+    set_requires_gradient_sync(False) for the first; rloo.runtime.distributed.gradient_sync); the
+    one-process reference takes the whole batch in one pass."""
     if grouped:
         tiny_model_dir = _sharp_attention_copy(tiny_model_dir, tmp_path / "sharp")
     env = {
@@ -72,6 +77,7 @@ def test_two_processes_match_one(tiny_model_dir, tmp_path, grouped):
         str(tmp_path / "two"),
         "ddp,fsdp",
         *(["grouped"] if grouped else []),
+        *(["micro"] if micro else []),
     ]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -12,7 +12,9 @@ padded/unpadded prompts x dropout in the model's config x architecture x tied/un
 grouped attention (one copy of a prompt's keys/values for its k rows, in sampling and the shared
 passes; rloo.modeling.kvcache: on for long prompts only, forced on here for the tiny models) x the
 decode steps' swapped linear products (rloo.modeling.few_rows: on by default only on AVX2-only CPUs
-with two threads, forced on or off here on every machine).
+with two threads, forced on or off here on every machine) x gradient accumulation (rl.micro_batch_size=1:
+each prompt's group of k is its own forward and backward, weighted by its share of the batch; the
+reference is still one sum over the whole batch, so a per-micro-batch normaliser fails by 3x).
 REINFORCE with its moving-average baseline takes the same update pass; its first step (baseline:
 the batch's mean reward, eq. 3 with no past) is checked the same way.
 The ratio-based methods (ppo, grpo, rloo_clip; one epoch of one minibatch: on-policy) must show
@@ -99,6 +101,7 @@ class Combo:
     tied: bool
     grouped: bool = False  # GROUPED_MIN_ELEMENTS = 0: grouped attention wherever it can run
     few_rows: bool = False  # the sampler's decode linears as (W x^T)^T (few_rows_pays forced either way)
+    micro: bool = False  # rl.micro_batch_size=1: the update accumulated over one micro-batch per prompt
 
     def id(self) -> str:
         return "-".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self))
@@ -116,6 +119,7 @@ FACTORS = dict(
     tied=(False, True),
     grouped=(False, True),
     few_rows=(False, True),
+    micro=(False, True),
 )
 
 
@@ -127,7 +131,7 @@ def skip_reason(c: Combo) -> str | None:
         return "without share_prompt no prompt is shared: grouped attention has nothing to group"
     if c.chunked and (c.lora or c.arch in ("gpt2", "gpt_neox")):
         return "LM head not chunkable (GPT-2/NeoX heads, PEFT wrapper): the same path as chunked off"
-    if c.few_rows and (c.checkpointing or c.chunked or c.buckets != "dp"):
+    if c.few_rows and (c.checkpointing or c.chunked or c.buckets != "dp" or c.micro):
         return "the swapped products run in the decode steps only, which these training-pass options do not touch"
     return None
 
@@ -184,6 +188,7 @@ def _config(c: Combo, path: Path, out: Path, algorithm: str = "rloo") -> RLConfi
         algorithm=method,
         algorithm_settings=algo,
         lora=LoraSettings(r=4, alpha=8, dropout=0.1 if c.dropout else 0.0) if c.lora else None,
+        micro_batch_size=1 if c.micro else None,
     )
 
 
@@ -309,15 +314,26 @@ def _few_rows_patch(monkeypatch, c: Combo) -> list:
     return calls
 
 
+def _micro_patch(monkeypatch) -> list:
+    """Counts the micro-batch backward passes (rloo.algorithms.base.Accumulated) the update runs."""
+    from rloo.algorithms.base import Accumulated
+
+    calls, original = [], Accumulated.__call__
+    monkeypatch.setattr(Accumulated, "__call__", lambda self: calls.append(len(self.parts)) or original(self))
+    return calls
+
+
 def check_combo(c: Combo, dirs, tmp: Path, monkeypatch, methods=RATIO_METHODS) -> dict:
     path = dirs[(c.arch, c.tied, c.dropout)]
     with monkeypatch.context() as m:
         _bucket_patch(m, c)
         calls = _grouped_patch(m, c)
         swapped = _few_rows_patch(m, c)
+        micro = _micro_patch(m)
         row = {"combo": asdict(c)} | {m: run_pg(c, path, tmp / m, m) for m in PG_METHODS}
     for m in PG_METHODS:
         assert row[m]["grad_err_rel"] <= GRAD_REL, (m, c.id(), row)
+    assert micro == ([len(PADDED)] * len(PG_METHODS) if c.micro else []), (c.id(), f"micro-batch passes {micro}")
     if c.grouped:  # it ran, in sampling and (with grad) in the policy's gradient pass
         assert calls and any(calls), (c.id(), "grouped attention did not run where forced")
     assert bool(swapped) == c.few_rows, (c.id(), f"swapped decode products ran {len(swapped)} times")

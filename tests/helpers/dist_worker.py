@@ -23,10 +23,12 @@ def reward_short(prompts, completions):
     return [-len(c.split()) / 10 for c in completions]
 
 
-def config(model_dir: str, out: Path, parallel: str):
+def config(model_dir: str, out: Path, parallel: str, micro: bool = False):
+    """micro: gradient accumulation, one prompt's group per forward/backward (2 per process)."""
     from rloo import RLConfig
 
     return RLConfig(
+        micro_batch_size=1 if micro else None,
         policy=model_dir,
         output_dir=out,
         steps=3,
@@ -83,7 +85,7 @@ def _grouped_everywhere(out_root: str, rank: int):
         (Path(out_root) / f"grouped_calls.{rank}").write_text(str(calls[0]))
 
 
-def run(model_dir: str, out_root: str, modes: list[str], grouped: bool = False) -> None:
+def run(model_dir: str, out_root: str, modes: list[str], grouped: bool = False, micro: bool = False) -> None:
     import os
 
     from rloo import train
@@ -92,7 +94,7 @@ def run(model_dir: str, out_root: str, modes: list[str], grouped: bool = False) 
     rank = int(os.environ.get("RANK", "0"))
     with _sgd_instead_of_adamw(), _grouped_everywhere(out_root, rank) if grouped else nullcontext():
         for mode in modes:
-            train(config(model_dir, Path(out_root) / mode, mode), prompts=PROMPTS, reward_fn=reward_short)
+            train(config(model_dir, Path(out_root) / mode, mode, micro), prompts=PROMPTS, reward_fn=reward_short)
 
 
 if __name__ == "__main__":
@@ -102,6 +104,7 @@ if __name__ == "__main__":
     # alone (re-creating gloo groups back to back in one launch is flaky)
     dist.init_process_group("gloo")
     try:
-        run(sys.argv[1], sys.argv[2], sys.argv[3].split(","), grouped="grouped" in sys.argv[4:])
+        flags = sys.argv[4:]
+        run(sys.argv[1], sys.argv[2], sys.argv[3].split(","), grouped="grouped" in flags, micro="micro" in flags)
     finally:
         dist.destroy_process_group()

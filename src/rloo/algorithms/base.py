@@ -17,11 +17,13 @@ from torch import Tensor
 from transformers import PreTrainedTokenizerBase
 
 from rloo.config import RLConfig, RLSettings
+from rloo.core.accumulation import weighted_stats
 from rloo.envs import EnvSpec
 from rloo.modeling.forward import completion_logprobs
 from rloo.modeling.forward_shared import completion_logprobs_shared
 from rloo.rewards import RewardSource
 from rloo.rollout import Rollout
+from rloo.runtime.distributed import gradient_sync
 
 Sampler = Callable[[torch.nn.Module, list[str]], Rollout]  # (policy, prompts) -> Rollout (vLLM)
 
@@ -159,13 +161,45 @@ def total(norm: Tensor) -> Tensor:
     return cast(Tensor, full()) if callable(full) else norm
 
 
-def guarded_step(loss: Tensor, params, opt: torch.optim.Optimizer, max_grad_norm: float) -> tuple[float, bool]:
-    """Backward, clip, and step only when the loss and the gradient are finite. (grad norm, stepped).
+class Accumulated:
+    """The backward passes of one update split in micro-batches (rloo.core.accumulation), given to
+    `guarded_step` in place of a loss. loss_of(part) -> (loss, stats): a micro-batch's loss, a mean
+    over its units, whose backward is scaled by the part's share, so the summed gradient is the
+    whole batch's. Intermediate passes skip DDP/FSDP's gradient reduction (`gradient_sync`); the
+    last one reduces the sum. After the call: `loss` (the batch's, detached), `stats` (weighted)."""
+
+    def __init__(self, parts: list, shares: list[float], loss_of: Callable, model=None):
+        self.parts, self.shares, self.loss_of, self.model = parts, shares, loss_of, model
+        self.loss, self.stats = torch.tensor(float("nan")), {}
+
+    def __call__(self) -> bool:
+        """Run the backward passes; True when every micro-batch's loss was finite."""
+        finite, records = True, []
+        for i, (part, share) in enumerate(zip(self.parts, self.shares, strict=True)):
+            with gradient_sync(self.model, i == len(self.parts) - 1):
+                loss, stats = self.loss_of(part)
+                (loss * share).backward()
+            finite = finite and bool(torch.isfinite(loss))
+            records.append(stats | {"loss": loss.detach()})
+        self.stats = weighted_stats(records, self.shares)
+        self.loss = self.stats.pop("loss")
+        return finite
+
+
+def guarded_step(
+    loss: Tensor | Accumulated, params, opt: torch.optim.Optimizer, max_grad_norm: float
+) -> tuple[float, bool]:
+    """Backward (of one loss, or of an update's micro-batches), clip the whole gradient, and step
+    only when the loss(es) and the gradient are finite. (grad norm, stepped).
     A skipped step is counted by the loop's NonFiniteGuard (rloo.training.guard)."""
     opt.zero_grad(set_to_none=True)
-    loss.backward()
+    if isinstance(loss, Accumulated):
+        loss_finite = loss()
+    else:
+        loss.backward()
+        loss_finite = bool(torch.isfinite(loss))
     grad_norm = total(torch.nn.utils.clip_grad_norm_(params, max_grad_norm))
-    finite = bool(torch.isfinite(loss)) and bool(torch.isfinite(grad_norm))
+    finite = loss_finite and bool(torch.isfinite(grad_norm))
     if finite:
         opt.step()
     opt.zero_grad(set_to_none=True)

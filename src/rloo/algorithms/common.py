@@ -9,11 +9,14 @@ from collections.abc import Iterable, Iterator
 import torch
 from torch import Tensor
 
-from rloo.algorithms.base import Models, guarded_step, rollout_logprobs, rows_logprobs, score_rollout
+from rloo.algorithms.base import Accumulated, Models, guarded_step, rollout_logprobs, rows_logprobs, score_rollout
 from rloo.config import METHOD_SPECS, RLConfig
 from rloo.config.methods import capable, one_of
+from rloo.core.accumulation import micro_batches, micro_shares
 from rloo.core.advantages import unscored, zero_variance_groups
 from rloo.core.kl import shaped_reward
+from rloo.core.logprobs import sequence_logprobs
+from rloo.core.losses import policy_gradient_loss
 from rloo.errors import EnvError, RewardError
 from rloo.modeling.forward import completion_logprobs
 from rloo.rollout import Rollout, rollout
@@ -80,11 +83,48 @@ def sample(
     )
 
 
-def keeps_prefill(models: Models, cfg: RLConfig) -> bool:
+def keeps_prefill(models: Models, cfg: RLConfig, n_prompts: int) -> bool:
     """Should sampling keep the graph-carrying prompt pass for the update (`update_logprobs`) to reuse:
     with share_prompt, unless the policy is DDP/FSDP-wrapped (its update must be one forward through
-    the wrapper)."""
-    return cfg.share_prompt and not is_wrapped(models.policy)
+    the wrapper) or the update runs in micro-batches (which recompute their own prompts)."""
+    return cfg.share_prompt and not is_wrapped(models.policy) and not splits(cfg, n_prompts)
+
+
+def splits(cfg: RLConfig, n_prompts: int) -> bool:
+    """Does rl.micro_batch_size split an update over n_prompts prompts in several passes."""
+    return cfg.micro_batch_size is not None and cfg.micro_batch_size < n_prompts
+
+
+def micro_parts(rows: Tensor, cfg: RLConfig, per_prompt: int | None = None) -> list[Tensor]:
+    """An update's rows (n,) in micro-batches of rl.micro_batch_size prompts' rows (x k, or
+    x per_prompt); [rows] when it does not split them (rloo.core.accumulation.micro_batches)."""
+    size = cfg.micro_batch_size
+    return micro_batches(rows, None if size is None else size * (per_prompt or cfg.k))
+
+
+def policy_gradient_update(models: Models, roll, mask: Tensor, advantages: Tensor, cfg: RLConfig):
+    """Eq. 5's loss over every row with its stats: one pass (`update_logprobs`, reusing the sampling's
+    prompt pass) or, when rl.micro_batch_size splits the batch, an `Accumulated` of micro-batches of
+    whole groups (row shares; its own stats, filled by the step, join these). mask (N, T): the tokens
+    that count (the policy's)."""
+    parts = micro_parts(torch.arange(mask.shape[0], device=mask.device), cfg)
+    if len(parts) == 1:
+        logprobs = update_logprobs(models, roll, cfg)
+        return policy_gradient_loss(sequence_logprobs(logprobs, mask), advantages)
+    wrapped = is_wrapped(models.policy)
+
+    def loss_of(r: Tensor):
+        lp = rows_logprobs(models.policy, roll, r, cfg, wrapped)
+        return policy_gradient_loss(sequence_logprobs(lp, mask[r]), advantages[r])
+
+    whole = {"adv/mean": advantages.mean(), "adv/std": advantages.std(correction=0)}  # not share-weighted
+    return Accumulated(parts, micro_shares(parts), loss_of, models.policy), whole
+
+
+def step_loss_stats(loss, stats: dict) -> dict[str, float]:
+    """The loss's stats as floats, after the step: an Accumulated's weighted ones under `stats`."""
+    own = loss.stats if isinstance(loss, Accumulated) else {}
+    return {k: float(v) for k, v in (own | stats).items()}
 
 
 def update_logprobs(models: Models, roll, cfg: RLConfig) -> torch.Tensor:
@@ -173,11 +213,14 @@ def clipped_updates(
     cfg: RLConfig,
     gen: torch.Generator,
     passes: tuple[int, int] | None = None,
+    *,
+    token_mean: bool,
 ):
     """epochs x minibatches guarded steps over the given rows (the kept ones); passes = (epochs,
     minibatches), by default (ppo_epochs, num_minibatches). loss_fn(logprobs (n, T), rows (n,)) ->
     (loss, stats). Returns (records, max grad norm, skipped). No rows (every group dropped): no
-    step, and nothing is counted as skipped."""
+    step, and nothing is counted as skipped. rl.micro_batch_size splits each minibatch; token_mean:
+    loss_fn averages over the minibatch's real tokens (micro-batch shares by tokens), else over its rows."""
     records, norms, skipped = [], [0.0], False
     params = list(models.policy.parameters())
     if rows.numel() == 0:
@@ -186,10 +229,16 @@ def clipped_updates(
     wrapped = is_wrapped(models.policy)
     for part in minibatches(rows.numel(), parts, epochs, gen):
         r = rows[part]
-        lp = rows_logprobs(models.policy, roll, r, cfg, wrapped)
-        loss, stats = loss_fn(lp, r)
+        micro = micro_parts(r, cfg)
+        if len(micro) == 1:
+            loss, stats = loss_fn(rows_logprobs(models.policy, roll, r, cfg, wrapped), r)
+        else:
+            shares = micro_shares(micro, roll.completion_mask if token_mean else None)
+            loss = Accumulated(
+                micro, shares, lambda m: loss_fn(rows_logprobs(models.policy, roll, m, cfg, wrapped), m), models.policy
+            )
         norm, stepped = guarded_step(loss, params, opt, cfg.max_grad_norm)
-        records.append(stats)
+        records.append(loss.stats if isinstance(loss, Accumulated) else stats)
         norms.append(norm)
         skipped |= not stepped
     return records, max(norms), skipped

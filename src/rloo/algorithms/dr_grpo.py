@@ -45,7 +45,8 @@ def dr_grpo_step(models: Models, opt, prompts: list[str], cfg: RLConfig, gen: to
             lp, roll.logprobs[r], ref_lp[r], advantages[r], mask, cfg.algorithm_settings.clip_eps, cfg.beta, norm_length
         )
 
-    records, norm, skipped = clipped_updates(models, opt, roll, rows, loss_fn, cfg, gen)
+    # the loss divides by rows x norm_length: micro-batches weigh by their rows
+    records, norm, skipped = clipped_updates(models, opt, roll, rows, loss_fn, cfg, gen, token_mean=False)
     timer.lap("update")
     stats = mean_stats(records) | {"groups/dropped": float(dropped)}
     return StepResult(stats | rollout_stats(roll, scores, kl, rewards, norm, skipped, timer), roll, rewards)

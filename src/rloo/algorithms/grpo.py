@@ -47,7 +47,8 @@ def grpo_step(models: Models, opt, prompts: list[str], cfg: RLConfig, gen: torch
             cfg.beta,
         )
 
-    records, norm, skipped = clipped_updates(models, opt, roll, rows, loss_fn, cfg, gen)
+    # the loss averages over the minibatch's tokens: micro-batches weigh by theirs
+    records, norm, skipped = clipped_updates(models, opt, roll, rows, loss_fn, cfg, gen, token_mean=True)
     timer.lap("update")
     stats = mean_stats(records) | {"adv/std": advantages.std().item(), "groups/dropped": float(dropped)}
     return StepResult(stats | rollout_stats(roll, scores, kl, rewards, norm, skipped, timer), roll, rewards)

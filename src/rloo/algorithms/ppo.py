@@ -19,10 +19,11 @@ import torch
 from torch import Tensor, nn
 from transformers import PretrainedConfig
 
-from rloo.algorithms.base import Models, StepResult, guarded_step
+from rloo.algorithms.base import Accumulated, Models, StepResult, guarded_step
 from rloo.algorithms.common import (
     Timer,
     mean_stats,
+    micro_parts,
     minibatches,
     require_scored,
     rollout_stats,
@@ -30,6 +31,7 @@ from rloo.algorithms.common import (
     sequence_rewards,
 )
 from rloo.config import RLConfig
+from rloo.core.accumulation import micro_shares
 from rloo.core.advantages import gae, whiten
 from rloo.core.kl import token_level_rewards
 from rloo.core.logprobs import head_token_logprobs, token_logprobs
@@ -153,6 +155,35 @@ class PPO:
         vl, vstats = value_loss(values, returns[rows], mask, old_values[rows], clip)
         return pl, vl, stats | vstats
 
+    def _forward(self, models: Models, roll, rows, cfg: RLConfig):
+        args = (roll.prompt_ids[rows], roll.prompt_mask[rows], roll.completion_ids[rows], roll.completion_mask[rows])
+        return self.value.forward(models.policy, *args, cfg.temperature, cfg.max_logits_mb)
+
+    def _micro_update(self, models: Models, opt, micro, roll, adv, returns, old_values, cfg: RLConfig):
+        """One minibatch's update in micro-batches (rl.micro_batch_size): policy and value losses are
+        token means, so each micro-batch weighs by its tokens; one backward of their sum (the value
+        head's weighted by vf_coef; a separate value model's parameters are disjoint from the policy's),
+        then each model's clipped step; both are skipped when a loss or either gradient is not
+        finite. (grad norm, stepped, stats)."""
+        coef = cfg.algorithm_settings.vf_coef if self.value.kind == "head" else 1.0
+
+        def loss_of(rows):
+            pl, vl, stats = self._losses(
+                *self._forward(models, roll, rows, cfg), rows, roll, adv, returns, old_values, cfg
+            )
+            return pl + coef * vl, stats
+
+        acc = Accumulated(micro, micro_shares(micro, roll.completion_mask), loss_of)
+        self.value.opt.zero_grad(set_to_none=True)
+        norm, ok = guarded_step(acc, list(models.policy.parameters()), opt, cfg.max_grad_norm)
+        if self.value.kind == "separate":
+            v_norm = torch.nn.utils.clip_grad_norm_(self.value.params, cfg.max_grad_norm)
+            ok = ok and bool(torch.isfinite(v_norm))
+        if ok:
+            self.value.opt.step()
+        self.value.opt.zero_grad(set_to_none=True)
+        return norm, ok, acc.stats
+
     def step(self, models: Models, opt, prompts: list[str], cfg: RLConfig, gen: torch.Generator):
         timer = Timer()
         roll, scores, ref_lp = sample_and_score(models, prompts, cfg, gen, timer)
@@ -162,15 +193,13 @@ class PPO:
         records, norms, skipped = [], [], False
         policy_params = list(models.policy.parameters())
         for rows in minibatches(len(roll.prompts), self.parts, self.epochs, gen):
-            lp, values = self.value.forward(
-                models.policy,
-                roll.prompt_ids[rows],
-                roll.prompt_mask[rows],
-                roll.completion_ids[rows],
-                roll.completion_mask[rows],
-                cfg.temperature,
-                cfg.max_logits_mb,
-            )
+            if len(micro := micro_parts(rows, cfg)) > 1:
+                norm, ok, stats = self._micro_update(models, opt, micro, roll, adv, returns, old_values, cfg)
+                records.append(stats)
+                norms.append(norm)
+                skipped |= not ok
+                continue
+            lp, values = self._forward(models, roll, rows, cfg)
             pl, vl, stats = self._losses(lp, values, rows, roll, adv, returns, old_values, cfg)
             if self.value.kind == "head":  # one backward: the value loss also shapes the shared body
                 self.value.opt.zero_grad(set_to_none=True)

@@ -10,9 +10,18 @@ from __future__ import annotations
 
 import torch
 
-from rloo.algorithms.base import Models, StepResult, guarded_step, rows_logprobs
-from rloo.algorithms.common import Timer, require_scored, rollout_stats, sample_and_score, sequence_rewards
+from rloo.algorithms.base import Accumulated, Models, StepResult, guarded_step, rows_logprobs
+from rloo.algorithms.common import (
+    Timer,
+    micro_parts,
+    require_scored,
+    rollout_stats,
+    sample_and_score,
+    sequence_rewards,
+    step_loss_stats,
+)
 from rloo.config import RLConfig
+from rloo.core.accumulation import micro_shares
 from rloo.core.losses import raft_select, sft_loss
 from rloo.runtime.distributed import is_wrapped
 
@@ -29,11 +38,20 @@ def raft_step(models: Models, opt, prompts: list[str], cfg: RLConfig, gen: torch
     require_scored(scores, cfg.algorithm)
     rewards, kl = sequence_rewards(scores, roll, ref_lp, cfg)
     rows = raft_rows(rewards, cfg.k)
-    mask = roll.completion_mask[rows]
-    # one row per prompt (never whole groups): the plain pass, through the DDP/FSDP wrapper if any
-    logprobs = rows_logprobs(models.policy, roll, rows, cfg, is_wrapped(models.policy))
-    loss, stats = sft_loss(logprobs, mask)
+    # one row per prompt (never whole groups): the plain pass, through the DDP/FSDP wrapper if any;
+    # rl.micro_batch_size prompts' rows per pass, weighed by their tokens (sft_loss's mean)
+    wrapped = is_wrapped(models.policy)
+
+    def loss_of(r):
+        return sft_loss(rows_logprobs(models.policy, roll, r, cfg, wrapped), roll.completion_mask[r])
+
+    parts = micro_parts(rows, cfg, per_prompt=1)
+    loss, stats = (
+        loss_of(rows)
+        if len(parts) == 1
+        else (Accumulated(parts, micro_shares(parts, roll.completion_mask), loss_of, models.policy), {})
+    )
     grad_norm, stepped = guarded_step(loss, list(models.policy.parameters()), opt, cfg.max_grad_norm)
     timer.lap("update")
-    stats = {k: float(v) for k, v in stats.items()} | {"raft/kept_reward": rewards[rows].mean().item()}
+    stats = step_loss_stats(loss, stats) | {"raft/kept_reward": rewards[rows].mean().item()}
     return StepResult(stats | rollout_stats(roll, scores, kl, rewards, grad_norm, not stepped, timer), roll, rewards)

@@ -17,16 +17,15 @@ from rloo.algorithms.base import Models, StepResult, guarded_step
 from rloo.algorithms.common import (
     Timer,
     keeps_prefill,
+    policy_gradient_update,
     require_scored,
     rollout_stats,
     sample_and_score,
     sequence_rewards,
-    update_logprobs,
+    step_loss_stats,
 )
 from rloo.config import RLConfig
 from rloo.core.advantages import moving_average_advantages, moving_average_update
-from rloo.core.logprobs import sequence_logprobs
-from rloo.core.losses import policy_gradient_loss
 
 
 class Reinforce:
@@ -44,7 +43,8 @@ class Reinforce:
 
     def step(self, models: Models, opt, prompts: list[str], cfg: RLConfig, gen: torch.Generator):
         timer = Timer()
-        roll, scores, ref_lp = sample_and_score(models, prompts, cfg, gen, timer, keeps_prefill(models, cfg))
+        keep = keeps_prefill(models, cfg, len(prompts))
+        roll, scores, ref_lp = sample_and_score(models, prompts, cfg, gen, timer, keep)
         require_scored(scores, cfg.algorithm)
         rewards, kl = sequence_rewards(scores, roll, ref_lp, cfg)
         # The first batch has no past: it is centred on its own mean (a one-off warm start),
@@ -53,13 +53,12 @@ class Reinforce:
         advantages = moving_average_advantages(rewards, baseline)
         roll.record(advantage=advantages)
         # rloo's update pass (shared prompts, the sampling's prompt pass reused): only the baseline differs
-        logprobs = update_logprobs(models, roll, cfg)
+        loss, stats = policy_gradient_update(models, roll, roll.completion_mask, advantages, cfg)
         roll.prefill = None  # its graph is consumed by this backward pass
-        loss, stats = policy_gradient_loss(sequence_logprobs(logprobs, roll.completion_mask), advantages)
         grad_norm, stepped = guarded_step(loss, list(models.policy.parameters()), opt, cfg.max_grad_norm)
         if stepped:  # a skipped (non-finite) step changes nothing, or NaN rewards would poison the baseline
             self.baseline = moving_average_update(baseline, rewards, self.momentum)
         timer.lap("update")
-        stats = {k: float(v) for k, v in stats.items()} | {"reinforce/baseline": float(baseline)}
+        stats = step_loss_stats(loss, stats) | {"reinforce/baseline": float(baseline)}
         stats |= rollout_stats(roll, scores, kl, rewards, grad_norm, not stepped, timer)
         return StepResult(stats, roll, rewards)

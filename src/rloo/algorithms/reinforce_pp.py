@@ -46,7 +46,8 @@ def reinforce_pp_step(models: Models, opt, prompts: list[str], cfg: RLConfig, ge
             lp, roll.logprobs[r], advantages[r], roll.completion_mask[r], cfg.algorithm_settings.clip_eps
         )
 
-    records, norm, skipped = clipped_updates(models, opt, roll, rows, loss_fn, cfg, gen)
+    # ppo_clip_loss averages over the minibatch's tokens: micro-batches weigh by theirs
+    records, norm, skipped = clipped_updates(models, opt, roll, rows, loss_fn, cfg, gen, token_mean=True)
     timer.lap("update")
     stats = mean_stats(records) | {"groups/dropped": float(dropped)}
     return StepResult(stats | rollout_stats(roll, scores, kl, rewards, norm, skipped, timer), roll, rewards)

@@ -16,13 +16,18 @@ import torch
 
 from rloo.algorithms.agents import sample_episodes
 from rloo.algorithms.base import Models, StepResult, guarded_step, score_rollout
-from rloo.algorithms.common import keeps_prefill, sample, step_stats, update_logprobs
+from rloo.algorithms.common import (
+    keeps_prefill,
+    policy_gradient_update,
+    sample,
+    step_loss_stats,
+    step_stats,
+    update_logprobs,
+)
 from rloo.algorithms.offpolicy import loo_advantages, off_policy_loss
 from rloo.config import RLConfig
 from rloo.core.advantages import unscored
 from rloo.core.kl import shaped_reward
-from rloo.core.logprobs import sequence_logprobs
-from rloo.core.losses import policy_gradient_loss
 from rloo.rollout.multiturn import policy_tokens
 
 
@@ -45,7 +50,7 @@ def rloo_step(
     if models.env is not None:  # multi-turn episodes: the loss, KL and lengths count the policy's tokens only
         roll = sample_episodes(models, prompts, cfg, gen, rows)
     else:
-        roll = sample(models, prompts, cfg, gen, rows, all_done, keep_prefill=keeps_prefill(models, cfg))
+        roll = sample(models, prompts, cfg, gen, rows, all_done, keep_prefill=keeps_prefill(models, cfg, len(prompts)))
     mask = policy_tokens(roll)
     t1 = time.perf_counter()
     # 2. score, and the frozen reference's log-probs
@@ -57,9 +62,9 @@ def rloo_step(
     if cfg.off_policy_correction is None:  # the paper's on-policy update
         rewards, kl = shaped_reward(filled, roll.logprobs, ref_lp, mask, cfg.beta)
         advantages = loo_advantages(rewards, valid, cfg.k)
-        # 4. REINFORCE on the whole response (eq. 5)
-        logprobs = update_logprobs(models, roll, cfg)
-        loss, stats = policy_gradient_loss(sequence_logprobs(logprobs, mask), advantages)
+        # 4. REINFORCE on the whole response (eq. 5); in micro-batches of whole groups when
+        # rl.micro_batch_size splits the batch (the baseline above saw every group whole)
+        loss, stats = policy_gradient_update(models, roll, mask, advantages, cfg)
     else:  # 3-4 for samples of another policy: importance-weighted (algorithms/offpolicy.py, docs/async.md);
         # single-turn only (RLConfig refuses env= with max_staleness or is_correction)
         logprobs = update_logprobs(models, roll, cfg)
@@ -69,5 +74,5 @@ def rloo_step(
     grad_norm, finite = guarded_step(loss, models.policy.parameters(), opt, cfg.max_grad_norm)
     t3 = time.perf_counter()
     times = {"time/rollout": t1 - t0, "time/score": t2 - t1, "time/update": t3 - t2}
-    stats = {k: float(v) for k, v in stats.items()} | step_stats(roll, scores, kl, rewards, grad_norm, finite, cfg.k)
+    stats = step_loss_stats(loss, stats) | step_stats(roll, scores, kl, rewards, grad_norm, finite, cfg.k)
     return StepResult(stats | times, roll, rewards)

@@ -77,7 +77,9 @@ def rloo_ablation_step(models: Models, opt, prompts: list[str], cfg: RLConfig, g
     def loss_fn(lp, r):
         return _loss(lp, roll.logprobs[r], adv[r], roll.completion_mask[r], cfg)
 
-    records, norm, skipped = clipped_updates(models, opt, roll, rows, loss_fn, cfg, gen, passes)
+    # the token-level clipped loss averages over tokens; the others (eq. 5, sequence sums) over rows
+    token_mean = adv.dim() == 2 and cfg.algorithm_settings.rloo_clip
+    records, norm, skipped = clipped_updates(models, opt, roll, rows, loss_fn, cfg, gen, passes, token_mean=token_mean)
     timer.lap("update")
     stats = mean_stats(records) | {"groups/dropped": float(dropped)}
     return StepResult(stats | rollout_stats(roll, scores, kl, rewards, norm, skipped, timer), roll, rewards)

@@ -19,6 +19,13 @@ from rloo.config.base import (
     MIN_TEMPERATURE,
     Strict,
 )
+from rloo.config.memory import (
+    RL_MICRO_UNIT,
+    LoraSettings,
+    SupervisedMemory,
+    check_micro_batch,
+    micro_batch_field,
+)
 from rloo.config.method_choice import MethodChoice
 from rloo.config.methods import METHOD_SPECS, names, require
 
@@ -35,7 +42,7 @@ class ArchConfig(Strict):
     max_position_embeddings: int = Field(default=128, gt=0, description="Longest prompt + response.")
 
 
-class SFTSettings(Strict):
+class SFTSettings(SupervisedMemory):
     """Hyperparameters of supervised fine-tuning on the task's reference responses."""
 
     num_examples: int = Field(default=6000, ge=1, description="Prompt/reference pairs generated for SFT.")
@@ -57,7 +64,7 @@ class SFTSettings(Strict):
         return self
 
 
-class RewardSettings(Strict):
+class RewardSettings(SupervisedMemory):
     """Hyperparameters of reward-model training with the Bradley-Terry loss."""
 
     num_pairs: int = Field(default=6000, ge=1, description="Preference pairs labeled by the simulated labeler.")
@@ -95,23 +102,12 @@ else:
     """The built-in methods' names as a type (`RLSettings.algorithm` also takes ones added by add_method)."""
 
 
-class LoraSettings(Strict):
-    """LoRA adapters through peft. The reference policy is the same model with adapters off."""
-
-    r: int = Field(default=16, ge=1, description="Adapter rank.")
-    alpha: float = Field(default=32, gt=0, description="Scaling numerator (scale = alpha / r).")
-    dropout: float = Field(default=0.0, ge=0, lt=1)
-    target_modules: list[str] | str = Field(default="all-linear", description="Module names to adapt, or 'all-linear'.")
-    save: Literal["merged", "adapter"] = Field(
-        default="merged", description="merged: a plain model (loads without peft); adapter: adapter weights only."
-    )
-
-
 class RLSettings(MethodChoice):
     """Hyperparameters of the RL stage (RLOO by default, eq. 1, 4, 5)."""
 
     steps: int = Field(default=100, ge=1, description="Optimizer steps (one fresh batch of samples each).")
     batch_size: int = Field(default=16, ge=1, description="Prompts per step (B); N = B*k completions.")
+    micro_batch_size: int | None = micro_batch_field(RL_MICRO_UNIT)
     k: int = Field(
         default=4,
         ge=1,
@@ -153,6 +149,11 @@ class RLSettings(MethodChoice):
         "above it the LM head runs in chunks of this size and recomputes its logits in "
         "backward (Llama/Mistral/Qwen2/Qwen3 heads), so a 150k vocabulary does not cost GBs.",
     )
+
+    @model_validator(mode="after")
+    def _micro_batches(self):
+        check_micro_batch(self.micro_batch_size, self.batch_size, "batch_size", self.off_policy_correction)
+        return self
 
     @model_validator(mode="after")
     def _k_at_least_two(self):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -20,6 +21,7 @@ from rloo.config import ArchConfig
 from rloo.errors import RlooError
 from rloo.modeling.attention import use_rloo_attention
 from rloo.modeling.fp32_head import use_fp32_heads
+from rloo.modeling.lora import is_adapter_folder, load_merged
 from rloo.runtime.atomic import WriteError, describe_write_failure, fsync_dir, sync_and_hash
 from rloo.runtime.names import check_name
 from rloo.runtime.precision import weights_dtype
@@ -110,8 +112,9 @@ def _load(cls, path: str, what: str, device: str, dtype, trust_remote_code: bool
     in fp32 under autocast (rloo.modeling.fp32_head), set before any wrapper (DDP, FSDP2, PEFT) sees it."""
     _check_dir(path, what)
     _check_safetensors(path, what)
+    load = partial(load_merged, cls) if is_adapter_folder(path) else cls.from_pretrained
     try:
-        model = cls.from_pretrained(path, dtype=resolve_dtype(dtype, device), trust_remote_code=trust_remote_code, **kw)
+        model = load(path, dtype=resolve_dtype(dtype, device), trust_remote_code=trust_remote_code, **kw)
     except (OSError, ValueError, ImportError) as e:
         raise RlooError(f"could not load a {what} from {path!r}: {str(e).splitlines()[0]}") from e
     return use_fp32_heads(use_rloo_attention(model.to(device))), load_tokenizer(path, trust_remote_code)

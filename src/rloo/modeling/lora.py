@@ -21,10 +21,12 @@ def _peft():
     return peft
 
 
-def add_lora(model, settings: LoraSettings, adapter_path: str | Path | None = None):
+def add_lora(model, settings: LoraSettings, adapter_path: str | Path | None = None, score_head: bool = False):
     """Wrap `model` with fresh adapters (B = 0, so it starts equal to the base model), or with the
-    adapters saved at `adapter_path` (resume). Only adapter weights require gradients. The output head
-    keeps its fp32 product under autocast (rloo.modeling.fp32_head), adapters on it included (a
+    adapters saved at `adapter_path` (resume). Only adapter weights require gradients, and with
+    `score_head` (a reward model: a fresh one-output head on a sequence classifier) the head,
+    trained in full and saved with the adapters (PEFT's modules_to_save). The output head keeps its
+    fp32 product under autocast (rloo.modeling.fp32_head), adapters on it included (a
     `target_modules` that names the LM head)."""
     peft = _peft()
     if adapter_path is not None:
@@ -35,9 +37,34 @@ def add_lora(model, settings: LoraSettings, adapter_path: str | Path | None = No
         lora_alpha=settings.alpha,
         lora_dropout=settings.dropout,
         target_modules=settings.target_modules,
-        task_type="CAUSAL_LM",
+        task_type="SEQ_CLS" if score_head else "CAUSAL_LM",
+        modules_to_save=["score"] if score_head else None,
     )
     return use_fp32_heads(_absolute_base(peft.get_peft_model(model, cfg)))
+
+
+def is_adapter_folder(path: str | Path) -> bool:
+    """A folder written with lora.save=adapter: adapter weights naming their base model."""
+    return (Path(path) / "adapter_config.json").is_file()
+
+
+def load_merged(cls, path: str | Path, **kw):
+    """The model saved as adapters at `path`, as a plain model: its base (adapter_config.json's
+    base_model_name_or_path, loaded with cls.from_pretrained(**kw)) with the adapters (and a reward
+    model's saved head) merged in. So every stage loads another stage's adapter output as it loads a
+    full model: an SFT result as RL's starting policy and reference, a reward model for scoring."""
+    peft = _peft()
+    base_path = peft.PeftConfig.from_pretrained(str(path)).base_model_name_or_path
+    if not base_path:
+        raise RlooError(f"the adapters at {path} name no base model (adapter_config.json); save them merged")
+    base = cls.from_pretrained(base_path, **kw)
+    return peft.PeftModel.from_pretrained(base, str(path)).merge_and_unload()
+
+
+def trained_network(model):
+    """The network a forward pass calls: a LoRA model's base with the adapters in place (rloo's
+    passes reach the backbone through `base_model_prefix`, which a PEFT wrapper does not keep)."""
+    return model.get_base_model() if is_lora(model) else model
 
 
 def _absolute_base(peft_model):

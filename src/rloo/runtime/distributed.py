@@ -19,6 +19,8 @@ fit on one device. Frozen models (reference, reward) are replicated.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -153,6 +155,24 @@ def _decoder_layers(model) -> list[torch.nn.Module]:
 def is_wrapped(model) -> bool:
     """Trained by several processes: its forward must go through DDP / FSDP in one pass."""
     return isinstance(model, (DDP, FSDPModule))
+
+
+@contextmanager
+def gradient_sync(model, sync: bool) -> Iterator[None]:
+    """Around a micro-batch's forward and backward (gradient accumulation): with sync False the
+    gradient is only accumulated locally (DDP's no_sync, FSDP2's set_requires_gradient_sync(False));
+    the last micro-batch syncs, reducing the summed gradient once. Unwrapped models: no-op."""
+    if sync or not is_wrapped(model):
+        yield
+    elif isinstance(model, DDP):
+        with model.no_sync():
+            yield
+    else:
+        model.set_requires_gradient_sync(False)
+        try:
+            yield
+        finally:
+            model.set_requires_gradient_sync(True)
 
 
 def unwrap(model):

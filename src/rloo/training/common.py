@@ -10,7 +10,9 @@ import numpy as np
 import torch
 import yaml
 
+from rloo.algorithms.base import Accumulated
 from rloo.config import upgrade_saved_config
+from rloo.core.accumulation import micro_batches, micro_shares
 from rloo.errors import RlooError, option
 from rloo.runtime.atomic import atomic_write_text
 from rloo.runtime.checkpoint import check_resume_config
@@ -129,6 +131,24 @@ def supervised_step(guard, opt, sched, loss, step: int, max_grad_norm: float = 1
     guard.step(loss, step, max_grad_norm)
     sched.step()
     return lr
+
+
+def batch_loss(idx: torch.Tensor, size: int | None, loss_of, mask: torch.Tensor | None = None):
+    """The loss of batch `idx` (row indices) for a guarded step, with its stats: loss_of(idx) ->
+    (loss, stats) in one pass, or (micro_batch_size `size` splitting it) an `Accumulated` of
+    micro-batches weighted by their rows, or by their real tokens in `mask` (indexed by row; for
+    token-mean losses), whose stats the step fills (`after_step`)."""
+    parts = micro_batches(idx, size)
+    if len(parts) == 1:
+        return loss_of(idx)
+    return Accumulated(parts, micro_shares(parts, mask), loss_of), {}
+
+
+def after_step(loss, stats: dict) -> tuple[float, dict[str, float]]:
+    """(the batch's loss, its stats as floats) once the step ran: an Accumulated's own."""
+    if isinstance(loss, Accumulated):
+        loss, stats = loss.loss, loss.stats
+    return float(loss.detach()), {k: float(v) for k, v in stats.items()}
 
 
 def warmup_cosine(opt, total: int, warmup: int, floor: float = 0.1):

@@ -31,7 +31,15 @@ from rloo.rewards import RewardModelScorer
 from rloo.runtime.precision import stage_precision
 from rloo.runtime.tracking import MetricsLogger, progress, say
 from rloo.tasks import get_task
-from rloo.training.common import adamw, check_device, prepare_output_dir, seed_everything, warmup_constant
+from rloo.training.common import (
+    adamw,
+    after_step,
+    batch_loss,
+    check_device,
+    prepare_output_dir,
+    seed_everything,
+    warmup_constant,
+)
 from rloo.training.evalset import EvalSet, eval_metrics, train_and_eval_prompts
 from rloo.training.guard import StageGuard
 from rloo.training.loop import RLResult
@@ -133,18 +141,22 @@ def train_dpo(cfg: RLConfig, *, resume: bool = False, overwrite: bool = False) -
         log.log(s, metrics)
         history.append({"step": s, **metrics})
 
+    def pair_loss(idx):
+        pc, pr = _pair_logprobs(models.policy, prompts, comps, idx, device, cfg.share_prompt)
+        return dpo_loss(pc, pr, ref_c[idx], ref_r[idx], cfg.algorithm_settings.dpo_beta)
+
     try:
         for _ in range(cfg.algorithm_settings.dpo_epochs):
             for idx in batches(len(pairs), cfg.algorithm_settings.dpo_batch_size, gen):
                 if cfg.eval_every and step % cfg.eval_every == 0:
                     record(step, eval_metrics(models, eval_set, cfg, step))
-                pc, pr = _pair_logprobs(models.policy, prompts, comps, idx, device, cfg.share_prompt)
-                loss, stats = dpo_loss(pc, pr, ref_c[idx], ref_r[idx], cfg.algorithm_settings.dpo_beta)
+                # one pass, or rl.micro_batch_size pairs per pass (the DPO loss is a mean over pairs)
+                loss, stats = batch_loss(idx, cfg.micro_batch_size, pair_loss)
                 step += 1
                 grad_norm, _ = guard.step(loss, step, cfg.max_grad_norm)
                 sched.step()
                 if step % cfg.log_every == 0:
-                    record(step, {k: float(v) for k, v in stats.items()} | {"grad/norm": grad_norm})
+                    record(step, after_step(loss, stats)[1] | {"grad/norm": grad_norm})
                 bar.update()
         guard.finish()
         final = eval_metrics(models, eval_set, cfg, step)

@@ -24,6 +24,7 @@ from rloo.modeling.loading import (
     model_options,
     save_pretrained_atomic,
 )
+from rloo.modeling.lora import add_lora, for_saving, trained_network
 from rloo.rollout import rollout
 from rloo.runtime.atomic import atomic_write_text
 from rloo.runtime.precision import stage_precision
@@ -32,6 +33,8 @@ from rloo.runtime.tracking import MetricsLogger, progress, say
 from rloo.tasks import get_task
 from rloo.training.common import (
     adamw,
+    after_step,
+    batch_loss,
     check_device,
     prepare_output_dir,
     seed_everything,
@@ -116,8 +119,11 @@ def train_reward(cfg: RewardConfig, *, overwrite: bool = False) -> RewardResult:
     model, tokenizer = load_reward_model(cfg.model or cfg.sft_model, **model_options(cfg))
     model.config.pad_token_id = tokenizer.pad_token_id
     maybe_disable_dropout(model, cfg.disable_dropout)
+    if cfg.lora is not None:  # adapters, and the one-output score head trained in full
+        model = add_lora(model, cfg.lora, score_head=True)
     if cfg.gradient_checkpointing:
         enable_gradient_checkpointing(model)
+    net = trained_network(model)  # what the scoring passes call (the adapters in place under LoRA)
     # 1. preference pairs, the last eval_pairs held out (a dataset: its eval split or held-out rows,
     #    rloo.data.split, loaded before anything is written so that a bad dataset leaves no run folder)
     if cfg.dataset is not None:
@@ -144,28 +150,33 @@ def train_reward(cfg: RewardConfig, *, overwrite: bool = False) -> RewardResult:
         progress(total, "reward model"),
         0,
     )
-    share = _shares_prompts(model, cfg)
+    share = _shares_prompts(net, cfg)
     try:  # closed however the stage ends (Ctrl-C, an error): no TensorBoard writer thread left running
         for _ in range(cfg.epochs):
             model.train()
             for idx in batches(len(train_pairs), cfg.batch_size, gen):
-                chosen, rejected = _score(model, prompts, comps, idx, device, share)
-                loss, stats = bradley_terry_loss(chosen, rejected)
+                # one pass, or micro-batches of pairs (the Bradley-Terry loss is a mean over pairs)
+                loss, stats = batch_loss(
+                    idx,
+                    cfg.micro_batch_size,
+                    lambda i: bradley_terry_loss(*_score(net, prompts, comps, i, device, share)),
+                )
                 step += 1
                 supervised_step(guard, opt, sched, loss, step)
-                log.log(step, {"loss/rm": loss.item(), **{k: float(v) for k, v in stats.items()}})
-                bar.set_postfix(loss=f"{loss.item():.3f}", acc=f"{float(stats['rm/accuracy']):.2f}")
+                value, stats = after_step(loss, stats)
+                log.log(step, {"loss/rm": value, **stats})
+                bar.set_postfix(loss=f"{value:.3f}", acc=f"{stats['rm/accuracy']:.2f}")
                 bar.update()
         bar.close()
         # 3. held-out accuracy against the labeler and against the gold judge
-        acc_label, acc_gold = evaluate_reward_model(model, tokenizer, task, held_out, cfg, device)
+        acc_label, acc_gold = evaluate_reward_model(net, tokenizer, task, held_out, cfg, device)
         gold_metric = {"eval/accuracy_vs_gold": acc_gold} if acc_gold is not None else {}
         log.log(step, {"eval/accuracy_vs_labeler": acc_label} | gold_metric)
     finally:
         bar.close()
         log.close()
     guard.finish()
-    save_pretrained_atomic(model, tokenizer, out / "model")
+    save_pretrained_atomic(for_saving(model, cfg.lora), tokenizer, out / "model")  # as sft and RL save
     atomic_write_text(out / "accuracy.json", json.dumps({"vs_labeler": acc_label, "vs_gold": acc_gold}, indent=2))
     gold = f", {acc_gold:.3f} vs gold judge" if acc_gold is not None else ""
     say(f"reward: held-out pairwise accuracy {acc_label:.3f} vs {'labeler' if task else 'dataset labels'}{gold}")

@@ -20,6 +20,7 @@ from rloo.modeling.loading import (
     model_options,
     save_pretrained_atomic,
 )
+from rloo.modeling.lora import add_lora, for_saving
 from rloo.runtime.precision import stage_precision
 from rloo.runtime.runlock import holds_run_folder
 from rloo.runtime.tracking import MetricsLogger, progress, say
@@ -27,6 +28,8 @@ from rloo.tasks import Example, get_task
 from rloo.tasks.tokenizer import build_tokenizer
 from rloo.training.common import (
     adamw,
+    after_step,
+    batch_loss,
     check_device,
     note_builtin_task,
     prepare_output_dir,
@@ -43,6 +46,14 @@ class SFTResult:
     final_loss: float
 
 
+def _loss(model, prompts, targets, idx, device):
+    """sft_loss of examples idx: their prompts and targets trimmed to the longest, one forward pass."""
+    p_ids, p_mask = trim_left(prompts.ids[idx], prompts.mask[idx])
+    c_ids, c_mask = trim_right(targets.ids[idx], targets.mask[idx])
+    lp = completion_logprobs(model, p_ids.to(device), p_mask.to(device), c_ids.to(device), c_mask.to(device))
+    return sft_loss(lp, c_mask.to(device))
+
+
 @holds_run_folder
 @stage_precision
 def sft(cfg: SFTConfig, *, overwrite: bool = False) -> SFTResult:
@@ -53,10 +64,13 @@ def sft(cfg: SFTConfig, *, overwrite: bool = False) -> SFTResult:
     gen = seed_everything(cfg.seed)
     # 1. tokenizer and model: loaded by path, or built for the task
     tokenizer = load_tokenizer(cfg.tokenizer, cfg.trust_remote_code) if cfg.tokenizer else None
+    if cfg.lora is not None and cfg.lora.save == "adapter" and not cfg.model:
+        raise RlooError("sft: lora.save=adapter needs model=PATH (adapters name their base model on disk)")
     if cfg.model:
         model, model_tok = load_policy(cfg.model, **model_options(cfg))
         tokenizer = tokenizer or model_tok
         note_builtin_task(cfg, tokenizer, task, cfg.model)
+        model = add_lora(model, cfg.lora) if cfg.lora is not None else model
         if cfg.gradient_checkpointing:
             enable_gradient_checkpointing(model)
     elif cfg.dataset is not None and tokenizer is None:
@@ -67,6 +81,7 @@ def sft(cfg: SFTConfig, *, overwrite: bool = False) -> SFTResult:
     else:
         tokenizer = tokenizer or build_tokenizer(task)
         model = build_llama(cfg.arch, tokenizer, cfg.seed).to(device)
+        model = add_lora(model, cfg.lora) if cfg.lora is not None else model
     # 2. data: the dataset's (prompt, completion) pairs, less its held-out rows, or the task's
     #    mixed-quality references
     if cfg.dataset is not None:
@@ -95,22 +110,22 @@ def sft(cfg: SFTConfig, *, overwrite: bool = False) -> SFTResult:
     try:  # closed however the loop ends (Ctrl-C, an error): no TensorBoard writer thread left running
         for _ in range(cfg.epochs):
             for idx in batches(len(examples), cfg.batch_size, gen):
-                p_ids, p_mask = trim_left(prompts.ids[idx], prompts.mask[idx])
-                c_ids, c_mask = trim_right(targets.ids[idx], targets.mask[idx])
-                lp = completion_logprobs(
-                    model, p_ids.to(device), p_mask.to(device), c_ids.to(device), c_mask.to(device)
+                # one pass, or micro-batches weighted by their target tokens (sft_loss is a token mean)
+                loss, stats = batch_loss(
+                    idx, cfg.micro_batch_size, lambda i: _loss(model, prompts, targets, i, device), targets.mask
                 )
-                loss, stats = sft_loss(lp, c_mask.to(device))
                 step += 1
                 lr = supervised_step(guard, opt, sched, loss, step)
-                loss_ema = loss.item() if loss_ema is None else 0.95 * loss_ema + 0.05 * loss.item()
-                log.log(step, {**{k: float(v) for k, v in stats.items()}, "lr": lr})
+                value, stats = after_step(loss, stats)
+                loss_ema = value if loss_ema is None else 0.95 * loss_ema + 0.05 * value
+                log.log(step, {**stats, "lr": lr})
                 bar.set_postfix(loss=f"{loss_ema:.3f}")
                 bar.update()
     finally:
         bar.close()
         log.close()
     guard.finish()
-    save_pretrained_atomic(model, tokenizer, out / "model")
+    # as RL saves: full weights, or with LoRA the adapters merged in (lora.save=merged) or alone
+    save_pretrained_atomic(for_saving(model, cfg.lora), tokenizer, out / "model")
     say(f"sft: saved {out / 'model'} (loss {loss_ema:.3f} after {step} steps)")
     return SFTResult(out / "model", float(loss_ema))
