@@ -111,7 +111,9 @@ def test_repetition_penalty_matches_transformers_processor():
     ids = torch.randint(0, 50, (5, 12), generator=g)  # repeats included
     for penalty in (1.3, 0.6):
         expected = RepetitionPenaltyLogitsProcessor(penalty)(ids, logits.clone())
-        got = decoding.penalize_repetitions(logits, decoding.seen_tokens(ids, torch.ones_like(ids, dtype=torch.bool), 50), penalty)
+        got = decoding.penalize_repetitions(
+            logits, decoding.seen_tokens(ids, torch.ones_like(ids, dtype=torch.bool), 50), penalty
+        )
         assert torch.equal(got, expected)
 
 
@@ -131,7 +133,10 @@ def test_defaults_draw_as_before_bitwise():
         want = _draw(scaled.softmax(-1), torch.Generator().manual_seed(5))
         assert torch.equal(tok, want)
         assert torch.equal(lp, scaled.log_softmax(-1).gather(-1, want[:, None])[:, 0])
-    assert decoding.shaping(torch.ones(2, 3, dtype=torch.long), torch.ones(2, 3, dtype=torch.bool), 4, 33, 1, 0, 1.0) is None
+    assert (
+        decoding.shaping(torch.ones(2, 3, dtype=torch.long), torch.ones(2, 3, dtype=torch.bool), 4, 33, 1, 0, 1.0)
+        is None
+    )
 
 
 @pytest.mark.parametrize("penalty,min_new", [(1.0, 0), (1.4, 0), (1.0, 6), (0.8, 3)])
@@ -177,7 +182,9 @@ def _bpe():
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     alphabet = pre_tokenizers.ByteLevel.alphabet()
-    tok.train_from_iterator([words] * 20, trainers.BpeTrainer(vocab_size=300, special_tokens=["<eos>", "<pad>"], initial_alphabet=alphabet))
+    tok.train_from_iterator(
+        [words] * 20, trainers.BpeTrainer(vocab_size=300, special_tokens=["<eos>", "<pad>"], initial_alphabet=alphabet)
+    )
     return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>", pad_token="<pad>", padding_side="left")
 
 

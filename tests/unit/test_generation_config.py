@@ -114,8 +114,14 @@ def test_greedy_evaluation_runs_and_measures_kl_at_temperature_one(tiny_model_di
     prompts = [e.prompt for e in get_task("summarize").examples("eval", 6, seed=0)]
     runs = [
         evaluate_policy(
-            policy, tok, prompts, ref_model=policy, temperature=0.0, max_new_tokens=5,
-            generator=torch.Generator().manual_seed(seed), keep_samples=6,
+            policy,
+            tok,
+            prompts,
+            ref_model=policy,
+            temperature=0.0,
+            max_new_tokens=5,
+            generator=torch.Generator().manual_seed(seed),
+            keep_samples=6,
         )  # fmt: skip
         for seed in (0, 1)
     ]

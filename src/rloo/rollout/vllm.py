@@ -65,10 +65,18 @@ class VLLMSampler:
             gpu_memory_utilization=gpu_memory_utilization,
             max_model_len=max_prompt_len + max_new_tokens,
         )
-        shaping = dict(top_k=top_k, min_new_tokens=min_new_tokens, repetition_penalty=repetition_penalty, stop=stop)
-        self.params = vllm.SamplingParams(
-            **sampling_params(k, temperature, top_p, max_new_tokens, tokenizer.eos_token_id, **shaping)
+        kw = sampling_params(
+            k,
+            temperature,
+            top_p,
+            max_new_tokens,
+            tokenizer.eos_token_id,
+            top_k=top_k,
+            min_new_tokens=min_new_tokens,
+            repetition_penalty=repetition_penalty,
+            stop=stop,
         )
+        self.params = vllm.SamplingParams(**kw)
 
     @torch.no_grad()
     def sync(self, policy) -> None:
