@@ -205,9 +205,9 @@ def test_fsdp_evaluation_stops_decoding_together(monkeypatch):
     at different steps hangs. The training loop's evaluation now samples with the shared stop."""
     from types import SimpleNamespace
 
+    from rloo.config import EvalSettings
     from rloo.eval import sampling
     from rloo.runtime.distributed import Dist
-    from rloo.config import EvalSettings
     from rloo.training import evalset
 
     fsdp = Dist(rank=0, world=2, parallel="fsdp")

@@ -9,8 +9,8 @@ import torch
 
 from rloo import RLConfig
 from rloo.config import EvalConfig
-from rloo.errors import ConfigError
 from rloo.config.base import key_paths
+from rloo.errors import ConfigError
 
 KEYS = ("top_k", "min_new_tokens", "stop", "repetition_penalty")
 
