@@ -112,7 +112,7 @@ def test_repetition_penalty_matches_transformers_processor():
     for penalty in (1.3, 0.6):
         expected = RepetitionPenaltyLogitsProcessor(penalty)(ids, logits.clone())
         got = decoding.penalize_repetitions(
-            logits, decoding.seen_tokens(ids, torch.ones_like(ids, dtype=torch.bool), 50), penalty
+            logits, decoding.seen_tokens(ids, torch.ones_like(ids, dtype=torch.bool), 50)[:, :-1], penalty
         )
         assert torch.equal(got, expected)
 
@@ -224,3 +224,9 @@ def test_stop_strings_end_at_the_token_that_completes_them():
             assert stop in cut.raw_completions[i] and not bool(cut.truncated[i])
             assert torch.equal(cut.logprobs[i][:j], free.logprobs[i][:j]) and not bool(cut.logprobs[i][j:].any())
     assert ended >= 1 and len(rows[0]) > _first_hit(tok, rows[0], stop), "the stop string cut nothing"
+
+
+def test_padding_is_not_a_seen_token():
+    ids = torch.tensor([[0, 0, 5, 6], [7, 0, 0, 0]])
+    mask = torch.tensor([[False, False, True, True], [True, True, False, False]])
+    assert decoding.seen_tokens(ids, mask, 8)[:, :-1].nonzero().tolist() == [[0, 5], [0, 6], [1, 0], [1, 7]]

@@ -48,12 +48,12 @@ def penalize_repetitions(logits: Tensor, seen: Tensor, penalty: float) -> Tensor
 
 
 def seen_tokens(ids: Tensor, mask: Tensor, vocab: int) -> Tensor:
-    """(N,L) ids, (N,L) bool mask of the real ones -> (N,V) bool: the tokens each row holds. Padding
-    is not a token of the row (HF's processor also penalizes the pad id of left-padded batches)."""
-    seen = torch.zeros(ids.shape[0], vocab, dtype=torch.bool, device=ids.device)
-    rows, cols = mask.nonzero(as_tuple=True)
-    seen[rows, ids[rows, cols]] = True
-    return seen
+    """(N,L) ids, (N,L) bool mask of the real ones -> (N,V+1) bool: the tokens each row holds, and a
+    last column that collects the padding (HF's processor also penalizes the pad id of left-padded
+    batches; here padding is not a token of the row). A scatter of one value: no host sync, and
+    repeated indices all write True, so the result does not depend on their order."""
+    seen = torch.zeros(ids.shape[0], vocab + 1, dtype=torch.bool, device=ids.device)
+    return seen.scatter_(1, torch.where(mask, ids, torch.full_like(ids, vocab)), torch.ones_like(mask))
 
 
 @dataclass
@@ -65,21 +65,22 @@ class Shaping:
     eos_id: int
     min_new_tokens: int = 0
     penalty: float = 1.0
-    seen: Tensor | None = None  # (N,V) bool, with a penalty
+    seen: Tensor | None = None  # (N,V+1) bool, with a penalty (`seen_tokens`)
 
     def __call__(self, logits: Tensor, step: int) -> Tensor:
         """The logits to draw step `step` (0-based) from. (N,V) -> (N,V)."""
         if self.seen is not None:
-            logits = penalize_repetitions(logits, self.seen, self.penalty)
+            logits = penalize_repetitions(logits, self.seen[:, :-1], self.penalty)
         if step < self.min_new_tokens:
-            logits = logits.index_fill(-1, torch.tensor([self.eos_id], device=logits.device), float("-inf"))
+            logits = logits.clone()
+            logits[:, self.eos_id] = float("-inf")
         return logits
 
     def add(self, tok: Tensor, live: Tensor) -> None:
         """Record the tokens (N,) just sampled by the live rows (N,) bool."""
         if self.seen is not None:
-            rows = live.nonzero(as_tuple=True)[0]
-            self.seen[rows, tok[rows]] = True
+            where = torch.where(live, tok, torch.full_like(tok, self.seen.shape[1] - 1))  # padding: the last column
+            self.seen.scatter_(1, where[:, None], torch.ones_like(live[:, None]))
 
 
 def shaping(
