@@ -39,9 +39,9 @@ class Rollout:
     prompt_ids: Tensor  # (N, P) left-padded
     prompt_mask: Tensor  # (N, P) bool
     completion_ids: Tensor  # (N, T) right-padded
-    completion_mask: Tensor  # (N, T) bool, True up to and including the first EOS
+    completion_mask: Tensor  # (N, T) bool, True up to and including the first EOS (or stop-string end)
     logprobs: Tensor  # (N, T) log pi(y_t|...) at sampling time, 0 where mask is False
-    truncated: Tensor  # (N,) bool, hit max_new_tokens without EOS
+    truncated: Tensor  # (N,) bool, hit max_new_tokens without EOS or a stop string
     prompts_truncated: int = 0  # prompts cut to fit the prompt-length limit
     group_size: int = 1  # K: rows come in runs of K sharing one prompt
     lag: int = 0  # updates the trainer made since the weights that sampled (rl.max_staleness)
