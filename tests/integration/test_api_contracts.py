@@ -107,4 +107,5 @@ def test_top_p_below_one_warns_once(top_p, tiny_model_dir, tmp_path, capsys):
         reward_fn=lambda p, c: [0.0] * len(c),
     )
     err = capsys.readouterr().err
-    assert err.count(f"top_p={top_p} samples from the nucleus-renormalised") == (1 if top_p < 1 else 0), err
+    # one note for every setting that shapes the sample (rloo.rollout.decoding.off_policy_note)
+    assert err.count(f"note: top_p={top_p} samples from a shaped distribution") == (1 if top_p < 1 else 0), err

@@ -205,6 +205,7 @@ def test_fsdp_evaluation_stops_decoding_together(monkeypatch):
     at different steps hangs. The training loop's evaluation now samples with the shared stop."""
     from types import SimpleNamespace
 
+    from rloo.config import EvalSettings
     from rloo.eval import sampling
     from rloo.runtime.distributed import Dist
     from rloo.training import evalset
@@ -223,9 +224,7 @@ def test_fsdp_evaluation_stops_decoding_together(monkeypatch):
 
     monkeypatch.setattr(sampling, "rollout", rollout)
     models = SimpleNamespace(policy=torch.nn.Linear(1, 1), tokenizer=None, scorer=None, ref=None)
-    cfg = SimpleNamespace(
-        eval=SimpleNamespace(temperature=1.0, batch_size=4), max_prompt_tokens=8, max_new_tokens=4, seed=0, steps=1
-    )
+    cfg = SimpleNamespace(eval=EvalSettings(batch_size=4), max_prompt_tokens=8, max_new_tokens=4, seed=0, steps=1)
     with pytest.raises(Stop):
         evalset.eval_metrics(models, evalset.EvalSet(["p"], None, None), cfg, 0, **fsdp.eval_kwargs())
     assert seen["all_done"] == fsdp.all_done

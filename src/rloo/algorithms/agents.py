@@ -60,5 +60,6 @@ def sample_episodes(models, prompts: list[str], cfg: RLConfig, gen: torch.Genera
         max_prompt_len=cfg.max_prompt_tokens,
         temperature=cfg.temperature,
         top_p=cfg.top_p,
+        top_k=cfg.top_k,
         generator=gen,
     )

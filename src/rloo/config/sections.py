@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, ClassVar, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from rloo.config.base import (
     MAX_BETA,
@@ -16,8 +16,17 @@ from rloo.config.base import (
     MAX_SAMPLES,
     MAX_SCORE,
     MAX_WEIGHT_DECAY,
-    MIN_TEMPERATURE,
     Strict,
+)
+from rloo.config.evaluation import EvalSettings  # noqa: F401 (the sections are imported from here)
+from rloo.config.generation import (
+    MinNewTokens,
+    RepetitionPenalty,
+    Stop,
+    TopK,
+    TopP,
+    check_min_new_tokens,
+    check_temperature,
 )
 from rloo.config.memory import (
     RL_MICRO_UNIT,
@@ -119,9 +128,13 @@ class RLSettings(MethodChoice):
     warmup_steps: int = Field(default=10, ge=0)
     max_grad_norm: float = Field(default=1.0, gt=0, le=MAX_GRAD_NORM)
     temperature: float = Field(
-        default=1.0, ge=MIN_TEMPERATURE, description="Sampling temperature; log-probs use it too (>= 0.01)."
+        default=1.0, ge=0, description="Sampling temperature; log-probs use it too (>= 0.01; 0 only in eval)."
     )
-    top_p: float = Field(default=1.0, gt=0, le=1, description="Nucleus sampling mass.")
+    top_p: TopP = 1.0
+    top_k: TopK = 0
+    min_new_tokens: MinNewTokens = 0
+    stop: Stop = Field(default_factory=list)
+    repetition_penalty: RepetitionPenalty = 1.0
     max_new_tokens: int = Field(default=16, ge=1, description="Completion length limit (T).")
     truncation_penalty: float | None = Field(
         default=None,
@@ -153,6 +166,16 @@ class RLSettings(MethodChoice):
     @model_validator(mode="after")
     def _micro_batches(self):
         check_micro_batch(self.micro_batch_size, self.batch_size, "batch_size", self.off_policy_correction)
+        return self
+
+    @field_validator("temperature")
+    @classmethod
+    def _not_greedy(cls, v: float) -> float:
+        return check_temperature(v, greedy=False)
+
+    @model_validator(mode="after")
+    def _min_within_max(self):
+        check_min_new_tokens(self.min_new_tokens, self.max_new_tokens)
         return self
 
     @model_validator(mode="after")
@@ -240,30 +263,3 @@ class SharedRLSettings(RLSettings):
     (each method's run takes the given ones it has: rloo.experiments.compare.method_config)."""
 
     checks_own_settings: ClassVar[bool] = False
-
-
-class EvalSettings(Strict):
-    """How policies are compared on held-out prompts."""
-
-    num_prompts: int = Field(default=400, ge=1, description="Held-out prompts, each judged against its reference.")
-    temperature: float = Field(
-        default=1.0, ge=MIN_TEMPERATURE, description="Sampling temperature of the evaluated policies (>= 0.01)."
-    )
-    batch_size: int = Field(default=128, ge=1)
-    judge: str | None = Field(
-        default=None,
-        description="Who judges responses against references: null (the task's gold judge; the reward "
-        "model when a dataset replaces the task), 'gold', 'reward_model', module:function or "
-        "path/to/file.py:function (batched: (prompts, completions) -> floats).",
-    )
-    checker: str | None = Field(
-        default=None,
-        description="A checker module:function or path/to/file.py:function, batched like a reward: 1 solved, 0 "
-        "not, None unreadable. Evaluation adds pass@k (pass_samples samples per held-out prompt).",
-    )
-    pass_samples: int = Field(
-        default=16,
-        ge=8,
-        le=MAX_SAMPLES,
-        description="Tasks with a checker (arithmetic): samples per held-out problem for pass@k, k = 1, 2, 4, 8.",
-    )

@@ -10,6 +10,7 @@ from pydantic import Field, field_validator, model_validator
 from rloo.config.agents import ENV_TASKS, EnvSettings
 from rloo.config.base import Strict, check_device_name, normalize_report_to, refuse_float16
 from rloo.config.dataset import DatasetSettings
+from rloo.config.generation import check_rl_generation
 from rloo.config.method_choice import shared_settings
 from rloo.config.methods import METHOD_SPECS, capable, one_of
 from rloo.config.sections import EvalSettings, RewardSettings, RLSettings, SFTSettings
@@ -141,6 +142,7 @@ class RLConfig(_Run, RLSettings):
             raise ValueError("env= gives the reward: leave reward_model and reward_fn unset")
         if self.env is not None and self.off_policy_correction is not None:
             raise ValueError("env= trains on-policy only: max_staleness > 0 and is_correction are for single-turn rloo")
+        check_rl_generation(self)
         return self
 
 

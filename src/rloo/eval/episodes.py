@@ -42,6 +42,8 @@ def evaluate_episodes(
     n: int,
     seed: int = 0,
     temperature: float = 1.0,
+    top_p: float = 1.0,
+    top_k: int = 0,
     max_prompt_len: int = 64,
     batch_size: int = 128,
     threshold: float = 1.0,
@@ -63,6 +65,8 @@ def evaluate_episodes(
             limits(spec),
             max_prompt_len=max_prompt_len,
             temperature=temperature,
+            top_p=top_p,
+            top_k=top_k,
             generator=gen,
         )
         assert roll.env_rewards is not None and roll.turns is not None and roll.policy_mask is not None

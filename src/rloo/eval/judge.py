@@ -9,6 +9,7 @@ import torch
 from rloo.core.kl import sequence_kl
 from rloo.eval.sampling import sampled_chunks
 from rloo.modeling.forward import completion_logprobs
+from rloo.rollout.decoding import logprob_temperature
 
 
 @dataclass
@@ -86,9 +87,12 @@ def evaluate_policy(
     generator: torch.Generator | None = None,
     keep_samples: int = 4,
     all_done=None,
+    **shaping,
 ) -> PolicyEval:
     """One sampled response per prompt, judged against `references` with `judge(prompt, response)`.
-    `all_done`: the shared stop of processes whose forward passes are collectives (FSDP; see `sample`)."""
+    `all_done`: the shared stop of processes whose forward passes are collectives (FSDP; see `sample`).
+    `shaping`: rollout's top_p, top_k, min_new_tokens, repetition_penalty, stop (rloo.rollout.settings.decoding);
+    temperature 0 is greedy, its KL to the reference taken at temperature 1 (`logprob_temperature`)."""
     gold, refs_gold, rm, kls, lengths, truncs, samples = [], [], [], [], [], [], []
     chunks = sampled_chunks(
         policy,
@@ -101,6 +105,7 @@ def evaluate_policy(
         temperature=temperature,
         generator=generator,
         all_done=all_done,
+        **shaping,
     )
     for i, (chunk, roll) in zip(range(0, len(prompts), batch_size), chunks, strict=True):
         lengths += roll.completion_mask.sum(-1).tolist()
@@ -118,7 +123,7 @@ def evaluate_policy(
                 roll.prompt_mask,
                 roll.completion_ids,
                 roll.completion_mask,
-                temperature=temperature,
+                temperature=logprob_temperature(temperature),
             )
             kls += sequence_kl(roll.logprobs, ref_lp, roll.completion_mask).tolist()
         samples += list(zip(chunk, roll.completions, strict=False))[: max(0, keep_samples - len(samples))]

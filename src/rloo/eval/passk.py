@@ -117,9 +117,11 @@ def evaluate_pass_at_k(
     batch_size: int = 128,
     generator: torch.Generator | None = None,
     keep_samples: int = 4,
+    **shaping,
 ) -> PassAtK:
     """n sampled responses per prompt, each checked (``check(prompt, response)`` is 1 for solved);
-    ``parse(response)`` returning None marks a response unparseable (without ``parse``: a NaN check)."""
+    ``parse(response)`` returning None marks a response unparseable (without ``parse``: a NaN check).
+    ``shaping``: rollout's other generation keywords (rloo.rollout.settings.decoding)."""
     if n < max(ks, default=1):
         raise ValueError(f"pass@{max(ks)} needs at least {max(ks)} samples per problem, got n={n}")
     counts, lengths, bad, samples = [], [], 0, []
@@ -133,6 +135,7 @@ def evaluate_pass_at_k(
         max_new_tokens=max_new_tokens,
         temperature=temperature,
         generator=generator,
+        **shaping,
     )
     for chunk, roll in chunks:
         ok = [float(check(p, c)) for p, c in zip(roll.prompts, roll.completions, strict=False)]

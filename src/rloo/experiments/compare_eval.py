@@ -11,6 +11,8 @@ from rloo.eval.judge import win_rate
 from rloo.eval.passk import evaluate_pass_at_k
 from rloo.modeling.forward import completion_logprobs
 from rloo.rollout import rollout
+from rloo.rollout.decoding import logprob_temperature
+from rloo.rollout.settings import decoding
 
 
 @torch.no_grad()
@@ -29,8 +31,8 @@ def judge(policy, tokenizer, task, examples, cfg: CompareConfig, scorer=None, re
             1,
             max_prompt_len=cfg.max_prompt_tokens,
             max_new_tokens=cfg.rl.max_new_tokens,
-            temperature=cfg.eval.temperature,
             generator=gen,
+            **decoding(cfg.eval),
         )
         gold += [task.gold_score(e.prompt, c) for e, c in zip(chunk, roll.completions, strict=False)]
         length += roll.completion_mask.sum(-1).tolist()
@@ -43,7 +45,7 @@ def judge(policy, tokenizer, task, examples, cfg: CompareConfig, scorer=None, re
                 roll.prompt_mask,
                 roll.completion_ids,
                 roll.completion_mask,
-                temperature=cfg.eval.temperature,
+                temperature=logprob_temperature(cfg.eval.temperature),
             )
             kl += sequence_kl(roll.logprobs, ref_lp, roll.completion_mask).tolist()
     refs = [task.gold_score(e.prompt, e.reference) for e in examples]
@@ -67,7 +69,7 @@ def pass_at_k(policy, tok, task, examples, cfg: CompareConfig, seed: int) -> dic
         task.gold_score,
         n=cfg.eval.pass_samples,
         parse=getattr(task, "parse_answer", None),
-        temperature=cfg.eval.temperature,
+        **decoding(cfg.eval),
         max_prompt_len=cfg.max_prompt_tokens,
         max_new_tokens=cfg.rl.max_new_tokens,
         batch_size=max(cfg.eval.batch_size, cfg.eval.pass_samples),

@@ -29,7 +29,8 @@ from rloo.data.collate import position_ids
 from rloo.errors import EnvError
 from rloo.modeling.forward import lm_logits
 from rloo.modeling.kvcache import cache_kwarg, prefill_prompts
-from rloo.rollout.sampler import Rollout, _decoding_cache, _next_token
+from rloo.rollout.draw import _next_token
+from rloo.rollout.sampler import Rollout, _decoding_cache
 from rloo.runtime.threads import call_all
 
 
@@ -151,10 +152,13 @@ def episodes(
     max_prompt_len: int,
     temperature: float = 1.0,
     top_p: float = 1.0,
+    top_k: int = 0,
     generator: torch.Generator | None = None,
 ) -> Trajectories:
     """Run one episode per environment (N = len(envs) = len(prompts) * k; rows k*i .. k*i+k-1 play
-    prompts[i]) to its end or a limit, batched; see the module docstring. -> Trajectories."""
+    prompts[i]) to its end or a limit, batched; see the module docstring. -> Trajectories.
+    temperature 0 is greedy; min_new_tokens, stop strings and the repetition penalty are refused
+    with env= (the config says so): a turn ends at the environment's stop ids."""
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
     eps = [_Episode(env) for env in envs]
     starts = [ep.env.reset(prompts[i // k]) for i, ep in enumerate(eps)]
@@ -168,7 +172,7 @@ def episodes(
     attn, next_pos = p_mask.long(), position_ids(p_mask)[:, -1:] + 1
     cols: list[tuple] = []
     for _ in range(lim.max_total_tokens):
-        tok, lp = _next_token(logits, temperature, top_p, generator, None)
+        tok, lp = _next_token(logits, temperature, top_p, generator, None, top_k)
         *col, ended = _column(eps, tok.tolist(), lp, stops, eos, pad, lim)
         cols.append(col)
         if ended:

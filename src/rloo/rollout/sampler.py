@@ -26,6 +26,8 @@ from rloo.modeling.kvcache import (
 )
 from rloo.modeling.kvcache import cache_kwarg as _cache_kwarg
 from rloo.modeling.layer_checkpoint import cache_keeping_checkpointing
+from rloo.rollout.decoding import StopStrings, shaping
+from rloo.rollout.draw import _inverse_cdf, _next_token, uniforms  # noqa: F401 (re-exported: tests, multiturn)
 
 
 @dataclass
@@ -37,9 +39,9 @@ class Rollout:
     prompt_ids: Tensor  # (N, P) left-padded
     prompt_mask: Tensor  # (N, P) bool
     completion_ids: Tensor  # (N, T) right-padded
-    completion_mask: Tensor  # (N, T) bool, True up to and including the first EOS
+    completion_mask: Tensor  # (N, T) bool, True up to and including the first EOS (or stop-string end)
     logprobs: Tensor  # (N, T) log pi(y_t|...) at sampling time, 0 where mask is False
-    truncated: Tensor  # (N,) bool, hit max_new_tokens without EOS
+    truncated: Tensor  # (N,) bool, hit max_new_tokens without EOS or a stop string
     prompts_truncated: int = 0  # prompts cut to fit the prompt-length limit
     group_size: int = 1  # K: rows come in runs of K sharing one prompt
     lag: int = 0  # updates the trainer made since the weights that sampled (rl.max_staleness)
@@ -55,77 +57,15 @@ class Rollout:
         self.per_sample.update({k: v.detach().float().cpu() for k, v in values.items()})
 
 
-def _top_p_filter(logits: Tensor, top_p: float) -> Tensor:
-    """Keep the smallest set of tokens whose probability reaches top_p. (N,V) -> (N,V)."""
-    sorted_logits, idx = logits.sort(dim=-1, descending=True)
-    probs = sorted_logits.softmax(-1)
-    # drop a token if the mass before it already reaches top_p (the top token always stays)
-    drop = probs.cumsum(-1) - probs >= top_p
-    sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
-    return torch.empty_like(logits).scatter_(-1, idx, sorted_logits)
-
-
-def top_p_bias_note(top_p: float) -> str | None:
-    """The one-line warning a run with top_p < 1 prints once (None at top_p = 1).
-
-    Tokens are drawn from the nucleus-renormalised distribution, but the stored log-probs, the
-    KL term and the policy gradient are those of the full temperature-scaled distribution. Using
-    the renormalised log-probs instead is not done: the nucleus is a step function of the
-    parameters, so a sampled token can leave it after an update (log-prob -inf: an infinite PPO
-    ratio), and the reference's own nucleus need not hold the sampled token (infinite KL)."""
-    if top_p >= 1.0:
-        return None
-    return (
-        f"note: top_p={top_p} samples from the nucleus-renormalised distribution, but the log-probs, the KL "
-        f"term and the gradient are the full distribution's (a bias, larger for smaller top_p); top_p=1 "
-        f"trains on exactly what it samples (docs/configs.md, 'Sampling and top_p')"
-    )
-
-
-def uniforms(shape: tuple[int, ...], generator: torch.Generator | None, device: torch.device | str) -> Tensor:
-    """U(0,1) noise of `shape` for tensors on `device`, drawn where the generator lives and moved.
-
-    The one place that decides where sampling noise is drawn: the loop's generator is a CPU one
-    (its state is what checkpoints save, rloo.runtime.rng), and CUDA refuses to draw a CUDA tensor
-    with it ("Expected a 'cuda' device type for generator"). Without a generator the noise is
-    drawn on `device` itself, from that device's default generator."""
-    where = generator.device if generator is not None else torch.device(device)
-    return torch.rand(shape, generator=generator, device=where).to(device)
-
-
-def _draw(probs: Tensor, generator: torch.Generator | None) -> Tensor:
-    """One token per row with P(i) = probs[i]: the exponential race argmax_i probs_i / E_i, E_i ~ Exp(1)
-    (the Gumbel-max trick without logs). The same distribution as torch.multinomial, which on a
-    CPU costs ~20 ms for a (32, 8192) batch; this is a few elementwise passes.
-
-    When the generator is on another device than `probs` (a CPU generator, a model on a GPU), one
-    uniform per row is drawn where the generator lives (`uniforms`) and the token picked by inverse
-    CDF: the same distribution, N numbers moved per step instead of N x V."""
-    if generator is not None and generator.device.type != probs.device.type:
-        return _inverse_cdf(probs, uniforms((probs.shape[0],), generator, probs.device))
-    race = torch.empty_like(probs).exponential_(generator=generator)
-    return (probs / race).argmax(-1)
-
-
-def _inverse_cdf(probs: Tensor, u: Tensor) -> Tensor:
-    """One token per row from uniforms u (N,): the first index whose cumulative mass exceeds
-    u * total. Zero-probability tokens are never picked (their cumulative mass does not grow).
-    One uniform per row (not one per vocabulary entry as in `_draw`), so processes can draw the
-    noise of a whole global batch cheaply and each use their rows (see `sample(rows=...)`)."""
-    cdf = probs.cumsum(-1)
-    # select/unsqueeze rather than indexing: tests/unit/test_device_placement.py runs this on fake CUDA tensors
-    total = cdf.select(-1, cdf.shape[-1] - 1)
-    tok = torch.searchsorted(cdf, (u * total).unsqueeze(-1).to(cdf.dtype), right=True).squeeze(-1)
-    return tok.clamp(max=probs.shape[-1] - 1)
-
-
-def _next_token(logits: Tensor, temperature: float, top_p: float, generator, u: Tensor | None) -> tuple[Tensor, Tensor]:
-    """One decode step's draw. logits (N,V) -> token (N,), its log-prob (N,) under the temperature-scaled
-    distribution before top-p (see `sample`); drawn from uniforms u (N,) when given, else the exponential race."""
-    scaled = logits / temperature
-    probs = (_top_p_filter(scaled, top_p) if top_p < 1.0 else scaled).softmax(-1)
-    tok = _draw(probs, generator) if u is None else _inverse_cdf(probs, u)
-    return tok, scaled.log_softmax(-1).gather(-1, tok.unsqueeze(-1)).squeeze(-1)
+def _stopped(stop: StopStrings, ids: list[Tensor], done: Tensor) -> Tensor:
+    """(N,) bool: the live rows (not `done`) whose generated text now contains a stop string; a live
+    row's tokens are all real."""
+    out = torch.zeros_like(done)
+    live = (~done).nonzero(as_tuple=True)[0]
+    if len(live):
+        found = stop(torch.stack(ids, 1)[live].tolist())
+        out[live] = torch.tensor(found, dtype=torch.bool, device=done.device)
+    return out
 
 
 def _decoding_cache(model, pre: Prefill, k: int, max_new_tokens: int, grouped: bool | None):
@@ -157,6 +97,10 @@ def sample(
     pad_id: int,
     temperature: float = 1.0,
     top_p: float = 1.0,
+    top_k: int = 0,
+    min_new_tokens: int = 0,
+    repetition_penalty: float = 1.0,
+    stop: StopStrings | None = None,
     generator: torch.Generator | None = None,
     k: int = 1,
     prefill: Prefill | None = None,
@@ -170,10 +114,14 @@ def sample(
     With k > 1 each prompt is prefilled once and its KV cache repeated k times (rows k*i ..
     k*i+k-1 continue prompt i): the same distribution as k copies of the prompt, at 1/k the
     prefill cost.
-    log-probs are of the temperature-scaled distribution before top-p filtering: the same
-    quantity the training forward pass computes, so the policy gradient and KL agree with each
-    other, but with top_p < 1 not with the distribution sampled from (see `top_p_bias_note`).
-    Stops as soon as every row has produced EOS (`all_done(done)` decides when given, so that
+    log-probs are of the temperature-scaled distribution of the raw logits, before top-k, top-p,
+    min_new_tokens and the repetition penalty (rloo.rollout.decoding): the same quantity the
+    training forward pass computes, so the policy gradient and KL agree with each other, but with
+    those settings not with the distribution sampled from (`off_policy_note`). temperature 0:
+    greedy (argmax) decoding, log-probs at temperature 1. A row ends at EOS (forbidden before
+    min_new_tokens tokens) or, from min_new_tokens tokens on, at the token whose text completes a
+    stop string (`stop`); tokens after its end are padding, masked.
+    Stops as soon as every row has ended (`all_done(done)` decides when given, so that
     processes whose forward passes are collectives (FSDP) stop together).
 
     `rows=(offset, total)`: these N rows are rows offset..offset+N-1 of a global batch of `total`
@@ -203,16 +151,23 @@ def sample(
     mask = prompt_mask.long().repeat_interleave(k, dim=0)
     next_pos = pos[:, -1:] + 1
     done = torch.zeros(N, dtype=torch.bool, device=prompt_ids.device)
+    shape = shaping(prompt_ids, prompt_mask, k, logits.shape[-1], eos_id, min_new_tokens, repetition_penalty)
     ids, masks, lps = [], [], []
     use_few_rows = few_rows_pays(prompt_ids.device) if few_rows is None else few_rows
     with few_rows_linears(model, use_few_rows):
         for _ in range(max_new_tokens):
-            tok, lp = _next_token(logits, temperature, top_p, generator, None if noise is None else noise[len(ids)])
+            u = None if noise is None else noise[len(ids)]
+            shaped = None if shape is None else shape(logits, len(ids))
+            tok, lp = _next_token(logits, temperature, top_p, generator, u, top_k, shaped)
             tok = tok.masked_fill(done, pad_id)
             ids.append(tok)
             masks.append(~done)
             lps.append(lp.masked_fill(done, 0.0))
+            if shape is not None:
+                shape.add(tok, ~done)
             done = done | (tok == eos_id)
+            if stop is not None and len(ids) >= min_new_tokens:
+                done = done | _stopped(stop, ids, done)
             finished = all_done(done) if all_done is not None else bool(done.all())
             if finished or len(ids) == max_new_tokens:  # the last token's forward would be wasted
                 break
@@ -233,6 +188,10 @@ def rollout(
     max_new_tokens: int,
     temperature: float = 1.0,
     top_p: float = 1.0,
+    top_k: int = 0,
+    min_new_tokens: int = 0,
+    repetition_penalty: float = 1.0,
+    stop: tuple[str, ...] | list[str] = (),
     generator: torch.Generator | None = None,
     share_prompt: bool = True,
     keep_prefill: bool = False,
@@ -243,7 +202,9 @@ def rollout(
     once and share its KV cache among its k samples (same distribution, less compute).
     keep_prefill (with share_prompt): run that prompt pass with autograd on and return it in the
     Rollout, for the policy-gradient pass to reuse (skipped for models with dropout, whose
-    train-mode pass differs). rows/all_done: see `sample` (data-parallel training)."""
+    train-mode pass differs). rows/all_done: see `sample` (data-parallel training).
+    top_k, min_new_tokens, repetition_penalty, stop: rloo.rollout.decoding (a stop string stays in
+    the completion: its text is the decoding of the tokens sampled up to the one completing it)."""
     device = next(model.parameters()).device
     enc, n_trunc = encode_prompts(tokenizer, prompts, max_prompt_len)
     p_ids = enc.ids.repeat_interleave(k, dim=0).to(device)
@@ -251,7 +212,7 @@ def rollout(
     was_training = model.training
     model.eval()
     src_ids, src_mask, g = (enc.ids.to(device), enc.mask.to(device), k) if share_prompt else (p_ids, p_mask, 1)
-    pre = None
+    pre, stops = None, StopStrings(tokenizer, stop) if stop else None
     if share_prompt and keep_prefill and not has_dropout(model):
         with torch.enable_grad(), cache_keeping_checkpointing(model):  # checkpointed when the model asks
             pre = prefill_prompts(model, src_ids, src_mask)
@@ -264,6 +225,10 @@ def rollout(
         pad_id=tokenizer.pad_token_id,
         temperature=temperature,
         top_p=top_p,
+        top_k=top_k,
+        min_new_tokens=min_new_tokens,
+        repetition_penalty=repetition_penalty,
+        stop=stops,
         generator=generator,
         k=g,
         prefill=pre,
@@ -272,6 +237,8 @@ def rollout(
     )
     model.train(was_training)
     ended = ((c_ids == tokenizer.eos_token_id) & c_mask).any(-1)
+    if stops is not None:  # a row's text contains a stop string only if it ended there (`sample`)
+        ended = ended | stops.hits(c_ids, c_mask)
     texts = tokenizer.batch_decode(
         c_ids.masked_fill(~c_mask, tokenizer.pad_token_id).tolist(), skip_special_tokens=True
     )

@@ -50,6 +50,10 @@ class VLLMSampler:
         seed: int,
         gpu_memory_utilization: float,
         dtype: str = "bfloat16",
+        top_k: int = 0,
+        min_new_tokens: int = 0,
+        repetition_penalty: float = 1.0,
+        stop: tuple[str, ...] = (),
     ):
         vllm = _require_vllm()
         self.tokenizer, self.k, self.max_prompt_len = tokenizer, k, max_prompt_len
@@ -61,14 +65,18 @@ class VLLMSampler:
             gpu_memory_utilization=gpu_memory_utilization,
             max_model_len=max_prompt_len + max_new_tokens,
         )
-        self.params = vllm.SamplingParams(
-            n=k,
-            temperature=temperature,
-            top_p=top_p,
-            max_tokens=max_new_tokens,
-            stop_token_ids=[tokenizer.eos_token_id],
-            seed=None,
+        kw = sampling_params(
+            k,
+            temperature,
+            top_p,
+            max_new_tokens,
+            tokenizer.eos_token_id,
+            top_k=top_k,
+            min_new_tokens=min_new_tokens,
+            repetition_penalty=repetition_penalty,
+            stop=stop,
         )
+        self.params = vllm.SamplingParams(**kw)
 
     @torch.no_grad()
     def sync(self, policy) -> None:
@@ -111,6 +119,37 @@ class VLLMSampler:
             group_size=self.k,  # rows come in runs of k per prompt: prompt sharing and group metrics use it
             raw_completions=texts,
         )
+
+
+def sampling_params(
+    n: int,
+    temperature: float,
+    top_p: float,
+    max_new_tokens: int,
+    eos_id: int,
+    *,
+    top_k: int = 0,
+    min_new_tokens: int = 0,
+    repetition_penalty: float = 1.0,
+    stop: tuple[str, ...] = (),
+) -> dict:
+    """vLLM's SamplingParams keywords for rloo's settings (rloo.rollout.decoding): the same names where
+    vLLM has them; top_k 0 (all) is vLLM's -1, min_new_tokens its min_tokens (which, as rloo's sampler,
+    also holds back stop strings). A stop string stays in the completion as in rloo's sampler; the
+    rows are the ids vLLM returned, decoded again (`completion_tensors`). Defaults give the keywords
+    of before these settings existed."""
+    params = dict(
+        n=n, temperature=temperature, top_p=top_p, max_tokens=max_new_tokens, stop_token_ids=[eos_id], seed=None
+    )
+    if top_k > 0:
+        params["top_k"] = top_k
+    if min_new_tokens > 0:
+        params["min_tokens"] = min_new_tokens
+    if repetition_penalty != 1.0:
+        params["repetition_penalty"] = repetition_penalty
+    if stop:
+        params |= dict(stop=list(stop), include_stop_str_in_output=True)
+    return params
 
 
 def vllm_dtype(precision) -> str:

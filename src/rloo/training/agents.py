@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 
 from rloo.config import EvalConfig, RLConfig
+from rloo.config.generation import multi_turn_refusal
+from rloo.errors import RlooError
 from rloo.eval.episodes import evaluate_episodes
 from rloo.eval.passk import paired_pass_difference
 from rloo.modeling.loading import load_policy, model_options
@@ -20,6 +22,8 @@ from rloo.training.rl import env_spec
 
 def evaluate_agents(ev: EvalConfig, rl: RLConfig) -> dict:
     """SFT (ev.baseline) vs RL (ev.policy) on ev.num_prompts held-out prompts; writes eval/results.json."""
+    if why := multi_turn_refusal(ev, "eval."):
+        raise RlooError(why)
     out = prepare_output_dir(ev, overwrite=True)
     prompts = [e.prompt for e in get_task(ev.task).examples("eval", ev.num_prompts, seed=ev.seed)]
     results = {}
@@ -35,6 +39,8 @@ def evaluate_agents(ev: EvalConfig, rl: RLConfig) -> dict:
             n=ev.pass_samples,
             seed=ev.seed,
             temperature=ev.temperature,
+            top_p=ev.top_p,
+            top_k=ev.top_k,
             max_prompt_len=ev.max_prompt_tokens,
             batch_size=ev.batch_size,
         )

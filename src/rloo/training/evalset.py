@@ -13,6 +13,7 @@ from rloo.config import RLConfig
 from rloo.data.split import train_eval_records
 from rloo.eval.judge import evaluate_policy
 from rloo.rewards.judges import make_judge, task_judge
+from rloo.rollout.settings import decoding
 from rloo.runtime.distributed import unwrap
 from rloo.runtime.tracking import say
 
@@ -43,7 +44,7 @@ def eval_metrics(models: Models, ev: EvalSet, cfg: RLConfig, step: int, all_done
         judge=ev.judge,
         reward_scorer=models.scorer,
         ref_model=models.ref,
-        temperature=cfg.eval.temperature,
+        **decoding(cfg.eval),
         max_prompt_len=cfg.max_prompt_tokens,
         max_new_tokens=cfg.max_new_tokens,
         batch_size=cfg.eval.batch_size,

@@ -19,6 +19,7 @@ from rloo.modeling.loading import frozen, load_policy, load_reward_model, model_
 from rloo.rewards import RewardModelScorer
 from rloo.rewards.judges import make_judge
 from rloo.rewards.sources import FunctionReward, load_function
+from rloo.rollout.settings import decoding
 from rloo.runtime.atomic import atomic_write_text
 from rloo.runtime.precision import MIN_BF16_WIDTH_SAMPLING, stage_precision
 from rloo.runtime.runlock import holds_run_folder
@@ -73,7 +74,7 @@ def evaluate(cfg: EvalConfig, *, overwrite: bool = False) -> dict[str, PolicyEva
             judge=judge,
             reward_scorer=scorer,
             ref_model=ref,
-            temperature=cfg.temperature,
+            **decoding(cfg),
             max_prompt_len=cfg.max_prompt_tokens,
             max_new_tokens=cfg.max_new_tokens,
             batch_size=cfg.batch_size,
@@ -145,7 +146,7 @@ def _pass_at_k(model, tok, check, examples, cfg: EvalConfig) -> PassAtK:
         check[0],
         n=cfg.pass_samples,
         parse=check[1],
-        temperature=cfg.temperature,
+        **decoding(cfg),
         max_prompt_len=cfg.max_prompt_tokens,
         max_new_tokens=cfg.max_new_tokens,
         batch_size=max(cfg.batch_size, cfg.pass_samples),

@@ -25,8 +25,9 @@ from rloo.modeling.loading import enable_gradient_checkpointing, frozen, load_po
 from rloo.modeling.lora import AdapterDisabled, add_lora
 from rloo.rewards import build_reward
 from rloo.rollout import rollout
+from rloo.rollout.decoding import off_policy_note
 from rloo.rollout.producer import stale_sampler
-from rloo.rollout.sampler import top_p_bias_note
+from rloo.rollout.settings import decoding, sampling_settings
 from rloo.runtime import distributed
 from rloo.runtime.checkpoint import Checkpointer, check_resume_config, truncate_metrics
 from rloo.runtime.checkpoint_verify import latest_checkpoint, load_state
@@ -87,7 +88,7 @@ def train(
 
 def _train(cfg, dist, prompts, reward_fn, resume, overwrite) -> RLResult:
     check_device(cfg.device)
-    if dist.is_main and (note := top_p_bias_note(cfg.top_p)):
+    if dist.is_main and (note := off_policy_note(cfg.top_p, cfg.top_k, cfg.min_new_tokens, cfg.repetition_penalty)):
         say(note)
     gen = seed_everything(cfg.seed)
     task = get_task(cfg.task)
@@ -220,8 +221,7 @@ def _vllm_sampler(cfg: RLConfig, tokenizer, policy_path: str | None):
         k=cfg.k,
         max_prompt_len=cfg.max_prompt_tokens,
         max_new_tokens=cfg.max_new_tokens,
-        temperature=cfg.temperature,
-        top_p=cfg.top_p,
+        **decoding(cfg),
         seed=cfg.seed,
         gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
         dtype=vllm_dtype(resolve_precision(cfg.dtype, cfg.device)),
@@ -240,9 +240,7 @@ def _preflight(models: Models, prompt: str, cfg: RLConfig) -> None:
         models.tokenizer,
         [prompt],
         cfg.k,
-        max_prompt_len=cfg.max_prompt_tokens,
-        max_new_tokens=cfg.max_new_tokens,
-        temperature=cfg.temperature,
+        **sampling_settings(cfg),
         generator=torch.Generator().manual_seed(cfg.seed),
     )
     models.scorer(roll)

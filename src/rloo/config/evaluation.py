@@ -1,0 +1,48 @@
+"""The evaluation section (`eval.*` of the RL and pipeline configs, and `rloo eval`'s own keys):
+how policies are compared on held-out prompts, and how their responses are generated."""
+
+from __future__ import annotations
+
+from pydantic import Field, field_validator
+
+from rloo.config.base import MAX_SAMPLES, Strict
+from rloo.config.generation import MinNewTokens, RepetitionPenalty, Stop, TopK, TopP, check_temperature
+
+
+class EvalSettings(Strict):
+    """How policies are compared on held-out prompts."""
+
+    num_prompts: int = Field(default=400, ge=1, description="Held-out prompts, each judged against its reference.")
+    temperature: float = Field(
+        default=1.0,
+        ge=0,
+        description="Sampling temperature of the evaluated policies (>= 0.01), or 0: greedy (argmax) decoding.",
+    )
+    top_p: TopP = 1.0
+    top_k: TopK = 0
+    min_new_tokens: MinNewTokens = 0
+    stop: Stop = Field(default_factory=list)
+    repetition_penalty: RepetitionPenalty = 1.0
+    batch_size: int = Field(default=128, ge=1)
+    judge: str | None = Field(
+        default=None,
+        description="Who judges responses against references: null (the task's gold judge; the reward "
+        "model when a dataset replaces the task), 'gold', 'reward_model', module:function or "
+        "path/to/file.py:function (batched: (prompts, completions) -> floats).",
+    )
+    checker: str | None = Field(
+        default=None,
+        description="A checker module:function or path/to/file.py:function, batched like a reward: 1 solved, 0 "
+        "not, None unreadable. Evaluation adds pass@k (pass_samples samples per held-out prompt).",
+    )
+    pass_samples: int = Field(
+        default=16,
+        ge=8,
+        le=MAX_SAMPLES,
+        description="Tasks with a checker (arithmetic): samples per held-out problem for pass@k, k = 1, 2, 4, 8.",
+    )
+
+    @field_validator("temperature")
+    @classmethod
+    def _greedy_allowed(cls, v: float) -> float:
+        return check_temperature(v, greedy=True)

@@ -1,0 +1,106 @@
+"""The generation settings of training rollouts (`rl.*`) and evaluation (`eval.*`), typed once:
+temperature (0, greedy, for evaluation only), top_k, top_p, min_new_tokens, stop strings and the
+repetition penalty (rloo.rollout.decoding applies them; docs/configs.md, "Sampling settings and the
+log-probs", states which make the sample off-policy)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BeforeValidator, Field
+from pydantic_core import PydanticCustomError
+
+from rloo.config.base import MIN_TEMPERATURE
+
+# A penalty divides (or multiplies) a seen token's logit: beyond 100 it only says "never repeat",
+# which 100 already does; HF and vLLM take any value > 0.
+MAX_REPETITION_PENALTY = 100.0
+# More stop strings than this are checked on every row at every step: a list, not a setting.
+MAX_STOP_STRINGS = 64
+
+TopK = Annotated[
+    int,
+    Field(
+        ge=0,
+        description="Sample among the top_k most likely tokens only (Hugging Face's top_k; ties at the "
+        "boundary stay); 0: all. Shapes the sample away from pi (docs/configs.md).",
+    ),
+]
+TopP = Annotated[float, Field(gt=0, le=1, description="Nucleus sampling mass; 1: all. Shapes the sample away from pi.")]
+MinNewTokens = Annotated[
+    int,
+    Field(
+        ge=0,
+        description="EOS is forbidden and stop strings are not checked before this many new tokens "
+        "(Hugging Face's min_new_tokens, vLLM's min_tokens); 0: off. Shapes the sample away from pi.",
+    ),
+]
+Stop = Annotated[
+    list[Annotated[str, Field(min_length=1)]],
+    BeforeValidator(lambda v: [v] if isinstance(v, str) else v),  # stop='###': one stop string
+    Field(
+        max_length=MAX_STOP_STRINGS,
+        description="Stop strings: a completion ends at the token whose decoded text completes one (that "
+        "token and the stop string stay in the completion; later positions are padding, masked). "
+        "Checked on the decoded text, never re-tokenized. One string or a list; [] (default): none.",
+    ),
+]
+RepetitionPenalty = Annotated[
+    float,
+    Field(
+        gt=0,
+        le=MAX_REPETITION_PENALTY,
+        description="Hugging Face's repetition_penalty (CTRL): the logit of a token already in the prompt or "
+        "the completion is divided by it (multiplied if negative); 1: off. Shapes the sample away from pi.",
+    ),
+]
+
+
+def check_temperature(value: float, greedy: bool) -> float:
+    """A temperature >= MIN_TEMPERATURE, or 0 (greedy decoding) where `greedy` allows it (evaluation);
+    training refuses 0 in one line: its k samples per prompt would be identical."""
+    if value == 0 and not greedy:
+        raise PydanticCustomError(
+            "greedy_training",
+            "temperature=0 (greedy) is for evaluation only (eval.temperature=0): training's k samples per "
+            "prompt would be identical, so every leave-one-out advantage is 0",
+        )
+    if value != 0 and value < MIN_TEMPERATURE:
+        hint = ", or 0 for greedy decoding" if greedy else ""
+        raise PydanticCustomError(
+            "greater_than_equal", "Input should be greater than or equal to {ge}" + hint, {"ge": MIN_TEMPERATURE}
+        )
+    return value
+
+
+def check_min_new_tokens(min_new_tokens: int, max_new_tokens: int, prefix: str = "") -> None:
+    """Refuse a minimum above the limit (every completion would be cut at max_new_tokens)."""
+    if min_new_tokens > max_new_tokens:
+        raise ValueError(
+            f"{prefix}min_new_tokens={min_new_tokens} exceeds max_new_tokens={max_new_tokens}: "
+            f"every completion would be cut at max_new_tokens"
+        )
+
+
+# The settings that end or shape a single completion; a multi-turn episode's turns end at the
+# environment's stop ids instead (rloo.rollout.multiturn), so env= refuses them.
+PER_COMPLETION = (("min_new_tokens", 0), ("stop", []), ("repetition_penalty", 1.0))
+
+
+def multi_turn_refusal(settings, prefix: str = "") -> str | None:
+    """The one-line reason an env= run refuses `settings`' generation keys, or None."""
+    for name, off in PER_COMPLETION:
+        if getattr(settings, name) != off:
+            return (
+                f"env= (multi-turn) samples its turns with temperature, top_k and top_p only; "
+                f"unset {prefix}{name} (a turn ends at the environment's stop ids)"
+            )
+    return None
+
+
+def check_rl_generation(cfg) -> None:
+    """An RL config's generation keys against the rest: env= refuses the per-completion ones (its
+    own and its evaluation's); the periodic evals' min_new_tokens fits rl.max_new_tokens."""
+    if cfg.env is not None and (why := multi_turn_refusal(cfg) or multi_turn_refusal(cfg.eval, "eval.")):
+        raise ValueError(why)
+    check_min_new_tokens(cfg.eval.min_new_tokens, cfg.max_new_tokens, "eval.")

@@ -1,0 +1,129 @@
+"""Issue 32, item 4: the generation settings in the configs (typed, validated, one-line errors, in
+--help-config), their path to every sampler (rollout keywords, vLLM's SamplingParams, multi-turn
+refusals) and greedy evaluation (temperature=0 in eval, refused in training)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rloo import RLConfig
+from rloo.config import EvalConfig
+from rloo.config.base import key_paths
+from rloo.errors import ConfigError
+
+KEYS = ("top_k", "min_new_tokens", "stop", "repetition_penalty")
+
+
+def _rl(**kw):
+    return RLConfig(policy="p", reward_fn="math:fsum", **kw)
+
+
+def test_keys_are_typed_in_rl_and_eval_and_listed():
+    rl_keys, eval_keys = set(key_paths(RLConfig)), set(key_paths(EvalConfig))
+    for key in KEYS:
+        assert key in rl_keys and f"eval.{key}" in rl_keys and key in eval_keys
+    cfg = _rl(top_k=5, min_new_tokens=2, stop="###", repetition_penalty=1.2, eval={"stop": ["\n\n", "END"]})
+    assert (cfg.top_k, cfg.min_new_tokens, cfg.stop, cfg.repetition_penalty) == (5, 2, ["###"], 1.2)
+    assert cfg.eval.stop == ["\n\n", "END"]
+
+
+@pytest.mark.parametrize(
+    "kw,needle",
+    [
+        (dict(top_k=-1), "top_k: Input should be greater than or equal to 0"),
+        (dict(repetition_penalty=0), "repetition_penalty: Input should be greater than 0"),
+        (dict(repetition_penalty=1e9), "repetition_penalty: Input should be less than or equal to 100"),
+        (dict(stop=[""]), "stop.0: String should have at least 1 character"),
+        (dict(stop=3), "stop: Input should be a valid list"),
+        (dict(min_new_tokens=17), "min_new_tokens=17 exceeds max_new_tokens=16"),
+        (dict(eval={"min_new_tokens": 17}), "eval.min_new_tokens=17 exceeds max_new_tokens=16"),
+        (dict(temperature=0), "temperature=0 (greedy) is for evaluation only (eval.temperature=0)"),
+        (dict(temperature=1e-30), "temperature: Input should be greater than or equal to 0.01"),
+        (dict(eval={"temperature": 1e-3}), "Input should be greater than or equal to 0.01, or 0 for greedy"),
+    ],
+)
+def test_bad_values_are_one_line_errors(kw, needle):
+    with pytest.raises(ConfigError) as e:
+        _rl(**kw)
+    assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+def test_greedy_is_for_evaluation_only():
+    """temperature=0: argmax decoding in every eval (rloo eval, the periodic and final evals), refused
+    for training rollouts, whose k identical samples would give every advantage 0."""
+    assert _rl(eval={"temperature": 0}).eval.temperature == 0
+    assert EvalConfig(policy="p", temperature=0).temperature == 0
+    with pytest.raises(ConfigError, match="every leave-one-out advantage is 0"):
+        _rl(temperature=0)
+
+
+@pytest.mark.parametrize("key,value", [("stop", ["x"]), ("min_new_tokens", 2), ("repetition_penalty", 1.1)])
+def test_multi_turn_refuses_per_completion_settings(key, value):
+    for kw, shown in (({key: value}, key), ({"eval": {key: value}}, f"eval.{key}")):
+        with pytest.raises(ConfigError, match=f"env= \\(multi-turn\\) .* unset {shown} "):
+            RLConfig(policy="p", env="calculator", **kw)
+    assert RLConfig(policy="p", env="calculator", top_k=4, eval={"temperature": 0}).top_k == 4
+
+
+def test_every_training_sampler_gets_the_settings():
+    """`sampling_settings` feeds the training step, the lagged sampler and the async producer."""
+    from rloo.rollout.settings import decoding, sampling_settings
+
+    cfg = _rl(top_k=3, min_new_tokens=2, stop=["a", "b"], repetition_penalty=1.3, top_p=0.9, temperature=0.7)
+    got = sampling_settings(cfg)
+    want = dict(temperature=0.7, top_p=0.9, top_k=3, min_new_tokens=2, repetition_penalty=1.3, stop=("a", "b"))
+    assert {k: got[k] for k in want} == want
+    assert decoding(_rl(eval={"temperature": 0, "top_k": 2}).eval)["top_k"] == 2
+
+
+def test_vllm_sampling_params_names():
+    from rloo.rollout.vllm import sampling_params
+
+    plain = sampling_params(4, 1.0, 1.0, 16, 2)
+    assert plain == dict(n=4, temperature=1.0, top_p=1.0, max_tokens=16, stop_token_ids=[2], seed=None)
+    shaped = sampling_params(4, 0.7, 0.9, 16, 2, top_k=5, min_new_tokens=3, repetition_penalty=1.2, stop=("##",))
+    assert shaped == plain | dict(
+        temperature=0.7,
+        top_p=0.9,
+        top_k=5,
+        min_tokens=3,
+        repetition_penalty=1.2,
+        stop=["##"],
+        include_stop_str_in_output=True,
+    )
+
+
+def test_off_policy_note_names_every_shaping_setting():
+    from rloo.rollout.decoding import off_policy_note
+
+    assert off_policy_note() is None
+    note = off_policy_note(top_p=0.9, top_k=5, min_new_tokens=2, repetition_penalty=1.1)
+    assert all(s in note for s in ("top_p=0.9", "top_k=5", "min_new_tokens=2", "repetition_penalty=1.1"))
+    assert "Sampling settings and the log-probs" in note
+
+
+def test_greedy_evaluation_runs_and_measures_kl_at_temperature_one(tiny_model_dir):
+    """eval at temperature 0: the same response twice whatever the noise, a KL to an identical reference
+    of 0 (its log-probs are taken at temperature 1, not divided by 0)."""
+    from rloo.eval.judge import evaluate_policy
+    from rloo.modeling.loading import load_policy
+    from rloo.tasks import get_task
+
+    policy, tok = load_policy(str(tiny_model_dir))
+    prompts = [e.prompt for e in get_task("summarize").examples("eval", 6, seed=0)]
+    runs = [
+        evaluate_policy(
+            policy,
+            tok,
+            prompts,
+            ref_model=policy,
+            temperature=0.0,
+            max_new_tokens=5,
+            generator=torch.Generator().manual_seed(seed),
+            keep_samples=6,
+        )  # fmt: skip
+        for seed in (0, 1)
+    ]
+    assert runs[0].samples == runs[1].samples
+    assert runs[0].kl == pytest.approx(0.0, abs=1e-6)
