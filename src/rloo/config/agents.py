@@ -7,7 +7,7 @@ from pydantic import Field
 from rloo.config.base import Strict
 
 # `env=` names built into rloo (rloo.envs.calculator.BUILTIN_ENVS), and the built-in task each plays.
-ENV_TASKS: dict[str, str] = {"calculator": "calculator"}
+ENV_TASKS: dict[str, str] = {"calculator": "calculator", "guess": "guess"}
 
 
 class EnvSettings(Strict):

@@ -22,7 +22,7 @@ from rloo.config.base import (
 )
 from rloo.config.methods import DEFAULT_METHOD, METHOD_SPECS, AlgorithmSettings, check_own_settings, names, require
 
-TASK_NAMES = ("summarize", "dialogue", "arithmetic", "calculator")
+TASK_NAMES = ("summarize", "dialogue", "arithmetic", "calculator", "guess")
 
 
 class ArchConfig(Strict):

@@ -47,6 +47,16 @@ TASK_PIPELINE_DEFAULTS: dict[str, dict] = {
         "eval": {"num_prompts": 100, "pass_samples": 8},
         "env_settings": {"max_turns": 3, "max_turn_tokens": 12, "max_total_tokens": 24},
     },
+    # guess a number in 1..16 with higher/lower feedback (rloo.tasks.guess): SFT on a mediocre
+    # player's games (feedback used half the time), RLOO on whole games; 8 turns of `guess <n>` and
+    # one feedback word each
+    "guess": {
+        "max_response_tokens": 24,
+        "sft": {"num_examples": 3000, "epochs": 6},
+        "rl": {"k": 4, "batch_size": 16, "beta": 0.0, "lr": 3e-4, "steps": 60, "warmup_steps": 5, "eval_every": None},
+        "eval": {"num_prompts": 100, "pass_samples": 8},
+        "env_settings": {"max_turns": 8, "max_turn_tokens": 3, "max_total_tokens": 24},
+    },
 }
 
 
@@ -59,7 +69,7 @@ def _under(base: dict, extra: dict) -> dict:
 
 
 class _Run(Strict):
-    task: Literal["summarize", "dialogue", "arithmetic", "calculator"] = Field(
+    task: Literal["summarize", "dialogue", "arithmetic", "calculator", "guess"] = Field(
         default="summarize", description="Built-in task."
     )
     seed: int = Field(default=0, description="Seeds data, initialization and sampling.")

@@ -20,7 +20,8 @@ from rloo.training.rl import env_spec
 def evaluate_agents(ev: EvalConfig, rl: RLConfig) -> dict:
     """SFT (ev.baseline) vs RL (ev.policy) on ev.num_prompts held-out prompts; writes eval/results.json."""
     out = prepare_output_dir(ev, overwrite=True)
-    prompts = [e.prompt for e in get_task(ev.task).examples("eval", ev.num_prompts, seed=ev.seed)]
+    task = get_task(ev.task)
+    prompts = [e.prompt for e in task.examples("eval", ev.num_prompts, seed=ev.seed)]
     results = {}
     for name, path in (("baseline", ev.baseline), ("policy", ev.policy)):
         assert path is not None
@@ -36,6 +37,7 @@ def evaluate_agents(ev: EvalConfig, rl: RLConfig) -> dict:
             temperature=ev.temperature,
             max_prompt_len=ev.max_prompt_tokens,
             batch_size=ev.batch_size,
+            threshold=getattr(task, "success_threshold", 1.0),
         )
     diff, half = paired_pass_difference(results["policy"].counts, results["baseline"].counts, ev.pass_samples, 1)
     summary = {name: r.summary() | {"examples": r.examples} for name, r in results.items()}
@@ -49,8 +51,11 @@ def evaluate_agents(ev: EvalConfig, rl: RLConfig) -> dict:
     )
     say(
         f"  per episode: turns {base.turns:.2f} -> {pol.turns:.2f}, tool calls {base.tool_calls:.2f} -> "
-        f"{pol.tool_calls:.2f}, truncated {base.truncated:.3f} -> {pol.truncated:.3f}"
+        f"{pol.tool_calls:.2f}, truncated {base.truncated:.3f} -> {pol.truncated:.3f}, reward {base.reward:.3f} -> "
+        f"{pol.reward:.3f}"
     )
+    if base.no_tool_pass is not None and base.no_tool_share < 1:
+        say(f"  no-tool baseline: SFT episodes without a tool call ({base.no_tool_share:.2f} of them) pass {base.no_tool_pass:.3f}")
     for line in pol.examples[:2]:
         say(f"  RLOO: {line}")
     return summary
