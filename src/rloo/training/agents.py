@@ -44,9 +44,9 @@ def evaluate_agents(ev: EvalConfig, rl: RLConfig) -> dict:
     summary["difference"] = {"pass@1": {"diff": diff, "ci95": half}}
     (out / "results.json").write_text(json.dumps(summary, indent=2))
     base, pol = results["baseline"], results["policy"]
-    say(f"\nepisodes on {len(prompts)} held-out problems ({ev.pass_samples} each, seed {ev.seed}):")
+    say(f"\nepisodes on {len(prompts)} held-out prompts ({ev.pass_samples} each, seed {ev.seed}):")
     say(
-        f"  pass@1: SFT {base.pass_at_1:.3f} -> RLOO {pol.pass_at_1:.3f} ({100 * diff:+.1f} points, paired 95% CI "
+        f"  success rate (pass@1): SFT {base.pass_at_1:.3f} -> RLOO {pol.pass_at_1:.3f} ({100 * diff:+.1f} points, paired 95% CI "
         f"{100 * (diff - half):+.1f} to {100 * (diff + half):+.1f})"
     )
     say(
