@@ -13,8 +13,9 @@ with reward 0, and so does reaching ``max_turns`` (GUESS_TURNS in the pipeline).
 SFT references are whole traces (the observations included) of a mediocre player: each guess is,
 with probability P_FEEDBACK, uniform among the numbers the feedback so far allows, else uniform
 among the numbers not yet guessed (feedback ignored). Binary search (``ideal_response``: the middle
-of the allowed range) needs at most 5 turns and 3.4 on average; the references take about 5.7 and
-miss one game in ten at 8 turns. RLOO can learn to use the feedback: fewer turns, more games won.
+of the allowed range) needs at most 5 turns and 3.3 on average (mean reward 0.70); the references
+win 86% of their games within 8 turns, in 5.1 turns on average (lost games count 8; mean reward
+0.50). RLOO can learn to use the feedback: fewer turns, more games won.
 """
 
 from __future__ import annotations
