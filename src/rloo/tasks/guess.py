@@ -132,8 +132,12 @@ class GuessTask(SyntheticTask):
         return trace(prompt, choose)
 
     def gold_score(self, prompt: str, response: str) -> float:
-        """The reward of the trace as played (rloo.envs.guess.GuessEnv gives the same)."""
-        return play(prompt, response)[0]
+        """The reward of the trace as played (rloo.envs.guess.GuessEnv gives the same); 0 for a prompt
+        that is not a game's."""
+        try:
+            return play(prompt, response)[0]
+        except ValueError:
+            return 0.0
 
     def words(self) -> list[str]:
         return list(dict.fromkeys(["game", ":", GUESS, HIGHER, LOWER, *DIGITS, *NUMBERS]))
