@@ -37,16 +37,20 @@ def fmt(xs: list[float]) -> str:
 
 def table(runs: list[dict]) -> str:
     seeds = [r["seed"] for r in runs]
-    head = "| metric | " + " | ".join(f"seed {s}: SFT -> RLOO" for s in seeds) + " | SFT mean | RLOO mean | RLOO - SFT (95% t-CI, paired by seed) |"
+    per_seed = " | ".join(f"seed {s}: SFT -> RLOO" for s in seeds)
+    head = f"| metric | {per_seed} | SFT mean | RLOO mean | RLOO - SFT (95% t-CI, paired by seed) |"
     rows = [head, "|---" * (len(seeds) + 4) + "|"]
     for key, name in METRICS.items():
         sft, rl = [r["sft"][key] for r in runs], [r["rloo"][key] for r in runs]
         cells = [f"{a:.3f} -> {b:.3f}" for a, b in zip(sft, rl, strict=True)]
         diff = [b - a for a, b in zip(sft, rl, strict=True)]
-        rows.append(f"| {name} | " + " | ".join(cells) + f" | {mean_ci(sft)[0]:.3f} | {mean_ci(rl)[0]:.3f} | {fmt(diff)} |")
+        means = f"{mean_ci(sft)[0]:.3f} | {mean_ci(rl)[0]:.3f}"
+        rows.append(f"| {name} | " + " | ".join(cells) + f" | {means} | {fmt(diff)} |")
     nt = [r["sft"].get("no_tool_pass") for r in runs]
     if all(v is not None for v in nt) and any(r["sft"]["no_tool_share"] < 1 for r in runs):
-        share = " | ".join(f"{v:.3f} ({r['sft']['no_tool_share']:.2f} of episodes)" for v, r in zip(nt, runs, strict=True))
+        share = " | ".join(
+            f"{v:.3f} ({r['sft']['no_tool_share']:.2f} of episodes)" for v, r in zip(nt, runs, strict=True)
+        )
         rows.append(f"| no-tool baseline: SFT success without a tool call | {share} | {mean_ci(nt)[0]:.3f} | | |")
     secs = " | ".join(", ".join(f"{k} {v:.0f}s" for k, v in r["seconds"].items()) for r in runs)
     rows.append(f"| wall time (s) | {secs} | | | |")

@@ -20,7 +20,11 @@ def task(request) -> Task:
     return get_task(request.param)
 
 
-@pytest.fixture(params=[t for t in TASKS if not has_checker(get_task(t)) and not getattr(get_task(t), "has_env", False)])
+def _graded(name: str) -> bool:
+    return not has_checker(get_task(name)) and not getattr(get_task(name), "has_env", False)
+
+
+@pytest.fixture(params=[t for t in TASKS if _graded(t)])
 def graded_task(request) -> Task:
     """The RLHF tasks, whose gold judge grades quality (arithmetic's checker is 1/0: tests/test_arithmetic.py;
     the guess game's reward: tests/unit/test_guess.py)."""

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from rloo.config.agents import ENV_TASKS, EnvSettings
+from rloo.config.agents import ENV_PIPELINE_DEFAULTS, ENV_TASKS, EnvSettings
 from rloo.config.base import Strict, check_device_name, normalize_report_to, refuse_float16
 from rloo.config.dataset import DatasetSettings
 from rloo.config.methods import METHOD_SPECS, capable, one_of
@@ -37,28 +37,7 @@ TASK_PIPELINE_DEFAULTS: dict[str, dict] = {
         },
         "eval": {"num_prompts": 200, "pass_samples": 16},
     },
-    # multi-turn episodes with a calculator tool (rloo.tasks.calculator, docs/agents.md): a short SFT
-    # teaches the format on the share of traces that use the tool; RLOO on whole episodes, beta = 0
-    # (the checker is the reward, as for arithmetic); the evaluation plays episodes (rloo.eval.episodes)
-    "calculator": {
-        "max_response_tokens": 20,
-        "sft": {"num_examples": 3000, "epochs": 6},
-        "rl": {"k": 4, "batch_size": 16, "beta": 0.0, "lr": 3e-4, "steps": 60, "warmup_steps": 5, "eval_every": None},
-        "eval": {"num_prompts": 100, "pass_samples": 8},
-        "env_settings": {"max_turns": 3, "max_turn_tokens": 12, "max_total_tokens": 24},
-    },
-    # guess a number in 1..16 with higher/lower feedback (rloo.tasks.guess): SFT on a mediocre
-    # player's games (feedback used half the time), RLOO on whole games (k = 8: from one SFT model,
-    # seed 0, success 0.605 -> 0.738 at k=4 x 60 steps, 0.645 at k=4 x 150, 0.682 at k=8 lr 1e-3 x 80,
-    # 0.765 at k=8 lr 3e-4 x 80);
-    # 8 turns of `guess <n>` and one feedback word each
-    "guess": {
-        "max_response_tokens": 24,
-        "sft": {"num_examples": 3000, "epochs": 6},
-        "rl": {"k": 8, "batch_size": 16, "beta": 0.0, "lr": 3e-4, "steps": 80, "warmup_steps": 5, "eval_every": None},
-        "eval": {"num_prompts": 100, "pass_samples": 8},
-        "env_settings": {"max_turns": 8, "max_turn_tokens": 3, "max_total_tokens": 24},
-    },
+    **ENV_PIPELINE_DEFAULTS,  # calculator, guess: tasks played as episodes (config/agents.py)
 }
 
 
