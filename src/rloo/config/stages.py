@@ -115,7 +115,7 @@ class RLConfig(_Run, RLSettings):
     env: str | None = Field(
         default=None,
         description="Train on multi-turn episodes of an environment (docs/agents.md): a built-in one "
-        "(calculator) or your class `path/to/file.py:Class` / `module:Class`, called with the tokenizer; "
+        "(calculator, guess) or your class `path/to/file.py:Class` / `module:Class`, called with the tokenizer; "
         "the environment gives the reward (algorithm=rloo only).",
     )
     env_settings: EnvSettings = Field(default_factory=EnvSettings, description="Limits of one episode (with env).")
@@ -183,7 +183,7 @@ class PipelineConfig(_Run):
     rl: PipelineRLSettings = Field(default_factory=PipelineRLSettings)
     eval: EvalSettings = Field(default_factory=EvalSettings)
     env_settings: EnvSettings = Field(
-        default_factory=EnvSettings, description="Limits of one episode (tasks played as episodes: calculator)."
+        default_factory=EnvSettings, description="Limits of one episode (tasks played as episodes: calculator, guess)."
     )
 
     @field_validator("rl", mode="before")

@@ -1,4 +1,4 @@
-"""The evaluation stage of `rloo pipeline` on a task played as episodes (calculator): the SFT and the
+"""The evaluation stage of `rloo pipeline` on a task played as episodes (calculator, guess): the SFT and the
 RL policy each play the same held-out prompts, `eval.pass_samples` episodes each (seeded), and the
 summary reports pass@1 (success rate), turns and tool calls per episode, and the paired pass@1
 difference with its 95% interval (one seed: the interval is over problems, not over seeds)."""
