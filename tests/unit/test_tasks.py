@@ -20,9 +20,14 @@ def task(request) -> Task:
     return get_task(request.param)
 
 
-@pytest.fixture(params=[t for t in TASKS if not has_checker(get_task(t))])
+def _graded(name: str) -> bool:
+    return not has_checker(get_task(name)) and not getattr(get_task(name), "has_env", False)
+
+
+@pytest.fixture(params=[t for t in TASKS if _graded(t)])
 def graded_task(request) -> Task:
-    """The RLHF tasks, whose gold judge grades quality (arithmetic's checker is 1/0: tests/test_arithmetic.py)."""
+    """The RLHF tasks, whose gold judge grades quality (arithmetic's checker is 1/0: tests/test_arithmetic.py;
+    the guess game's reward: tests/unit/test_guess.py)."""
     return get_task(request.param)
 
 
@@ -30,7 +35,7 @@ def graded_task(request) -> Task:
 
 
 def test_get_task_names_and_default():
-    assert TASKS == ("summarize", "dialogue", "arithmetic", "calculator")
+    assert TASKS == ("summarize", "dialogue", "arithmetic", "calculator", "guess")
     assert isinstance(get_task(), SummarizeTask)
     assert isinstance(get_task("dialogue"), DialogueTask)
     for name in TASKS:

@@ -38,7 +38,7 @@ from rloo.config.memory import (
 from rloo.config.method_choice import MethodChoice
 from rloo.config.methods import METHOD_SPECS, names, require
 
-TASK_NAMES = ("summarize", "dialogue", "arithmetic", "calculator")
+TASK_NAMES = ("summarize", "dialogue", "arithmetic", "calculator", "guess")
 
 
 class ArchConfig(Strict):

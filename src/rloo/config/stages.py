@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from rloo.config.agents import ENV_TASKS, EnvSettings
+from rloo.config.agents import ENV_PIPELINE_DEFAULTS, ENV_TASKS, EnvSettings
 from rloo.config.base import Strict, check_device_name, normalize_report_to, refuse_float16
 from rloo.config.dataset import DatasetSettings
 from rloo.config.generation import check_rl_generation
@@ -39,16 +39,7 @@ TASK_PIPELINE_DEFAULTS: dict[str, dict] = {
         },
         "eval": {"num_prompts": 200, "pass_samples": 16},
     },
-    # multi-turn episodes with a calculator tool (rloo.tasks.calculator, docs/agents.md): a short SFT
-    # teaches the format on the share of traces that use the tool; RLOO on whole episodes, beta = 0
-    # (the checker is the reward, as for arithmetic); the evaluation plays episodes (rloo.eval.episodes)
-    "calculator": {
-        "max_response_tokens": 20,
-        "sft": {"num_examples": 3000, "epochs": 6},
-        "rl": {"k": 4, "batch_size": 16, "beta": 0.0, "lr": 3e-4, "steps": 60, "warmup_steps": 5, "eval_every": None},
-        "eval": {"num_prompts": 100, "pass_samples": 8},
-        "env_settings": {"max_turns": 3, "max_turn_tokens": 12, "max_total_tokens": 24},
-    },
+    **ENV_PIPELINE_DEFAULTS,  # calculator, guess: tasks played as episodes (config/agents.py)
 }
 
 
@@ -61,7 +52,7 @@ def _under(base: dict, extra: dict) -> dict:
 
 
 class _Run(Strict):
-    task: Literal["summarize", "dialogue", "arithmetic", "calculator"] = Field(
+    task: Literal["summarize", "dialogue", "arithmetic", "calculator", "guess"] = Field(
         default="summarize", description="Built-in task."
     )
     seed: int = Field(default=0, description="Seeds data, initialization and sampling.")
@@ -126,7 +117,7 @@ class RLConfig(_Run, RLSettings):
     env: str | None = Field(
         default=None,
         description="Train on multi-turn episodes of an environment (docs/agents.md): a built-in one "
-        "(calculator) or your class `path/to/file.py:Class` / `module:Class`, called with the tokenizer; "
+        "(calculator, guess) or your class `path/to/file.py:Class` / `module:Class`, called with the tokenizer; "
         "the environment gives the reward (algorithm=rloo only).",
     )
     env_settings: EnvSettings = Field(default_factory=EnvSettings, description="Limits of one episode (with env).")
@@ -195,7 +186,7 @@ class PipelineConfig(_Run):
     rl: PipelineRLSettings = Field(default_factory=PipelineRLSettings)
     eval: EvalSettings = Field(default_factory=EvalSettings)
     env_settings: EnvSettings = Field(
-        default_factory=EnvSettings, description="Limits of one episode (tasks played as episodes: calculator)."
+        default_factory=EnvSettings, description="Limits of one episode (tasks played as episodes: calculator, guess)."
     )
 
     @field_validator("rl", mode="before")

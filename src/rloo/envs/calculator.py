@@ -5,6 +5,7 @@ from __future__ import annotations
 from functools import partial
 
 from rloo.envs.base import EnvFactory
+from rloo.envs.guess import GuessEnv
 from rloo.envs.tools import ToolEnv
 from rloo.errors import EnvError
 from rloo.runtime.user_code import load_callable
@@ -18,11 +19,11 @@ class CalculatorEnv(ToolEnv):
         super().__init__(tokenizer, {TOOL: calculator}, check, timeout_s)
 
 
-BUILTIN_ENVS: dict[str, type] = {"calculator": CalculatorEnv}
+BUILTIN_ENVS: dict[str, type] = {"calculator": CalculatorEnv, "guess": GuessEnv}
 
 
 def env_factory(spec: str, tokenizer, tool_timeout_s: float = 1.0) -> EnvFactory:
-    """A factory of fresh environments: a built-in name (`calculator`) or a user class
+    """A factory of fresh environments: a built-in name (`calculator`, `guess`) or a user class
     `module:Class` / `path/to/file.py:Class`, called with the policy's tokenizer (it tokenizes its
     own observations, once)."""
     if spec in BUILTIN_ENVS:

@@ -1,7 +1,9 @@
 """Evaluating a policy on multi-turn episodes: success rate (pass@1), turns and tool calls.
 
 Each held-out prompt is played n times (temperature sampling, seeded); success is an episode reward
->= `threshold` (1 for the calculator's checker). pass@1 is the mean over prompts of the share of
+>= `threshold` (the task's `success_threshold`: 1 for the calculator's checker, any win in guess).
+`no_tool_pass`, the success rate of the episodes that called no tool, is the no-tool baseline of a
+tool task (conditional on the policy's choice not to call one). pass@1 is the mean over prompts of the share of
 successful episodes; a paired difference between two policies on the same prompts, with its 95%
 normal interval, is `rloo.eval.passk.paired_pass_difference(counts_a, counts_b, n, 1)`.
 """
@@ -24,6 +26,9 @@ class EpisodeEval:
     pass_at_1: float
     turns: float  # policy turns per episode
     tool_calls: float  # per episode (environments that count them; else 0)
+    reward: float  # mean episode reward
+    no_tool_share: float  # share of episodes that called no tool
+    no_tool_pass: float | None  # success rate of those episodes (answers from memory); None if there are none
     truncated: float  # share of episodes cut by a limit
     policy_tokens: float  # per episode
     examples: list[str] = field(default_factory=list)  # a few trajectories as text
@@ -53,6 +58,7 @@ def evaluate_episodes(
     vocab = policy.get_input_embeddings().weight.shape[0]
     per = max(1, batch_size // n)
     counts, turns, calls, cut, toks, examples = [], 0.0, 0.0, 0.0, 0.0, []
+    reward, plain, plain_ok = 0.0, 0, 0  # summed reward; episodes without a tool call, and those won
     for i in range(0, len(prompts), per):
         chunk = prompts[i : i + per]
         envs = [make_env(spec.factory, vocab) for _ in range(len(chunk) * n)]
@@ -74,6 +80,10 @@ def evaluate_episodes(
         counts += ok.sum(1).tolist()
         turns += float(roll.turns.sum())
         calls += roll.env_stats.get("env/tool_calls", 0.0) * len(envs)
+        reward += float(roll.env_rewards.sum())
+        no_tool = [not env.stats().get("tool_calls", 0.0) for env in envs]
+        plain += sum(no_tool)
+        plain_ok += sum(t and bool(w) for t, w in zip(no_tool, ok.view(-1).tolist(), strict=True))
         cut += float(roll.truncated.float().sum())
         toks += float(roll.policy_mask.sum())
         examples += [f"{p} -> {c}" for p, c in zip(roll.prompts[:2], roll.completions[:2], strict=True)]
@@ -84,6 +94,9 @@ def evaluate_episodes(
         pass_at_1=sum(counts) / total,
         turns=turns / total,
         tool_calls=calls / total,
+        reward=reward / total,
+        no_tool_share=plain / total,
+        no_tool_pass=plain_ok / plain if plain else None,
         truncated=cut / total,
         policy_tokens=toks / total,
         examples=examples[:4],

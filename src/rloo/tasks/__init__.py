@@ -24,9 +24,10 @@ from rloo.tasks.base import (
 )
 from rloo.tasks.calculator import CalculatorTask
 from rloo.tasks.dialogue import DialogueTask
+from rloo.tasks.guess import GuessTask
 from rloo.tasks.summarize import SummarizeTask
 
-TASKS: tuple[str, ...] = ("summarize", "dialogue", "arithmetic", "calculator")
+TASKS: tuple[str, ...] = ("summarize", "dialogue", "arithmetic", "calculator", "guess")
 
 
 def get_task(name: str = "summarize") -> Task:
@@ -39,6 +40,8 @@ def get_task(name: str = "summarize") -> Task:
         return ArithmeticTask()
     if name == "calculator":
         return CalculatorTask()
+    if name == "guess":
+        return GuessTask()
     raise ValueError(f"unknown task {name!r}; available: {', '.join(TASKS)}")
 
 
@@ -53,6 +56,7 @@ __all__ = [
     "SPLITS",
     "TASKS",
     "DialogueTask",
+    "GuessTask",
     "Example",
     "SummarizeTask",
     "Task",

@@ -87,7 +87,7 @@ def _names(specs: str | list[str]) -> str:
 
 
 def _episodes_pipeline(cfg: PipelineConfig, rl_cfg, ev_cfg, out, times: dict, t: float) -> dict:
-    """Stages 2-4 of a task played as episodes (calculator): no reward model (the environment's
+    """Stages 2-4 of a task played as episodes (calculator, guess): no reward model (the environment's
     checker is the reward), RLOO on whole episodes, then both policies play held-out episodes."""
     say(f"[2/4] no reward model: the {rl_cfg.env} environment gives the reward (docs/agents.md)")
     run = f"{cfg.rl.steps} steps, k={cfg.rl.k}, beta={cfg.rl.beta}"
