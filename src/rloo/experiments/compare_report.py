@@ -21,25 +21,40 @@ from rloo.experiments.compare_tables import (  # noqa: F401 - mean_ci re-exporte
     results_table,
     variance_table,
 )
+from rloo.experiments.tuning import report_names, updates_of, view_names
 from rloo.runtime.atomic import atomic_write_text
 from rloo.runtime.tracking import read_metrics
 
 
 def collect(cfg, out: Path) -> dict:
-    """{task: {method or 'sft': [result per seed]}}, with each run's metrics attached."""
+    """{task: {method, view or 'sft': [result per seed]}}, with each run's metrics attached. A view
+    (ppo@2x2, rloo.experiments.tuning.view_names) without its own run is its method's run when that
+    was made at the view's updates (the overall choice is then also the view's)."""
     data: dict = {}
+    views = view_names(cfg.tuning, cfg.methods) if cfg.tuning.trials else {}
     for task in cfg.tasks:
         data[task] = {}
         for seed in cfg.seeds:
             root = out / "runs" / task / f"seed-{seed}"
-            for name in ["sft", *cfg.methods]:
-                f = root / name / "result.json"
-                if f.exists():
-                    r = json.loads(f.read_text())
-                    r["metrics"] = read_metrics(root / name / "metrics.jsonl") if name != "sft" else []
+            for name in ["sft", *report_names(cfg)]:
+                d = _run_dir(root, name, views)
+                if (d / "result.json").exists():
+                    r = json.loads((d / "result.json").read_text())
+                    r["metrics"] = read_metrics(d / "metrics.jsonl") if name != "sft" else []
                     r["seed"] = seed
                     data[task].setdefault(name, []).append(r)
     return data
+
+
+def _run_dir(root: Path, name: str, views: dict) -> Path:
+    """The folder of `name`'s run in a cell: a view's own, or its method's when the view has none and
+    the method ran at the view's updates."""
+    if name not in views or (root / name / "result.json").exists():
+        return root / name
+    method, upd = views[name]
+    f = root / method / "result.json"
+    same = f.exists() and updates_of(json.loads(f.read_text()).get("settings", {})) == upd
+    return root / method if same else root / name
 
 
 def pass_section(cfg, data: dict, tasks: list[str]) -> list[str]:
@@ -119,10 +134,11 @@ def equal_kl_section(cfg, data: dict) -> list[str]:
 
 
 def write_report(cfg, out: Path) -> Path:
-
     report = out / "report"
     report.mkdir(parents=True, exist_ok=True)
     data = collect(cfg, out)
+    # the tables' and plots' rows: the methods and their update views (ppo@2x2); a copy, not validated
+    cfg = cfg.model_copy(update={"methods": report_names(cfg)})
     plots = plot_all(cfg, data, report)
     atomic_write_text(
         report / "results.json",
