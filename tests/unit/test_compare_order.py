@@ -59,6 +59,7 @@ def test_paper_pairs_adds_the_update_view_in_its_methods_place():
     assert pairs[:6] == list(zip(PAPER, PAPER[1:], strict=False))
     assert pairs[6:] == [("vanilla_pg", "ppo@2x2"), ("ppo@2x2", "dpo")]
     assert paper_pairs(["rloo", "ppo"]) == []  # not adjacent in the paper
+    assert paper_pairs(["rloo", "rloo_k2", "rloo@untuned"]) == [("rloo", "rloo_k2")]  # untuned: not a view
 
 
 def _run(seed, win, kls=(0.0, 1.0), wins=(0.4, 0.6), step_s=1.0):

@@ -73,6 +73,8 @@ def test_an_update_view_must_name_a_multi_step_method_and_one_of_its_updates():
     assert view_names(t, ["rloo"]) == {}  # no ppo compared: no view
     cfg = CompareConfig(methods=["ppo", "rloo"], tuning=t.model_dump() | {"trials": 2})
     assert report_names(cfg) == ["ppo", "ppo@2x2", "rloo"]
+    untuned = CompareConfig(methods=["ppo", "rloo"], tuning=t.model_dump() | {"trials": 2, "untuned": True})
+    assert report_names(untuned) == ["ppo", "ppo@2x2", "rloo", "ppo@untuned", "rloo@untuned"]
 
 
 def _write_trials(out, t, method, scores):

@@ -107,6 +107,12 @@ class TuningSettings(Strict):
         "trial among those with these updates (no extra trials), beside its overall choice.",
     )
 
+    untuned: bool = Field(
+        default=False,
+        description="Also run every method at the shared rl settings on the reported seeds, as <method>@untuned, in "
+        "the same cells as its tuned run (same SFT and reward model): what tuning changed, paired by seed.",
+    )
+
     def grid_of(self, method: str) -> tuple[list[float], list[float], list[tuple[int, int] | None]]:
         """(lr, beta, updates) a method's trials are drawn from: its `grids` entry over the shared grid;
         updates [None] for a method that takes one step per batch."""

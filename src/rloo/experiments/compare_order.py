@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 
 from rloo.experiments.compare_kl import compute_points, compute_trajectory, trajectory, values_at
 from rloo.experiments.compare_tables import mean_ci
@@ -110,7 +111,7 @@ def paper_pairs(names: list[str]) -> list[tuple[str, str]]:
     update view (ppo@2x2) in its method's place."""
     order = [m for m, _ in PAPER_ORDER]
     pairs = list(zip(order, order[1:], strict=False))
-    for v in (n for n in names if "@" in n and n.split("@")[0] in order):
+    for v in (n for n in names if re.fullmatch(r"[a-z0-9_]+@\d+x\d+", n) and n.split("@")[0] in order):
         m = v.split("@")[0]
         pairs += [(a if a != m else v, b if b != m else v) for a, b in pairs if m in (a, b) and "@" not in a + b]
     return [(a, b) for a, b in pairs if a in names and b in names]
@@ -149,7 +150,7 @@ def correlation_table(cfg, data: dict, task: str) -> str:
     its method's place."""
     paper = dict(PAPER_ORDER)
     sets = [("the paper's methods", paper)]
-    for v in (n for n in data[task] if "@" in n and n.split("@")[0] in paper):
+    for v in (n for n in data[task] if re.fullmatch(r"[a-z0-9_]+@\d+x\d+", n) and n.split("@")[0] in paper):
         m = v.split("@")[0]
         sets.append((f"{v} for {m}", {(v if n == m else n): x for n, x in paper.items()}))
     rows = ["| view | " + " | ".join(f"rho, {name} (95% bootstrap; seeds)" for name, _ in sets) + " |"]

@@ -87,10 +87,18 @@ def updates_of(settings: dict) -> tuple[int, int] | None:
     return (a["ppo_epochs"], a["num_minibatches"]) if "ppo_epochs" in a else None
 
 
+def untuned_name(method: str) -> str:
+    return f"{method}@untuned"
+
+
 def report_names(cfg) -> list[str]:
-    """cfg.methods with each method's update views after it (the rows of a tuned report)."""
-    views = view_names(cfg.tuning, cfg.methods) if cfg.tuning.trials else {}
-    return [n for m in cfg.methods for n in (m, *(v for v, (b, _) in views.items() if b == m))]
+    """cfg.methods with each method's update views after it (the rows of a tuned report), then each
+    method's untuned run (tuning.untuned)."""
+    if not cfg.tuning.trials:
+        return list(cfg.methods)
+    views = view_names(cfg.tuning, cfg.methods)
+    names = [n for m in cfg.methods for n in (m, *(v for v, (b, _) in views.items() if b == m))]
+    return names + ([untuned_name(m) for m in cfg.methods] if cfg.tuning.untuned else [])
 
 
 def choose(out: Path, tuning: TuningSettings, methods: list[str], task: str) -> dict[str, dict]:
