@@ -117,8 +117,9 @@ class TuningSettings(Strict):
         """(lr, beta, updates) a method's trials are drawn from: its `grids` entry over the shared grid;
         updates [None] for a method that takes one step per batch."""
         own = self.grids.get(method, MethodGrid())
-        updates = (own.updates or self.updates) if method in several_updates_variants() else [None]
-        return own.lr or self.lr, own.beta or self.beta, list(updates)
+        several = method in several_updates_variants()
+        updates: list[tuple[int, int] | None] = list(own.updates or self.updates) if several else [None]
+        return own.lr or self.lr, own.beta or self.beta, updates
 
     @model_validator(mode="after")
     def _space(self):
@@ -144,10 +145,9 @@ class TuningSettings(Strict):
         for m, pairs in self.update_views.items():
             if m not in several_updates_variants():
                 raise ValueError(f"update_views: '{m}' is not a method that takes several steps per batch")
-            if bad := [list(p) for p in pairs if tuple(p) not in self.grid_of(m)[2]]:
-                raise ValueError(
-                    f"update_views.{m}: {bad} not among its updates {[list(u) for u in self.grid_of(m)[2]]}"
-                )
+            have = self.grid_of(m)[2]
+            if bad := [list(p) for p in pairs if tuple(p) not in have]:
+                raise ValueError(f"update_views.{m}: {bad} not among its updates {[list(u or ()) for u in have]}")
         return self
 
 

@@ -107,13 +107,16 @@ def _at_table(cfg, data: dict, task: str, traj, xs: list[float], labels: list[st
     head = [c for lab in labels for c in (f"win @ {lab}", f"− {base} @ {lab}")]
     rows = ["| method | " + " | ".join(head) + " |", "|---" * (len(head) + 1) + "|"]
     at = values_at(data, task, traj, xs)
+    xs_none: list[float | None] = [None] * len(xs)  # a seed base has no run on
     ref = at.get(base, {})
     for name in [m for m in cfg.methods if m in at]:
         cells = []
         for i in range(len(xs)):
-            level = [v[i] for v in at[name].values() if v[i] is not None]
+            level = [x for v in at[name].values() if (x := v[i]) is not None]
             diffs = [
-                v[i] - ref[s][i] for s, v in at[name].items() if v[i] is not None and s in ref and ref[s][i] is not None
+                x - r
+                for s, v in at[name].items()
+                if (x := v[i]) is not None and (r := ref.get(s, xs_none)[i]) is not None
             ]
             cells += [_cell(level), "" if name == base else _cell(diffs, signed=True)]
         rows.append(f"| {name} | " + " | ".join(cells) + " |")
