@@ -35,6 +35,7 @@ from rloo.errors import RlooError
 from rloo.experiments.tuning import report_names, trial_variants, tuning_done, view_names
 from rloo.runtime.atomic import atomic_write_text
 from rloo.runtime.runfolder import is_bookkeeping_only, write_marker
+from rloo.runtime.runlock import is_busy
 
 STAGES = ("sft", "reward")
 
@@ -94,7 +95,7 @@ def save(out: Path, dest: Path) -> dict[str, int]:
                 manifest.setdefault(str(rel / run.name), {"cpu": cpu_kind(), "saved": time.strftime("%Y-%m-%d")})
         unfinished = (cell / "sft" / "model").is_dir() and not cell_done(out, cell, cfg)
         for stage in STAGES if unfinished else ():
-            if (cell / stage / "model").is_dir():
+            if (cell / stage / "model").is_dir() and not is_busy(cell / stage):  # not while it is written
                 shutil.copytree(cell / stage / "model", dest / rel / stage / "model", dirs_exist_ok=True)
         models += unfinished
         for stage in STAGES if not unfinished else ():  # models saved by an earlier save: no longer needed
