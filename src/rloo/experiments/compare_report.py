@@ -98,7 +98,18 @@ def tuning_section(cfg, data: dict, out: Path) -> list[str]:
         f"and was judged on {t.valid_prompts} validation prompts per seed (the task's valid split, never an "
         f"evaluation prompt). Chosen: the highest mean {t.metric} over the tuning seeds"
         + (f" among trials with mean validation KL <= {t.max_kl:g}" if t.max_kl is not None else "")
-        + ". Every trial's score: tuning/<task>/selection.json. Settings of the reported runs, with the "
+        + ". "
+        + "".join(
+            f"{m}'s own grid: {', '.join(f'{k} {v}' for k, v in g.model_dump(exclude_none=True).items())}. "
+            for m, g in t.grids.items()
+            if m in cfg.methods
+        )
+        + "".join(
+            f"{v}: {m} chosen among its trials at {e}x{n} updates only (the same rule). "
+            for v, (m, (e, n)) in view_names(t, cfg.methods).items()
+        )
+        + ("<method>@untuned: the method at the shared rl settings, in the same cells. " if t.untuned else "")
+        + "Every trial's score: tuning/<task>/selection.json. Settings of the reported runs, with the "
         "chosen trial's mean validation score and the range over the method's trials:",
         "",
         tuning_table(cfg, data, out),
