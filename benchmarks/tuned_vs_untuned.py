@@ -4,7 +4,11 @@
         docs/results/compare/results.json docs/results/compare/rerun-seeds345-results.json
 
 The first file is the tuned comparison; the others are untuned comparisons on some of the same
-seeds (their runs are merged by seed). CPU training here is deterministic, so a seed's SFT model
+seeds (their runs are merged by seed). With the first file alone, the untuned runs are its own
+`<method>@untuned` runs (`tuning.untuned: true`: made in the same cells, on the same SFT models):
+
+    python benchmarks/tuned_vs_untuned.py runs/compare-tuned-all/report/results.json
+ CPU training here is deterministic, so a seed's SFT model
 is the same in both when the SFT settings are: the script checks this first (the SFT model's
 win rate must be identical per seed, else the pairing means nothing and it exits 1), then prints,
 per task and method in both, the untuned and tuned mean win rate and KL over the common seeds and
@@ -34,6 +38,17 @@ def _ci(xs: list[float]) -> str:
     return f"{m:+.3f}" + (f" ± {h:.3f}" if h is not None else "")
 
 
+def split_untuned(data: dict) -> tuple[dict, dict]:
+    """({task: {method: runs}} without the `<method>@untuned` runs, {task: {method: those runs}}),
+    the SFT runs in both (the same cells: the pairing check then holds by construction)."""
+    tuned = {t: {m: r for m, r in ms.items() if not m.endswith("@untuned")} for t, ms in data.items()}
+    untuned = {
+        t: {m.removesuffix("@untuned"): r for m, r in ms.items() if m.endswith("@untuned") or m == "sft"}
+        for t, ms in data.items()
+    }
+    return tuned, untuned
+
+
 def compare(tuned: dict, untuned: dict) -> tuple[list[str], bool]:
     lines, same_sft = [], True
     for task, methods in tuned.items():
@@ -60,11 +75,14 @@ def compare(tuned: dict, untuned: dict) -> tuple[list[str], bool]:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) < 2:
+    if not argv:
         print(__doc__)
         return 2
     load = lambda p: json.load(open(p))  # noqa: E731
-    lines, same_sft = compare(by_seed([load(argv[0])]), by_seed([load(p) for p in argv[1:]]))
+    if len(argv) == 1:
+        lines, same_sft = compare(*split_untuned(by_seed([load(argv[0])])))
+    else:
+        lines, same_sft = compare(by_seed([load(argv[0])]), by_seed([load(p) for p in argv[1:]]))
     print("\n".join(lines))
     return 0 if same_sft else 1
 

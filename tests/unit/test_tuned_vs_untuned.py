@@ -37,3 +37,12 @@ def test_paired_by_seed_over_the_common_seeds(tvu):
 def test_a_different_sft_model_fails_the_check(tvu):
     lines, same = tvu.compare(tvu.by_seed([_runs(sft=[0.4, 0.5])]), tvu.by_seed([_runs(sft=[0.4, 0.51])]))
     assert not same and "NO [1]" in lines[0]
+
+
+def test_one_file_pairs_its_own_untuned_runs(tvu):
+    data = _runs(sft=[0.4, 0.5], rloo=[0.7, 0.6], **{"rloo@untuned": [0.6, 0.6], "ppo@2x2": [0.5, 0.5]})
+    lines, same = tvu.compare(*tvu.split_untuned(tvu.by_seed([data])))
+    assert same and "identical on seeds [0, 1]: yes" in lines[0]
+    # rloo: differences 0.1, 0.0; ppo@2x2 has no untuned run: no row
+    assert any(ln.startswith("| rloo | 2 | 0.600 | 0.650 | +0.050") for ln in lines)
+    assert not any(ln.startswith(("| ppo@2x2", "| rloo@untuned")) for ln in lines)

@@ -48,6 +48,25 @@ MULTI_UPDATE_METHODS = several_updates_variants()
 """Methods that take ppo_epochs x num_minibatches optimizer steps per batch (the others take one)."""
 
 
+class MethodGrid(Strict):
+    """One method's own tuning grid (`tuning.grids.<method>`): each key given replaces the shared
+    one for that method; the keys left out stay the shared ones."""
+
+    lr: list[float] | None = Field(default=None, description="rl.lr choices of this method (dpo: dpo_lr).")
+    beta: list[float] | None = Field(default=None, description="rl.beta choices of this method (dpo: dpo_beta).")
+    updates: list[tuple[int, int]] | None = Field(
+        default=None, description="(ppo_epochs, num_minibatches) choices (only a method that takes several)."
+    )
+
+
+def _check_space(where: str, lr: list[float], beta: list[float], updates: list[tuple[int, int]]) -> None:
+    for name, vals, top in (("lr", lr, MAX_LR), ("beta", beta, MAX_BETA)):
+        if not vals or any(not 0 < v <= top for v in vals) or len(set(vals)) < len(vals):
+            raise ValueError(f"{where}{name}: needs distinct values in (0, {top:g}], got {vals}")
+    if not updates or any(e < 1 or m < 1 for e, m in updates) or len(set(updates)) < len(updates):
+        raise ValueError(f"{where}updates: needs distinct (epochs, minibatches) pairs >= 1, got {updates}")
+
+
 class TuningSettings(Strict):
     """`rloo compare`'s per-method search over the settings that set how far a method moves, chosen on
     validation prompts (disjoint from the evaluation prompts) with tuning seeds (disjoint from the
@@ -77,14 +96,34 @@ class TuningSettings(Strict):
         default=None, gt=0, description="Selection: only trials whose mean validation KL is at most this (null: all)."
     )
     search_seed: int = Field(default=0, description="Seed of the draw of trials from each method's grid.")
+    grids: dict[str, MethodGrid] = Field(
+        default={},
+        description="Per-method grids: {method: {lr, beta, updates}}, each key given replacing the shared one "
+        "for that method (e.g. dpo's own beta, rloo's lr reaching further); the same number of trials each.",
+    )
+    update_views: dict[str, list[tuple[int, int]]] = Field(
+        default={},
+        description="{method: [(epochs, minibatches), ...]}: also report the method, as <method>@<e>x<m>, at its best "
+        "trial among those with these updates (no extra trials), beside its overall choice.",
+    )
+
+    untuned: bool = Field(
+        default=False,
+        description="Also run every method at the shared rl settings on the reported seeds, as <method>@untuned, in "
+        "the same cells as its tuned run (same SFT and reward model): what tuning changed, paired by seed.",
+    )
+
+    def grid_of(self, method: str) -> tuple[list[float], list[float], list[tuple[int, int] | None]]:
+        """(lr, beta, updates) a method's trials are drawn from: its `grids` entry over the shared grid;
+        updates [None] for a method that takes one step per batch."""
+        own = self.grids.get(method, MethodGrid())
+        several = method in several_updates_variants()
+        updates: list[tuple[int, int] | None] = list(own.updates or self.updates) if several else [None]
+        return own.lr or self.lr, own.beta or self.beta, updates
 
     @model_validator(mode="after")
     def _space(self):
-        for name, vals, top in (("lr", self.lr, MAX_LR), ("beta", self.beta, MAX_BETA)):
-            if not vals or any(not 0 < v <= top for v in vals) or len(set(vals)) < len(vals):
-                raise ValueError(f"{name}: needs distinct values in (0, {top:g}], got {vals}")
-        if not self.updates or any(e < 1 or m < 1 for e, m in self.updates):
-            raise ValueError(f"updates: needs (epochs, minibatches) pairs >= 1, got {self.updates}")
+        _check_space("", self.lr, self.beta, self.updates)
         if self.trials > len(self.lr) * len(self.beta):
             raise ValueError(
                 f"trials: {self.trials} is more than the {len(self.lr) * len(self.beta)} lr x beta settings of a "
@@ -92,6 +131,23 @@ class TuningSettings(Strict):
             )
         if self.trials and not self.seeds:
             raise ValueError("seeds: tuning needs at least one tuning seed")
+        for m, g in self.grids.items():
+            if m not in (known := compare_variants()):  # read now: a method added by add_method is known too
+                raise ValueError(f"grids: unknown method '{m}'; choose from {', '.join(known)}")
+            if g.updates is not None and m not in several_updates_variants():
+                raise ValueError(f"grids.{m}.updates: {m} takes one optimizer step per batch")
+            lr, beta, updates = self.grid_of(m)
+            _check_space(f"grids.{m}.", lr, beta, [u for u in updates if u] or [(1, 1)])
+            if self.trials > len(lr) * len(beta) * len(updates):
+                raise ValueError(
+                    f"grids.{m}: {self.trials} trials is more than its {len(lr) * len(beta) * len(updates)} settings"
+                )
+        for m, pairs in self.update_views.items():
+            if m not in several_updates_variants():
+                raise ValueError(f"update_views: '{m}' is not a method that takes several steps per batch")
+            have = self.grid_of(m)[2]
+            if bad := [list(p) for p in pairs if tuple(p) not in have]:
+                raise ValueError(f"update_views.{m}: {bad} not among its updates {[list(u or ()) for u in have]}")
         return self
 
 

@@ -30,7 +30,7 @@ from rloo.experiments.compare_eval import judge, pass_at_k
 from rloo.experiments.compare_folder import claim, open_study, wait_for_models
 from rloo.experiments.compare_report import write_report
 from rloo.experiments.gradvar import variance_cell
-from rloo.experiments.tuning import choose, trial_variants, tuning_done, tuning_root
+from rloo.experiments.tuning import base_of, choose, trial_variants, tuning_done, tuning_root, untuned_name
 from rloo.modeling.loading import frozen, load_policy, load_reward_model
 from rloo.rewards import RewardModelScorer
 from rloo.runtime.atomic import atomic_write_text
@@ -211,7 +211,10 @@ def compare(cfg: CompareConfig, *, overwrite: bool = False) -> Path:
 def _reported_cells(cfg: CompareConfig, out: Path, task_name: str) -> None:
     """The unfinished cells of a task's reported seeds that no live process holds, then its
     gradient variance (at seed 0's models: waited for while another process makes them)."""
-    variants = {m: (m, s) for m, s in _tuned(cfg, out, task_name).items()} if cfg.tuning.trials else None
+    variants = None
+    if cfg.tuning.trials:
+        variants = tuned_variants(_tuned(cfg, out, task_name))
+        variants |= {untuned_name(m): (m, {}) for m in cfg.methods} if cfg.tuning.untuned else {}
     runs = out / "runs"
     for seed in cfg.seeds:
         with claim(runs / task_name / f"seed-{seed}") as mine:
@@ -229,6 +232,13 @@ def _reported_cells(cfg: CompareConfig, out: Path, task_name: str) -> None:
                 make_cell=lambda: run_cell(cfg, task_name, cfg.seeds[0], runs, variants),
             )
             variance_cell(cfg, task_name, cfg.seeds[0], runs)
+
+
+def tuned_variants(chosen: dict[str, dict]) -> dict[str, tuple[str, dict]]:
+    """The reported runs of a tuned task, {name: (method, settings)}, from choose()'s {method or view:
+    settings}: a view (ppo@2x2) whose choice is its method's own is not run twice (the report reads
+    the method's run for it, rloo.experiments.compare_report.collect)."""
+    return {n: (base_of(n), s) for n, s in chosen.items() if n == base_of(n) or s != chosen.get(base_of(n))}
 
 
 def _tuning_cells(cfg: CompareConfig, out: Path, task_name: str) -> None:

@@ -73,15 +73,32 @@ def equal_kl_table(cfg, data: dict, task: str, base: str = DEFAULT_METHOD) -> st
     return _at_table(cfg, data, task, trajectory, list(cfg.equal_kl), [f"KL {k:g}" for k in cfg.equal_kl], base)
 
 
-def equal_compute_table(cfg, data: dict, task: str, base: str = DEFAULT_METHOD) -> str:
-    """As equal_kl_table, at training seconds T x each of cfg.equal_compute, T = the shortest training
-    time (compute_trajectory's last point) of `base`'s runs on the task, so every base run reaches 1.0."""
+def compute_points(cfg, data: dict, task: str, base: str = DEFAULT_METHOD) -> tuple[list[float], list[str]]:
+    """The training seconds of the equal-compute view, T x each of cfg.equal_compute with T the
+    shortest training time (compute_trajectory's last point) of `base`'s runs on the task (so every
+    base run reaches 1.0), and their labels; ([], []) when no base run logged phase times."""
     ends = [pts[-1][0] for r in data[task].get(base, []) if (pts := compute_trajectory(r.get("metrics", [])))]
     if not ends:
-        return f"(no {base} run with phase times)"
+        return [], []
     xs = [f * min(ends) for f in cfg.equal_compute]
-    labels = [f"{f:g} x {base}'s time ({x:.0f} s)" for f, x in zip(cfg.equal_compute, xs, strict=True)]
+    return xs, [f"{f:g} x {base}'s time ({x:.0f} s)" for f, x in zip(cfg.equal_compute, xs, strict=True)]
+
+
+def equal_compute_table(cfg, data: dict, task: str, base: str = DEFAULT_METHOD) -> str:
+    """As equal_kl_table, at the training seconds of compute_points."""
+    xs, labels = compute_points(cfg, data, task, base)
+    if not xs:
+        return f"(no {base} run with phase times)"
     return _at_table(cfg, data, task, compute_trajectory, xs, labels, base)
+
+
+def values_at(data: dict, task: str, traj, xs: list[float]) -> dict[str, dict[int, list[float | None]]]:
+    """{run name: {seed: [win rate where traj(metrics) first reaches x, for each x (None: never)]}}."""
+    return {
+        name: {r["seed"]: [win_at_kl(traj(r.get("metrics", [])), x) for x in xs] for r in rs}
+        for name, rs in data[task].items()
+        if name != "sft"
+    }
 
 
 def _at_table(cfg, data: dict, task: str, traj, xs: list[float], labels: list[str], base: str) -> str:
@@ -89,18 +106,17 @@ def _at_table(cfg, data: dict, task: str, traj, xs: list[float], labels: list[st
     x, and its difference from `base` paired by seed."""
     head = [c for lab in labels for c in (f"win @ {lab}", f"− {base} @ {lab}")]
     rows = ["| method | " + " | ".join(head) + " |", "|---" * (len(head) + 1) + "|"]
-    at = {
-        name: {r["seed"]: [win_at_kl(traj(r.get("metrics", [])), x) for x in xs] for r in rs}
-        for name, rs in data[task].items()
-        if name != "sft"
-    }
+    at = values_at(data, task, traj, xs)
+    xs_none: list[float | None] = [None] * len(xs)  # a seed base has no run on
     ref = at.get(base, {})
     for name in [m for m in cfg.methods if m in at]:
         cells = []
         for i in range(len(xs)):
-            level = [v[i] for v in at[name].values() if v[i] is not None]
+            level = [x for v in at[name].values() if (x := v[i]) is not None]
             diffs = [
-                v[i] - ref[s][i] for s, v in at[name].items() if v[i] is not None and s in ref and ref[s][i] is not None
+                x - r
+                for s, v in at[name].items()
+                if (x := v[i]) is not None and (r := ref.get(s, xs_none)[i]) is not None
             ]
             cells += [_cell(level), "" if name == base else _cell(diffs, signed=True)]
         rows.append(f"| {name} | " + " | ".join(cells) + " |")

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rloo.config.methods import spec_of_variant
+from rloo.experiments.tuning import base_of
 from rloo.runtime.atomic import atomic_savefig
 
 
@@ -79,7 +80,7 @@ def learning_curves(plt, cfg, data, path: Path) -> Path:
     per_step = cfg.rl.batch_size * cfg.rl.k
     for ax, task in zip(axes[0], cfg.tasks, strict=False):
         for name, runs in _methods_run(cfg, data, task):
-            offline = not spec_of_variant(name).online  # dpo: steps of dpo_batch_size pairs
+            offline = not spec_of_variant(base_of(name)).online  # dpo: steps of dpo_batch_size pairs
             scale = cfg.rl.algorithm_settings.dpo_batch_size if offline else per_step
             xs, ys = _mean_curve(runs, "eval/win_rate")
             ax.plot([x * scale for x in xs], ys, marker=".", label=name + (" (x: pairs)" if offline else ""))

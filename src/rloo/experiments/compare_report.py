@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 from rloo.experiments.compare_kl import equal_compute_table, equal_kl_table, tuning_table
+from rloo.experiments.compare_order import BOOTSTRAP_DRAWS, correlation_table, ordering_table, paper_pairs
 from rloo.experiments.compare_plots import plot_all
 from rloo.experiments.compare_tables import (  # noqa: F401 - mean_ci re-exported
     mean_ci,
@@ -21,25 +22,40 @@ from rloo.experiments.compare_tables import (  # noqa: F401 - mean_ci re-exporte
     results_table,
     variance_table,
 )
+from rloo.experiments.tuning import report_names, updates_of, view_names
 from rloo.runtime.atomic import atomic_write_text
 from rloo.runtime.tracking import read_metrics
 
 
 def collect(cfg, out: Path) -> dict:
-    """{task: {method or 'sft': [result per seed]}}, with each run's metrics attached."""
+    """{task: {method, view or 'sft': [result per seed]}}, with each run's metrics attached. A view
+    (ppo@2x2, rloo.experiments.tuning.view_names) without its own run is its method's run when that
+    was made at the view's updates (the overall choice is then also the view's)."""
     data: dict = {}
+    views = view_names(cfg.tuning, cfg.methods) if cfg.tuning.trials else {}
     for task in cfg.tasks:
         data[task] = {}
         for seed in cfg.seeds:
             root = out / "runs" / task / f"seed-{seed}"
-            for name in ["sft", *cfg.methods]:
-                f = root / name / "result.json"
-                if f.exists():
-                    r = json.loads(f.read_text())
-                    r["metrics"] = read_metrics(root / name / "metrics.jsonl") if name != "sft" else []
+            for name in ["sft", *report_names(cfg)]:
+                d = _run_dir(root, name, views)
+                if (d / "result.json").exists():
+                    r = json.loads((d / "result.json").read_text())
+                    r["metrics"] = read_metrics(d / "metrics.jsonl") if name != "sft" else []
                     r["seed"] = seed
                     data[task].setdefault(name, []).append(r)
     return data
+
+
+def _run_dir(root: Path, name: str, views: dict) -> Path:
+    """The folder of `name`'s run in a cell: a view's own, or its method's when the view has none and
+    the method ran at the view's updates."""
+    if name not in views or (root / name / "result.json").exists():
+        return root / name
+    method, upd = views[name]
+    f = root / method / "result.json"
+    same = f.exists() and updates_of(json.loads(f.read_text()).get("settings", {})) == upd
+    return root / method if same else root / name
 
 
 def pass_section(cfg, data: dict, tasks: list[str]) -> list[str]:
@@ -82,7 +98,18 @@ def tuning_section(cfg, data: dict, out: Path) -> list[str]:
         f"and was judged on {t.valid_prompts} validation prompts per seed (the task's valid split, never an "
         f"evaluation prompt). Chosen: the highest mean {t.metric} over the tuning seeds"
         + (f" among trials with mean validation KL <= {t.max_kl:g}" if t.max_kl is not None else "")
-        + ". Every trial's score: tuning/<task>/selection.json. Settings of the reported runs, with the "
+        + ". "
+        + "".join(
+            f"{m}'s own grid: {', '.join(f'{k} {v}' for k, v in g.model_dump(exclude_none=True).items())}. "
+            for m, g in t.grids.items()
+            if m in cfg.methods
+        )
+        + "".join(
+            f"{v}: {m} chosen among its trials at {e}x{n} updates only (the same rule). "
+            for v, (m, (e, n)) in view_names(t, cfg.methods).items()
+        )
+        + ("<method>@untuned: the method at the shared rl settings, in the same cells. " if t.untuned else "")
+        + "Every trial's score: tuning/<task>/selection.json. Settings of the reported runs, with the "
         "chosen trial's mean validation score and the range over the method's trials:",
         "",
         tuning_table(cfg, data, out),
@@ -118,11 +145,42 @@ def equal_kl_section(cfg, data: dict) -> list[str]:
     return text
 
 
-def write_report(cfg, out: Path) -> Path:
+def ordering_section(cfg, data: dict) -> list[str]:
+    """The paper's ordering pair by pair and its rank correlation (rloo.experiments.compare_order)."""
+    if not any(paper_pairs([n for n in data[t] if n != "sft"]) for t in cfg.tasks):
+        return []
+    text = [
+        "## The paper's ordering, pair by pair",
+        "",
+        "Each adjacent pair of the paper's TL;DR order (RLOO k=4 77.9 > RLOO k=2 74.2 > RAFT 73.2 > REINFORCE "
+        "70.7 > vanilla PG 70.4 > PPO 67.6 > DPO 66.6; update views such as ppo@2x2 also in their method's "
+        "place): better − worse in win rate against the references, paired by seed, mean ± 95% t-interval, "
+        "and whether the paper's order holds (interval above 0), reverses (below 0) or is unresolved; n = "
+        "seeds paired. Views: the final win rate (equal samples), the win rate at each equal-KL value and at "
+        "each equal-compute time (as in the sections above; a run that never reaches one has no value there, "
+        "dpo has none at equal compute).",
+        "",
+    ]
+    for task in cfg.tasks:
+        text += [f"### {task}", "", ordering_table(cfg, data, task), ""]
+    text += [
+        "Spearman's rank correlation of the methods' mean win rates with the paper's order (+1: the same "
+        "order), over the seeds every ranked method has in that view; the interval is the 2.5-97.5 "
+        f"percentile of rho over {BOOTSTRAP_DRAWS} resamples of those seeds with replacement (all methods "
+        "resampled together). With 5 seeds it is coarse and tends to be too narrow: read it as a guide.",
+        "",
+    ]
+    for task in cfg.tasks:
+        text += [f"### {task}", "", correlation_table(cfg, data, task), ""]
+    return text
 
+
+def write_report(cfg, out: Path) -> Path:
     report = out / "report"
     report.mkdir(parents=True, exist_ok=True)
     data = collect(cfg, out)
+    # the tables' and plots' rows: the methods and their update views (ppo@2x2); a copy, not validated
+    cfg = cfg.model_copy(update={"methods": report_names(cfg)})
     plots = plot_all(cfg, data, report)
     atomic_write_text(
         report / "results.json",
@@ -165,6 +223,7 @@ def write_report(cfg, out: Path) -> Path:
         paired_differences(cfg, data),
         "",
         *tuning_section(cfg, data, out),
+        *ordering_section(cfg, data),
         *equal_kl_section(cfg, data),
         "## PPO: GAE lambda 0.95 vs 1.0 (final win rate vs references)",
         "",

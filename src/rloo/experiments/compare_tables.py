@@ -11,6 +11,7 @@ from pathlib import Path
 
 from rloo.config.methods import DEFAULT_METHOD, spec_of_variant
 from rloo.eval.passk import paired_pass_difference
+from rloo.experiments.tuning import base_of
 
 # two-sided 95% Student-t quantiles t_{0.975, df}; the normal 1.96 beyond df = 30
 _T975 = {
@@ -116,7 +117,7 @@ def variance_table(out: Path, cfg) -> str:
 
 
 def ppo_lambda_table(cfg, data: dict) -> str:
-    names = [n for n in cfg.methods if spec_of_variant(n).value_model]
+    names = [n for n in cfg.methods if spec_of_variant(base_of(n)).value_model]
     rows = ["| task | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
     for task in cfg.tasks:
         rows.append(

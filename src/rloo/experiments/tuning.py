@@ -14,19 +14,18 @@ import json
 import random
 from pathlib import Path
 
-from rloo.config.methods import several_updates_variants, spec_of_variant
+from rloo.config.methods import spec_of_variant
 from rloo.config.tools import TuningSettings
 from rloo.runtime.atomic import atomic_write_text
 
 
 def trial_settings(tuning: TuningSettings, method: str) -> list[dict]:
-    """The `tuning.trials` settings a method is tried at: each an override of the method's rl
-    settings ({"lr", "beta"} or, for dpo, {"algorithm_settings": {"dpo_lr", "dpo_beta"}}, plus
-    ppo_epochs/num_minibatches for the multi-step methods). Methods with the same grid get the same
-    trials (one draw per grid size), in grid order."""
-    updates = tuning.updates if method in several_updates_variants() else [None]
+    """The `tuning.trials` settings a method is tried at, drawn from tuning.grid_of(method): each an
+    override of the method's rl settings ({"lr", "beta"} or, for dpo, {"algorithm_settings":
+    {"dpo_lr", "dpo_beta"}}, plus ppo_epochs/num_minibatches for the multi-step methods). Methods
+    with the same grid size get the same draw of grid indices (one draw per size), in grid order."""
     tuned = spec_of_variant(method).tuned  # (lr, beta), or dpo's own (algorithm_settings.dpo_lr, ...)
-    grid = list(itertools.product(tuning.lr, tuning.beta, updates))
+    grid = list(itertools.product(*tuning.grid_of(method)))  # its own grid (tuning.grids) or the shared one
     picked = sorted(
         random.Random(f"rloo.tuning/{tuning.search_seed}/{len(grid)}").sample(range(len(grid)), tuning.trials)
     )
@@ -73,8 +72,39 @@ def tuning_done(
     return all((tuning_root(out, task, s) / n / "result.json").exists() for s in seeds or tuning.seeds for n in names)
 
 
+def view_names(tuning: TuningSettings, methods: list[str]) -> dict[str, tuple[str, tuple[int, int]]]:
+    """{view name: (method, (epochs, minibatches))} of tuning.update_views, e.g. ppo@2x2: the method
+    chosen among its trials at those updates only (methods not compared have no view)."""
+    return {f"{m}@{e}x{n}": (m, (e, n)) for m, ps in tuning.update_views.items() if m in methods for e, n in ps}
+
+
+def base_of(name: str) -> str:
+    """The method of a reported name: `ppo` for the view `ppo@2x2`, the name itself otherwise."""
+    return name.split("@", 1)[0]
+
+
+def updates_of(settings: dict) -> tuple[int, int] | None:
+    a = settings.get("algorithm_settings", {})
+    return (a["ppo_epochs"], a["num_minibatches"]) if "ppo_epochs" in a else None
+
+
+def untuned_name(method: str) -> str:
+    return f"{method}@untuned"
+
+
+def report_names(cfg) -> list[str]:
+    """cfg.methods with each method's update views after it (the rows of a tuned report), then each
+    method's untuned run (tuning.untuned)."""
+    if not cfg.tuning.trials:
+        return list(cfg.methods)
+    views = view_names(cfg.tuning, cfg.methods)
+    names = [n for m in cfg.methods for n in (m, *(v for v, (b, _) in views.items() if b == m))]
+    return names + ([untuned_name(m) for m in cfg.methods] if cfg.tuning.untuned else [])
+
+
 def choose(out: Path, tuning: TuningSettings, methods: list[str], task: str) -> dict[str, dict]:
-    """{method: chosen settings} from the trials' validation results (tuning must be done); writes
+    """{method or view: chosen settings} from the trials' validation results (tuning must be done);
+    a view (view_names) chooses among its method's trials at its updates only. Writes
     out/tuning/<task>/selection.json with every trial's mean validation score and KL."""
     chosen, table = {}, {}
     for m in methods:
@@ -99,6 +129,14 @@ def choose(out: Path, tuning: TuningSettings, methods: list[str], task: str) -> 
                 for t, s, k in zip(trials, scores, kls, strict=True)
             ],
         }
+    for v, (m, upd) in view_names(tuning, methods).items():
+        idx = [i for i, t in enumerate(trial_settings(tuning, m)) if updates_of(t) == upd]
+        if not idx:  # the draw gave the method no trial at these updates
+            continue
+        sub = [table[m]["trials"][i] for i in idx]
+        best = select_trial([[t["score"]] for t in sub], [[t["kl"]] for t in sub], tuning.max_kl)  # the means
+        chosen[v] = trial_settings(tuning, m)[idx[best]]
+        table[v] = {"of": m, "chosen": best, "trials": [t | {"index": i} for i, t in zip(idx, sub, strict=True)]}
     (out / "tuning" / task).mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "tuning" / task / "selection.json", json.dumps(table, indent=1))
     return chosen

@@ -1,0 +1,82 @@
+"""A tuned comparison carried across sessions (rloo.experiments.compare_cells): saved with one trial
+and one reported run unfinished, its folder deleted, restored, it resumes with those two runs only
+(no SFT or reward model trained again); the update view and the untuned runs reach the report."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from tests.integration.test_compare import TINY
+
+import rloo.experiments.compare as compare_mod
+from rloo.config import CompareConfig
+from rloo.errors import RlooError
+from rloo.experiments.compare import compare
+from rloo.experiments.compare_cells import main, restore, save
+
+
+def test_a_saved_study_resumes_without_rerunning_its_done_runs(tmp_path, monkeypatch):
+    out, dest = tmp_path / "study", tmp_path / "cells"
+    cfg = CompareConfig(
+        methods=["rloo", "ppo"],
+        tasks=["summarize"],
+        seeds=[0],
+        output_dir=out,
+        dtype="float32",
+        tuning={
+            "trials": 2,
+            "seeds": [5],
+            "lr": [1e-4, 3e-2],
+            "beta": [0.25],
+            "updates": [[1, 1], [2, 2]],
+            "grids": {"ppo": {"lr": [1e-4]}},  # ppo: lr 1e-4 at 1x1 and at 2x2
+            "update_views": {"ppo": [[2, 2]]},
+            "untuned": True,
+            "metric": "win_rate_vs_sft",
+        },
+        **(TINY | {"variance_batches": 0}),
+    )
+    text = (compare(cfg) / "report.md").read_text()
+    assert "| ppo@2x2 |" in text and "| rloo@untuned |" in text and "| ppo@untuned |" in text
+    cell = out / "runs" / "summarize" / "seed-0"
+    ppo = json.loads((cell / "ppo" / "result.json").read_text())["settings"]["algorithm_settings"]
+    # the view has its own run only when ppo's overall choice was not at 2x2
+    assert (cell / "ppo@2x2" / "result.json").exists() == ((ppo["ppo_epochs"], ppo["num_minibatches"]) != (2, 2))
+
+    # one trial and one reported run unfinished, as when a session ends mid-cell
+    (out / "tuning/summarize/seed-5/rloo.t01/result.json").unlink()
+    (cell / "rloo@untuned" / "result.json").unlink()
+    saved = save(out, dest)
+    assert saved["cells_with_models"] == 2  # both cells begun and unfinished: their models travel
+    assert (dest / "tuning/summarize/seed-5/sft/model").is_dir() and (
+        dest / "runs/summarize/seed-0/reward/model"
+    ).is_dir()
+    assert (dest / "runs/summarize/seed-0/rloo/metrics.jsonl.gz").exists()
+    assert not (dest / "tuning/summarize/seed-5/rloo.t00/metrics.jsonl.gz").exists()  # nothing reads a trial's
+    manifest = json.loads((dest / "manifest.json").read_text())
+    assert manifest["tuning/summarize/seed-5/rloo.t00"]["cpu"] in {"avx512_bf16", "avx512", "avx2", "other"}
+
+    shutil.rmtree(out)  # the next session: a fresh clone, no run folder
+    with pytest.raises(RlooError, match="not empty"):
+        restore(dest, dest)
+    assert main(["restore", str(dest), str(out)]) == 0
+    trained = []
+
+    def spy_train(rl_cfg, **kw):
+        trained.append(rl_cfg.output_dir.relative_to(out).as_posix())
+        return real_train(rl_cfg, **kw)
+
+    def no_models(*a, **kw):
+        raise AssertionError("a saved SFT or reward model was trained again")
+
+    real_train = compare_mod.train
+    monkeypatch.setattr(compare_mod, "train", spy_train)
+    monkeypatch.setattr(compare_mod, "sft", no_models)
+    monkeypatch.setattr(compare_mod, "train_reward", no_models)
+    report = compare(cfg)
+    assert trained == ["tuning/summarize/seed-5/rloo.t01", "runs/summarize/seed-0/rloo@untuned"]
+    assert "| rloo@untuned |" in (report / "report.md").read_text()
+    # finished now: a second save drops the models it kept for the unfinished cells
+    assert save(out, dest)["cells_with_models"] == 0 and not list(dest.rglob("model"))
