@@ -204,3 +204,24 @@ def test_reward_score_of_a_peft_reward_model_under_bf16_autocast_is_the_fp32_hea
     scale = float((pooled.abs() @ rm.score.weight.abs().t()).max())
     assert got.dtype == torch.float32
     assert_close(got, ref, H, scale=scale, msg="PEFT reward scores under bf16 autocast")
+
+
+def test_a_pickled_or_copied_model_keeps_its_fp32_head():
+    # the async producer receives the policy pickled into another process: a bound-method forward
+    # pickled as getattr(head, "fp32_head_forward") and the child failed with AttributeError
+    import copy
+    import pickle
+
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from rloo.modeling.fp32_head import is_fp32_head, use_fp32_heads
+
+    arch = dict(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1)
+    model = use_fp32_heads(LlamaForCausalLM(LlamaConfig(**arch, num_attention_heads=2, num_key_value_heads=2)))
+    ids = torch.randint(0, 64, (2, 5), generator=torch.Generator().manual_seed(0))
+    for other in (pickle.loads(pickle.dumps(model)), copy.deepcopy(model)):
+        head = other.get_output_embeddings()
+        assert is_fp32_head(head) and head.forward.args[0] is head  # bound to its own copy
+        assert torch.equal(other(ids).logits, model(ids).logits)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            assert other(ids).logits.dtype == torch.float32

@@ -11,12 +11,12 @@ off, fp32 operands), the same function `rloo.modeling.forward.head_logits` calls
 without autocast it is nn.Linear's own forward, so fp32 runs compute the same bits. The module, its
 parameters (a tie to the input embedding, FSDP2's DTensor) and hooks stay what they were: nothing is
 copied, and the wrappers call it through their own forward. A deep copy (PEFT's modules_to_save) binds
-the copy's forward to the copy.
+the copy's forward to the copy, and a pickled model (the async producer's) keeps it.
 """
 
 from __future__ import annotations
 
-import types
+import functools
 
 import torch
 from torch import Tensor
@@ -34,7 +34,7 @@ def fp32_head_forward(self: torch.nn.Linear, x: Tensor) -> Tensor:
 
 def is_fp32_head(module: torch.nn.Module) -> bool:
     """Whether `use_fp32_heads` gave this module its forward."""
-    return getattr(vars(module).get("forward"), "__func__", None) is fp32_head_forward
+    return getattr(vars(module).get("forward"), "func", None) is fp32_head_forward
 
 
 def output_heads(model) -> list[torch.nn.Module]:
@@ -52,5 +52,8 @@ def use_fp32_heads(model):
     for head in output_heads(model):
         for m in head.modules():
             if type(m) is torch.nn.Linear and "forward" not in vars(m):
-                m.forward = types.MethodType(fp32_head_forward, m)
+                # a partial, not a bound method: it pickles (the async producer receives the model
+                # in another process; a bound method pickles as getattr(m, "fp32_head_forward"),
+                # which the child's module does not have) and deep-copies onto the copy
+                m.forward = functools.partial(fp32_head_forward, m)
     return model
