@@ -4,8 +4,12 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import pickle
+import sys
+import types
 from collections.abc import Callable
 from pathlib import Path
 
@@ -13,7 +17,7 @@ import torch
 
 from rloo.algorithms import make_algorithm, supports_distributed
 from rloo.algorithms.agents import episode_reward, sample_episodes
-from rloo.algorithms.base import Models
+from rloo.algorithms.base import Models, Scoring
 from rloo.config import OFFLINE_ALGORITHMS, RLConfig, upgrade_saved_config
 from rloo.data.preflight import check_config
 from rloo.data.prompts import PromptStream
@@ -150,13 +154,39 @@ def _train(cfg, dist, prompts, reward_fn, resume, overwrite) -> RLResult:
         say(f"resuming from {ckpt} at step {start}")
     elif resume:
         truncate_metrics(out, 0)  # records of a run killed before its first checkpoint
-    if cfg.max_staleness:  # samples from the weights of N updates ago (docs/async.md)
-        models.sampler = stale_sampler(cfg, models, gen, stream, start)
+    if cfg.max_staleness:  # samples (and scores) with the weights of N updates ago (docs/async.md)
+        models.sampler = stale_sampler(cfg, models, gen, stream, start, producer_scoring(models, cfg))
     try:
         return loop(cfg, dist, models, LoopState(algo, opt, sched, gen, stream, ck, param_guard), eval_set, start)
     finally:
         if hasattr(models.sampler, "close"):  # the rollout producer's process ends with the run
             models.sampler.close()
+
+
+def producer_scoring(models: Models, cfg: RLConfig) -> Scoring | None:
+    """Step 2 for the rollout producer to run where it samples (docs/async.md), or None (the trainer
+    scores): under LoRA, whose reference is the trained policy with its adapters off, and for a
+    reward source that cannot be sent to another process (a lambda or closure given to rloo.train)."""
+    if cfg.lora is not None or models.scorer is None:
+        return None
+    scoring = Scoring(models.scorer, models.ref, cfg)
+    try:
+        _TensorsAside(io.BytesIO()).dump(scoring)
+    except Exception:  # noqa: BLE001 - any reason it cannot be pickled: score in the trainer
+        return None
+    return scoring
+
+
+class _TensorsAside(pickle.Pickler):
+    """Pickles everything but tensors: can the producer be sent this object? (Spawning it sends the
+    tensors through shared memory, which always works; checking that here would move them there.)
+    A function or class typed into an interactive session pickles, but a spawned process cannot find it."""
+
+    def persistent_id(self, obj):
+        if isinstance(obj, (types.FunctionType, type)) and obj.__module__ == "__main__":
+            if not hasattr(sys.modules["__main__"], "__file__"):
+                raise pickle.PicklingError(f"{obj.__qualname__} is defined interactively")
+        return id(obj) if isinstance(obj, torch.Tensor) else None
 
 
 def _resume_point(cfg: RLConfig):
