@@ -8,7 +8,9 @@ between producer and trainer). Each run is a fresh process (`--one`), so its thr
 start clean; the configurations alternate, round after round, so a machine shared with other work
 slows them alike. A step's wall time is
 the time between the starts of consecutive steps (sampling, scoring, update, the weight hand-off,
-logging), taken by wrapping rloo_step; the first 3 steps (warm-up) are left out.
+logging), taken by wrapping rloo_step; the first 3 steps (warm-up) are left out. Each run also
+reports the medians of its logged phase times (time/rollout, time/score, time/update, and at N > 0
+the producer's time/producer_sample, time/producer_score, time/producer_idle and time/trainer_wait).
 """
 
 from __future__ import annotations
@@ -44,9 +46,13 @@ def one(config: str, staleness: int, threads: int, steps: int) -> dict:
     with tempfile.TemporaryDirectory() as out:
         overrides = [f"steps={steps}", f"output_dir={out}", "eval_every=null", "save_every=null"]
         cfg = load_config(RLConfig, config, overrides + [f"max_staleness={staleness}", "sample_every=1000"])
-        train(cfg, overwrite=True)
+        history = [h for h in train(cfg, overwrite=True).history if "time/update" in h][WARMUP:]
     laps = [b - a for a, b in zip(starts[WARMUP:], starts[WARMUP + 1 :], strict=False)]
-    return {"max_staleness": staleness, "threads": threads, "median_step_s": statistics.median(laps), "laps": laps}
+    phases = {k: statistics.median(h[k] for h in history) for k in history[0] if k.startswith("time/")}
+    return {"max_staleness": staleness, "threads": threads, "median_step_s": statistics.median(laps)} | {
+        "phases": phases,
+        "laps": laps,
+    }
 
 
 def main() -> None:
@@ -68,7 +74,8 @@ def main() -> None:
             cmd = [sys.executable, __file__, a.config, "--steps", str(a.steps), "--one", c]
             line = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
             runs.append(json.loads(line) | {"config": c, "round": i})
-            print(f"round {i} {c}: median step {runs[-1]['median_step_s']:.4f} s", flush=True)
+            phases = " ".join(f"{k[5:]} {v:.4f}" for k, v in runs[-1]["phases"].items())
+            print(f"round {i} {c}: median step {runs[-1]['median_step_s']:.4f} s ({phases})", flush=True)
     med = {c: statistics.median(r["median_step_s"] for r in runs if r["config"] == c) for c in a.configs.split(",")}
     print("median of run medians (s/step): " + ", ".join(f"{c} {m:.4f}" for c, m in med.items()))
     if a.out:
