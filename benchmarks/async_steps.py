@@ -8,7 +8,10 @@ between producer and trainer). Each run is a fresh process (`--one`), so its thr
 start clean; the configurations alternate, round after round, so a machine shared with other work
 slows them alike. A step's wall time is
 the time between the starts of consecutive steps (sampling, scoring, update, the weight hand-off,
-logging), taken by wrapping rloo_step; the first 3 steps (warm-up) are left out. Each run also
+logging), taken by wrapping rloo_step; the first 3 steps (warm-up) are left out. Also the CPU
+seconds per step (medians) of the trainer's process and of the producer's: on a loaded machine,
+where wall time measures the scheduler more than rloo, max(trainer, producer) CPU per step is what
+an idle machine with a core for each would take per step. Each run also
 reports the medians of its logged phase times (time/rollout, time/score, time/update, and at N > 0
 the producer's time/producer_sample, time/producer_score, time/producer_idle and time/trainer_wait).
 """
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -35,11 +39,11 @@ def one(config: str, staleness: int, threads: int, steps: int) -> dict:
     from rloo import RLConfig, train
     from rloo.config.loading import load_config
 
-    starts: list[float] = []
+    starts: list[tuple[float, float, float]] = []  # (wall, trainer CPU, producer CPU) at each step's start
     step = rloo_module.rloo_step
 
     def timed(*args, **kwargs):
-        starts.append(time.perf_counter())
+        starts.append((time.perf_counter(), time.process_time(), producer_cpu()))
         return step(*args, **kwargs)
 
     rloo_module.rloo_step = timed
@@ -47,12 +51,25 @@ def one(config: str, staleness: int, threads: int, steps: int) -> dict:
         overrides = [f"steps={steps}", f"output_dir={out}", "eval_every=null", "save_every=null"]
         cfg = load_config(RLConfig, config, overrides + [f"max_staleness={staleness}", "sample_every=1000"])
         history = [h for h in train(cfg, overwrite=True).history if "time/update" in h][WARMUP:]
-    laps = [b - a for a, b in zip(starts[WARMUP:], starts[WARMUP + 1 :], strict=False)]
+    laps = [[b - a for a, b in zip(a3, b3, strict=True)] for a3, b3 in zip(starts[WARMUP:], starts[WARMUP + 1 :])]
     phases = {k: statistics.median(h[k] for h in history) for k in history[0] if k.startswith("time/")}
-    return {"max_staleness": staleness, "threads": threads, "median_step_s": statistics.median(laps)} | {
+    wall, trainer, producer = (statistics.median(lap[i] for lap in laps) for i in range(3))
+    return {"max_staleness": staleness, "threads": threads, "median_step_s": wall} | {
+        "cpu_per_step": {"trainer": trainer, "producer": producer},
         "phases": phases,
-        "laps": laps,
+        "laps": [lap[0] for lap in laps],
     }
+
+
+def producer_cpu() -> float:
+    """CPU seconds (user + system) the rollout producer process has used so far; 0 without one."""
+    import multiprocessing
+
+    total = 0.0
+    for child in multiprocessing.active_children():
+        fields = open(f"/proc/{child.pid}/stat").read().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+    return total
 
 
 def main() -> None:
@@ -75,7 +92,12 @@ def main() -> None:
             line = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
             runs.append(json.loads(line) | {"config": c, "round": i})
             phases = " ".join(f"{k[5:]} {v:.4f}" for k, v in runs[-1]["phases"].items())
-            print(f"round {i} {c}: median step {runs[-1]['median_step_s']:.4f} s ({phases})", flush=True)
+            cpu = runs[-1]["cpu_per_step"]
+            print(
+                f"round {i} {c}: median step {runs[-1]['median_step_s']:.4f} s, CPU/step trainer "
+                f"{cpu['trainer']:.4f} producer {cpu['producer']:.4f} ({phases})",
+                flush=True,
+            )
     med = {c: statistics.median(r["median_step_s"] for r in runs if r["config"] == c) for c in a.configs.split(",")}
     print("median of run medians (s/step): " + ", ".join(f"{c} {m:.4f}" for c, m in med.items()))
     if a.out:
