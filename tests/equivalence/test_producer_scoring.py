@@ -57,6 +57,10 @@ def test_the_producer_scores_as_the_trainer_does(tiny_model_dir, tmp_path, sourc
 
 
 def test_a_reward_the_producer_cannot_import_is_scored_by_the_trainer(tiny_model_dir, tmp_path):
-    cfg = _cfg(tiny_model_dir, tmp_path)
-    models = load_models(cfg, reward_fn=lambda prompts, completions: [0.0] * len(completions))
-    assert producer_scoring(models, cfg) is None  # a lambda: the producer could not unpickle it
+    """A lambda does not pickle; a function loaded from path/to/file.py pickles under a module name
+    made up in this process, which the producer could not import (its start would fail)."""
+    (tmp_path / "my_reward.py").write_text("def fn(prompts, completions):\n    return [0.0] * len(completions)\n")
+    for fn in (lambda prompts, completions: [0.0] * len(completions), f"{tmp_path / 'my_reward.py'}:fn"):
+        cfg = _cfg(tiny_model_dir, tmp_path, reward_fn=fn) if isinstance(fn, str) else _cfg(tiny_model_dir, tmp_path)
+        models = load_models(cfg, reward_fn=None if isinstance(fn, str) else fn)
+        assert models.scorer is not None and producer_scoring(models, cfg) is None

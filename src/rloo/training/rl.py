@@ -4,12 +4,8 @@
 
 from __future__ import annotations
 
-import io
 import json
 import os
-import pickle
-import sys
-import types
 from collections.abc import Callable
 from pathlib import Path
 
@@ -32,6 +28,7 @@ from rloo.rollout import rollout
 from rloo.rollout.producer import stale_sampler
 from rloo.rollout.sampler import top_p_bias_note
 from rloo.runtime import distributed
+from rloo.runtime.child import can_send
 from rloo.runtime.checkpoint import Checkpointer, check_resume_config, truncate_metrics
 from rloo.runtime.checkpoint_verify import latest_checkpoint, load_state
 from rloo.runtime.distributed import unwrap
@@ -166,27 +163,12 @@ def _train(cfg, dist, prompts, reward_fn, resume, overwrite) -> RLResult:
 def producer_scoring(models: Models, cfg: RLConfig) -> Scoring | None:
     """Step 2 for the rollout producer to run where it samples (docs/async.md), or None (the trainer
     scores): under LoRA, whose reference is the trained policy with its adapters off, and for a
-    reward source that cannot be sent to another process (a lambda or closure given to rloo.train)."""
+    reward source that cannot be sent to another process (a lambda or closure given to rloo.train, a
+    function loaded from path/to/file.py: rloo.runtime.child.can_send)."""
     if cfg.lora is not None or models.scorer is None:
         return None
     scoring = Scoring(models.scorer, models.ref, cfg)
-    try:
-        _TensorsAside(io.BytesIO()).dump(scoring)
-    except Exception:  # noqa: BLE001 - any reason it cannot be pickled: score in the trainer
-        return None
-    return scoring
-
-
-class _TensorsAside(pickle.Pickler):
-    """Pickles everything but tensors: can the producer be sent this object? (Spawning it sends the
-    tensors through shared memory, which always works; checking that here would move them there.)
-    A function or class typed into an interactive session pickles, but a spawned process cannot find it."""
-
-    def persistent_id(self, obj):
-        if isinstance(obj, (types.FunctionType, type)) and obj.__module__ == "__main__":
-            if not hasattr(sys.modules["__main__"], "__file__"):
-                raise pickle.PicklingError(f"{obj.__qualname__} is defined interactively")
-        return id(obj) if isinstance(obj, torch.Tensor) else None
+    return scoring if can_send(scoring) else None
 
 
 def _resume_point(cfg: RLConfig):
