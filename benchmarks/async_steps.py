@@ -9,7 +9,7 @@ start clean; the configurations alternate, round after round, so a machine share
 slows them alike. A step's wall time is
 the time between the starts of consecutive steps (sampling, scoring, update, the weight hand-off,
 logging), taken by wrapping rloo_step; the first 3 steps (warm-up) are left out. Also the CPU
-seconds per step (medians) of the trainer's process and of the producer's: on a loaded machine,
+seconds per step (means over the same steps) of the trainer's process and of the producer's: on a loaded machine,
 where wall time measures the scheduler more than rloo, max(trainer, producer) CPU per step is what
 an idle machine with a core for each would take per step. Each run also
 reports the medians of its logged phase times (time/rollout, time/score, time/update, and at N > 0
@@ -53,7 +53,9 @@ def one(config: str, staleness: int, threads: int, steps: int) -> dict:
         history = [h for h in train(cfg, overwrite=True).history if "time/update" in h][WARMUP:]
     laps = [[b - a for a, b in zip(a3, b3, strict=True)] for a3, b3 in zip(starts[WARMUP:], starts[WARMUP + 1 :])]
     phases = {k: statistics.median(h[k] for h in history) for k in history[0] if k.startswith("time/")}
-    wall, trainer, producer = (statistics.median(lap[i] for lap in laps) for i in range(3))
+    wall = statistics.median(lap[0] for lap in laps)
+    # CPU: the mean over the timed steps (/proc counts in ticks of 10 ms, too coarse for a median)
+    trainer, producer = ((starts[-1][i] - starts[WARMUP][i]) / len(laps) for i in (1, 2))
     return {"max_staleness": staleness, "threads": threads, "median_step_s": wall} | {
         "cpu_per_step": {"trainer": trainer, "producer": producer},
         "phases": phases,
