@@ -10,7 +10,8 @@ everything else the pipeline's) into seed<S>/grid/N<N>-<correction>, then evalua
 pipeline's evaluation stage (`rloo eval -c seed<S>/eval/config.yaml`, the same held-out prompts and
 gold judge). Finished settings are skipped, so an interrupted grid continues. `report`: per setting the
 mean final win rate over seeds, the paired difference to N = 0 (same seed: same SFT model, reward
-model and evaluation prompts) with a 95% t-interval over seeds, and the logged importance-ratio stats.
+model and evaluation prompts) in points with the half-width of its 95% t-interval over seeds, and the
+logged importance-ratio stats (means over steps and seeds; min / max: the extremes of any step).
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ def run_one(runs: Path, seed: int, setting: str) -> None:
         return
     n, corr = setting.split(":")
     base = runs / f"seed{seed}"
-    train = [f"output_dir={out}", f"max_staleness={n}"] + ([] if corr == "none" and n == "0" else [f"is_correction={corr}"])
+    paper = corr == "none" and n == "0"  # is_correction unset: the paper's update
+    train = [f"output_dir={out}", f"max_staleness={n}"] + ([] if paper else [f"is_correction={corr}"])
     subprocess.run([*RLOO, "train", "-c", str(base / "rl" / "config.yaml"), *train, "--overwrite"], check=True)
     ev = [f"policy={out / 'model'}", f"output_dir={out / 'eval'}", "baseline=null"]
     subprocess.run([*RLOO, "eval", "-c", str(base / "eval" / "config.yaml"), *ev, "--overwrite"], check=True)
@@ -52,7 +54,9 @@ def ratio_stats(metrics: Path) -> dict[str, float]:
     if not rows:
         return {}
     out = {k: statistics.fmean(r[k] for r in rows) for k in ("is/ratio_mean", "is/truncated", "is/masked")}
-    return out | {"is/ratio_max": max(r["is/ratio_max"] for r in rows), "is/ratio_min": min(r["is/ratio_min"] for r in rows)}
+    out["is/ratio_max"] = max(r["is/ratio_max"] for r in rows)
+    out["is/ratio_min"] = min(r["is/ratio_min"] for r in rows)
+    return out
 
 
 def win_rate(runs: Path, seed: int, setting: str) -> float | None:
@@ -80,6 +84,30 @@ def report(runs: Path, seeds: list[int], settings: list[str]) -> list[dict]:
     return table
 
 
+def markdown(table: list[dict], seeds: list[int]) -> str:
+    """The table of docs/results/async-learning/README.md."""
+    head = " | ".join(f"seed {s}" for s in seeds)
+    lines = [
+        f"| N | correction | {head} | mean | minus N = 0, 95% CI | mean rho | min / max rho | truncated | masked |",
+        "|---|---|" + "---|" * (len(seeds) + 6),
+    ]
+    for row in table:
+        if not row["seeds"]:
+            continue
+        n, corr = row["setting"].split(":")
+        wins = " | ".join(f"{row['win_rate'][s]:.3f}" if s in row["win_rate"] else "-" for s in seeds)
+        diff = f"{100 * row['diff']:+.1f}" + (f" ± {100 * row['ci95']:.1f}" if "ci95" in row and n != "0" else "")
+        st = row.get("is")
+        ratios = (
+            f"{st['is/ratio_mean']:.4f} | {st['is/ratio_min']:.2f} / {st['is/ratio_max']:.2f} | "
+            f"{100 * st['is/truncated']:.2f}% | {100 * st['is/masked']:.2f}%"
+            if st
+            else "- | - | - | -"
+        )
+        lines.append(f"| {n} | {corr} | {wins} | {row['mean']:.3f} | {diff if n != '0' else '-'} | {ratios} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("what", choices=["run", "report"])
@@ -95,8 +123,7 @@ def main() -> None:
                 run_one(a.runs, seed, setting)
         return
     table = report(a.runs, seeds, settings)
-    for row in table:
-        print(json.dumps(row))
+    print(markdown(table, seeds))
     if a.out:
         Path(a.out).write_text(json.dumps({"command": " ".join(sys.argv), "table": table}, indent=1))
 

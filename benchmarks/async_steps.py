@@ -51,7 +51,8 @@ def one(config: str, staleness: int, threads: int, steps: int) -> dict:
         overrides = [f"steps={steps}", f"output_dir={out}", "eval_every=null", "save_every=null"]
         cfg = load_config(RLConfig, config, overrides + [f"max_staleness={staleness}", "sample_every=1000"])
         history = [h for h in train(cfg, overwrite=True).history if "time/update" in h][WARMUP:]
-    laps = [[b - a for a, b in zip(a3, b3, strict=True)] for a3, b3 in zip(starts[WARMUP:], starts[WARMUP + 1 :])]
+    pairs = zip(starts[WARMUP:], starts[WARMUP + 1 :], strict=False)
+    laps = [[b - a for a, b in zip(a3, b3, strict=True)] for a3, b3 in pairs]
     phases = {k: statistics.median(h[k] for h in history) for k in history[0] if k.startswith("time/")}
     wall = statistics.median(lap[0] for lap in laps)
     # CPU: the mean over the timed steps (/proc counts in ticks of 10 ms, too coarse for a median)

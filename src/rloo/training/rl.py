@@ -28,9 +28,9 @@ from rloo.rollout import rollout
 from rloo.rollout.producer import stale_sampler
 from rloo.rollout.sampler import top_p_bias_note
 from rloo.runtime import distributed
-from rloo.runtime.child import can_send
 from rloo.runtime.checkpoint import Checkpointer, check_resume_config, truncate_metrics
 from rloo.runtime.checkpoint_verify import latest_checkpoint, load_state
+from rloo.runtime.child import can_send
 from rloo.runtime.distributed import unwrap
 from rloo.runtime.fingerprint import check_inputs_unchanged, fingerprints
 from rloo.runtime.paramguard import ParamGuard
