@@ -64,12 +64,11 @@ def _produce(parent_pid, stop, out, cfg: RLConfig, model, tokenizer, stream, rin
             ring.load_into(version, model)
             roll = rollout(model, tokenizer, stream.next(), cfg.k, **sampling_settings(cfg), generator=gen)
             t2 = time.perf_counter()
-            parts = {}
-            if score is not None:
-                roll, parts = scored_rollout(roll, score), score.part_metrics()
-            times = {"time/producer_idle": t1 - t0, "time/producer_sample": t2 - t1}
-            times["time/producer_score"] = time.perf_counter() - t2
-            if not put_until(out, ("batch", j, version, times | parts, roll), stop, parent_pid):
+            parts = {"time/producer_idle": t1 - t0, "time/producer_sample": t2 - t1}
+            if score is not None:  # logged only when the producer scores: which side did is in the metrics
+                roll = scored_rollout(roll, score)
+                parts |= score.part_metrics() | {"time/producer_score": time.perf_counter() - t2}
+            if not put_until(out, ("batch", j, version, parts, roll), stop, parent_pid):
                 return
     except Exception as e:  # reported to the trainer, which stops with it (one line)
         put_until(out, ("error", f"{type(e).__name__}: {e}"), stop, parent_pid)
