@@ -8,13 +8,19 @@ between producer and trainer). Each run is a fresh process (`--one`), so its thr
 start clean; the configurations alternate, round after round, so a machine shared with other work
 slows them alike. A step's wall time is
 the time between the starts of consecutive steps (sampling, scoring, update, the weight hand-off,
-logging), taken by wrapping rloo_step; the first 3 steps (warm-up) are left out.
+logging), taken by wrapping rloo_step; the first 3 steps (warm-up) are left out. Also the CPU
+seconds per step (means over the same steps) of the trainer's process and of the producer's: on a loaded machine,
+where wall time measures the scheduler more than rloo, max(trainer, producer) CPU per step is what
+an idle machine with a core for each would take per step. Each run also
+reports the medians of its logged phase times (time/rollout, time/score, time/update, and at N > 0
+the producer's time/producer_sample, time/producer_score, time/producer_idle and time/trainer_wait).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -33,20 +39,40 @@ def one(config: str, staleness: int, threads: int, steps: int) -> dict:
     from rloo import RLConfig, train
     from rloo.config.loading import load_config
 
-    starts: list[float] = []
+    starts: list[tuple[float, float, float]] = []  # (wall, trainer CPU, producer CPU) at each step's start
     step = rloo_module.rloo_step
 
     def timed(*args, **kwargs):
-        starts.append(time.perf_counter())
+        starts.append((time.perf_counter(), time.process_time(), producer_cpu()))
         return step(*args, **kwargs)
 
     rloo_module.rloo_step = timed
     with tempfile.TemporaryDirectory() as out:
         overrides = [f"steps={steps}", f"output_dir={out}", "eval_every=null", "save_every=null"]
         cfg = load_config(RLConfig, config, overrides + [f"max_staleness={staleness}", "sample_every=1000"])
-        train(cfg, overwrite=True)
-    laps = [b - a for a, b in zip(starts[WARMUP:], starts[WARMUP + 1 :], strict=False)]
-    return {"max_staleness": staleness, "threads": threads, "median_step_s": statistics.median(laps), "laps": laps}
+        history = [h for h in train(cfg, overwrite=True).history if "time/update" in h][WARMUP:]
+    pairs = zip(starts[WARMUP:], starts[WARMUP + 1 :], strict=False)
+    laps = [[b - a for a, b in zip(a3, b3, strict=True)] for a3, b3 in pairs]
+    phases = {k: statistics.median(h[k] for h in history) for k in history[0] if k.startswith("time/")}
+    wall = statistics.median(lap[0] for lap in laps)
+    # CPU: the mean over the timed steps (/proc counts in ticks of 10 ms, too coarse for a median)
+    trainer, producer = ((starts[-1][i] - starts[WARMUP][i]) / len(laps) for i in (1, 2))
+    return {"max_staleness": staleness, "threads": threads, "median_step_s": wall} | {
+        "cpu_per_step": {"trainer": trainer, "producer": producer},
+        "phases": phases,
+        "laps": [lap[0] for lap in laps],
+    }
+
+
+def producer_cpu() -> float:
+    """CPU seconds (user + system) the rollout producer process has used so far; 0 without one."""
+    import multiprocessing
+
+    total = 0.0
+    for child in multiprocessing.active_children():
+        fields = open(f"/proc/{child.pid}/stat").read().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+    return total
 
 
 def main() -> None:
@@ -68,7 +94,13 @@ def main() -> None:
             cmd = [sys.executable, __file__, a.config, "--steps", str(a.steps), "--one", c]
             line = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
             runs.append(json.loads(line) | {"config": c, "round": i})
-            print(f"round {i} {c}: median step {runs[-1]['median_step_s']:.4f} s", flush=True)
+            phases = " ".join(f"{k[5:]} {v:.4f}" for k, v in runs[-1]["phases"].items())
+            cpu = runs[-1]["cpu_per_step"]
+            print(
+                f"round {i} {c}: median step {runs[-1]['median_step_s']:.4f} s, CPU/step trainer "
+                f"{cpu['trainer']:.4f} producer {cpu['producer']:.4f} ({phases})",
+                flush=True,
+            )
     med = {c: statistics.median(r["median_step_s"] for r in runs if r["config"] == c) for c in a.configs.split(",")}
     print("median of run medians (s/step): " + ", ".join(f"{c} {m:.4f}" for c, m in med.items()))
     if a.out:

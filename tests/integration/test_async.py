@@ -42,6 +42,8 @@ def test_lagged_run_logs_lag_and_ratios(tiny_model_dir, tmp_path, monkeypatch, t
     history = [h for h in train(cfg, prompts=PROMPTS, reward_fn=_reward_short).history if "loss/policy" in h]
     assert set(made) == {producer.ProducerSampler if threads > 1 else producer.LaggedSampler}
     assert all(("time/trainer_wait" in h) == (threads > 1) for h in history)
+    # the producer scored its batches (a module-level reward function can be sent to it)
+    assert all(("time/producer_score" in h) == (threads > 1) for h in history)
     # batch t was sampled with the weights of update max(0, t - 2)
     assert [h["is/lag"] for h in history] == [0.0, 1.0, 2.0, 2.0]
     assert all(math.isfinite(h["is/ratio_mean"]) and 0.0 <= h["is/masked"] <= 1.0 for h in history)

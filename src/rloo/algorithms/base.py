@@ -140,15 +140,34 @@ def rows_logprobs(model, roll: Rollout, rows: Tensor, cfg: RLConfig, wrapped: bo
     return lp[order.argsort()]  # row j of lp is rows[order[j]]: back to the order of `rows`
 
 
+class Scoring:
+    """Step 2 of a step: reward-source scores (N,) with the truncation penalty applied, and the frozen
+    reference's log-probs (N,T). Picklable with its models: the asynchronous rollout producer
+    (rl.max_staleness > 0, docs/async.md) runs this same code where it samples."""
+
+    def __init__(self, scorer: RewardSource, ref, cfg: RLConfig):
+        self.scorer, self.ref, self.cfg = scorer, ref, cfg
+
+    def __call__(self, roll: Rollout) -> tuple[Tensor, Tensor]:
+        scores = self.scorer(roll).to(roll.logprobs.device)
+        if self.cfg.truncation_penalty is not None:
+            scores = torch.where(roll.truncated, torch.full_like(scores, self.cfg.truncation_penalty), scores)
+        with torch.no_grad():
+            ref_lp = rollout_logprobs(self.ref, roll, self.cfg)
+        return scores, ref_lp
+
+    def part_metrics(self) -> dict[str, float]:
+        return self.scorer.part_metrics()
+
+
 def score_rollout(models: Models, roll: Rollout, cfg: RLConfig) -> tuple[Tensor, Tensor]:
-    """Reward-source scores (N,) with the truncation penalty applied, and reference log-probs (N,T)."""
+    """Reward-source scores (N,) with the truncation penalty applied, and reference log-probs (N,T);
+    those the rollout producer computed with `Scoring` where the batch carries them (`scored`)."""
     assert models.scorer is not None, "an online method needs a reward source"
-    scores = models.scorer(roll).to(roll.logprobs.device)
-    if cfg.truncation_penalty is not None:
-        scores = torch.where(roll.truncated, torch.full_like(scores, cfg.truncation_penalty), scores)
-    with torch.no_grad():
-        ref_lp = rollout_logprobs(models.ref, roll, cfg)
-    return scores, ref_lp
+    scored = getattr(roll, "scored", None)  # rloo.rollout.producer.ScoredRollout
+    if scored is not None:
+        return scored
+    return Scoring(models.scorer, models.ref, cfg)(roll)
 
 
 def total(norm: Tensor) -> Tensor:

@@ -6,7 +6,9 @@ from a bounded queue, `sync(policy)` publishes the weights after each update int
 `WeightRing` (rloo.runtime.weights). Producer side, `_produce`: batch j is sampled with exactly the
 weights of update max(start, j - N), the prompts from its own copy of the prompt stream (the trainer
 checks they are the prompts it expected). The process lives and dies with the trainer
-(rloo.runtime.child). The trainer scores the batches (reward model, reference): the producer only samples.
+(rloo.runtime.child). With a `score` (rloo.algorithms.base.Scoring, built by rloo.training.rl) the
+producer also scores each batch (reward model or function, reference log-probs) and hands over a
+`ScoredRollout`, so that the trainer's step is its update only (docs/async.md measures why).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import copy
 import itertools
 import time
+from dataclasses import dataclass, fields
 
 import torch
 
@@ -26,6 +29,18 @@ from rloo.runtime.child import ChildProcess, die_with_parent, put_until, wait_un
 from rloo.runtime.weights import WeightRing
 
 
+@dataclass
+class ScoredRollout(Rollout):
+    """A Rollout with step 2 done where it was sampled: (scores (N,), reference log-probs (N,T)),
+    which `rloo.algorithms.base.score_rollout` returns instead of scoring again."""
+
+    scored: tuple[torch.Tensor, torch.Tensor] | None = None
+
+
+def scored_rollout(roll: Rollout, score) -> ScoredRollout:
+    return ScoredRollout(**{f.name: getattr(roll, f.name) for f in fields(roll)}, scored=score(roll))
+
+
 def thread_split(total: int) -> tuple[int, int]:
     """(producer, trainer) intra-op threads out of `total`: half each, the trainer the odd one
     (docs/async.md measures it on 2 cores)."""
@@ -33,8 +48,9 @@ def thread_split(total: int) -> tuple[int, int]:
     return producer, max(1, total - producer)
 
 
-def _produce(parent_pid, stop, out, cfg: RLConfig, model, tokenizer, stream, ring: WeightRing, start, threads):
-    """The producer process's body: sample batch j = start, start+1, ... with weights max(start, j - N)."""
+def _produce(parent_pid, stop, out, cfg: RLConfig, model, tokenizer, stream, ring: WeightRing, start, threads, score):
+    """The producer process's body: sample (and score, with `score`) batch j = start, start+1, ...
+    with weights max(start, j - N)."""
     die_with_parent(parent_pid)
     torch.set_num_threads(threads)
     gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + start)
@@ -44,17 +60,15 @@ def _produce(parent_pid, stop, out, cfg: RLConfig, model, tokenizer, stream, rin
             t0 = time.perf_counter()
             if not wait_until(lambda v=version: ring.holds(v), stop, parent_pid):
                 return
-            idle = time.perf_counter() - t0
+            t1 = time.perf_counter()
             ring.load_into(version, model)
-            roll = rollout(
-                model,
-                tokenizer,
-                stream.next(),
-                cfg.k,
-                **sampling_settings(cfg),
-                generator=gen,
-            )
-            if not put_until(out, ("batch", j, version, idle, roll), stop, parent_pid):
+            roll = rollout(model, tokenizer, stream.next(), cfg.k, **sampling_settings(cfg), generator=gen)
+            t2 = time.perf_counter()
+            parts = {"time/producer_idle": t1 - t0, "time/producer_sample": t2 - t1}
+            if score is not None:  # logged only when the producer scores: which side did is in the metrics
+                roll = scored_rollout(roll, score)
+                parts |= score.part_metrics() | {"time/producer_score": time.perf_counter() - t2}
+            if not put_until(out, ("batch", j, version, parts, roll), stop, parent_pid):
                 return
     except Exception as e:  # reported to the trainer, which stops with it (one line)
         put_until(out, ("error", f"{type(e).__name__}: {e}"), stop, parent_pid)
@@ -63,16 +77,16 @@ def _produce(parent_pid, stop, out, cfg: RLConfig, model, tokenizer, stream, rin
 class ProducerSampler:
     """The trainer's end of the producer. `version`: updates made (a resumed run starts at its step)."""
 
-    def __init__(self, policy: torch.nn.Module, tokenizer, cfg: RLConfig, stream, start: int = 0):
+    def __init__(self, policy: torch.nn.Module, tokenizer, cfg: RLConfig, stream, start: int = 0, score=None):
         self.k, self.version, self.next_batch = cfg.k, start, start
         self.ring = WeightRing(policy, cfg.max_staleness, shared=True, version=start)
         self.threads_before = torch.get_num_threads()
         producer, trainer = thread_split(self.threads_before)
         # the stream is copied at the trainer's position: both draw the same prompts in the same order
-        args = (cfg, shadow_copy(policy), tokenizer, copy.deepcopy(stream), self.ring, start, producer)
+        args = (cfg, shadow_copy(policy), tokenizer, copy.deepcopy(stream), self.ring, start, producer, score)
         self.child = ChildProcess(_produce, args, name="rollout producer", queue_size=max(1, cfg.max_staleness))
         torch.set_num_threads(trainer)
-        self.producer_idle = self.trainer_wait = 0.0  # seconds waited for weights / for the last batch
+        self.trainer_wait, self.producer_parts = 0.0, {}  # seconds waited for the last batch; its producer metrics
 
     @property
     def pid(self) -> int | None:
@@ -84,7 +98,7 @@ class ProducerSampler:
         self.trainer_wait = time.perf_counter() - t0
         if item[0] == "error":
             raise RlooError(f"the rollout producer failed: {item[1]}")
-        _, j, version, self.producer_idle, roll = item
+        _, j, version, self.producer_parts, roll = item
         if j != self.next_batch or roll.prompts[:: self.k] != list(prompts):
             raise RlooError(f"the rollout producer is out of step: batch {j}, expected {self.next_batch}")
         self.next_batch += 1
@@ -92,8 +106,9 @@ class ProducerSampler:
         return roll
 
     def part_metrics(self) -> dict[str, float]:
-        """Logged each step: who waited for whom (docs/async.md)."""
-        return {"time/producer_idle": self.producer_idle, "time/trainer_wait": self.trainer_wait}
+        """Logged each step: who waited for whom, the producer's sampling and scoring times (docs/async.md),
+        and the reward's part metrics where the producer scored."""
+        return self.producer_parts | {"time/trainer_wait": self.trainer_wait}
 
     def sync(self, policy: torch.nn.Module) -> None:
         self.version += 1
@@ -104,10 +119,11 @@ class ProducerSampler:
         torch.set_num_threads(self.threads_before)
 
 
-def stale_sampler(cfg: RLConfig, models, generator: torch.Generator, stream, start: int):
-    """The sampler of a run with max_staleness > 0 from step `start`: the producer process, or with a
-    single thread (no core to give it) the same lag simulated in the trainer's process (LaggedSampler).
+def stale_sampler(cfg: RLConfig, models, generator: torch.Generator, stream, start: int, score=None):
+    """The sampler of a run with max_staleness > 0 from step `start`: the producer process (scoring
+    its batches with `score` when given), or with a single thread (no core to give it) the same lag
+    simulated in the trainer's process (LaggedSampler; the trainer scores).
     A resumed run's ring holds only the resumed weights: its first N batches lag less (docs/async.md)."""
     if torch.get_num_threads() < 2:
         return LaggedSampler(models.policy, models.tokenizer, cfg, generator, version=start)
-    return ProducerSampler(models.policy, models.tokenizer, cfg, stream, start)
+    return ProducerSampler(models.policy, models.tokenizer, cfg, stream, start, score)

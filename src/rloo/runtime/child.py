@@ -14,13 +14,18 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import io
 import os
+import pickle
 import queue as queue_module
 import signal
+import types
 
+import torch
 import torch.multiprocessing as mp
 
 from rloo.errors import RlooError
+from rloo.runtime.user_code import importable_by_name
 
 POLL_S = 0.2
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
@@ -118,3 +123,23 @@ def wait_until(ready, stop, parent_pid: int) -> bool:
             return True
         stop.wait(0.002)
     return False
+
+
+def can_send(obj) -> bool:
+    """Can `obj` be an argument of a spawned ChildProcess? Its tensors always can (shared memory); a
+    function or class goes by its module's name, which the child must be able to import: not so
+    for one loaded from path/to/file.py or typed into an interactive session, nor for a lambda."""
+    try:
+        _TensorsAside(io.BytesIO()).dump(obj)
+    except Exception:  # noqa: BLE001 - any reason it cannot be pickled
+        return False
+    return True
+
+
+class _TensorsAside(pickle.Pickler):
+    """Pickles everything but tensors (checking those here would move them into shared memory)."""
+
+    def persistent_id(self, obj):
+        if isinstance(obj, (types.FunctionType, type)) and not importable_by_name(obj.__module__):
+            raise pickle.PicklingError(f"{obj.__qualname__} of {obj.__module__} cannot be imported by name")
+        return id(obj) if isinstance(obj, torch.Tensor) else None

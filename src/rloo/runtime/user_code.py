@@ -80,6 +80,18 @@ def _import(module: str, spec: str, what: str, instead: str = "path/to/file.py:f
         raise RlooError(f"{what} {spec!r}: importing {module} raised {type(e).__name__}: {e}") from e
 
 
+def importable_by_name(module: str) -> bool:
+    """Can another process (a spawned one: the asynchronous rollout producer) import `module` by its
+    name? Not a module this file loaded from a path (its name is made up here), nor the `__main__`
+    of an interactive session; a spawned process runs a script's `__main__` again."""
+    if module == "__main__":
+        return hasattr(sys.modules["__main__"], "__file__")
+    return not module.startswith(_FILE_MODULE_PREFIX)
+
+
+_FILE_MODULE_PREFIX = "_rloo_user_"
+
+
 def _load_file(target: str, spec: str, what: str):
     path = Path(target).expanduser().resolve()
     if path.is_dir():
@@ -87,7 +99,7 @@ def _load_file(target: str, spec: str, what: str):
     if not path.is_file():
         raise missing_path_error(target, f"{what} file")
     # one module per file: the same file named twice is loaded once
-    mod_name = f"_rloo_user_{path.stem}_{hashlib.sha1(str(path).encode()).hexdigest()[:8]}"
+    mod_name = f"{_FILE_MODULE_PREFIX}{path.stem}_{hashlib.sha1(str(path).encode()).hexdigest()[:8]}"
     if mod_name in sys.modules:
         return sys.modules[mod_name]
     if str(path.parent) not in sys.path:

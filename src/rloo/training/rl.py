@@ -13,7 +13,7 @@ import torch
 
 from rloo.algorithms import make_algorithm, supports_distributed
 from rloo.algorithms.agents import episode_reward, sample_episodes
-from rloo.algorithms.base import Models
+from rloo.algorithms.base import Models, Scoring
 from rloo.config import OFFLINE_ALGORITHMS, RLConfig, upgrade_saved_config
 from rloo.data.preflight import check_config
 from rloo.data.prompts import PromptStream
@@ -31,6 +31,7 @@ from rloo.rollout.settings import decoding, sampling_settings
 from rloo.runtime import distributed
 from rloo.runtime.checkpoint import Checkpointer, check_resume_config, truncate_metrics
 from rloo.runtime.checkpoint_verify import latest_checkpoint, load_state
+from rloo.runtime.child import can_send
 from rloo.runtime.distributed import unwrap
 from rloo.runtime.fingerprint import check_inputs_unchanged, fingerprints
 from rloo.runtime.paramguard import ParamGuard
@@ -151,13 +152,24 @@ def _train(cfg, dist, prompts, reward_fn, resume, overwrite) -> RLResult:
         say(f"resuming from {ckpt} at step {start}")
     elif resume:
         truncate_metrics(out, 0)  # records of a run killed before its first checkpoint
-    if cfg.max_staleness:  # samples from the weights of N updates ago (docs/async.md)
-        models.sampler = stale_sampler(cfg, models, gen, stream, start)
+    if cfg.max_staleness:  # samples (and scores) with the weights of N updates ago (docs/async.md)
+        models.sampler = stale_sampler(cfg, models, gen, stream, start, producer_scoring(models, cfg))
     try:
         return loop(cfg, dist, models, LoopState(algo, opt, sched, gen, stream, ck, param_guard), eval_set, start)
     finally:
         if hasattr(models.sampler, "close"):  # the rollout producer's process ends with the run
             models.sampler.close()
+
+
+def producer_scoring(models: Models, cfg: RLConfig) -> Scoring | None:
+    """Step 2 for the rollout producer to run where it samples (docs/async.md), or None (the trainer
+    scores): under LoRA, whose reference is the trained policy with its adapters off, and for a
+    reward source that cannot be sent to another process (a lambda or closure given to rloo.train, a
+    function loaded from path/to/file.py: rloo.runtime.child.can_send)."""
+    if cfg.lora is not None or models.scorer is None:
+        return None
+    scoring = Scoring(models.scorer, models.ref, cfg)
+    return scoring if can_send(scoring) else None
 
 
 def _resume_point(cfg: RLConfig):
