@@ -27,7 +27,7 @@ METRICS = {
 
 def load(run: str) -> dict:
     s = json.loads((Path(run) / "summary.json").read_text())
-    return {"seed": s["seed"], "sft": s["eval"]["baseline"], "rloo": s["eval"]["policy"], "seconds": s["seconds"]}
+    return {"seed": s["seed"], "sft": s["eval"]["baseline"], "policy": s["eval"]["policy"], "seconds": s["seconds"]}
 
 
 def fmt(xs: list[float]) -> str:
@@ -41,7 +41,7 @@ def table(runs: list[dict]) -> str:
     head = f"| metric | {per_seed} | SFT mean | RLOO mean | RLOO - SFT (95% t-CI, paired by seed) |"
     rows = [head, "|---" * (len(seeds) + 4) + "|"]
     for key, name in METRICS.items():
-        sft, rl = [r["sft"][key] for r in runs], [r["rloo"][key] for r in runs]
+        sft, rl = [r["sft"][key] for r in runs], [r["policy"][key] for r in runs]
         cells = [f"{a:.3f} -> {b:.3f}" for a, b in zip(sft, rl, strict=True)]
         diff = [b - a for a, b in zip(sft, rl, strict=True)]
         means = f"{mean_ci(sft)[0]:.3f} | {mean_ci(rl)[0]:.3f}"

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-import rloo.algorithms.rloo as rl
+import rloo.algorithms.common as common
 from rloo import RLConfig, train
 from rloo.errors import NonFiniteError
 from rloo.runtime.checkpoint import latest_checkpoint, list_checkpoints, load_state, step_of
@@ -17,16 +17,17 @@ from .conftest import rl_config as _cfg
 
 
 def _nan_loss_on(monkeypatch, bad_calls: set[int]):
-    """Make the policy loss NaN on the given (1-based) rloo_step calls."""
+    """Make the policy loss NaN on the given (1-based) rloo_step calls (eq. 5's loss, formed in
+    algorithms/common.py's policy_gradient_update for rloo and the other sequence-level methods)."""
     calls = {"n": 0}
-    real = rl.policy_gradient_loss
+    real = common.policy_gradient_loss
 
     def loss_fn(*a, **kw):
         calls["n"] += 1
         loss, stats = real(*a, **kw)
         return (loss * float("nan"), stats) if calls["n"] in bad_calls else (loss, stats)
 
-    monkeypatch.setattr(rl, "policy_gradient_loss", loss_fn)
+    monkeypatch.setattr(common, "policy_gradient_loss", loss_fn)
 
 
 def test_isolated_non_finite_step_is_skipped_and_counted(tiny_model_dir, tmp_path, monkeypatch):

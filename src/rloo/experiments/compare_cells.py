@@ -33,7 +33,7 @@ from pathlib import Path
 from rloo.config import CompareConfig, load_config
 from rloo.errors import RlooError
 from rloo.experiments.tuning import report_names, trial_variants, tuning_done, view_names
-from rloo.runtime.atomic import atomic_write_text
+from rloo.runtime.atomic import atomic_write_bytes, atomic_write_text
 from rloo.runtime.runfolder import is_bookkeeping_only, write_marker
 from rloo.runtime.runlock import is_busy
 
@@ -89,7 +89,9 @@ def save(out: Path, dest: Path) -> dict[str, int]:
             to.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(run / "result.json", to / "result.json")
             if rel.parts[0] == "runs" and (run / "metrics.jsonl").exists():
-                (to / "metrics.jsonl.gz").write_bytes(gzip.compress((run / "metrics.jsonl").read_bytes(), mtime=0))
+                atomic_write_bytes(
+                    to / "metrics.jsonl.gz", gzip.compress((run / "metrics.jsonl").read_bytes(), mtime=0)
+                )
             if run.name not in STAGES:
                 runs += 1
                 manifest.setdefault(str(rel / run.name), {"cpu": cpu_kind(), "saved": time.strftime("%Y-%m-%d")})
@@ -115,7 +117,7 @@ def restore(src: Path, out: Path) -> int:
         to = out / f.relative_to(src)
         to.parent.mkdir(parents=True, exist_ok=True)
         if f.name == "metrics.jsonl.gz":
-            to.with_suffix("").write_bytes(gzip.decompress(f.read_bytes()))
+            atomic_write_bytes(to.with_suffix(""), gzip.decompress(f.read_bytes()))
         else:
             shutil.copyfile(f, to)
         n += f.name == "result.json" and f.parent.name not in STAGES

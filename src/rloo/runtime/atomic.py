@@ -91,14 +91,18 @@ def check_manifest(folder: Path, manifest: dict[str, list]) -> str | None:
 
 
 def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode())
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
     try:
         # a link planted at the temp name is removed, never written through ("x": O_EXCL, which
         # also refuses to follow a link created in between)
         tmp.unlink(missing_ok=True)
-        with open(tmp, "x") as fh:
-            fh.write(text)
+        with open(tmp, "xb") as fh:
+            fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
