@@ -100,10 +100,10 @@ def test_broken_user_env_is_one_line_and_writes_nothing(calculator_model, tmp_pa
     assert not (tmp_path / "run").exists()  # found before the run folder is made: nothing to lose
 
 
-def test_env_with_another_algorithm_is_one_line(calculator_model, tmp_path, capsys):
-    rc = _train(calculator_model, tmp_path, "env=calculator", "algorithm=grpo")
+def test_env_with_a_value_model_method_is_one_line(calculator_model, tmp_path, capsys):
+    rc = _train(calculator_model, tmp_path, "env=calculator", "algorithm=ppo")
     err = capsys.readouterr().err.strip()
-    assert rc == 2 and len(err.splitlines()) == 1 and "algorithm=rloo only" in err, err
+    assert rc == 2 and len(err.splitlines()) == 1 and "raft only" in err and "value model" in err, err
 
 
 def test_pipeline_on_the_guess_game_plays_episodes_before_and_after(tmp_path, capsys):
