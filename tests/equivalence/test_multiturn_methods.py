@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import pytest
 import torch
+from tests.equivalence.test_multiturn import BETA, PROMPTS, EchoEnv, K, Tok, _plain_logprobs, _rows, spec
 
 from helpers.grads import GradRecorder
 from helpers.tiny_archs import ARCHS, tiny_lm
-from rloo.algorithms.registry import make_algorithm
 from rloo.algorithms.agents import episode_reward
 from rloo.algorithms.base import Models
+from rloo.algorithms.registry import make_algorithm
 from rloo.config import RLConfig
-from tests.equivalence.test_multiturn import BETA, K, PROMPTS, EchoEnv, Tok, _plain_logprobs, _rows, spec
 from tolerance import TINY_MODEL_BACKWARD, TINY_MODEL_FORWARD, assert_close
 
 EPS = 0.2

@@ -69,7 +69,9 @@ def sample(
     if models.env is not None:  # multi-turn episodes: the update counts the policy's tokens only (policy_tokens)
         if not METHOD_SPECS[cfg.algorithm].multi_turn:
             multi = one_of(capable("multi_turn"))
-            raise EnvError(f"algorithm={cfg.algorithm} does not train on multi-turn environments; use algorithm={multi}")
+            raise EnvError(
+                f"algorithm={cfg.algorithm} does not train on multi-turn environments; use algorithm={multi}"
+            )
         return sample_episodes(models, prompts, cfg, gen, rows)
     if models.sampler is not None:
         return models.sampler(unwrap(models.policy), prompts)
