@@ -10,6 +10,7 @@ import pytest
 
 from conftest import TINY
 from rloo.cli import main
+from rloo.config.methods import capable
 from rloo.modeling.loading import build_llama
 from rloo.tasks import get_task
 from rloo.tasks.tokenizer import build_tokenizer
@@ -100,25 +101,39 @@ def test_broken_user_env_is_one_line_and_writes_nothing(calculator_model, tmp_pa
     assert not (tmp_path / "run").exists()  # found before the run folder is made: nothing to lose
 
 
-def test_env_with_another_algorithm_is_one_line(calculator_model, tmp_path, capsys):
-    rc = _train(calculator_model, tmp_path, "env=calculator", "algorithm=grpo")
+def test_env_with_a_value_model_method_is_one_line(calculator_model, tmp_path, capsys):
+    rc = _train(calculator_model, tmp_path, "env=calculator", "algorithm=ppo")
     err = capsys.readouterr().err.strip()
-    assert rc == 2 and len(err.splitlines()) == 1 and "algorithm=rloo only" in err, err
+    assert rc == 2 and len(err.splitlines()) == 1 and "raft only" in err and "value model" in err, err
 
 
-def test_pipeline_on_the_guess_game_plays_episodes_before_and_after(tmp_path, capsys):
-    """`rloo pipeline task=guess`, tiny: SFT on the game's traces, RLOO on games, both policies play
-    the same held-out games; the summary has success rate, turns and reward per episode."""
+@pytest.mark.parametrize("algorithm", capable("multi_turn"))
+def test_pipeline_on_the_guess_game_plays_episodes_before_and_after(tmp_path, capsys, algorithm):
+    """`rloo pipeline task=guess`, tiny: SFT on the game's traces, RL (each method that trains on
+    episodes) on games, both policies play the same held-out games; the summary has success rate,
+    turns and reward per episode."""
     out = tmp_path / "p"
     arch = ["sft.arch.hidden_size=32", "sft.arch.num_layers=1", "sft.arch.num_heads=2", "sft.arch.intermediate_size=64"]
     rl = ["rl.steps=2", "rl.batch_size=2", "rl.k=2", "rl.warmup_steps=0", "rl.save_every=null"]
+    rl.append(f"rl.algorithm={algorithm}")
     args = ["pipeline", "task=guess", f"output_dir={out}", "sft.num_examples=64", "sft.epochs=1", *arch, *rl]
     assert main([*args, "eval.num_prompts=4", "eval.pass_samples=8", "report_to=none"]) == 0
     assert not (out / "reward").exists()
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["env"] == "guess"
+    assert summary["env"] == "guess" and summary["algorithm"] == algorithm
     for name in ("baseline", "policy"):
         ev = summary["eval"][name]
         assert 0 <= ev["pass_at_1"] <= 1 and 1 <= ev["turns"] <= 8 and 0 <= ev["reward"] <= 1
         assert ev["tool_calls"] == 0 and ev["no_tool_share"] == 1
     assert "success rate (pass@1): SFT" in capsys.readouterr().err
+
+
+def test_compare_refuses_episode_tasks_in_one_line(tmp_path, capsys):
+    """`rloo compare` judges single completions and reports win rates: an episode task is refused
+    before anything runs, with the reason and the command that trains it."""
+    out = tmp_path / "c"
+    rc = main(["compare", "--quick", "tasks=[calculator,guess]", "methods=[rloo,grpo]", f"output_dir={out}"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1, err
+    assert "episode tasks (calculator, guess)" in err and "rloo pipeline task=calculator" in err, err
+    assert not out.exists()

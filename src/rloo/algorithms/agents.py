@@ -3,8 +3,8 @@ multi-turn sampler (rloo.rollout.multiturn) here.
 
 A step on `prompts` plays k episodes of each (one fresh environment each); the episode's reward is
 the sum of its environment's step rewards (`episode_reward`, the scorer of such a run), and the
-update counts the policy's tokens only (rloo.rollout.multiturn.policy_tokens). Only `rloo` trains on
-episodes so far (docs/agents.md says why the others are not wired yet).
+update counts the policy's tokens only (rloo.rollout.multiturn.policy_tokens). The methods whose
+MethodSpec sets multi_turn train on episodes (docs/agents.md says which and why).
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ from collections.abc import Iterable, Iterator
 import torch
 from torch import Tensor
 
+from rloo.algorithms.agents import sample_episodes
 from rloo.algorithms.base import Accumulated, Models, guarded_step, rollout_logprobs, rows_logprobs, score_rollout
 from rloo.config import METHOD_SPECS, RLConfig
 from rloo.config.methods import capable, one_of
@@ -65,9 +66,13 @@ def sample(
     """Step 1 of every online method: K completions per prompt with the sampled tokens' log-probs,
     from the configured sampler (generation=vllm) or rloo's own rollout. keep_prefill: keep the
     graph-carrying prompt pass for the update to reuse (rloo_step's fast path; see `rollout`)."""
-    if models.env is not None:  # a multi-turn method samples episodes itself (rloo.algorithms.agents)
-        multi = one_of(capable("multi_turn"))
-        raise EnvError(f"algorithm={cfg.algorithm} does not train on multi-turn environments; use algorithm={multi}")
+    if models.env is not None:  # multi-turn episodes: the update counts the policy's tokens only (policy_tokens)
+        if not METHOD_SPECS[cfg.algorithm].multi_turn:
+            multi = one_of(capable("multi_turn"))
+            raise EnvError(
+                f"algorithm={cfg.algorithm} does not train on multi-turn environments; use algorithm={multi}"
+            )
+        return sample_episodes(models, prompts, cfg, gen, rows)
     if models.sampler is not None:
         return models.sampler(unwrap(models.policy), prompts)
     return rollout(
@@ -158,9 +163,9 @@ def sample_and_score(
 
 
 def sequence_rewards(scores: Tensor, roll: Rollout, ref_lp: Tensor, cfg: RLConfig) -> tuple[Tensor, Tensor]:
-    """Eq. (1) with the configured KL estimator: (rewards (N,), kl (N,))."""
+    """Eq. (1) with the configured KL estimator, summed over the policy's tokens: (rewards (N,), kl (N,))."""
     estimator = cfg.algorithm_settings.kl_estimator
-    rewards, kl = shaped_reward(scores, roll.logprobs, ref_lp, roll.completion_mask, cfg.beta, estimator)
+    rewards, kl = shaped_reward(scores, roll.logprobs, ref_lp, policy_tokens(roll), cfg.beta, estimator)
     roll.record(score=scores, kl=kl)
     return rewards, kl
 
@@ -220,7 +225,7 @@ def clipped_updates(
     minibatches), by default (ppo_epochs, num_minibatches). loss_fn(logprobs (n, T), rows (n,)) ->
     (loss, stats). Returns (records, max grad norm, skipped). No rows (every group dropped): no
     step, and nothing is counted as skipped. rl.micro_batch_size splits each minibatch; token_mean:
-    loss_fn averages over the minibatch's real tokens (micro-batch shares by tokens), else over its rows."""
+    loss_fn averages over the minibatch's policy tokens (micro-batch shares by them), else over its rows."""
     records, norms, skipped = [], [0.0], False
     params = list(models.policy.parameters())
     if rows.numel() == 0:
@@ -233,7 +238,7 @@ def clipped_updates(
         if len(micro) == 1:
             loss, stats = loss_fn(rows_logprobs(models.policy, roll, r, cfg, wrapped), r)
         else:
-            shares = micro_shares(micro, roll.completion_mask if token_mean else None)
+            shares = micro_shares(micro, policy_tokens(roll) if token_mean else None)
             loss = Accumulated(
                 micro, shares, lambda m: loss_fn(rows_logprobs(models.policy, roll, m, cfg, wrapped), m), models.policy
             )

@@ -23,6 +23,7 @@ from rloo.algorithms.common import (
 from rloo.config import RLConfig
 from rloo.core.advantages import group_normalized, group_normalized_valid, unscored
 from rloo.core.losses import grpo_loss
+from rloo.rollout.multiturn import policy_tokens
 
 
 def grpo_step(models: Models, opt, prompts: list[str], cfg: RLConfig, gen: torch.Generator):
@@ -35,6 +36,7 @@ def grpo_step(models: Models, opt, prompts: list[str], cfg: RLConfig, gen: torch
     roll.record(advantage=advantages)
     settings = cfg.algorithm_settings
     rows, dropped = kept_rows(scores, cfg.k, settings.drop_zero_variance)
+    mask = policy_tokens(roll)  # an episode's environment tokens are not the policy's: out of both means
 
     def loss_fn(lp, r):
         return grpo_loss(
@@ -42,12 +44,12 @@ def grpo_step(models: Models, opt, prompts: list[str], cfg: RLConfig, gen: torch
             roll.logprobs[r],
             ref_lp[r],
             advantages[r],
-            roll.completion_mask[r],
+            mask[r],
             cfg.algorithm_settings.clip_eps,
             cfg.beta,
         )
 
-    # the loss averages over the minibatch's tokens: micro-batches weigh by theirs
+    # the loss averages over the minibatch's policy tokens: micro-batches weigh by theirs
     records, norm, skipped = clipped_updates(models, opt, roll, rows, loss_fn, cfg, gen, token_mean=True)
     timer.lap("update")
     stats = mean_stats(records) | {"adv/std": advantages.std().item(), "groups/dropped": float(dropped)}

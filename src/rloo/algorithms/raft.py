@@ -2,7 +2,8 @@
 
   1. sample K completions per prompt, score them, shaped reward R (eq. 1)
   2. keep the highest-reward completion of each prompt (best-of-K, `raft_select`)
-  3. one supervised step on the kept completions: token-averaged negative log-likelihood
+  3. one supervised step on the kept completions: token-averaged negative log-likelihood (of an
+     episode, the policy's tokens only: the environment's observations are not imitated)
 The other K-1 samples only serve to rank; nothing is pushed down.
 """
 
@@ -23,6 +24,7 @@ from rloo.algorithms.common import (
 from rloo.config import RLConfig
 from rloo.core.accumulation import micro_shares
 from rloo.core.losses import raft_select, sft_loss
+from rloo.rollout.multiturn import policy_tokens
 from rloo.runtime.distributed import is_wrapped
 
 
@@ -40,16 +42,16 @@ def raft_step(models: Models, opt, prompts: list[str], cfg: RLConfig, gen: torch
     rows = raft_rows(rewards, cfg.k)
     # one row per prompt (never whole groups): the plain pass, through the DDP/FSDP wrapper if any;
     # rl.micro_batch_size prompts' rows per pass, weighed by their tokens (sft_loss's mean)
-    wrapped = is_wrapped(models.policy)
+    wrapped, mask = is_wrapped(models.policy), policy_tokens(roll)  # an episode's own tokens only
 
     def loss_of(r):
-        return sft_loss(rows_logprobs(models.policy, roll, r, cfg, wrapped), roll.completion_mask[r])
+        return sft_loss(rows_logprobs(models.policy, roll, r, cfg, wrapped), mask[r])
 
     parts = micro_parts(rows, cfg, per_prompt=1)
     loss, stats = (
         loss_of(rows)
         if len(parts) == 1
-        else (Accumulated(parts, micro_shares(parts, roll.completion_mask), loss_of, models.policy), {})
+        else (Accumulated(parts, micro_shares(parts, mask), loss_of, models.policy), {})
     )
     grad_norm, stepped = guarded_step(loss, list(models.policy.parameters()), opt, cfg.max_grad_norm)
     timer.lap("update")

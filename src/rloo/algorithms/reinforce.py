@@ -26,6 +26,7 @@ from rloo.algorithms.common import (
 )
 from rloo.config import RLConfig
 from rloo.core.advantages import moving_average_advantages, moving_average_update
+from rloo.rollout.multiturn import policy_tokens
 
 
 class Reinforce:
@@ -53,7 +54,7 @@ class Reinforce:
         advantages = moving_average_advantages(rewards, baseline)
         roll.record(advantage=advantages)
         # rloo's update pass (shared prompts, the sampling's prompt pass reused): only the baseline differs
-        loss, stats = policy_gradient_update(models, roll, roll.completion_mask, advantages, cfg)
+        loss, stats = policy_gradient_update(models, roll, policy_tokens(roll), advantages, cfg)
         roll.prefill = None  # its graph is consumed by this backward pass
         grad_norm, stepped = guarded_step(loss, list(models.policy.parameters()), opt, cfg.max_grad_norm)
         if stepped:  # a skipped (non-finite) step changes nothing, or NaN rewards would poison the baseline

@@ -14,7 +14,6 @@ import time
 
 import torch
 
-from rloo.algorithms.agents import sample_episodes
 from rloo.algorithms.base import Models, StepResult, guarded_step, score_rollout
 from rloo.algorithms.common import (
     keeps_prefill,
@@ -47,10 +46,8 @@ def rloo_step(
     t0 = time.perf_counter()
     # 1. sample K completions per prompt, with the log-probs of the sampled tokens (and the prompt
     # pass kept for the update where it can be reused)
-    if models.env is not None:  # multi-turn episodes: the loss, KL and lengths count the policy's tokens only
-        roll = sample_episodes(models, prompts, cfg, gen, rows)
-    else:
-        roll = sample(models, prompts, cfg, gen, rows, all_done, keep_prefill=keeps_prefill(models, cfg, len(prompts)))
+    # (or multi-turn episodes: the loss, KL and lengths count the policy's tokens only)
+    roll = sample(models, prompts, cfg, gen, rows, all_done, keep_prefill=keeps_prefill(models, cfg, len(prompts)))
     mask = policy_tokens(roll)
     t1 = time.perf_counter()
     # 2. score, and the frozen reference's log-probs

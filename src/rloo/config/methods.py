@@ -96,7 +96,7 @@ METHOD_SPECS: dict[str, MethodSpec] = {
                 "rloo_clip": {"algorithm_settings": {"rloo_clip": True}},
             },
         ),
-        MethodSpec("reinforce", "moving-average baseline", ReinforceSettings),
+        MethodSpec("reinforce", "moving-average baseline", ReinforceSettings, multi_turn=True),
         MethodSpec("vanilla_pg", "", VanillaPGSettings, value_model=True),
         MethodSpec(
             "ppo",
@@ -113,8 +113,9 @@ METHOD_SPECS: dict[str, MethodSpec] = {
             groups=_GROUP.format("grpo", "each advantage is normalised by the mean and std of its prompt's group"),
             unscored=True,
             several_updates=True,
+            multi_turn=True,
         ),
-        MethodSpec("raft", "", KLEstimatorSettings),
+        MethodSpec("raft", "", KLEstimatorSettings, multi_turn=True),
         MethodSpec(
             "dpo",
             "offline, on the reward model's pairs",

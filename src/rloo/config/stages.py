@@ -118,16 +118,22 @@ class RLConfig(_Run, RLSettings):
         default=None,
         description="Train on multi-turn episodes of an environment (docs/agents.md): a built-in one "
         "(calculator, guess) or your class `path/to/file.py:Class` / `module:Class`, called with the tokenizer; "
-        "the environment gives the reward (algorithm=rloo only).",
+        "the environment gives the reward (the methods whose MethodSpec sets multi_turn, docs/agents.md).",
     )
     env_settings: EnvSettings = Field(default_factory=EnvSettings, description="Limits of one episode (with env).")
 
     @model_validator(mode="after")
     def _env_alone(self):
-        if self.env is not None and not METHOD_SPECS[self.algorithm].multi_turn:
+        if self.env is not None and not (spec := METHOD_SPECS[self.algorithm]).multi_turn:
+            why = (
+                ": its value model and GAE would run over the environment's tokens, which are not the policy's "
+                "actions (docs/agents.md)"
+                if spec.value_model
+                else ""
+            )
             raise ValueError(
                 f"env= trains with algorithm={one_of(capable('multi_turn'))} only (for now), "
-                f"got algorithm={self.algorithm}"
+                f"got algorithm={self.algorithm}{why}"
             )
         if self.env is not None and (self.reward_model is not None or self.reward_fn):
             raise ValueError("env= gives the reward: leave reward_model and reward_fn unset")

@@ -7,8 +7,9 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from rloo.config.agents import ENV_TASKS
 from rloo.config.base import MAX_BETA, MAX_LR, Strict, check_device_name, refuse_float16
-from rloo.config.methods import compare_variants, one_of, several_updates_variants, spec_of_variant
+from rloo.config.methods import capable, compare_variants, one_of, several_updates_variants, spec_of_variant
 from rloo.config.sections import EvalSettings, RewardSettings, SFTSettings, SharedRLSettings
 from rloo.config.stages import CHECKER_TASKS
 
@@ -215,6 +216,18 @@ class CompareConfig(Strict):
         bad = [m for m in v if m not in known]
         if bad or not v:
             raise ValueError(f"unknown method(s) {bad}; choose from {', '.join(known)}")
+        return v
+
+    @field_validator("tasks", mode="before")
+    @classmethod
+    def _no_episodes(cls, v):
+        episodic = [t for t in v if t in ENV_TASKS] if isinstance(v, list) else []
+        if episodic:
+            raise ValueError(
+                f"rloo compare does not run the episode tasks ({', '.join(episodic)}) yet: its judge scores one "
+                "completion per prompt against references and its report reads win rates; train them with "
+                f"`rloo pipeline task={episodic[0]} rl.algorithm=<{one_of(capable('multi_turn'))}>` (docs/agents.md)"
+            )
         return v
 
     @field_validator("equal_kl", "equal_compute")

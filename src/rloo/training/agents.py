@@ -53,8 +53,8 @@ def evaluate_agents(ev: EvalConfig, rl: RLConfig) -> dict:
     base, pol = results["baseline"], results["policy"]
     say(f"\nepisodes on {len(prompts)} held-out prompts ({ev.pass_samples} each, seed {ev.seed}):")
     say(
-        f"  success rate (pass@1): SFT {base.pass_at_1:.3f} -> RLOO {pol.pass_at_1:.3f} ({100 * diff:+.1f} points, "
-        f"paired 95% CI {100 * (diff - half):+.1f} to {100 * (diff + half):+.1f})"
+        f"  success rate (pass@1): SFT {base.pass_at_1:.3f} -> {rl.algorithm} {pol.pass_at_1:.3f} "
+        f"({100 * diff:+.1f} points, paired 95% CI {100 * (diff - half):+.1f} to {100 * (diff + half):+.1f})"
     )
     say(
         f"  per episode: turns {base.turns:.2f} -> {pol.turns:.2f}, tool calls {base.tool_calls:.2f} -> "
@@ -65,5 +65,5 @@ def evaluate_agents(ev: EvalConfig, rl: RLConfig) -> dict:
         share = f"{base.no_tool_share:.2f} of them"
         say(f"  no-tool baseline: SFT episodes without a tool call ({share}) pass {base.no_tool_pass:.3f}")
     for line in pol.examples[:2]:
-        say(f"  RLOO: {line}")
+        say(f"  {rl.algorithm}: {line}")
     return summary
