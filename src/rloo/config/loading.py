@@ -65,7 +65,8 @@ def _without_dumped_defaults(data: dict) -> dict:
     every = set(AlgorithmSettings.model_fields)
     for node in [data, *(v for v in data.values() if isinstance(v, dict))]:
         key = next((k for k in ("algorithm_settings", "algo") if isinstance(node.get(k), dict)), None)
-        spec = METHOD_SPECS.get(node.get("algorithm")) if isinstance(node.get("algorithm"), str) else None
+        algorithm = node.get("algorithm")
+        spec = METHOD_SPECS.get(algorithm) if isinstance(algorithm, str) else None
         if key is None or spec is None or not every <= set(node[key]):
             continue
         defaults, own = AlgorithmSettings().model_dump(mode="json"), spec.settings_model.model_fields
