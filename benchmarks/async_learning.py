@@ -2,6 +2,8 @@
 
     python benchmarks/async_learning.py run RUNS_DIR --seeds 0,1,2 --settings 0:none,1:tis,1:none,2:tis
     python benchmarks/async_learning.py report RUNS_DIR --seeds 0,1,2 --settings ... [--out FILE]
+    options of both: --tag NAME (the grid's folder, default `grid`), --train-args "lr=1e-3 ..." (given
+    to every setting's `rloo train`), --metric pass@1 (a checker task's headline instead of win rate)
 
 RUNS_DIR/seed<S> holds a finished `rloo pipeline seed=S output_dir=RUNS_DIR/seed<S>` (its SFT model and
 reward model, trained once per seed and shared by every setting). `run` trains the RL stage again for
@@ -28,9 +30,14 @@ T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8
 RLOO = [sys.executable, "-m", "rloo.cli"]
 
 
+GRID = "grid"  # seed<S>/<GRID>/N<n>-<corr>: --tag names another grid (e.g. one at a larger lr)
+TRAIN_ARGS: list[str] = []  # --train-args: overrides given to every setting's `rloo train`
+METRIC = "win_rate"  # --metric: the eval summary's headline number (pass@1 on a checker task)
+
+
 def setting_dir(runs: Path, seed: int, setting: str) -> Path:
     n, corr = setting.split(":")
-    return runs / f"seed{seed}" / "grid" / f"N{n}-{corr}"
+    return runs / f"seed{seed}" / GRID / f"N{n}-{corr}"
 
 
 def run_one(runs: Path, seed: int, setting: str) -> None:
@@ -40,7 +47,8 @@ def run_one(runs: Path, seed: int, setting: str) -> None:
     n, corr = setting.split(":")
     base = runs / f"seed{seed}"
     paper = corr == "none" and n == "0"  # is_correction unset: the paper's update
-    train = [f"output_dir={out}", f"max_staleness={n}"] + ([] if paper else [f"is_correction={corr}"])
+    train = [f"output_dir={out}", f"max_staleness={n}", *TRAIN_ARGS]
+    train += [] if paper else [f"is_correction={corr}"]
     subprocess.run([*RLOO, "train", "-c", str(base / "rl" / "config.yaml"), *train, "--overwrite"], check=True)
     ev = [f"policy={out / 'model'}", f"output_dir={out / 'eval'}", "baseline=null"]
     subprocess.run([*RLOO, "eval", "-c", str(base / "eval" / "config.yaml"), *ev, "--overwrite"], check=True)
@@ -59,9 +67,18 @@ def ratio_stats(metrics: Path) -> dict[str, float]:
     return out
 
 
+def headline(summary: dict) -> float:
+    """The policy's win rate against the references, or its pass@1 (`--metric pass@1`: the mean
+    over problems of the fraction of correct samples, on a checker task such as `arithmetic`)."""
+    policy = summary["policy"]
+    if METRIC == "win_rate":
+        return policy["win_rate"]
+    return policy["pass_at_k"]["1"]["mean"]
+
+
 def win_rate(runs: Path, seed: int, setting: str) -> float | None:
     f = setting_dir(runs, seed, setting) / "eval" / "summary.json"
-    return json.loads(f.read_text())["policy"]["win_rate"] if f.exists() else None
+    return headline(json.loads(f.read_text())) if f.exists() else None
 
 
 def report(runs: Path, seeds: list[int], settings: list[str]) -> list[dict]:
@@ -115,7 +132,12 @@ def main() -> None:
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--settings", default="0:none,1:tis,1:none,2:tis,2:none,4:tis,4:none,1:mis,2:mis,4:mis")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--tag", default="grid", help="the grid's folder name under seed<S>/")
+    ap.add_argument("--train-args", default="", help="space-separated KEY=VALUE for every `rloo train`")
+    ap.add_argument("--metric", default="win_rate", choices=["win_rate", "pass@1"])
     a = ap.parse_args()
+    global GRID, TRAIN_ARGS, METRIC
+    GRID, TRAIN_ARGS, METRIC = a.tag, a.train_args.split(), a.metric
     seeds, settings = [int(s) for s in a.seeds.split(",")], a.settings.split(",")
     if a.what == "run":
         for setting in settings:  # setting after setting, so a grid cut short has whole settings
