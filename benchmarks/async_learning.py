@@ -73,7 +73,7 @@ def headline(summary: dict) -> float:
     policy = summary["policy"]
     if METRIC == "win_rate":
         return policy["win_rate"]
-    return policy["pass_at_k"]["1"]["mean"]
+    return policy["pass"]["pass_at_k"]["1"]["mean"]
 
 
 def win_rate(runs: Path, seed: int, setting: str) -> float | None:
