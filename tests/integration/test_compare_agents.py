@@ -68,3 +68,20 @@ def test_compare_refuses_what_episodes_cannot_run_in_one_line(tmp_path, capsys, 
     assert rc == 2 and len(err.splitlines()) == 1, err
     assert all(s in err for s in says), err
     assert not out.exists()
+
+
+def test_episode_differences_pair_by_seed():
+    """Over several seeds the differences are paired by seed (not by position) with the t-interval;
+    grpo's success rate is rloo's + 0.1 on every seed, its turns rloo's - 1."""
+    from rloo.config import CompareConfig
+    from rloo.experiments.compare_episodes import paired_table
+
+    cfg = CompareConfig(methods=["rloo", "grpo"], tasks=["guess"], seeds=[0, 1, 2])
+
+    def run(seed: int, success: float, turns: float) -> dict:
+        return {"seed": seed, "success_rate": success, "turns": turns, "tool_calls": 0.0, "reward": success}
+
+    rloo = [run(0, 0.2, 6), run(1, 0.5, 5), run(2, 0.8, 4)]
+    grpo = [run(2, 0.9, 3), run(0, 0.3, 5), run(1, 0.6, 4)]
+    text = paired_table(cfg, {"guess": {"rloo": rloo, "grpo": grpo}}, "guess")
+    assert "| grpo | +0.100 ± 0.000 | -1.000 ± 0.000 | +0.000 ± 0.000 | +0.100 ± 0.000 | 3/3 |" in text, text
