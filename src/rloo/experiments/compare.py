@@ -212,7 +212,8 @@ def _reported_cells(cfg: CompareConfig, out: Path, task_name: str) -> None:
         with claim(runs / task_name / f"seed-{seed}") as mine:
             if mine:
                 run_cell(cfg, task_name, seed, runs, variants)
-    if cfg.variance_batches < 2 or has_checker(task := get_task(task_name)) or plays_episodes(task):  # RM's gradient
+    task = get_task(task_name)
+    if cfg.variance_batches < 2 or has_checker(task) or plays_episodes(task):  # it is the reward model's gradient
         return
     if (runs / task_name / f"seed-{cfg.seeds[0]}" / "gradient_variance.json").exists():
         return
