@@ -31,6 +31,7 @@ EXAMPLES = {
     "bench": "rloo bench shapes=[S,M] steps=5 output_dir=runs/bench",
     "compare": "rloo compare --quick                # every method, minutes\n"
     "  rloo compare tasks=[summarize] seeds=[0,1] output_dir=runs/cmp\n"
+    "  rloo compare tasks=[calculator] methods=[rloo,grpo,reinforce,raft]   # episodes: success rates\n"
     "  rloo compare tuning.trials=12 tuning.seeds=[100,101,102]   # tune each method first",
 }
 

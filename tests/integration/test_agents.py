@@ -126,14 +126,3 @@ def test_pipeline_on_the_guess_game_plays_episodes_before_and_after(tmp_path, ca
         assert 0 <= ev["pass_at_1"] <= 1 and 1 <= ev["turns"] <= 8 and 0 <= ev["reward"] <= 1
         assert ev["tool_calls"] == 0 and ev["no_tool_share"] == 1
     assert "success rate (pass@1): SFT" in capsys.readouterr().err
-
-
-def test_compare_refuses_episode_tasks_in_one_line(tmp_path, capsys):
-    """`rloo compare` judges single completions and reports win rates: an episode task is refused
-    before anything runs, with the reason and the command that trains it."""
-    out = tmp_path / "c"
-    rc = main(["compare", "--quick", "tasks=[calculator,guess]", "methods=[rloo,grpo]", f"output_dir={out}"])
-    err = capsys.readouterr().err.strip()
-    assert rc == 2 and len(err.splitlines()) == 1, err
-    assert "episode tasks (calculator, guess)" in err and "rloo pipeline task=calculator" in err, err
-    assert not out.exists()

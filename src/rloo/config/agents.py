@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pydantic import Field
 
 from rloo.config.base import Strict
+from rloo.config.methods import capable, one_of, spec_of_variant, why_not_multi_turn
 
 # `env=` names built into rloo (rloo.envs.calculator.BUILTIN_ENVS), and the built-in task each plays.
 ENV_TASKS: dict[str, str] = {"calculator": "calculator", "guess": "guess"}
@@ -51,3 +54,36 @@ class EnvSettings(Strict):
     tool_timeout_s: float = Field(
         default=1.0, gt=0, description="Built-in tools: a call longer than this answers with an error record."
     )
+
+
+def episode_default_methods(data):
+    """`rloo compare`'s input with methods defaulting, for a study of episode tasks only, to the methods
+    that train on episodes (MethodSpec.multi_turn) instead of every method."""
+    tasks = data.get("tasks") if isinstance(data, dict) else None
+    if isinstance(tasks, list) and tasks and all(t in ENV_TASKS for t in tasks) and "methods" not in data:
+        return data | {"methods": capable("multi_turn")}
+    return data
+
+
+def episode_study_refusal(tasks: Sequence[str], methods: Sequence[str], tuning_trials: int) -> str | None:
+    """The one-line reason `rloo compare` refuses a study with episode tasks (ENV_TASKS), or None:
+    text and episode tasks mixed (their reports read different metrics: win rate vs success rate),
+    a method without `multi_turn` (each named with its reason), or tuning (it picks by win rate)."""
+    episodic = [t for t in tasks if t in ENV_TASKS]
+    if not episodic:
+        return None
+    if text := [t for t in tasks if t not in ENV_TASKS]:
+        return (
+            f"tasks: {', '.join(text)} (judged by win rate) and {', '.join(episodic)} (played as episodes, judged "
+            "by success rate) cannot share one comparison; run them as two `rloo compare` studies"
+        )
+    refused = {m: why_not_multi_turn(spec_of_variant(m)) for m in methods if not spec_of_variant(m).multi_turn}
+    if refused:
+        reasons = "; ".join(f"{m}: {why}" for m, why in refused.items())
+        return (
+            f"methods {', '.join(refused)} do not train on episodes ({', '.join(episodic)}: played as episodes; "
+            f"choose among {one_of(capable('multi_turn'))} and their variants): {reasons}"
+        )
+    if tuning_trials:
+        return f"tuning.trials: tuning picks by win rate, which {', '.join(episodic)} (episodes) do not have; set 0"
+    return None

@@ -182,6 +182,15 @@ def capable(flag: str) -> list[str]:
     return [n for n, s in METHOD_SPECS.items() if getattr(s, flag)]
 
 
+def why_not_multi_turn(spec: MethodSpec) -> str:
+    """Why a method without `multi_turn` does not train on episodes (docs/agents.md's table), a few words."""
+    if spec.value_model:
+        return "its value model and GAE would run over the environment's tokens, which are not the policy's actions"
+    if not spec.online:
+        return "it trains offline on a reward model's preference pairs, which an environment does not give"
+    return "not wired for episodes (its per-token terms need the policy-token review of docs/agents.md)"
+
+
 def require(flag: str, algorithm: str, what: str) -> None:
     """Refuse `what` for a method whose spec does not set `flag` (a MethodSpec field), naming those that do."""
     if not getattr(METHOD_SPECS[algorithm], flag):

@@ -12,7 +12,7 @@ from rloo.config.base import Strict, check_device_name, normalize_report_to, ref
 from rloo.config.dataset import DatasetSettings
 from rloo.config.generation import check_rl_generation
 from rloo.config.method_choice import shared_settings
-from rloo.config.methods import METHOD_SPECS, capable, one_of
+from rloo.config.methods import METHOD_SPECS, capable, one_of, why_not_multi_turn
 from rloo.config.sections import EvalSettings, RewardSettings, RLSettings, SFTSettings
 
 CHECKER_TASKS: dict[str, str] = {"arithmetic": "rloo.tasks.arithmetic:reward"}
@@ -125,12 +125,7 @@ class RLConfig(_Run, RLSettings):
     @model_validator(mode="after")
     def _env_alone(self):
         if self.env is not None and not (spec := METHOD_SPECS[self.algorithm]).multi_turn:
-            why = (
-                ": its value model and GAE would run over the environment's tokens, which are not the policy's "
-                "actions (docs/agents.md)"
-                if spec.value_model
-                else ""
-            )
+            why = f": {why_not_multi_turn(spec)} (docs/agents.md)" if spec.value_model else ""
             raise ValueError(
                 f"env= trains with algorithm={one_of(capable('multi_turn'))} only (for now), "
                 f"got algorithm={self.algorithm}{why}"

@@ -7,9 +7,9 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from rloo.config.agents import ENV_TASKS
+from rloo.config.agents import episode_default_methods, episode_study_refusal
 from rloo.config.base import MAX_BETA, MAX_LR, Strict, check_device_name, refuse_float16
-from rloo.config.methods import capable, compare_variants, one_of, several_updates_variants, spec_of_variant
+from rloo.config.methods import compare_variants, one_of, several_updates_variants, spec_of_variant
 from rloo.config.sections import EvalSettings, RewardSettings, SFTSettings, SharedRLSettings
 from rloo.config.stages import CHECKER_TASKS
 
@@ -157,10 +157,13 @@ class CompareConfig(Strict):
 
     methods: list[str] = Field(
         default_factory=lambda: list(compare_variants()),
-        description="Methods to compare: " + ", ".join(COMPARE_METHODS),
+        description="Methods to compare: " + ", ".join(COMPARE_METHODS) + " (default: all; for episode tasks the "
+        "methods that train on episodes, docs/agents.md).",
     )
-    tasks: list[Literal["summarize", "dialogue", "arithmetic"]] = Field(
-        default=["summarize", "dialogue"], description="Built-in tasks."
+    tasks: list[Literal["summarize", "dialogue", "arithmetic", "calculator", "guess"]] = Field(
+        default=["summarize", "dialogue"],
+        description="Built-in tasks: text tasks, or tasks played as episodes (calculator, guess; not both in one "
+        "study; docs/compare.md).",
     )
     seeds: list[int] = Field(
         default=[0, 1, 2], description="One SFT model, reward model and run of each method per seed."
@@ -218,18 +221,6 @@ class CompareConfig(Strict):
             raise ValueError(f"unknown method(s) {bad}; choose from {', '.join(known)}")
         return v
 
-    @field_validator("tasks", mode="before")
-    @classmethod
-    def _no_episodes(cls, v):
-        episodic = [t for t in v if t in ENV_TASKS] if isinstance(v, list) else []
-        if episodic:
-            raise ValueError(
-                f"rloo compare does not run the episode tasks ({', '.join(episodic)}) yet: its judge scores one "
-                "completion per prompt against references and its report reads win rates; train them with "
-                f"`rloo pipeline task={episodic[0]} rl.algorithm=<{one_of(capable('multi_turn'))}>` (docs/agents.md)"
-            )
-        return v
-
     @field_validator("equal_kl", "equal_compute")
     @classmethod
     def _positive(cls, v: list[float]) -> list[float]:
@@ -245,6 +236,17 @@ class CompareConfig(Strict):
                 f"tuning.seeds {both} are also reported seeds; tuning must not see the runs it reports "
                 "(choose disjoint seeds)"
             )
+        return self
+
+    @model_validator(mode="before")
+    @classmethod
+    def _episode_methods(cls, data):
+        return episode_default_methods(data)
+
+    @model_validator(mode="after")
+    def _episode_tasks(self):
+        if why := episode_study_refusal(self.tasks, self.methods, self.tuning.trials):
+            raise ValueError(why)
         return self
 
     @model_validator(mode="after")

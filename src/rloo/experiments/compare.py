@@ -7,6 +7,8 @@ For every task and seed:
   3. each final policy is judged on the same held-out prompts with the same sampling noise:
      win rate against the references and head to head against the SFT model (gold judge)
   4. gradient variance of the estimators at the SFT model and at a deliberately weak model
+A task played as episodes (calculator, guess) has no reward model (the environment gives the reward)
+and is judged by its episodes' success rate instead (rloo.experiments.compare_episodes; no step 4).
 With tuning on (tuning.trials > 0), steps 1-3 first run on the tuning seeds, once per trial of each
 method, judged on validation prompts (rloo.experiments.tuning); the reported seeds then run each
 method at the settings its trials chose.
@@ -25,18 +27,17 @@ from pathlib import Path
 from rloo.config import METHOD_SPECS, CompareConfig, PipelineConfig, RLConfig
 from rloo.config.method_choice import shared_settings
 from rloo.config.methods import compare_variants, spec_of_variant
-from rloo.eval.judge import win_rate
-from rloo.experiments.compare_eval import judge, pass_at_k
+from rloo.experiments.compare_episodes import episode_judge
+from rloo.experiments.compare_eval import text_judge
 from rloo.experiments.compare_folder import claim, open_study, wait_for_models
 from rloo.experiments.compare_report import write_report
 from rloo.experiments.gradvar import variance_cell
 from rloo.experiments.tuning import base_of, choose, trial_variants, tuning_done, tuning_root, untuned_name
-from rloo.modeling.loading import frozen, load_policy, load_reward_model
-from rloo.rewards import RewardModelScorer
+from rloo.modeling.loading import load_policy
 from rloo.runtime.atomic import atomic_write_text
 from rloo.runtime.precision import stage_precision
 from rloo.runtime.tracking import say
-from rloo.tasks import get_task, has_checker
+from rloo.tasks import get_task, has_checker, plays_episodes
 from rloo.training.reward import train_reward
 from rloo.training.rl import train
 from rloo.training.sft import sft
@@ -108,11 +109,11 @@ def method_config(
 
 def _stage_models(cfg: CompareConfig, pipe: PipelineConfig) -> None:
     """SFT and reward model of one (task, seed), skipped when already there (no reward model for a
-    task scored by a checker)."""
+    task scored by a checker, nor for one played as episodes: the environment gives the reward)."""
     sft_cfg, rm_cfg, _, _ = pipe.stage_configs()
     if not (sft_cfg.output_dir / "model").exists():
         sft(sft_cfg, overwrite=True)
-    if not has_checker(get_task(pipe.task)) and not (rm_cfg.output_dir / "model").exists():
+    if pipe.trains_reward_model() and not (rm_cfg.output_dir / "model").exists():
         train_reward(rm_cfg, overwrite=True)
 
 
@@ -146,19 +147,15 @@ def run_cell(
     _stage_models(cfg, pipe)
     task = get_task(task_name)
     examples = task.examples(split, n_prompts, seed=seed)
-    sft_path, rm_path = str(root / "sft" / "model"), str(root / "reward" / "model")
-    ref, tok = load_policy(sft_path, device=cfg.device, dtype=cfg.dtype)
-    ref = frozen(ref)
-    checker, scorer = has_checker(task), None
-    if not checker:
-        rm, rm_tok = load_reward_model(rm_path, device=cfg.device, dtype=cfg.dtype)
-        scorer = RewardModelScorer(frozen(rm), rm_tok, policy_tokenizer=tok)
-    extra = (lambda model: pass_at_k(model, tok, task, examples, cfg, seed)) if checker else (lambda model: {})
+    if plays_episodes(task):
+        cell = episode_judge(cfg, pipe.stage_configs()[2], task, examples, root, seed)
+    else:
+        cell = text_judge(cfg, task, examples, root, seed)
     sft_file = root / "sft" / "result.json"
     if not sft_file.exists():
-        sft_res = judge(ref, tok, task, examples, cfg, scorer, ref, seed) | extra(ref) | {"split": split}
+        sft_res = cell.evaluate(cell.sft, None) | {"split": split}
         atomic_write_text(sft_file, json.dumps(sft_res))  # another process may read it meanwhile
-    sft_gold = json.loads(sft_file.read_text())["gold_per_prompt"]
+    sft_res = json.loads(sft_file.read_text())
     for name, (method, settings) in variants.items():
         out = root / name
         if (out / "result.json").exists():
@@ -168,19 +165,14 @@ def run_cell(
         result = train(method_config(cfg, pipe, method, out, settings | {"eval_split": split}), overwrite=True)
         seconds = time.perf_counter() - t0
         policy, _ = load_policy(str(result.model_path), device=cfg.device, dtype=cfg.dtype)
-        res = judge(policy, tok, task, examples, cfg, scorer, ref, seed) | extra(policy)
-        res |= {
-            "win_rate_vs_sft": win_rate(res["gold_per_prompt"], sft_gold),
+        res = cell.evaluate(policy, sft_res) | {
             "seconds": seconds,
             "samples": _samples(cfg, method),
             "split": split,
             "settings": settings,
         }
         atomic_write_text(out / "result.json", json.dumps(res))
-        say(
-            f"   {name}: win rate vs refs {res['win_rate']:.3f}, vs SFT {res['win_rate_vs_sft']:.3f}, "
-            f"KL {res['kl']:.2f}, {seconds:.0f}s"
-        )
+        say(f"   {name}: {cell.line(res)}, {seconds:.0f}s")
 
 
 def _samples(cfg: CompareConfig, method: str) -> int:
@@ -220,7 +212,8 @@ def _reported_cells(cfg: CompareConfig, out: Path, task_name: str) -> None:
         with claim(runs / task_name / f"seed-{seed}") as mine:
             if mine:
                 run_cell(cfg, task_name, seed, runs, variants)
-    if cfg.variance_batches < 2 or has_checker(get_task(task_name)):  # it measures the RM's gradient
+    task = get_task(task_name)
+    if cfg.variance_batches < 2 or has_checker(task) or plays_episodes(task):  # it is the reward model's gradient
         return
     if (runs / task_name / f"seed-{cfg.seeds[0]}" / "gradient_variance.json").exists():
         return

@@ -1,7 +1,13 @@
-"""How `rloo compare` judges a policy: one sample per prompt with fixed sampling noise per seed,
-scored by the task's gold judge (and pass@k on a task scored by a checker)."""
+"""How `rloo compare` judges a policy on a text task: one sample per prompt with fixed sampling noise
+per seed, scored by the task's gold judge (and pass@k on a task scored by a checker). A task played
+as episodes is judged by rloo.experiments.compare_episodes instead (the same CellJudge)."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -10,9 +16,44 @@ from rloo.core.kl import sequence_kl
 from rloo.eval.judge import win_rate
 from rloo.eval.passk import evaluate_pass_at_k
 from rloo.modeling.forward import completion_logprobs
+from rloo.modeling.loading import frozen, load_policy, load_reward_model
+from rloo.rewards import RewardModelScorer
 from rloo.rollout import rollout
 from rloo.rollout.decoding import logprob_temperature
 from rloo.rollout.settings import decoding
+from rloo.tasks import has_checker
+
+
+@dataclass
+class CellJudge:
+    """How one (task, seed) cell of `rloo compare` judges its policies, all on the same prompts with the
+    same sampling noise: `evaluate(policy, the SFT model's result or None) -> result dict` (the SFT
+    model itself first, with None), and `line(result)`, its one-line summary."""
+
+    sft: Any  # the cell's SFT model (frozen): judged first, and the KL reference
+    tokenizer: Any
+    evaluate: Callable[[Any, dict | None], dict]
+    line: Callable[[dict], str]
+
+
+def text_judge(cfg: CompareConfig, task, examples, root: Path, seed: int) -> CellJudge:
+    """The gold judge's win rates (against the references and head to head against the SFT model), the
+    reward model's score and the KL to the SFT model; pass@k on a checker task."""
+    ref, tok = load_policy(str(root / "sft" / "model"), device=cfg.device, dtype=cfg.dtype)
+    ref, scorer = frozen(ref), None
+    if not has_checker(task):
+        rm, rm_tok = load_reward_model(str(root / "reward" / "model"), device=cfg.device, dtype=cfg.dtype)
+        scorer = RewardModelScorer(frozen(rm), rm_tok, policy_tokenizer=tok)
+
+    def evaluate(policy, sft: dict | None) -> dict:
+        res = judge(policy, tok, task, examples, cfg, scorer, ref, seed)
+        res |= pass_at_k(policy, tok, task, examples, cfg, seed) if has_checker(task) else {}
+        return res | ({"win_rate_vs_sft": win_rate(res["gold_per_prompt"], sft["gold_per_prompt"])} if sft else {})
+
+    def line(res: dict) -> str:
+        return f"win rate vs refs {res['win_rate']:.3f}, vs SFT {res['win_rate_vs_sft']:.3f}, KL {res['kl']:.2f}"
+
+    return CellJudge(ref, tok, evaluate, line)
 
 
 @torch.no_grad()

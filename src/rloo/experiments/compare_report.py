@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from rloo.experiments.compare_episodes import episode_section, training_curves
 from rloo.experiments.compare_kl import equal_compute_table, equal_kl_table, tuning_table
 from rloo.experiments.compare_order import BOOTSTRAP_DRAWS, correlation_table, ordering_table, paper_pairs
 from rloo.experiments.compare_plots import plot_all
@@ -25,6 +26,9 @@ from rloo.experiments.compare_tables import (  # noqa: F401 - mean_ci re-exporte
 from rloo.experiments.tuning import report_names, updates_of, view_names
 from rloo.runtime.atomic import atomic_write_text
 from rloo.runtime.tracking import read_metrics
+from rloo.tasks import get_task, plays_episodes
+
+PER_PROMPT = ("metrics", "gold_per_prompt", "pass_counts", "success_counts")  # left out of report/results.json
 
 
 def collect(cfg, out: Path) -> dict:
@@ -181,26 +185,39 @@ def write_report(cfg, out: Path) -> Path:
     data = collect(cfg, out)
     # the tables' and plots' rows: the methods and their update views (ppo@2x2); a copy, not validated
     cfg = cfg.model_copy(update={"methods": report_names(cfg)})
-    plots = plot_all(cfg, data, report)
+    episodic = plays_episodes(get_task(cfg.tasks[0]))  # a study is all text or all episode tasks (config)
+    plots = [training_curves(cfg, data, report / "training_curves.png")] if episodic else plot_all(cfg, data, report)
     atomic_write_text(
         report / "results.json",
         json.dumps(
             {
-                t: {
-                    m: [
-                        {k: v for k, v in r.items() if k not in ("metrics", "gold_per_prompt", "pass_counts")}
-                        for r in rs
-                    ]
-                    for m, rs in d.items()
-                }
+                t: {m: [{k: v for k, v in r.items() if k not in PER_PROMPT} for r in rs] for m, rs in d.items()}
                 for t, d in data.items()
             },
             indent=1,
         ),
     )
-    checked = [t for t in cfg.tasks if any("pass" in r for rs in data[t].values() for r in rs)]
     budget = cfg.rl.steps * cfg.rl.batch_size * cfg.rl.k
-    text = [
+    if episodic:
+        text = [
+            "# RLOO and the methods that train on episodes, on the tasks played as episodes",
+            "",
+            f"Tasks {', '.join(cfg.tasks)}; seeds {cfg.seeds}; every method trained on {budget} episodes "
+            f"({cfg.rl.steps} steps x {cfg.rl.batch_size} prompts x k={cfg.rl.k}) from the same SFT model per seed.",
+            "",
+            *episode_section(cfg, data),
+        ]
+    else:
+        text = _text_body(cfg, data, out, budget)
+    text += ["## Plots", "", *[f"![{p.stem}]({p.name})" for p in plots], ""]
+    atomic_write_text(report / "report.md", "\n".join(text))
+    return report
+
+
+def _text_body(cfg, data: dict, out: Path, budget: int) -> list[str]:
+    """The report's sections for text tasks (win rates)."""
+    checked = [t for t in cfg.tasks if any("pass" in r for rs in data[t].values() for r in rs)]
+    return [
         "# RLOO and the methods it is compared with, on the built-in tasks",
         "",
         f"Tasks {', '.join(cfg.tasks)}; seeds {cfg.seeds}; every online method trained on {budget} generated "
@@ -238,10 +255,4 @@ def write_report(cfg, out: Path) -> Path:
         "",
         variance_table(out, cfg),
         "",
-        "## Plots",
-        "",
-        *[f"![{p.stem}]({p.name})" for p in plots],
-        "",
     ]
-    atomic_write_text(report / "report.md", "\n".join(text))
-    return report

@@ -50,6 +50,13 @@ def has_checker(task) -> bool:
     return bool(getattr(task, "has_checker", False))
 
 
+def plays_episodes(task) -> bool:
+    """Whether a task is played as multi-turn episodes with its environment (calculator, guess): the
+    environment gives the reward (no reward model), and the task is judged by its success rate over
+    episodes (rloo.eval.episodes), not by a win rate of single completions."""
+    return bool(getattr(task, "has_env", False))
+
+
 __all__ = [
     "ArithmeticTask",
     "DEFAULT_LABEL_TEMPERATURE",
@@ -62,6 +69,7 @@ __all__ = [
     "Task",
     "get_task",
     "has_checker",
+    "plays_episodes",
     "task_stats",
     "win_rate",
 ]
