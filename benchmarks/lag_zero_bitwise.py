@@ -18,7 +18,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from helpers.tiny_archs import save_tiny_lm  # noqa: E402
 
 PROMPTS = ["post : job rent tl;dr :", "post : exam tl;dr :", "post : loan sister car mom tl;dr :"]
-METHODS = ["rloo", "reinforce", "vanilla_pg", "ppo", "grpo", "dr_grpo", "reinforce_pp", "raft"]
 
 
 def reward(prompts, completions):
@@ -45,14 +44,17 @@ def main() -> None:
     ap.add_argument("out", type=Path)
     ap.add_argument("--compare", type=Path, help="parameters saved by another checkout")
     args = ap.parse_args()
+    from rloo.config.methods import names
+
+    methods = names(online=True)  # the table's online methods (of the checkout on PYTHONPATH)
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as d:
         path = save_tiny_lm(Path(d) / "model", "llama")
-        params = {m: two_steps(path, m, Path(d) / m) for m in METHODS}
+        params = {m: two_steps(path, m, Path(d) / m) for m in methods}
     torch.save(params, args.out)
     if args.compare:
         other = torch.load(args.compare)
-        for m in METHODS:
+        for m in methods:
             equal = all(torch.equal(params[m][k], other[m][k]) for k in params[m])
             print(f"{m}: {'bitwise equal' if equal else 'DIFFERENT'} ({len(params[m])} tensors)")
 
