@@ -204,7 +204,7 @@ class PPO:
         require_scored(scores, cfg.algorithm)
         adv, returns, old_values, old = self.advantages(models, roll, scores, ref_lp, cfg)
         seq_rewards, kl = sequence_rewards(scores, roll, ref_lp, cfg, old)
-        weights, is_stats = (None, {}) if old is roll.logprobs else token_weights(old, roll, cfg)
+        weights, is_stats = (None, {}) if cfg.off_policy_correction is None else token_weights(old, roll, cfg)
         tg = Targets(weigh(adv, weights), returns, old_values, old)  # eq. A3: w A in the surrogate, ratio to pi_prox
         records, norms, skipped = [], [], False
         policy_params = list(models.policy.parameters())
