@@ -18,6 +18,9 @@ def test_correction_is_derived_from_staleness():
     assert RLConfig(policy="x", max_staleness=2, is_correction="mis_token").off_policy_correction == "mis_token"
     assert RLConfig(policy="x", max_staleness=1, is_correction="none").off_policy_correction == "none"
     assert RLConfig(policy="x", is_correction="mis").off_policy_correction == "mis"  # lag 0, mismatched sampler
+    # raft trains on lagged samples as they are: no importance weight by default
+    assert RLConfig(policy="x", algorithm="raft", max_staleness=1).off_policy_correction == "none"
+    assert RLConfig(policy="x", algorithm="raft", is_correction="none").off_policy_correction is None
 
 
 @pytest.mark.parametrize(
@@ -26,8 +29,9 @@ def test_correction_is_derived_from_staleness():
         (dict(is_clip=1.0), "is_clip"),
         (dict(max_staleness=-1), "max_staleness"),
         (dict(is_correction="ppo"), "is_correction"),
-        (dict(max_staleness=1, algorithm="grpo"), "rloo only"),
-        (dict(is_correction="tis", algorithm="ppo"), "rloo only"),
+        (dict(max_staleness=1, algorithm="dpo"), "dpo is offline"),
+        (dict(is_correction="tis", algorithm="raft"), "raft trains on lagged samples as they are"),
+        (dict(max_staleness=1, is_correction="mis_token", algorithm="raft"), "no tractable importance ratio"),
         (dict(max_staleness=1, generation="vllm"), "generation=sampler"),
     ],
 )

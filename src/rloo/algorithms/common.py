@@ -162,10 +162,14 @@ def sample_and_score(
     return roll, scores, ref_lp
 
 
-def sequence_rewards(scores: Tensor, roll: Rollout, ref_lp: Tensor, cfg: RLConfig) -> tuple[Tensor, Tensor]:
-    """Eq. (1) with the configured KL estimator, summed over the policy's tokens: (rewards (N,), kl (N,))."""
+def sequence_rewards(
+    scores: Tensor, roll: Rollout, ref_lp: Tensor, cfg: RLConfig, logprobs: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
+    """Eq. (1) with the configured KL estimator, summed over the policy's tokens: (rewards (N,), kl (N,)).
+    logprobs (N,T): the policy's whose KL it is, by default the sampler's (eq. A1 passes the current ones)."""
     estimator = cfg.algorithm_settings.kl_estimator
-    rewards, kl = shaped_reward(scores, roll.logprobs, ref_lp, policy_tokens(roll), cfg.beta, estimator)
+    lp = roll.logprobs if logprobs is None else logprobs
+    rewards, kl = shaped_reward(scores, lp, ref_lp, policy_tokens(roll), cfg.beta, estimator)
     roll.record(score=scores, kl=kl)
     return rewards, kl
 

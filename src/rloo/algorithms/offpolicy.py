@@ -1,22 +1,30 @@
-"""Steps 3-4 of `rloo_step` when the samples come from a behaviour policy mu other than the policy
-pi being trained (rl.max_staleness > 0, or rl.is_correction at N = 0 for a sampler whose log-probs
-differ from the trainer's). docs/async.md derives it:
+"""The update of each online method when its samples come from a behaviour policy mu other than the
+policy pi being trained (rl.max_staleness > 0, or rl.is_correction at N = 0 for a sampler whose
+log-probs differ from the trainer's). docs/async.md derives it; its equations:
 
   eq. A1  R_i = r(x, y_i) - beta * sum_t (log pi(y_it|.) - log pi_ref(y_it|.))   KL of the CURRENT pi
-  eq. 4   A_i = R_i - 1/(k-1) sum_{j != i} R_j                                  (unchanged)
+  eq. 4   A_i = R_i - 1/(k-1) sum_{j != i} R_j                                  (rloo; unchanged)
   eq. A2  loss = -1/N sum_i w_i A_i log pi(y_i|x),  w_i = tis/mis of pi(y_i|x)/mu(y_i|x), detached
-          (token-level variants: -1/N sum_i A_i sum_t w_it log pi(y_it|.))
+          (token-level variants: -1/N sum_i A_i sum_t w_it log pi(y_it|.))       rloo, reinforce
+  eq. A3  l_it -> w_it * l_it(pi / pi_prox): each token's term of the method's loss (its clipped
+          surrogate, or the plain one, and an in-loss KL) with the ratio to the proximal policy
+          pi_prox (the weights at the start of the step) and the detached weight w of pi_prox / mu,
+          w_it = w_i (sequence corrections) or w_it (token ones)   vanilla_pg, ppo, grpo, dr_grpo, reinforce_pp
 """
 
 from __future__ import annotations
 
 import torch
+from torch import Tensor
 
+from rloo.algorithms.base import Models, rollout_logprobs
 from rloo.config import RLConfig
 from rloo.core.advantages import leave_one_out, leave_one_out_valid
 from rloo.core.importance import importance_weights, weighted_policy_gradient_loss
 from rloo.core.kl import shaped_reward
 from rloo.rollout import Rollout
+
+Stats = dict[str, Tensor]
 
 
 def loo_advantages(rewards: torch.Tensor, valid: torch.Tensor, k: int) -> torch.Tensor:
@@ -26,15 +34,80 @@ def loo_advantages(rewards: torch.Tensor, valid: torch.Tensor, k: int) -> torch.
     return advantages.view(-1)
 
 
-def off_policy_loss(logprobs: torch.Tensor, roll: Rollout, filled, valid, ref_lp, cfg: RLConfig):
-    """Eq. A1, 4, A2. logprobs (N,T): the current policy's, with the graph; roll.logprobs: the
-    behaviour policy's (sampling time). Returns (loss, stats, rewards (N,), kl (N,), advantages (N,))."""
+def _correction(cfg: RLConfig) -> str:
     correction = cfg.off_policy_correction
-    assert correction is not None, "off_policy_loss needs rl.max_staleness > 0 or rl.is_correction"
+    assert correction is not None, "the off-policy update needs rl.max_staleness > 0 or rl.is_correction"
+    return correction
+
+
+def lag_stats(roll: Rollout) -> Stats:
+    """is/lag: updates between the weights that sampled the batch and the trained ones."""
+    return {"is/lag": torch.tensor(float(roll.lag))}
+
+
+def current_rewards(logprobs: Tensor, filled: Tensor, ref_lp: Tensor, mask: Tensor, cfg: RLConfig, estimator="k1"):
+    """Eq. A1: the shaped reward with the KL of the policy being trained, not of the one that sampled.
+    logprobs (N,T) the current policy's (detached here). -> (rewards (N,), kl (N,))."""
+    return shaped_reward(filled, logprobs.detach(), ref_lp, mask, cfg.beta, estimator)
+
+
+def weighted_loss(logprobs: Tensor, roll: Rollout, advantages: Tensor, cfg: RLConfig) -> tuple[Tensor, Stats]:
+    """Eq. A2 with the weights of rl.is_correction: logprobs (N,T) the current policy's, with the graph;
+    roll.logprobs the behaviour policy's; advantages (N,). -> (loss, stats with is/*)."""
     mask = roll.completion_mask
-    # eq. A1: the KL penalty of the policy being trained, not of the one that sampled (docs/async.md)
-    rewards, kl = shaped_reward(filled, logprobs.detach(), ref_lp, mask, cfg.beta)
-    advantages = loo_advantages(rewards, valid, cfg.k)
-    weights, is_stats = importance_weights(logprobs, roll.logprobs, mask, correction, cfg.is_clip)
+    weights, is_stats = importance_weights(logprobs, roll.logprobs, mask, _correction(cfg), cfg.is_clip)
     loss, stats = weighted_policy_gradient_loss(logprobs, mask, advantages, weights)
-    return loss, stats | is_stats | {"is/lag": torch.tensor(float(roll.lag))}, rewards, kl, advantages
+    return loss, stats | is_stats | lag_stats(roll)
+
+
+def off_policy_loss(logprobs: torch.Tensor, roll: Rollout, filled, valid, ref_lp, cfg: RLConfig):
+    """rloo: eq. A1, 4, A2. logprobs (N,T): the current policy's, with the graph; roll.logprobs: the
+    behaviour policy's (sampling time). Returns (loss, stats, rewards (N,), kl (N,), advantages (N,))."""
+    rewards, kl = current_rewards(logprobs, filled, ref_lp, roll.completion_mask, cfg)
+    advantages = loo_advantages(rewards, valid, cfg.k)
+    loss, stats = weighted_loss(logprobs, roll, advantages, cfg)
+    return loss, stats, rewards, kl, advantages
+
+
+def proximal_logprobs(models: Models, roll: Rollout, cfg: RLConfig) -> Tensor:
+    """log pi_prox (N,T) of the rollout's tokens: the policy at the start of the step, no graph
+    (eq. A3's proximal policy; 0 on padding)."""
+    with torch.no_grad():
+        lp = rollout_logprobs(models.policy, roll, cfg)
+    return torch.where(roll.completion_mask, lp, torch.zeros_like(lp))
+
+
+def token_weights(proximal: Tensor, roll: Rollout, cfg: RLConfig) -> tuple[Tensor, Stats]:
+    """Eq. A3's detached weights (N,T) of pi_prox / mu under rl.is_correction, a sequence weight
+    repeated on its tokens, 0 on padding; and the is/* stats (is/weight_mean over sequences or tokens)."""
+    mask = roll.completion_mask
+    weights, stats = importance_weights(proximal, roll.logprobs, mask, _correction(cfg), cfg.is_clip)
+    mean = weights.mean() if weights.dim() == 1 else weights[mask].mean() if mask.any() else weights.sum()
+    if weights.dim() == 1:
+        weights = weights[:, None].expand_as(mask)
+    weights = torch.where(mask, weights, torch.zeros_like(weights))
+    return weights, stats | lag_stats(roll) | {"is/weight_mean": mean}
+
+
+def proximal(models: Models, roll: Rollout, cfg: RLConfig) -> tuple[Tensor, Tensor | None, Stats]:
+    """What a ratio method's loss divides by and weighs with: on-policy (no correction) the sampler's
+    log-probs, no weights, no stats (the method's update as it was); else eq. A3's log pi_prox (N,T),
+    the weights (N,T) of pi_prox / mu and the is/* stats."""
+    if cfg.off_policy_correction is None:
+        return roll.logprobs, None, {}
+    prox = proximal_logprobs(models, roll, cfg)
+    weights, stats = token_weights(prox, roll, cfg)
+    return prox, weights, stats
+
+
+def as_sampled_stats(logprobs: Tensor, roll: Rollout, rows: Tensor, cfg: RLConfig) -> Stats:
+    """The is/* stats of rows (n,) trained on as sampled, weight 1 (raft; docs/async.md): the ratio
+    pi / mu of their log-probs (n,T) under the current policy, a diagnostic only."""
+    mask = roll.completion_mask[rows]
+    weights, stats = importance_weights(logprobs, roll.logprobs[rows], mask, "none", cfg.is_clip)
+    return stats | lag_stats(roll) | {"is/weight_mean": weights.mean()}
+
+
+def floats(stats: Stats) -> dict[str, float]:
+    """Stats as logged numbers."""
+    return {k: float(v) for k, v in stats.items()}

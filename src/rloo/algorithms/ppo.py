@@ -7,13 +7,15 @@ Token-level actions:
      gives advantages and returns; advantages are whitened per batch
   4. ppo_epochs x num_minibatches steps on the clipped surrogate, the value model on its own loss
 Vanilla policy gradient (Ahmadian et al. 2024 sec. 3): the same with lambda = 1, one pass, no ratio
-and no clipping (`token_policy_gradient_loss`). The value model and its optimizer are algorithm
-state: `state_dict` holds them for checkpoints.
+and no clipping (`token_policy_gradient_loss`). Samples of an older policy (rl.max_staleness,
+rl.is_correction): the KL reward of the current policy (eq. A1), decoupled clipping to it and the
+weight of it to the sampler's (docs/async.md eq. A3), its log-probs from the value pass. The value
+model and its optimizer are algorithm state: `state_dict` holds them for checkpoints.
 """
 
 from __future__ import annotations
 
-from typing import cast
+from typing import NamedTuple, cast
 
 import torch
 from torch import Tensor, nn
@@ -30,12 +32,13 @@ from rloo.algorithms.common import (
     sample_and_score,
     sequence_rewards,
 )
+from rloo.algorithms.offpolicy import floats, token_weights
 from rloo.config import RLConfig
 from rloo.core.accumulation import micro_shares
 from rloo.core.advantages import gae, whiten
 from rloo.core.kl import token_level_rewards
 from rloo.core.logprobs import head_token_logprobs, token_logprobs
-from rloo.core.losses import ppo_clip_loss, token_policy_gradient_loss, value_loss
+from rloo.core.losses import ppo_clip_loss, token_policy_gradient_loss, value_loss, weigh
 from rloo.data.collate import position_ids
 from rloo.modeling.dropout import maybe_disable_dropout
 from rloo.modeling.forward import MAX_LOGITS_MB, chunked_head
@@ -106,6 +109,16 @@ class ValueFunction:
         self.opt.load_state_dict(state["value_optimizer"])
 
 
+class Targets(NamedTuple):
+    """A batch's fixed targets: advantages (N,T) (times eq. A3's weights at another policy's samples),
+    returns (N,T), the values before the update (N,T), the log-probs the ratio divides by (N,T)."""
+
+    adv: Tensor
+    returns: Tensor
+    old_values: Tensor
+    old_logprobs: Tensor
+
+
 class PPO:
     """`vanilla=True` is the paper's vanilla policy gradient: lambda = 1, one pass, no ratio, no clip."""
 
@@ -126,10 +139,12 @@ class PPO:
             self.value.load_state_dict(state)
 
     def advantages(self, models: Models, roll, scores, ref_lp, cfg: RLConfig):
-        """Per-token rewards, old values, GAE advantages (whitened if configured) and returns."""
+        """Per-token rewards, old values, GAE advantages (whitened if configured) and returns, and the
+        log-probs the ratio divides by: the sampler's, or at another policy's samples the current ones
+        (eq. A3's pi_prox: this pass's; eq. A1: the KL reward's too)."""
         mask = roll.completion_mask
         with torch.no_grad():
-            _, old_values = self.value.forward(
+            prox, old_values = self.value.forward(
                 models.policy,
                 roll.prompt_ids,
                 roll.prompt_mask,
@@ -139,27 +154,28 @@ class PPO:
                 cfg.max_logits_mb,
             )
         estimator = cfg.algorithm_settings.kl_estimator
-        rewards = token_level_rewards(scores, roll.logprobs, ref_lp, mask, cfg.beta, estimator)
+        old = roll.logprobs if cfg.off_policy_correction is None else torch.where(mask, prox, torch.zeros_like(prox))
+        rewards = token_level_rewards(scores, old, ref_lp, mask, cfg.beta, estimator)
         adv, returns = gae(rewards, old_values, mask, cfg.algorithm_settings.gamma, self.lam)
         if cfg.algorithm_settings.whiten_advantages:
             adv = whiten(adv, mask)
-        return adv, returns, old_values
+        return adv, returns, old_values, old
 
-    def _losses(self, lp, values, rows, roll, adv, returns, old_values, cfg: RLConfig):
+    def _losses(self, lp, values, rows, roll, tg: Targets, cfg: RLConfig):
         mask = roll.completion_mask[rows]
         if self.vanilla:
-            pl, stats = token_policy_gradient_loss(lp, adv[rows], mask)
+            pl, stats = token_policy_gradient_loss(lp, tg.adv[rows], mask)
         else:
-            pl, stats = ppo_clip_loss(lp, roll.logprobs[rows], adv[rows], mask, cfg.algorithm_settings.clip_eps)
+            pl, stats = ppo_clip_loss(lp, tg.old_logprobs[rows], tg.adv[rows], mask, cfg.algorithm_settings.clip_eps)
         clip = None if self.vanilla else cfg.algorithm_settings.value_clip_eps
-        vl, vstats = value_loss(values, returns[rows], mask, old_values[rows], clip)
+        vl, vstats = value_loss(values, tg.returns[rows], mask, tg.old_values[rows], clip)
         return pl, vl, stats | vstats
 
     def _forward(self, models: Models, roll, rows, cfg: RLConfig):
         args = (roll.prompt_ids[rows], roll.prompt_mask[rows], roll.completion_ids[rows], roll.completion_mask[rows])
         return self.value.forward(models.policy, *args, cfg.temperature, cfg.max_logits_mb)
 
-    def _micro_update(self, models: Models, opt, micro, roll, adv, returns, old_values, cfg: RLConfig):
+    def _micro_update(self, models: Models, opt, micro, roll, tg: Targets, cfg: RLConfig):
         """One minibatch's update in micro-batches (rl.micro_batch_size): policy and value losses are
         token means, so each micro-batch weighs by its tokens; one backward of their sum (the value
         head's weighted by vf_coef; a separate value model's parameters are disjoint from the policy's),
@@ -168,9 +184,7 @@ class PPO:
         coef = cfg.algorithm_settings.vf_coef if self.value.kind == "head" else 1.0
 
         def loss_of(rows):
-            pl, vl, stats = self._losses(
-                *self._forward(models, roll, rows, cfg), rows, roll, adv, returns, old_values, cfg
-            )
+            pl, vl, stats = self._losses(*self._forward(models, roll, rows, cfg), rows, roll, tg, cfg)
             return pl + coef * vl, stats
 
         acc = Accumulated(micro, micro_shares(micro, roll.completion_mask), loss_of)
@@ -188,19 +202,21 @@ class PPO:
         timer = Timer()
         roll, scores, ref_lp = sample_and_score(models, prompts, cfg, gen, timer)
         require_scored(scores, cfg.algorithm)
-        seq_rewards, kl = sequence_rewards(scores, roll, ref_lp, cfg)
-        adv, returns, old_values = self.advantages(models, roll, scores, ref_lp, cfg)
+        adv, returns, old_values, old = self.advantages(models, roll, scores, ref_lp, cfg)
+        seq_rewards, kl = sequence_rewards(scores, roll, ref_lp, cfg, old)
+        weights, is_stats = (None, {}) if cfg.off_policy_correction is None else token_weights(old, roll, cfg)
+        tg = Targets(weigh(adv, weights), returns, old_values, old)  # eq. A3: w A in the surrogate, ratio to pi_prox
         records, norms, skipped = [], [], False
         policy_params = list(models.policy.parameters())
         for rows in minibatches(len(roll.prompts), self.parts, self.epochs, gen):
             if len(micro := micro_parts(rows, cfg)) > 1:
-                norm, ok, stats = self._micro_update(models, opt, micro, roll, adv, returns, old_values, cfg)
+                norm, ok, stats = self._micro_update(models, opt, micro, roll, tg, cfg)
                 records.append(stats)
                 norms.append(norm)
                 skipped |= not ok
                 continue
             lp, values = self._forward(models, roll, rows, cfg)
-            pl, vl, stats = self._losses(lp, values, rows, roll, adv, returns, old_values, cfg)
+            pl, vl, stats = self._losses(lp, values, rows, roll, tg, cfg)
             if self.value.kind == "head":  # one backward: the value loss also shapes the shared body
                 self.value.opt.zero_grad(set_to_none=True)
                 norm, ok = guarded_step(pl + cfg.algorithm_settings.vf_coef * vl, policy_params, opt, cfg.max_grad_norm)
@@ -215,6 +231,6 @@ class PPO:
             norms.append(norm)
             skipped |= not ok
         timer.lap("update")
-        stats = mean_stats(records) | {"value/mean": old_values[roll.completion_mask].mean().item()}
+        stats = mean_stats(records) | {"value/mean": old_values[roll.completion_mask].mean().item()} | floats(is_stats)
         stats |= rollout_stats(roll, scores, kl, seq_rewards, max(norms), skipped, timer)
         return StepResult(stats, roll, seq_rewards)

@@ -5,6 +5,8 @@
   3. one supervised step on the kept completions: token-averaged negative log-likelihood (of an
      episode, the policy's tokens only: the environment's observations are not imitated)
 The other K-1 samples only serve to rank; nothing is pushed down.
+Samples of an older policy (rl.max_staleness): trained on as they are, ranked by the sampler's shaped
+reward, with no importance weight (best-of-k has no tractable ratio; docs/async.md).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from rloo.algorithms.common import (
     sequence_rewards,
     step_loss_stats,
 )
+from rloo.algorithms.offpolicy import as_sampled_stats
 from rloo.config import RLConfig
 from rloo.core.accumulation import micro_shares
 from rloo.core.losses import raft_select, sft_loss
@@ -45,7 +48,9 @@ def raft_step(models: Models, opt, prompts: list[str], cfg: RLConfig, gen: torch
     wrapped, mask = is_wrapped(models.policy), policy_tokens(roll)  # an episode's own tokens only
 
     def loss_of(r):
-        return sft_loss(rows_logprobs(models.policy, roll, r, cfg, wrapped), mask[r])
+        lp = rows_logprobs(models.policy, roll, r, cfg, wrapped)
+        loss, stats = sft_loss(lp, mask[r])
+        return loss, stats | ({} if cfg.off_policy_correction is None else as_sampled_stats(lp, roll, r, cfg))
 
     parts = micro_parts(rows, cfg, per_prompt=1)
     loss, stats = (

@@ -51,9 +51,12 @@ class MethodSpec:
     several_updates: bool | str = False
     online: bool = True  # False: trains on preference pairs, not on samples (rloo.training.dpo)
     value_model: bool = False  # learns a value model (the comparison's GAE-lambda table)
-    # implements rl.max_staleness > 0 / rl.is_correction, the importance-weighted update for samples of
-    # an older policy (docs/async.md)
+    # implements rl.max_staleness > 0 / rl.is_correction, the update for samples of an older policy
+    # (docs/async.md)
     off_policy: bool = False
+    # with off_policy: weighs its update by rl.is_correction's importance ratio (default tis); False:
+    # trains on the lagged samples as they are (default none, and is_correction's weights refused)
+    importance: bool = True
     multi_turn: bool = False  # trains on env= episodes with the policy-token mask (docs/agents.md)
     tuned: tuple[str, str] = ("lr", "beta")  # the (learning rate, KL coefficient) `rloo compare` tunes
     variants: dict[str, dict] = field(default_factory=dict)  # more `rloo compare` runs: name -> rl overrides
@@ -96,14 +99,15 @@ METHOD_SPECS: dict[str, MethodSpec] = {
                 "rloo_clip": {"algorithm_settings": {"rloo_clip": True}},
             },
         ),
-        MethodSpec("reinforce", "moving-average baseline", ReinforceSettings, multi_turn=True),
-        MethodSpec("vanilla_pg", "", VanillaPGSettings, value_model=True),
+        MethodSpec("reinforce", "moving-average baseline", ReinforceSettings, off_policy=True, multi_turn=True),
+        MethodSpec("vanilla_pg", "", VanillaPGSettings, value_model=True, off_policy=True),
         MethodSpec(
             "ppo",
             "",
             PPOSettings,
             several_updates=True,
             value_model=True,
+            off_policy=True,
             variants={"ppo_lambda1": {"algorithm_settings": {"gae_lambda": 1.0}}},
         ),
         MethodSpec(
@@ -113,9 +117,10 @@ METHOD_SPECS: dict[str, MethodSpec] = {
             groups=_GROUP.format("grpo", "each advantage is normalised by the mean and std of its prompt's group"),
             unscored=True,
             several_updates=True,
+            off_policy=True,
             multi_turn=True,
         ),
-        MethodSpec("raft", "", KLEstimatorSettings, multi_turn=True),
+        MethodSpec("raft", "", KLEstimatorSettings, off_policy=True, importance=False, multi_turn=True),
         MethodSpec(
             "dpo",
             "offline, on the reward model's pairs",
@@ -130,8 +135,11 @@ METHOD_SPECS: dict[str, MethodSpec] = {
             groups=_GROUP.format("dr_grpo", "each advantage subtracts the mean of its prompt's group"),
             unscored=True,
             several_updates=True,
+            off_policy=True,
         ),
-        MethodSpec("reinforce_pp", "batch-level baseline", GRPOSettings, unscored=True, several_updates=True),
+        MethodSpec(
+            "reinforce_pp", "batch-level baseline", GRPOSettings, unscored=True, several_updates=True, off_policy=True
+        ),
     )
 }
 DEFAULT_METHOD = next(iter(METHOD_SPECS))  # rloo: the paper's method, and the comparison's baseline

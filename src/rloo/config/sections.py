@@ -188,8 +188,16 @@ class RLSettings(MethodChoice):
     @model_validator(mode="after")
     def _off_policy_methods_only(self):
         # checked for `rloo compare`'s shared section too: its every method would run the off-policy update
-        if self.off_policy_correction is not None:
-            require("off_policy", self.algorithm, "max_staleness > 0 and is_correction")
+        if (correction := self.off_policy_correction) is not None:
+            spec, what = METHOD_SPECS[self.algorithm], "max_staleness > 0 and is_correction"
+            if not spec.online:
+                raise ValueError(f"{what}: {self.algorithm} is offline (it trains on fixed pairs: no sampler to lag)")
+            require("off_policy", self.algorithm, what)
+            if not spec.importance and correction != "none":
+                raise ValueError(
+                    f"is_correction={correction}: {self.algorithm} trains on lagged samples as they are (SFT on the "
+                    "best of k, whose selection has no tractable importance ratio); leave it unset or none"
+                )
         if self.max_staleness and self.generation != "sampler":
             raise ValueError("max_staleness > 0 samples with generation=sampler (rloo's own); vLLM is not supported")
         return self
@@ -199,7 +207,7 @@ class RLSettings(MethodChoice):
         """The importance correction the update applies; None: the paper's on-policy update (today's path)."""
         if self.max_staleness == 0 and self.is_correction in (None, "none"):
             return None
-        return self.is_correction or "tis"
+        return self.is_correction or ("tis" if METHOD_SPECS[self.algorithm].importance else "none")
 
     sample_every: int = Field(
         default=50,
@@ -242,13 +250,14 @@ class RLSettings(MethodChoice):
         default=0,
         ge=0,
         description="Updates a batch's sampling weights may lag the trained ones (N); 0: synchronous, as "
-        "in the paper. rloo only; N > 0 corrects with importance weights (is_correction).",
+        "in the paper. Online methods (dpo is offline); N > 0 corrects with importance weights (is_correction; "
+        "raft trains on the lagged samples as they are).",
     )
     is_correction: Literal["tis", "mis", "tis_token", "mis_token", "none"] | None = Field(
         default=None,
         description="Importance correction for samples from another policy: tis (ratio truncated at "
         "is_clip), mis (masked outside [1/is_clip, is_clip]), token-level variants, none; null: tis "
-        "when max_staleness > 0, none (the paper's update) at 0.",
+        "when max_staleness > 0 (raft: none), none (the paper's update) at 0.",
     )
     is_clip: float = Field(default=2.0, gt=1, description="C of is_correction: truncation / mask bound.")
     reward_weights: dict[str, float] = Field(

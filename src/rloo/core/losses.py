@@ -21,6 +21,14 @@ def _mean(x: Tensor, mask: Tensor | None) -> Tensor:
     return x.mean() if mask is None else masked_mean(x, mask)
 
 
+def weigh(advantages: Tensor, weights: Tensor | None) -> Tensor:
+    """Advantages (N,) or (N,T) times detached importance weights w >= 0 (N,T) or None (docs/async.md
+    eq. A3); as w * min(r A, clip(r) A) = min(r wA, clip(r) wA), a clipped surrogate with wA is w times it."""
+    if weights is None:
+        return advantages
+    return (advantages[:, None] if advantages.dim() == 1 else advantages).detach() * weights.detach()
+
+
 def policy_gradient_loss(seq_logprobs: Tensor, advantages: Tensor) -> tuple[Tensor, Stats]:
     """REINFORCE / RLOO loss, eq. (5): loss = -mean_i(A_i * log pi(y_i|x)).
 
@@ -227,6 +235,7 @@ def grpo_loss(
     mask: Tensor,
     clip_eps: float,
     beta: float,
+    weights: Tensor | None = None,
 ) -> tuple[Tensor, Stats]:
     """GRPO objective (Shao et al. 2024, DeepSeekMath eq. 3), negated for descent.
 
@@ -234,11 +243,13 @@ def grpo_loss(
     A (N,) the group-normalized advantage shared by every token of a completion and the KL to the
     reference in the loss (the unbiased k3 estimator, DeepSeekMath eq. 4), not in the reward.
     Tokens are averaged over the whole batch. logprobs, old_logprobs, ref_logprobs, mask: (N, T).
-    stats: ppo_clip_loss's plus "loss/kl" (the mean k3 term, before beta).
+    stats: ppo_clip_loss's plus "loss/kl" (the mean k3 term, before beta). weights (N,T): each
+    token's terms times w (`weigh`; samples of another policy, docs/async.md eq. A3).
     """
-    policy_loss, stats = ppo_clip_loss(logprobs, old_logprobs, advantages, mask, clip_eps)
+    policy_loss, stats = ppo_clip_loss(logprobs, old_logprobs, weigh(advantages, weights), mask, clip_eps)
     log_ratio = ref_logprobs.detach() - logprobs
-    kl = masked_mean(torch.expm1(log_ratio) - log_ratio, mask)  # k3, Schulman 2020
+    k3 = torch.expm1(log_ratio) - log_ratio  # Schulman 2020
+    kl = masked_mean(k3 if weights is None else weights.detach() * k3, mask)
     return policy_loss + beta * kl, stats | {"loss/kl": kl.detach()}
 
 
@@ -251,6 +262,7 @@ def dr_grpo_loss(
     clip_eps: float,
     beta: float,
     norm_length: float,
+    weights: Tensor | None = None,
 ) -> tuple[Tensor, Stats]:
     """Dr. GRPO objective (Liu et al. 2025, "Understanding R1-Zero-Like Training", eq. 3 and their
     reference code), negated for descent: GRPO's clipped surrogate and k3 KL, but each completion's
@@ -262,21 +274,23 @@ def dr_grpo_loss(
 
     logprobs, old_logprobs, ref_logprobs, mask: (N, T), mask bool True = real token; advantages
     (N,) (``group_mean_advantages``), shared by a completion's tokens; L = norm_length > 0.
-    stats: "loss/policy", "loss/kl" (the k3 sum / (N L), before beta), "ppo/clipfrac".
+    stats: "loss/policy", "loss/kl" (the k3 sum / (N L), before beta), "ppo/clipfrac". weights
+    (N,T): each token's terms times w (as grpo_loss's).
     """
     if clip_eps <= 0 or norm_length <= 0:
         raise ValueError(f"clip_eps and norm_length must be > 0, got {clip_eps}, {norm_length}")
     _check_same_shape(logprobs=logprobs, old_logprobs=old_logprobs, ref_logprobs=ref_logprobs)
     if advantages.shape != logprobs.shape[:1]:
         raise ValueError(f"advantages must be (N,) = ({logprobs.shape[0]},), got {tuple(advantages.shape)}")
-    adv = advantages.detach()[:, None]
+    adv = advantages.detach()[:, None] if weights is None else weigh(advantages, weights)
     ratio = torch.exp(logprobs - old_logprobs.detach())
     unclipped, clipped = ratio * adv, ratio.clamp(1.0 - clip_eps, 1.0 + clip_eps) * adv
     zero = torch.zeros((), dtype=logprobs.dtype, device=logprobs.device)
     scale = logprobs.shape[0] * norm_length
     policy = -torch.where(mask, torch.minimum(unclipped, clipped), zero).sum() / scale
     log_ratio = ref_logprobs.detach() - logprobs
-    kl = torch.where(mask, torch.expm1(log_ratio) - log_ratio, zero).sum() / scale  # k3, Schulman 2020
+    k3 = torch.expm1(log_ratio) - log_ratio  # Schulman 2020
+    kl = torch.where(mask, k3 if weights is None else weights.detach() * k3, zero).sum() / scale
     with torch.no_grad():
         clipfrac = masked_mean((clipped < unclipped).to(ratio.dtype), mask)
     return policy + beta * kl, {"loss/policy": policy.detach(), "loss/kl": kl.detach(), "ppo/clipfrac": clipfrac}
