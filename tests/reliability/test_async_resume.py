@@ -18,7 +18,7 @@ import rloo.algorithms.rloo as rl
 import rloo.rollout.producer as producer
 from rloo import train
 from rloo.errors import Interrupted
-from rloo.runtime.checkpoint import latest_checkpoint, step_of
+from rloo.runtime.checkpoint import latest_checkpoint, load_ring, step_of
 
 from ._helpers import PROMPTS, assert_same_params
 from .conftest import rl_config
@@ -62,11 +62,11 @@ def _metrics(out: Path) -> list[dict]:
     return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in records]
 
 
-def _run(tiny_model_dir, out, n: int, threads: int, monkeypatch, batches: list, stop_at=None, resume=False):
+def _run(tiny_model_dir, out, n: int, threads: int, monkeypatch, batches: list, stop_at=None, resume=False, **kw):
     _record_batches(monkeypatch, threads, batches)
     if stop_at is not None:
         _signal_in_step(monkeypatch, stop_at)
-    cfg = rl_config(tiny_model_dir, out, max_staleness=n, lr=1e-2)  # 6 steps, checkpoints at 2, 4, 6
+    cfg = rl_config(tiny_model_dir, out, max_staleness=n, lr=1e-2, **kw)  # 6 steps, checkpoints at 2, 4, 6
     try:
         train(cfg, prompts=PROMPTS, reward_fn=reward_short, resume=resume)
     finally:
@@ -74,20 +74,21 @@ def _run(tiny_model_dir, out, n: int, threads: int, monkeypatch, batches: list, 
         torch.set_num_threads(int(os.environ.get("RLOO_TEST_THREADS", "2")))  # the producer's close() set it
 
 
-def _check_exact_resume(tiny_model_dir, tmp_path, monkeypatch, n, threads, stop_at):
+def _check_exact_resume(tiny_model_dir, tmp_path, monkeypatch, n, threads, stop_at, **kw) -> Path:
     ref = tmp_path / "ref"
     want, got, out = [], [], tmp_path / "run"
-    _run(tiny_model_dir, ref, n, threads, monkeypatch, want)
+    _run(tiny_model_dir, ref, n, threads, monkeypatch, want, **kw)
     with pytest.raises(Interrupted, match=f"stopped at step {stop_at}/6"):
-        _run(tiny_model_dir, out, n, threads, monkeypatch, got, stop_at=stop_at)
+        _run(tiny_model_dir, out, n, threads, monkeypatch, got, stop_at=stop_at, **kw)
     assert step_of(latest_checkpoint(out)) == stop_at
-    _run(tiny_model_dir, out, n, threads, monkeypatch, got, resume=True)
+    _run(tiny_model_dir, out, n, threads, monkeypatch, got, resume=True, **kw)
     assert len(got) == len(want) == 6  # the batches the trainer took (a producer's extra ones were dropped)
     for t, ((tokens, lp), (want_tokens, want_lp)) in enumerate(zip(got, want, strict=True)):
         assert torch.equal(tokens, want_tokens) and torch.equal(lp, want_lp), f"batch {t} differs"
     assert _metrics(out) == _metrics(ref)
     assert [r["is/lag"] for r in _metrics(out) if "is/lag" in r] == [min(t, n) for t in range(6)]
     assert_same_params(ref / "model", out / "model")
+    return out
 
 
 @pytest.mark.parametrize(("n", "stop_at"), [(1, 3), (2, 3), (2, 1)])  # (2, 1): stopped before the lag is N
@@ -98,3 +99,15 @@ def test_in_process_lag_resumes_exactly(tiny_model_dir, tmp_path, monkeypatch, n
 @pytest.mark.parametrize("n", [1, 2])
 def test_producer_resumes_exactly(tiny_model_dir, tmp_path, monkeypatch, n):
     _check_exact_resume(tiny_model_dir, tmp_path, monkeypatch, n, threads=2, stop_at=3)
+
+
+def test_lora_resumes_exactly_from_the_adapters_alone(tiny_model_dir, tmp_path, monkeypatch):
+    """Under LoRA the base weights are every version's: a checkpoint's older versions are the adapters."""
+    pytest.importorskip("peft")
+    from rloo.config import LoraSettings
+
+    lora = LoraSettings(r=4, save="merged")
+    out = _check_exact_resume(tiny_model_dir, tmp_path, monkeypatch, 2, threads=1, stop_at=3, lora=lora)
+    ring = load_ring(out / "checkpoints" / "step-000004")
+    assert sorted(ring) == [2, 3] and all(ring.values())
+    assert all("lora_" in name for v in ring.values() for name in v)

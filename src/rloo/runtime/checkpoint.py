@@ -50,6 +50,7 @@ from rloo.runtime.checkpoint_verify import (  # noqa: F401 - the rest re-exporte
 from rloo.runtime.resumecheck import check_resume_config, prompts_digest  # noqa: F401 - re-exported
 from rloo.runtime.rng import rng_state, set_rng_state  # noqa: F401 - re-exported
 from rloo.runtime.tracking import say_once
+from rloo.runtime.weights import WeightRing
 
 # ---- writing ---------------------------------------------------------------------------------
 
@@ -182,7 +183,7 @@ class Checkpointer:
         self.inputs: dict = inputs or {}  # content fingerprints of the run's inputs (rloo.runtime.fingerprint)
         self.prompt_steps = prompt_steps  # `steps` the built-in task's prompt list was made for
         self.guard = guard  # rloo.runtime.paramguard.ParamGuard: its starting norm is saved
-        self.ring = None  # an asynchronous run's WeightRing: the older versions are saved (exact resume)
+        self.ring: WeightRing | None = None  # an asynchronous run's WeightRing: the older versions are saved (exact resume)
 
     def snapshot(self, step: int) -> dict:
         snap = snapshot(step, self.counters, self.gen, self.sched, self.stream, self.out / "metrics.jsonl")
