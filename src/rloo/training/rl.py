@@ -155,6 +155,7 @@ def _train(cfg, dist, prompts, reward_fn, resume, overwrite) -> RLResult:
     if cfg.max_staleness:  # samples (and scores) with the weights of N updates ago (docs/async.md)
         older = load_ring(ckpt) if ckpt is not None else None  # the versions of an exact resume
         sampler = stale_sampler(cfg, models, stream, start, producer_scoring(models, cfg), older)
+        del older  # copied into the ring: not held for the whole run
         models.sampler, ck.ring = sampler, sampler.ring  # each checkpoint holds its next N batches' versions
     try:
         return loop(cfg, dist, models, LoopState(algo, opt, sched, gen, stream, ck, param_guard), eval_set, start)
