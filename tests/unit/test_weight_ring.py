@@ -1,5 +1,7 @@
 """rloo.runtime.weights.WeightRing: version v in slot v mod (N+1), refused once overwritten."""
 
+import copy
+
 import pytest
 import torch
 
@@ -56,3 +58,20 @@ def test_refill_leaves_out_versions_another_n_saved():
     ring = WeightRing(_model(5.0), staleness=1, version=5)
     ring.refill({3: {"weight": torch.full((1, 2), 3.0)}, 4: {"weight": torch.full((1, 2), 4.0)}}, _model(5.0), 5)
     assert [ring.holds(v) for v in (3, 4, 5)] == [False, True, True]
+
+
+def test_a_tied_parameter_is_saved_once_and_restored_from_its_twin():
+    """A tied LM head: the checkpoint holds the shared tensor under one name; refill fills both."""
+    model = torch.nn.Sequential(torch.nn.Embedding(3, 2), torch.nn.Linear(2, 3, bias=False))
+    model[1].weight = model[0].weight
+    ring = WeightRing(model, staleness=1)
+    with torch.no_grad():
+        model[0].weight.add_(1.0)
+    ring.publish(1, model)
+    older = ring.older_versions(1, model)
+    assert set(older[0]) == {"0.weight"}
+    resumed, out = WeightRing(model, staleness=1, version=1), copy.deepcopy(model)
+    resumed.refill(older, model, 1)
+    out[1].weight = torch.nn.Parameter(torch.zeros(3, 2))  # untied, to see both names filled
+    resumed.load_into(0, out)
+    assert torch.equal(out[0].weight, older[0]["0.weight"]) and torch.equal(out[1].weight, older[0]["0.weight"])

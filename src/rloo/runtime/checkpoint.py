@@ -183,7 +183,7 @@ class Checkpointer:
         self.inputs: dict = inputs or {}  # content fingerprints of the run's inputs (rloo.runtime.fingerprint)
         self.prompt_steps = prompt_steps  # `steps` the built-in task's prompt list was made for
         self.guard = guard  # rloo.runtime.paramguard.ParamGuard: its starting norm is saved
-        self.ring: WeightRing | None = None  # an asynchronous run's WeightRing: the older versions are saved (exact resume)
+        self.ring: WeightRing | None = None  # an asynchronous run's ring: its older versions are saved
 
     def snapshot(self, step: int) -> dict:
         snap = snapshot(step, self.counters, self.gen, self.sched, self.stream, self.out / "metrics.jsonl")

@@ -69,9 +69,9 @@ class WeightRing:
     def older_versions(self, step: int, model: torch.nn.Module) -> dict[int, dict[str, torch.Tensor]]:
         """What a checkpoint at step `step` needs besides `model` (version `step`): versions
         max(0, step - N) .. step - 1 that the ring holds, each without the frozen parameters (the
-        same in every version: under LoRA, all but the adapters). References to the ring's tensors:
-        write them before the next publish."""
-        frozen = frozen_names(model)
+        same in every version: under LoRA, all but the adapters) and with a tied parameter once
+        (`tied_names`). References to the ring's tensors: write them before the next publish."""
+        frozen = frozen_names(model) | set(tied_names(model))
         return {
             v: {n: t for n, t in self.slots[v % self.size].items() if n not in frozen}
             for v in range(max(0, step - self.size + 1), step)
@@ -83,14 +83,24 @@ class WeightRing:
         """Put back a checkpoint's `older_versions` (the ring holds `model` as version `step`): each
         version's frozen entries are `model`'s. Versions outside max(0, step - N) .. step - 1 (a
         checkpoint of a run with another N) are left out."""
-        state = model.state_dict()
+        state, tied = model.state_dict(), tied_names(model)
         for v, tensors in sorted(saved.items()):
             if max(0, step - self.size + 1) <= v < step:
                 slot = v % self.size
                 self.versions[slot] = -1
                 for name, t in self.slots[slot].items():
-                    t.copy_(tensors[name] if name in tensors else state[name])
+                    t.copy_(tensors.get(tied.get(name, name), state[name]))
                 self.versions[slot] = v
+
+
+def tied_names(model: torch.nn.Module) -> dict[str, str]:
+    """{name: the name it is tied to} for every second name of a shared parameter (a tied LM head)."""
+    first: dict[int, str] = {}
+    tied = {}
+    for n, p in model.named_parameters(remove_duplicate=False):
+        tied.update({n: first[id(p)]} if id(p) in first else {})
+        first.setdefault(id(p), n)
+    return tied
 
 
 def frozen_names(model: torch.nn.Module) -> set[str]:
