@@ -157,7 +157,7 @@ def test_lagged_batches_come_from_the_weights_of_update_t_minus_n(tiny_model_dir
     if kind == "producer":
         sampler = ProducerSampler(policy, models.tokenizer, cfg, copy.deepcopy(stream))
     else:
-        sampler = LaggedSampler(policy, models.tokenizer, cfg, torch.Generator().manual_seed(0))
+        sampler = LaggedSampler(policy, models.tokenizer, cfg)
     try:
         _check_versions(sampler, policy, stream, lag)
     finally:

@@ -1,6 +1,7 @@
 """The rollout producer process (rl.max_staleness > 0, rloo.rollout.producer; docs/async.md) lives and
 dies with its trainer: SIGKILL of the trainer leaves no process behind; SIGKILL of the producer stops
-the trainer with one line and a checkpoint, and --resume finishes the run."""
+the trainer with one line and a checkpoint, and --resume finishes the run exactly as a run that was
+never stopped (tests/reliability/test_async_resume.py checks more cases in process)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from ._helpers import assert_same_params
 
 TESTS = Path(__file__).resolve().parents[1]
 SRC = TESTS.parent / "src"
@@ -112,23 +115,35 @@ def test_a_stopped_trainer_leaves_no_process(tiny_model_dir, tmp_path, sig):
         proc.kill()
 
 
+def _metrics(out: Path) -> list[dict]:
+    """metrics.jsonl without the wall-clock times."""
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in records]
+
+
 def test_sigkill_of_the_producer_stops_the_trainer_with_one_line_and_resume_finishes(tiny_model_dir, tmp_path):
     out = tmp_path / "run"
     proc = _start(tiny_model_dir, out)
+    reference = _start(tiny_model_dir, tmp_path / "ref")  # never stopped; runs meanwhile (log-1.txt)
     try:
         _wait_for_steps(out, proc, 2)
         producer = _producer(proc.pid)
         os.kill(producer, signal.SIGKILL)
         assert proc.wait(300) == 2
+        assert reference.wait(300) == 0, (tmp_path / "log-1.txt").read_text()
     finally:
         proc.kill()
+        reference.kill()
     text = (tmp_path / "log-0.txt").read_text()
     last = text.strip().splitlines()[-1]
     assert last.startswith(f"rloo train: error: the rollout producer (pid {producer}) was killed by SIGKILL (at step")
     assert "rerun with --resume" in last and "Traceback" not in text
     resumed = _start(tiny_model_dir, out, "--resume")
-    assert resumed.wait(300) == 0, (tmp_path / "log-1.txt").read_text()
-    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert resumed.wait(300) == 0, (tmp_path / "log-2.txt").read_text()
+    records = _metrics(out)
     steps = [r["step"] for r in records if "loss/policy" in r]  # the final eval adds a record at 30
     assert steps == list(range(1, 31))
+    # exact: the checkpoint held the older weights version, and each batch's generator is (seed, t)'s
+    assert records == _metrics(tmp_path / "ref")
+    assert_same_params(tmp_path / "ref" / "model", out / "model")
     assert not [p for p in _children(os.getpid()) if "spawn_main" in _cmdline(p)]

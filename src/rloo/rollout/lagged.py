@@ -5,7 +5,9 @@ max(0, t - N) (rloo.runtime.weights.WeightRing), so the off-policy estimator is 
 end with the same staleness as the producer process, without its overlap (no speed-up).
 
 Used as `Models.sampler`: `__call__(policy, prompts)` samples, `sync(policy)` is called by the
-loop after each update and publishes the new weights.
+loop after each update and publishes the new weights. Batch t draws from its own generator
+(`batch_generator(seed, t)`), as the producer's does: a resumed run, its ring refilled from the
+checkpoint (`older`), samples the same batches bit for bit.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import torch
 from rloo.config import RLConfig
 from rloo.rollout.sampler import Rollout, rollout
 from rloo.rollout.settings import sampling_settings
+from rloo.runtime.rng import batch_generator
 from rloo.runtime.weights import WeightRing
 
 
@@ -29,18 +32,20 @@ def shadow_copy(policy: torch.nn.Module) -> torch.nn.Module:
 
 
 class LaggedSampler:
-    def __init__(self, policy: torch.nn.Module, tokenizer, cfg: RLConfig, generator: torch.Generator, version=0):
-        self.tokenizer, self.cfg, self.generator = tokenizer, cfg, generator
+    def __init__(self, policy: torch.nn.Module, tokenizer, cfg: RLConfig, version: int = 0, older=None):
+        self.tokenizer, self.cfg = tokenizer, cfg
         self.lag = cfg.max_staleness
         self.shadow = shadow_copy(policy)
-        # updates the trainer has made; a resumed run starts at its step with only those weights
+        # steps the trainer has made (= the next batch's index); a resumed run starts at its step
+        # with its checkpoint's older versions (WeightRing.older_versions)
         self.version = version
         self.ring = WeightRing(policy, self.lag, version=version)
+        self.ring.refill(older or {}, policy, version)
 
     def behaviour_version(self) -> int:
-        """The weights the next batch is sampled with: N updates ago, or the oldest the ring has."""
-        oldest = max(0, self.version - self.lag)
-        return max(oldest, min(int(v) for v in self.ring.versions if v >= 0))
+        """The weights the next batch is sampled with: N updates ago, or the oldest the ring has
+        (a resumed run's checkpoint without them: one from before exact resume)."""
+        return max(self.version - self.lag, self.ring.oldest())
 
     def __call__(self, policy: torch.nn.Module, prompts: list[str]) -> Rollout:
         v = self.behaviour_version()
@@ -52,7 +57,7 @@ class LaggedSampler:
             prompts,
             cfg.k,
             **sampling_settings(cfg),
-            generator=self.generator,
+            generator=batch_generator(cfg.seed, self.version),
         )
         roll.lag = self.version - v
         return roll

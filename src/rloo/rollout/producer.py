@@ -4,8 +4,9 @@ ahead", in its own process, so sampling overlaps the trainer's scoring and updat
 Trainer side, `ProducerSampler` (a `Models.sampler`): `__call__(policy, prompts)` takes the next batch
 from a bounded queue, `sync(policy)` publishes the weights after each update into a shared-memory
 `WeightRing` (rloo.runtime.weights). Producer side, `_produce`: batch j is sampled with exactly the
-weights of update max(start, j - N), the prompts from its own copy of the prompt stream (the trainer
-checks they are the prompts it expected). The process lives and dies with the trainer
+weights of update max(oldest, j - N) (oldest: 0, or the oldest a resumed run's checkpoint had), with
+the generator `batch_generator(seed, j)`, the prompts from its own copy of the prompt stream (the
+trainer checks they are the prompts it expected). The process lives and dies with the trainer
 (rloo.runtime.child). With a `score` (rloo.algorithms.base.Scoring, built by rloo.training.rl) the
 producer also scores each batch (reward model or function, reference log-probs) and hands over a
 `ScoredRollout`, so that the trainer's step is its update only (docs/async.md measures why).
@@ -26,6 +27,7 @@ from rloo.rollout.lagged import LaggedSampler, shadow_copy
 from rloo.rollout.sampler import Rollout, rollout
 from rloo.rollout.settings import sampling_settings
 from rloo.runtime.child import ChildProcess, die_with_parent, put_until, wait_until
+from rloo.runtime.rng import batch_generator
 from rloo.runtime.weights import WeightRing
 
 
@@ -50,18 +52,19 @@ def thread_split(total: int) -> tuple[int, int]:
 
 def _produce(parent_pid, stop, out, cfg: RLConfig, model, tokenizer, stream, ring: WeightRing, start, threads, score):
     """The producer process's body: sample (and score, with `score`) batch j = start, start+1, ...
-    with weights max(start, j - N)."""
+    with weights max(oldest, j - N) and the generator of (seed, j)."""
     die_with_parent(parent_pid)
     torch.set_num_threads(threads)
-    gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + start)
+    oldest = ring.oldest()  # read before the trainer's first publish
     try:
         for j in itertools.count(start):
-            version = max(start, j - cfg.max_staleness)
+            version = max(oldest, j - cfg.max_staleness)
             t0 = time.perf_counter()
             if not wait_until(lambda v=version: ring.holds(v), stop, parent_pid):
                 return
             t1 = time.perf_counter()
             ring.load_into(version, model)
+            gen = batch_generator(cfg.seed, j)
             roll = rollout(model, tokenizer, stream.next(), cfg.k, **sampling_settings(cfg), generator=gen)
             t2 = time.perf_counter()
             parts = {"time/producer_idle": t1 - t0, "time/producer_sample": t2 - t1}
@@ -75,11 +78,13 @@ def _produce(parent_pid, stop, out, cfg: RLConfig, model, tokenizer, stream, rin
 
 
 class ProducerSampler:
-    """The trainer's end of the producer. `version`: updates made (a resumed run starts at its step)."""
+    """The trainer's end of the producer. `version`: steps made (a resumed run starts at its step,
+    its ring refilled with the checkpoint's older versions, `older`)."""
 
-    def __init__(self, policy: torch.nn.Module, tokenizer, cfg: RLConfig, stream, start: int = 0, score=None):
+    def __init__(self, policy: torch.nn.Module, tokenizer, cfg: RLConfig, stream, start=0, score=None, older=None):
         self.k, self.version, self.next_batch = cfg.k, start, start
         self.ring = WeightRing(policy, cfg.max_staleness, shared=True, version=start)
+        self.ring.refill(older or {}, policy, start)
         self.threads_before = torch.get_num_threads()
         producer, trainer = thread_split(self.threads_before)
         # the stream is copied at the trainer's position: both draw the same prompts in the same order
@@ -119,11 +124,11 @@ class ProducerSampler:
         torch.set_num_threads(self.threads_before)
 
 
-def stale_sampler(cfg: RLConfig, models, generator: torch.Generator, stream, start: int, score=None):
+def stale_sampler(cfg: RLConfig, models, stream, start: int, score=None, older=None):
     """The sampler of a run with max_staleness > 0 from step `start`: the producer process (scoring
     its batches with `score` when given), or with a single thread (no core to give it) the same lag
-    simulated in the trainer's process (LaggedSampler; the trainer scores).
-    A resumed run's ring holds only the resumed weights: its first N batches lag less (docs/async.md)."""
+    simulated in the trainer's process (LaggedSampler; the trainer scores). `older`: a resumed run's
+    older weight versions from its checkpoint (WeightRing.older_versions), for an exact resume."""
     if torch.get_num_threads() < 2:
-        return LaggedSampler(models.policy, models.tokenizer, cfg, generator, version=start)
-    return ProducerSampler(models.policy, models.tokenizer, cfg, stream, start, score)
+        return LaggedSampler(models.policy, models.tokenizer, cfg, version=start, older=older)
+    return ProducerSampler(models.policy, models.tokenizer, cfg, stream, start, score, older)

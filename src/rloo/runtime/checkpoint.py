@@ -5,6 +5,8 @@ Layout: `<run>/checkpoints/step-000120/` with
   state.pt    optimizer, scheduler, RNG states (Python, NumPy, torch, the sampler's generator),
               data-stream position, running counters, metrics-file offset, step and config;
               loaded with torch.load(weights_only=True), so no arbitrary pickle is ever executed
+  ring/       rl.max_staleness = N > 0 only: version-000117.safetensors .. the older policy versions
+              the next N batches are sampled with (rloo.runtime.weights.WeightRing.older_versions)
   COMPLETE    written last: JSON {"step", "files": {path: [size, sha256]}}
 A checkpoint is written into `.tmp-step-*` and renamed into place, so a crash or `kill -9` while
 writing leaves the previous checkpoints untouched. On resume a folder without COMPLETE, or whose
@@ -20,6 +22,7 @@ import os
 from pathlib import Path
 
 import torch
+from safetensors.torch import save_file
 
 from rloo.errors import RlooError, option
 from rloo.runtime.atomic import (
@@ -32,24 +35,29 @@ from rloo.runtime.atomic import (
 )
 from rloo.runtime.checkpoint_verify import (  # noqa: F401 - the rest re-exported
     MARKER,
+    RING,
     is_verified,
     latest_checkpoint,
     list_checkpoints,
+    load_ring,
     load_state,
     mark_verified,
     prune_checkpoints,
+    ring_file,
     step_of,
     verify_checkpoint,
 )
 from rloo.runtime.resumecheck import check_resume_config, prompts_digest  # noqa: F401 - re-exported
 from rloo.runtime.rng import rng_state, set_rng_state  # noqa: F401 - re-exported
 from rloo.runtime.tracking import say_once
+from rloo.runtime.weights import WeightRing
 
 # ---- writing ---------------------------------------------------------------------------------
 
 
-def save_checkpoint(run_dir: Path, step: int, model, tokenizer, state: dict, keep: int = 2) -> Path:
-    """Write checkpoint `step` atomically and keep only the newest `keep` (never the one just written)."""
+def save_checkpoint(run_dir: Path, step: int, model, tokenizer, state: dict, keep: int = 2, ring=None) -> Path:
+    """Write checkpoint `step` atomically and keep only the newest `keep` (never the one just written).
+    `ring`: {version: tensors} of an asynchronous run's older weight versions, written under ring/."""
     root = Path(run_dir) / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
     for stale in root.glob(".tmp-step-*"):  # left by a run killed while writing
@@ -59,6 +67,7 @@ def save_checkpoint(run_dir: Path, step: int, model, tokenizer, state: dict, kee
         tmp.mkdir()
         write_model(model, tokenizer, tmp / "model")
         write_state({**state, "step": step}, tmp / "state.pt")
+        write_ring(ring or {}, tmp / RING)
         manifest = sync_and_hash(tmp)
         with open(tmp / MARKER, "x") as fh:  # "x": a fresh file, never through a link
             fh.write(json.dumps({"step": step, "files": manifest}))
@@ -86,6 +95,13 @@ def write_model(model, tokenizer, path: Path) -> None:
 
 def write_state(state: dict, path: Path) -> None:
     torch.save(state, path)
+
+
+def write_ring(versions: dict[int, dict[str, torch.Tensor]], folder: Path) -> None:
+    """One safetensors file per weight version (`ring_file`); nothing for a synchronous run."""
+    for v, tensors in versions.items():
+        folder.mkdir(exist_ok=True)
+        save_file({n: t.contiguous() for n, t in tensors.items()}, str(ring_file(folder, v)))
 
 
 def _replace_dir(src: Path, dst: Path) -> None:
@@ -167,6 +183,7 @@ class Checkpointer:
         self.inputs: dict = inputs or {}  # content fingerprints of the run's inputs (rloo.runtime.fingerprint)
         self.prompt_steps = prompt_steps  # `steps` the built-in task's prompt list was made for
         self.guard = guard  # rloo.runtime.paramguard.ParamGuard: its starting norm is saved
+        self.ring: WeightRing | None = None  # an asynchronous run's ring: its older versions are saved
 
     def snapshot(self, step: int) -> dict:
         snap = snapshot(step, self.counters, self.gen, self.sched, self.stream, self.out / "metrics.jsonl")
@@ -188,8 +205,9 @@ class Checkpointer:
             "algorithm": self.algo.state_dict() if self.algo is not None else {},
             "config": json.dumps(self.cfg.model_dump(mode="json")),
         }
+        older = self.ring.older_versions(snap["step"], self.policy) if self.ring is not None else None
         return save_checkpoint(
-            self.out, snap["step"], self.policy, self.tokenizer, state, keep=self.cfg.keep_checkpoints
+            self.out, snap["step"], self.policy, self.tokenizer, state, keep=self.cfg.keep_checkpoints, ring=older
         )
 
     def drop_newer_than(self, step: int) -> None:

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_file
 
 from rloo.runtime.atomic import check_manifest, remove_tree_reporting
 from rloo.runtime.tracking import say
@@ -113,6 +114,20 @@ def prune_checkpoints(run_dir: Path, keep: int, newest: Path) -> None:
         problem = remove_tree_reporting(ckpt)
         if problem:
             say(f"warning: could not delete old checkpoint {ckpt} ({problem}); delete it by hand to free space")
+
+
+RING = "ring"  # an asynchronous run's older weight versions (rloo.runtime.checkpoint)
+
+
+def ring_file(folder: Path, version: int) -> Path:
+    return Path(folder) / f"version-{version:06d}.safetensors"
+
+
+def load_ring(ckpt: Path) -> dict[int, dict[str, torch.Tensor]]:
+    """{version: tensors} of the older weight versions in `ckpt` (none: a synchronous run, or a
+    checkpoint from before exact resume at max_staleness > 0)."""
+    files = sorted((Path(ckpt) / RING).glob("version-*.safetensors"))
+    return {int(f.stem.split("-")[1]): load_file(str(f)) for f in files}
 
 
 def load_state(ckpt: Path) -> dict:

@@ -47,3 +47,10 @@ def set_rng_state(state: dict, generator: torch.Generator) -> None:
     generator.set_state(state["sampler"])
     if "cuda" in state and torch.cuda.is_available():  # a checkpoint from a CPU run has none
         torch.cuda.set_rng_state(state["cuda"])
+
+
+def batch_generator(seed: int, batch: int) -> torch.Generator:
+    """The sampling generator of batch `batch` of an asynchronous run (rl.max_staleness > 0): a
+    function of (seed, batch) alone, so a resumed run samples its batches again bit for bit without
+    a generator state in the checkpoint, in the producer process as in the trainer's (docs/async.md)."""
+    return torch.Generator().manual_seed((seed * 1_000_003 + batch) % 2**63)

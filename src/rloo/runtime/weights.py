@@ -6,9 +6,16 @@ the slot of version t - N is overwritten only by version t + 1, which the traine
 consuming batch t, so the sampler has always read it before (no lock needed). With `shared=True`
 the copies live in shared memory, so a producer process started with torch.multiprocessing sees
 every publish without a copy through a pipe.
+
+Exact resume: a checkpoint at step t holds the versions its next N batches are sampled with besides
+the policy itself (`older_versions`: max(0, t - N) .. t - 1, only the entries a version can differ
+in), and a resumed run puts them back (`refill`), so batch t + j is sampled with the same weights as
+in a run that never stopped (docs/async.md).
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 import torch
 
@@ -54,3 +61,48 @@ class WeightRing:
 
     def holds(self, version: int) -> bool:
         return int(self.versions[version % self.size]) == version
+
+    def oldest(self) -> int:
+        """The oldest version the ring holds (a fresh or resumed ring: the ones it was given)."""
+        return min(int(v) for v in self.versions if v >= 0)
+
+    def older_versions(self, step: int, model: torch.nn.Module) -> dict[int, dict[str, torch.Tensor]]:
+        """What a checkpoint at step `step` needs besides `model` (version `step`): versions
+        max(0, step - N) .. step - 1 that the ring holds, each without the frozen parameters (the
+        same in every version: under LoRA, all but the adapters) and with a tied parameter once
+        (`tied_names`). References to the ring's tensors: write them before the next publish."""
+        frozen = frozen_names(model) | set(tied_names(model))
+        return {
+            v: {n: t for n, t in self.slots[v % self.size].items() if n not in frozen}
+            for v in range(max(0, step - self.size + 1), step)
+            if self.holds(v)
+        }
+
+    @torch.no_grad()
+    def refill(self, saved: Mapping[int, Mapping[str, torch.Tensor]], model: torch.nn.Module, step: int) -> None:
+        """Put back a checkpoint's `older_versions` (the ring holds `model` as version `step`): each
+        version's frozen entries are `model`'s. Versions outside max(0, step - N) .. step - 1 (a
+        checkpoint of a run with another N) are left out."""
+        state, tied = model.state_dict(), tied_names(model)
+        for v, tensors in sorted(saved.items()):
+            if max(0, step - self.size + 1) <= v < step:
+                slot = v % self.size
+                self.versions[slot] = -1
+                for name, t in self.slots[slot].items():
+                    t.copy_(tensors.get(tied.get(name, name), state[name]))
+                self.versions[slot] = v
+
+
+def tied_names(model: torch.nn.Module) -> dict[str, str]:
+    """{name: the name it is tied to} for every second name of a shared parameter (a tied LM head)."""
+    first: dict[int, str] = {}
+    tied = {}
+    for n, p in model.named_parameters(remove_duplicate=False):
+        tied.update({n: first[id(p)]} if id(p) in first else {})
+        first.setdefault(id(p), n)
+    return tied
+
+
+def frozen_names(model: torch.nn.Module) -> set[str]:
+    """State-dict names of parameters that do not train (tied names included): equal in every version."""
+    return {n for n, p in model.named_parameters(remove_duplicate=False) if not p.requires_grad}

@@ -30,7 +30,7 @@ from rloo.rollout.producer import stale_sampler
 from rloo.rollout.settings import decoding, sampling_settings
 from rloo.runtime import distributed
 from rloo.runtime.checkpoint import Checkpointer, check_resume_config, truncate_metrics
-from rloo.runtime.checkpoint_verify import latest_checkpoint, load_state
+from rloo.runtime.checkpoint_verify import latest_checkpoint, load_ring, load_state
 from rloo.runtime.child import can_send
 from rloo.runtime.distributed import unwrap
 from rloo.runtime.fingerprint import check_inputs_unchanged, fingerprints
@@ -153,7 +153,10 @@ def _train(cfg, dist, prompts, reward_fn, resume, overwrite) -> RLResult:
     elif resume:
         truncate_metrics(out, 0)  # records of a run killed before its first checkpoint
     if cfg.max_staleness:  # samples (and scores) with the weights of N updates ago (docs/async.md)
-        models.sampler = stale_sampler(cfg, models, gen, stream, start, producer_scoring(models, cfg))
+        older = load_ring(ckpt) if ckpt is not None else None  # the versions of an exact resume
+        sampler = stale_sampler(cfg, models, stream, start, producer_scoring(models, cfg), older)
+        del older  # copied into the ring: not held for the whole run
+        models.sampler, ck.ring = sampler, sampler.ring  # each checkpoint holds its next N batches' versions
     try:
         return loop(cfg, dist, models, LoopState(algo, opt, sched, gen, stream, ck, param_guard), eval_set, start)
     finally:
