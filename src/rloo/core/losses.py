@@ -12,13 +12,18 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .logprobs import _check_same_shape, masked_mean
+from .logprobs import _check_same_shape, masked_difference, masked_mean
 
 Stats = dict[str, Tensor]
 
 
 def _mean(x: Tensor, mask: Tensor | None) -> Tensor:
     return x.mean() if mask is None else masked_mean(x, mask)
+
+
+def _log_ratio(a: Tensor, b: Tensor, mask: Tensor | None) -> Tensor:
+    """a - b, 0 at masked positions (`masked_difference`); any shape, mask None: every position."""
+    return a - b if mask is None else masked_difference(a, b, mask)
 
 
 def policy_gradient_loss(seq_logprobs: Tensor, advantages: Tensor) -> tuple[Tensor, Stats]:
@@ -68,7 +73,8 @@ def ppo_clip_loss(
             f"(or (N,) for token-level logprobs), got {tuple(advantages.shape)}"
         )
     advantages = advantages.detach()
-    log_ratio = logprobs - old_logprobs.detach()
+    # masked before the exp: a masked position's log-prob may be anything (masked_difference)
+    log_ratio = _log_ratio(logprobs, old_logprobs.detach(), mask)
     ratio = torch.exp(log_ratio)
     unclipped = ratio * advantages
     clipped = ratio.clamp(1.0 - clip_eps, 1.0 + clip_eps) * advantages
@@ -237,7 +243,7 @@ def grpo_loss(
     stats: ppo_clip_loss's plus "loss/kl" (the mean k3 term, before beta).
     """
     policy_loss, stats = ppo_clip_loss(logprobs, old_logprobs, advantages, mask, clip_eps)
-    log_ratio = ref_logprobs.detach() - logprobs
+    log_ratio = masked_difference(ref_logprobs.detach(), logprobs, mask)  # 0 where masked: safe to exp
     kl = masked_mean(torch.expm1(log_ratio) - log_ratio, mask)  # k3, Schulman 2020
     return policy_loss + beta * kl, stats | {"loss/kl": kl.detach()}
 
@@ -270,12 +276,12 @@ def dr_grpo_loss(
     if advantages.shape != logprobs.shape[:1]:
         raise ValueError(f"advantages must be (N,) = ({logprobs.shape[0]},), got {tuple(advantages.shape)}")
     adv = advantages.detach()[:, None]
-    ratio = torch.exp(logprobs - old_logprobs.detach())
+    ratio = torch.exp(masked_difference(logprobs, old_logprobs.detach(), mask))  # 0 where masked: safe to exp
     unclipped, clipped = ratio * adv, ratio.clamp(1.0 - clip_eps, 1.0 + clip_eps) * adv
     zero = torch.zeros((), dtype=logprobs.dtype, device=logprobs.device)
     scale = logprobs.shape[0] * norm_length
     policy = -torch.where(mask, torch.minimum(unclipped, clipped), zero).sum() / scale
-    log_ratio = ref_logprobs.detach() - logprobs
+    log_ratio = masked_difference(ref_logprobs.detach(), logprobs, mask)
     kl = torch.where(mask, torch.expm1(log_ratio) - log_ratio, zero).sum() / scale  # k3, Schulman 2020
     with torch.no_grad():
         clipfrac = masked_mean((clipped < unclipped).to(ratio.dtype), mask)
