@@ -77,6 +77,26 @@ def test_sigterm_in_rl_run_of_compare_says_rerun_not_resume(tmp_path):
     assert not list((tmp_path / "cmp").rglob("checkpoints/step-*"))
 
 
+def test_sigterm_after_the_last_step_stops_the_study(tmp_path):
+    """Record 5 is the reward model's held-out evaluation, after its last step (records 1-2: SFT,
+    3-4: its steps); in the rerun, whose SFT model is there, record 8 is the RL run's final
+    evaluation (records 1-3: the reward model again, 4-8: evals at steps 0, 1, 2 and the stats of
+    steps 1, 2). A
+    standalone stage finishes then (quicker than a rerun); a study must not go on to its next run
+    as if no signal had come (before: the study finished, exit 0)."""
+    argv = _study(tmp_path)
+    rc, text = run_cli(argv, tmp_path / "rm-eval.txt", "term-log@5")
+    assert rc == TERM, text
+    assert _last_line(text) == (
+        f"rloo compare: interrupted: SIGTERM received; reward model stopped at step 2/2; nothing saved "
+        f"(reward model has no checkpoints): {STUDY}"
+    ), text
+    rc, text = run_cli(argv, tmp_path / "rl-eval.txt", "term-log@8")
+    assert rc == TERM, text
+    assert _last_line(text) == f"rloo compare: interrupted by SIGTERM; {STUDY}", text
+    assert not (tmp_path / "cmp" / "runs" / "summarize" / "seed-0" / "rloo" / "result.json").exists()
+
+
 def test_sigterm_outside_a_training_step_is_one_line(monkeypatch, tmp_path, capsys):
     """SIGTERM while a command loads, judges or sits between runs stops at once, as SIGINT does,
     with the line and 143: before, Python's default for SIGTERM ended the process without a word.

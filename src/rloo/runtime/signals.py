@@ -3,7 +3,8 @@ continue (the CLI prints it; exit code 128 + the signal's number: 130 for SIGINT
 
   - `StopFlag`: inside a training loop a signal only sets a flag; the loop stops after the step it
     is in (the RL loop with a checkpoint, rloo.training.loop; the SFT and reward-model stages, which
-    have none, with `stage_interrupted`). A second signal stops at once (StopNow).
+    have none, with `stage_interrupted`). A second signal stops at once (StopNow), and so does one
+    that came after the last step, once the stage is done, under `rloo compare` or `rloo pipeline`.
   - `signals_stop_now`: everywhere else (loading, judging, a study between its runs) SIGTERM stops at
     once as SIGINT does (KeyboardInterrupt), instead of Python's default for it, a silent exit.
 """
@@ -42,9 +43,14 @@ class StopFlag:
         self.signum = signum
         say(f"\nreceived {signal.Signals(signum).name}: {self.note}")
 
-    def __exit__(self, *exc):
+    def __exit__(self, exc_type, *exc):
         for s, h in self._old.items():
             signal.signal(s, h)
+        # A signal the loop did not act on (it came after the last step's check: the final eval or
+        # save) ends the run normally; under a study or pipeline, whose next stage or run would
+        # ignore it, it then stops the process as a second signal would (the caller's rerun hint).
+        if exc_type is None and self.signum is not None and rerun_hint() is not None:
+            raise StopNow(self.signum)
 
 
 def stage_interrupted(stage: str, signum: int, step: int, total: int) -> Interrupted:
