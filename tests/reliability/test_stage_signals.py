@@ -137,3 +137,25 @@ def test_a_stop_at_once_says_how_each_command_continues():
         "interrupted by SIGTERM; rerun the same command with --overwrite to start the pipeline over"
     )
     assert _stopped_at_once("compare", None, 143) == f"interrupted by SIGTERM; {STUDY}"
+
+
+def test_a_failed_step_under_compare_says_rerun_not_resume(tmp_path):
+    """A step that raised (a reward error, ...) under `rloo compare` named --resume, which compare
+    does not have; its rerun starts the run over, so nothing is saved either."""
+    from rloo.errors import RewardError, cli_options, rerun_continues, study_rerun
+    from rloo.training.loop import _failed_step
+
+    class Checkpointer:
+        skip_note, saved = None, []
+
+        def save(self, state):
+            self.saved.append(state)
+            return tmp_path / "step-000002"
+
+    ck = Checkpointer()
+    with cli_options():
+        with rerun_continues(study_rerun()):
+            in_study = str(_failed_step(ck, {}, 3, RewardError("bad score")))
+        assert in_study == f"bad score (at step 3; fix the cause and {STUDY})" and not ck.saved
+        alone = str(_failed_step(ck, {}, 3, RewardError("bad score")))
+    assert alone.endswith("fix the cause and rerun with --resume)") and len(ck.saved) == 1

@@ -151,7 +151,10 @@ def _saved(ck: Checkpointer, path: Path | None) -> str | None:
 
 
 def _failed_step(ck: Checkpointer, pre: dict, step: int, e: RlooError) -> RlooError:
-    """Save the state from before step `step` (1-based), which failed, and say how to continue."""
+    """Save the state from before step `step` (1-based), which failed, and say how to continue
+    (under `rloo compare`/`pipeline`, which rerun the run from its start: their way, nothing saved)."""
+    if rerun_hint() is not None:
+        return type(e)(f"{e} (at step {step}; fix the cause and {rerun_hint()})")
     where = _saved(ck, ck.save(pre))
     if where is None:
         return type(e)(f"{e} (at step {step}; no checkpoint: {ck.skip_note}; fix the cause and rerun from the start)")
