@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 
 from rloo.config import (
+    OFFLINE_ALGORITHMS,
     BenchConfig,
     CompareConfig,
     EvalConfig,
@@ -17,9 +19,19 @@ from rloo.config import (
     describe_fields,
     load_config,
 )
-from rloo.errors import Interrupted, RewardError, RlooError, cli_options
+from rloo.errors import (
+    Interrupted,
+    RewardError,
+    RlooError,
+    cli_options,
+    how_to_continue,
+    option,
+    pipeline_rerun,
+    study_rerun,
+)
 from rloo.runtime.atomic import describe_write_failure
 from rloo.runtime.runlock import refuse_if_busy
+from rloo.runtime.signals import signals_stop_now
 
 EXAMPLES = {
     "pipeline": "rloo pipeline                      # the whole pipeline on the default task\n"
@@ -107,6 +119,17 @@ COMMANDS = {
 }
 
 
+def _train_rerun(cfg) -> str:
+    if cfg is not None and cfg.algorithm in OFFLINE_ALGORITHMS:  # dpo: no checkpoints
+        return how_to_continue(False)
+    return f"rerun with {option('resume')} to continue from the newest checkpoint (step 0 if none)"
+
+
+# How a command stopped at once by a signal (outside a training step, or by a second signal)
+# continues, given its config (None before it was read); other commands: how_to_continue(False)
+RERUN = {"compare": lambda cfg: study_rerun(), "pipeline": lambda cfg: pipeline_rerun(), "train": _train_rerun}
+
+
 PREFLIGHT = ("pipeline", "sft", "reward", "train", "eval")
 # The commands that train with a method, so may take one added by the user's module (--plugin)
 PLUGINS = ("pipeline", "train", "compare")
@@ -160,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     cls, run = COMMANDS[args.command]
+    cfg = None
     if args.help_config:
         print("\n".join(describe_fields(cls)))
         return 0
@@ -176,7 +200,8 @@ def main(argv: list[str] | None = None) -> int:
             from rloo.data.preflight import check_config  # lazy like the subcommands: fast --help
 
             check_config(cfg)  # before the heavy imports below: a typo costs a second, not a model load
-        with cli_options():  # error messages name --resume/--overwrite, not resume=/overwrite=
+        # error messages name --resume/--overwrite, not resume=/overwrite=; SIGTERM stops as SIGINT does
+        with cli_options(), signals_stop_now():
             run(cfg, args)
     except Interrupted as e:  # Ctrl-C / SIGTERM with a checkpoint written: asked for, not an error
         print(f"rloo {args.command}: interrupted: {_one_line(e)}", file=sys.stderr)
@@ -198,10 +223,19 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    except KeyboardInterrupt as e:  # a second SIGTERM (StopNow) is 143, as the first one's exit is
-        print(f"rloo {args.command}: interrupted", file=sys.stderr)
-        return getattr(e, "exit_code", 130)
+    except KeyboardInterrupt as e:  # SIGINT, or SIGTERM (StopNow): 130 or 143, as an Interrupted's exit
+        code = getattr(e, "exit_code", 130)
+        print(f"rloo {args.command}: {_stopped_at_once(args.command, cfg, code)}", file=sys.stderr)
+        return code
     return 0
+
+
+def _stopped_at_once(command: str, cfg, code: int) -> str:
+    """The line for a stop by a signal outside a training step (or a second signal): which, and how
+    to continue (`cfg`: the command's config, None before it was read)."""
+    with cli_options():
+        hint = RERUN.get(command, lambda cfg: how_to_continue(False))(cfg)
+    return f"interrupted by {signal.Signals(code - 128).name}; {hint}"
 
 
 def _one_line(e: Exception) -> str:

@@ -62,3 +62,46 @@ def cli_options():
         yield
     finally:
         _via_cli.reset(token)
+
+
+# How an interrupted stage continues depends on who runs it: a command of its own (`rloo train
+# --resume`), or a study or pipeline that runs it again from its start (set with `rerun_continues`).
+_rerun_hint: contextvars.ContextVar[str | None] = contextvars.ContextVar("rloo_rerun_hint", default=None)
+
+
+@contextlib.contextmanager
+def rerun_continues(hint: str):
+    """Within this block an interrupted stage says `hint` for how to continue (`rloo compare`: rerun
+    the same command), and saves no checkpoint its rerun would not read."""
+    token = _rerun_hint.set(hint)
+    try:
+        yield
+    finally:
+        _rerun_hint.reset(token)
+
+
+def rerun_hint() -> str | None:
+    """The hint a study or pipeline set (`rerun_continues`); None when the stage runs on its own."""
+    return _rerun_hint.get()
+
+
+def study_rerun() -> str:
+    """How an interrupted `rloo compare` continues (rloo.experiments.compare: a run is done once its
+    result.json is written; an unfinished one starts over)."""
+    return "rerun the same command to continue the study (finished runs are kept; unfinished ones start over)"
+
+
+def pipeline_rerun() -> str:
+    """How an interrupted `rloo pipeline` continues: it has no resume; its stages start over."""
+    return f"rerun the same command with {option('overwrite')} to start the pipeline over"
+
+
+def how_to_continue(resumable: bool) -> str:
+    """After an interrupt: the caller's `rerun_continues` hint, else --resume for a stage that
+    saved a checkpoint (`resumable`), else --overwrite (the stage starts over)."""
+    hint = _rerun_hint.get()
+    if hint is not None:
+        return hint
+    if resumable:
+        return f"continue with the same command plus {option('resume')}"
+    return f"rerun the same command with {option('overwrite')} to start it over"

@@ -346,7 +346,10 @@ def test_a_second_sigterm_exits_143(tiny_model_dir, tmp_path):
     argv = ["train", f"policy={tiny_model_dir}", f"output_dir={out}", RW, *TINY_RUN, "steps=4"]
     rc, text = run_cli(argv, tmp_path / "log.txt", "term2@2")
     assert rc == 128 + signal.SIGTERM, text
-    assert text.strip().splitlines()[-1] == "rloo train: interrupted", text
+    assert text.strip().splitlines()[-1] == (
+        "rloo train: interrupted by SIGTERM; rerun with --resume to continue from the newest checkpoint "
+        "(step 0 if none)"
+    ), text
 
 
 def test_quick_keeps_the_settings_the_user_gave(capsys):

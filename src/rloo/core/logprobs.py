@@ -40,6 +40,17 @@ def masked_sum(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
     return kept.sum() if dim is None else kept.sum(dim)
 
 
+def masked_difference(a: Tensor, b: Tensor, mask: Tensor) -> Tensor:
+    """a - b at real tokens, 0 where ``mask`` is False: a log-ratio safe to exponentiate.
+
+    a, b, mask: same shape -> same shape. Masking before the exp, not after: a log-prob of -1e4
+    at a padded or observation position would make exp(+1e4) = inf there, and the gradient of a
+    masked sum 0 * inf = NaN (the masked forward value alone stays finite).
+    """
+    _check_mask(a, mask)
+    return torch.where(mask, a - b, torch.zeros((), dtype=a.dtype, device=a.device))
+
+
 def masked_mean(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
     """Mean of ``x`` over positions where ``mask`` is True (a real token).
 

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .logprobs import _check_same_shape, masked_mean
+from .logprobs import _check_same_shape, masked_difference, masked_mean
 
 Stats = dict[str, Tensor]
 
@@ -76,7 +76,9 @@ def ppo_clip_loss(
             f"(or (N,) for token-level logprobs), got {tuple(advantages.shape)}"
         )
     advantages = advantages.detach()
-    log_ratio = logprobs - old_logprobs.detach()
+    # masked before the exp: a masked position's log-prob may be anything (masked_difference)
+    old = old_logprobs.detach()
+    log_ratio = logprobs - old if mask is None else masked_difference(logprobs, old, mask)
     ratio = torch.exp(log_ratio)
     unclipped = ratio * advantages
     clipped = ratio.clamp(1.0 - clip_eps, 1.0 + clip_eps) * advantages
@@ -247,7 +249,7 @@ def grpo_loss(
     token's terms times w (`weigh`; samples of another policy, docs/async.md eq. A3).
     """
     policy_loss, stats = ppo_clip_loss(logprobs, old_logprobs, weigh(advantages, weights), mask, clip_eps)
-    log_ratio = ref_logprobs.detach() - logprobs
+    log_ratio = masked_difference(ref_logprobs.detach(), logprobs, mask)  # 0 where masked: safe to exp
     k3 = torch.expm1(log_ratio) - log_ratio  # Schulman 2020
     kl = masked_mean(k3 if weights is None else weights.detach() * k3, mask)
     return policy_loss + beta * kl, stats | {"loss/kl": kl.detach()}
@@ -283,12 +285,12 @@ def dr_grpo_loss(
     if advantages.shape != logprobs.shape[:1]:
         raise ValueError(f"advantages must be (N,) = ({logprobs.shape[0]},), got {tuple(advantages.shape)}")
     adv = advantages.detach()[:, None] if weights is None else weigh(advantages, weights)
-    ratio = torch.exp(logprobs - old_logprobs.detach())
+    ratio = torch.exp(masked_difference(logprobs, old_logprobs.detach(), mask))  # 0 where masked: safe to exp
     unclipped, clipped = ratio * adv, ratio.clamp(1.0 - clip_eps, 1.0 + clip_eps) * adv
     zero = torch.zeros((), dtype=logprobs.dtype, device=logprobs.device)
     scale = logprobs.shape[0] * norm_length
     policy = -torch.where(mask, torch.minimum(unclipped, clipped), zero).sum() / scale
-    log_ratio = ref_logprobs.detach() - logprobs
+    log_ratio = masked_difference(ref_logprobs.detach(), logprobs, mask)
     k3 = torch.expm1(log_ratio) - log_ratio  # Schulman 2020
     kl = torch.where(mask, k3 if weights is None else weights.detach() * k3, zero).sum() / scale
     with torch.no_grad():

@@ -27,6 +27,7 @@ from pathlib import Path
 from rloo.config import METHOD_SPECS, CompareConfig, PipelineConfig, RLConfig
 from rloo.config.method_choice import shared_settings
 from rloo.config.methods import compare_variants, spec_of_variant
+from rloo.errors import rerun_continues, study_rerun
 from rloo.experiments.compare_episodes import episode_judge
 from rloo.experiments.compare_eval import text_judge
 from rloo.experiments.compare_folder import claim, open_study, wait_for_models
@@ -189,10 +190,13 @@ def compare(cfg: CompareConfig, *, overwrite: bool = False) -> Path:
     study = open_study(cfg, overwrite)
     try:
         t0 = time.perf_counter()
-        for task_name in cfg.tasks if cfg.tuning.trials else []:  # 1. every method's trials (tuning seeds)
-            _tuning_cells(cfg, out, task_name)
-        for task_name in cfg.tasks:  # 2. the reported seeds, at the chosen settings when tuned
-            _reported_cells(cfg, out, task_name)
+        # an interrupted stage or run says to rerun this command: the rerun skips the finished runs
+        # and starts the unfinished ones over (run_cell trains them with overwrite=True)
+        with rerun_continues(study_rerun()):
+            for task_name in cfg.tasks if cfg.tuning.trials else []:  # 1. every method's trials (tuning seeds)
+                _tuning_cells(cfg, out, task_name)
+            for task_name in cfg.tasks:  # 2. the reported seeds, at the chosen settings when tuned
+                _reported_cells(cfg, out, task_name)
         report = write_report(cfg, out)
     finally:
         study.close()

@@ -14,7 +14,6 @@ from torch import Tensor
 from rloo.data.collate import encode_prompts, position_ids
 from rloo.modeling.attention import uses_rloo_attention
 from rloo.modeling.few_rows import few_rows_linears, few_rows_pays
-from rloo.modeling.forward import lm_logits
 from rloo.modeling.kvcache import (
     Prefill,
     expanded,
@@ -26,6 +25,7 @@ from rloo.modeling.kvcache import (
 )
 from rloo.modeling.kvcache import cache_kwarg as _cache_kwarg
 from rloo.modeling.layer_checkpoint import cache_keeping_checkpointing
+from rloo.rollout.decode_steps import Decoder, Draw, Ends, decode, row_noise
 from rloo.rollout.decoding import StopStrings, shaping
 from rloo.rollout.draw import _inverse_cdf, _next_token, uniforms  # noqa: F401 (re-exported: tests, multiturn)
 
@@ -57,20 +57,11 @@ class Rollout:
         self.per_sample.update({k: v.detach().float().cpu() for k, v in values.items()})
 
 
-def _stopped(stop: StopStrings, ids: list[Tensor], done: Tensor) -> Tensor:
-    """(N,) bool: the live rows (not `done`) whose generated text now contains a stop string; a live
-    row's tokens are all real."""
-    out = torch.zeros_like(done)
-    live = (~done).nonzero(as_tuple=True)[0]
-    if len(live):
-        found = stop(torch.stack(ids, 1)[live].tolist())
-        out[live] = torch.tensor(found, dtype=torch.bool, device=done.device)
-    return out
-
-
 def _decoding_cache(model, pre: Prefill, k: int, max_new_tokens: int, grouped: bool | None):
     """The cache the N = B*k rows decode into, and the extra model inputs it needs: one copy of each
-    prompt's keys/values (`grouped_cache`) or k copies (`expanded`), with room for max_new_tokens."""
+    prompt's keys/values (`grouped_cache`) or k copies (`expanded`), with room for max_new_tokens.
+    `grouped` (CPU models on rloo_sdpa only); None: where it pays (`grouped_pays`: long prompts).
+    The same attention either way, summed in another order."""
     # rloo_sdpa computes a CPU model's attention in fp32 (rloo.modeling.attention): keep the cache there
     on_rloo_sdpa = pre.ids.device.type == "cpu" and uses_rloo_attention(model)
     dtype = torch.float32 if on_rloo_sdpa else None
@@ -84,6 +75,19 @@ def _decoding_cache(model, pre: Prefill, k: int, max_new_tokens: int, grouped: b
     cache = expanded(pre.cache, k)
     preallocate(cache, max_new_tokens, dtype)
     return cache, {}
+
+
+def _start(model, prompt_ids, prompt_mask, k: int, max_new_tokens: int, prefill, grouped) -> tuple[Tensor, Decoder]:
+    """The prompts' pass (or `prefill`, already run): the first token's (N, V) logits, N = B*k, and
+    the decoder of the tokens after it (its cache: `_decoding_cache`)."""
+    kw, pos = _cache_kwarg(model), position_ids(prompt_mask)
+    pre = prefill if prefill is not None else prefill_prompts(model, prompt_ids, prompt_mask)
+    logits = pre.last_logits.detach().float()
+    if k > 1:
+        logits, pos = logits.repeat_interleave(k, dim=0), pos.repeat_interleave(k, dim=0)
+    cache, kw_grouped = _decoding_cache(model, pre, k, max_new_tokens, grouped)
+    mask = prompt_mask.long().repeat_interleave(k, dim=0)
+    return logits, Decoder(model, {kw: cache, **kw_grouped}, mask, pos[:, -1:] + 1)
 
 
 @torch.no_grad()
@@ -123,59 +127,22 @@ def sample(
     stop string (`stop`); tokens after its end are padding, masked.
     Stops as soon as every row has ended (`all_done(done)` decides when given, so that
     processes whose forward passes are collectives (FSDP) stop together).
-
-    `rows=(offset, total)`: these N rows are rows offset..offset+N-1 of a global batch of `total`
-    rows sampled by several processes (rloo.runtime.distributed). Every process draws the same
-    (max_new_tokens, total) uniforms and uses its own columns with `_inverse_cdf`, so the tokens
-    do not depend on how the batch is split over processes.
-
-    `grouped`: decode the k rows of a prompt against one copy of its keys/values
-    (rloo.modeling.kvcache.grouped_cache; CPU models on rloo_sdpa only); None: where it pays
-    (`grouped_pays`: long prompts). The same attention either way, summed in another order.
-
+    `rows=(offset, total)`: these rows of a global batch sampled by several processes, each drawing
+    the same noise (rloo.rollout.decode_steps.row_noise): tokens independent of the split.
+    `grouped`: the k rows of a prompt decode against one copy of its keys/values (`_decoding_cache`).
     `few_rows`: the decode steps' linear layers take the product the other way round
     (rloo.modeling.few_rows); None: where that was measured faster (`few_rows_pays`). The same
     products, summed in another order.
     """
     N = prompt_ids.shape[0] * k
-    noise = None
-    if rows is not None:
-        offset, total = rows
-        noise = uniforms((max_new_tokens, total), generator, "cpu")[:, offset : offset + N].to(prompt_ids.device)
-    kw, pos = _cache_kwarg(model), position_ids(prompt_mask)
-    pre = prefill if prefill is not None else prefill_prompts(model, prompt_ids, prompt_mask)
-    logits = pre.last_logits.detach().float()
-    if k > 1:
-        logits, pos = logits.repeat_interleave(k, dim=0), pos.repeat_interleave(k, dim=0)
-    cache, kw_grouped = _decoding_cache(model, pre, k, max_new_tokens, grouped)
-    mask = prompt_mask.long().repeat_interleave(k, dim=0)
-    next_pos = pos[:, -1:] + 1
-    done = torch.zeros(N, dtype=torch.bool, device=prompt_ids.device)
+    noise = row_noise(rows, max_new_tokens, N, generator, prompt_ids.device)
+    logits, dec = _start(model, prompt_ids, prompt_mask, k, max_new_tokens, prefill, grouped)
     shape = shaping(prompt_ids, prompt_mask, k, logits.shape[-1], eos_id, min_new_tokens, repetition_penalty)
-    ids, masks, lps = [], [], []
+    draw, ends = Draw(temperature, top_p, top_k, generator, noise, shape), Ends(eos_id, min_new_tokens, stop, all_done)
+    done = torch.zeros(N, dtype=torch.bool, device=prompt_ids.device)
     use_few_rows = few_rows_pays(prompt_ids.device) if few_rows is None else few_rows
     with few_rows_linears(model, use_few_rows):
-        for _ in range(max_new_tokens):
-            u = None if noise is None else noise[len(ids)]
-            shaped = None if shape is None else shape(logits, len(ids))
-            tok, lp = _next_token(logits, temperature, top_p, generator, u, top_k, shaped)
-            tok = tok.masked_fill(done, pad_id)
-            ids.append(tok)
-            masks.append(~done)
-            lps.append(lp.masked_fill(done, 0.0))
-            if shape is not None:
-                shape.add(tok, ~done)
-            done = done | (tok == eos_id)
-            if stop is not None and len(ids) >= min_new_tokens:
-                done = done | _stopped(stop, ids, done)
-            finished = all_done(done) if all_done is not None else bool(done.all())
-            if finished or len(ids) == max_new_tokens:  # the last token's forward would be wasted
-                break
-            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
-            step = {"input_ids": tok[:, None], "attention_mask": mask, "position_ids": next_pos, "use_cache": True}
-            logits = lm_logits(model, 1, **step, **{kw: cache}, **kw_grouped)[0][:, -1]
-            next_pos = next_pos + 1
-    return torch.stack(ids, 1), torch.stack(masks, 1), torch.stack(lps, 1)
+        return decode(logits, dec, draw, ends, done, pad_id, max_new_tokens)
 
 
 def rollout(

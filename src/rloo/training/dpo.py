@@ -29,6 +29,7 @@ from rloo.modeling.forward_shared import completion_logprobs_shared
 from rloo.modeling.loading import frozen, load_policy, load_reward_model, save_pretrained_atomic
 from rloo.rewards import RewardModelScorer
 from rloo.runtime.precision import stage_precision
+from rloo.runtime.signals import StopFlag, stage_interrupted
 from rloo.runtime.tracking import MetricsLogger, progress, say
 from rloo.tasks import get_task
 from rloo.training.common import (
@@ -146,18 +147,21 @@ def train_dpo(cfg: RLConfig, *, resume: bool = False, overwrite: bool = False) -
         return dpo_loss(pc, pr, ref_c[idx], ref_r[idx], cfg.algorithm_settings.dpo_beta)
 
     try:
-        for _ in range(cfg.algorithm_settings.dpo_epochs):
-            for idx in batches(len(pairs), cfg.algorithm_settings.dpo_batch_size, gen):
-                if cfg.eval_every and step % cfg.eval_every == 0:
-                    record(step, eval_metrics(models, eval_set, cfg, step))
-                # one pass, or rl.micro_batch_size pairs per pass (the DPO loss is a mean over pairs)
-                loss, stats = batch_loss(idx, cfg.micro_batch_size, pair_loss)
-                step += 1
-                grad_norm, _ = guard.step(loss, step, cfg.max_grad_norm)
-                sched.step()
-                if step % cfg.log_every == 0:
-                    record(step, after_step(loss, stats)[1] | {"grad/norm": grad_norm})
-                bar.update()
+        with StopFlag(f"stopping {cfg.algorithm} after this step") as stop:
+            for _ in range(cfg.algorithm_settings.dpo_epochs):
+                for idx in batches(len(pairs), cfg.algorithm_settings.dpo_batch_size, gen):
+                    if cfg.eval_every and step % cfg.eval_every == 0:
+                        record(step, eval_metrics(models, eval_set, cfg, step))
+                    # one pass, or rl.micro_batch_size pairs per pass (the DPO loss is a mean over pairs)
+                    loss, stats = batch_loss(idx, cfg.micro_batch_size, pair_loss)
+                    step += 1
+                    grad_norm, _ = guard.step(loss, step, cfg.max_grad_norm)
+                    sched.step()
+                    if step % cfg.log_every == 0:
+                        record(step, after_step(loss, stats)[1] | {"grad/norm": grad_norm})
+                    bar.update()
+                    if stop.signum is not None:
+                        raise stage_interrupted(cfg.algorithm, stop.signum, step, total)
         guard.finish()
         final = eval_metrics(models, eval_set, cfg, step)
         record(step, final)

@@ -6,7 +6,7 @@ undone (`check_update`, rloo.runtime.paramguard); here the skips are counted, an
 from __future__ import annotations
 
 from rloo.algorithms.base import SKIPPED, guarded_step
-from rloo.errors import NonFiniteError, option
+from rloo.errors import NonFiniteError, option, rerun_hint
 from rloo.runtime.checkpoint import Checkpointer
 from rloo.runtime.paramguard import ParamGuard
 from rloo.runtime.tracking import say
@@ -54,9 +54,15 @@ class NonFiniteGuard:
             raise NonFiniteError(
                 f"{c['skipped_in_row']} steps in a row (steps {first['step'] + 1}-{step + 1}) had "
                 f"{what}; stopped. Checkpoint from before the problem: "
-                f"{path}. Lower lr or max_grad_norm, or check the reward, then rerun with {option('resume')}"
+                f"{path}. Lower lr or max_grad_norm, or check the reward, then {_rerun()}"
             )
         return {"guard/skipped_total": float(c["skipped_total"])}
+
+
+def _rerun() -> str:
+    """How to continue after the fix: --resume, or the way of a caller that reruns the run from its
+    start (`rloo compare`/`pipeline`: rloo.errors.rerun_continues)."""
+    return rerun_hint() or f"rerun with {option('resume')}"
 
 
 def check_update(guard: ParamGuard, dist, skipped: bool) -> dict:

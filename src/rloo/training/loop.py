@@ -7,7 +7,6 @@ records what it did.
 from __future__ import annotations
 
 import signal
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +16,7 @@ import torch
 
 from rloo.algorithms.base import Algorithm, StepResult
 from rloo.data.prompts import PromptStream
-from rloo.errors import Interrupted, NonFiniteError, RewardError, RlooError, StopNow, option
+from rloo.errors import Interrupted, NonFiniteError, RewardError, RlooError, how_to_continue, option, rerun_hint
 from rloo.eval.plots import plot_training
 from rloo.modeling.loading import save_pretrained_atomic
 from rloo.modeling.lora import for_saving
@@ -25,6 +24,7 @@ from rloo.runtime.checkpoint import Checkpointer
 from rloo.runtime.distributed import unwrap
 from rloo.runtime.paramguard import ParamGuard
 from rloo.runtime.progress_text import progress_suffix
+from rloo.runtime.signals import StopFlag
 from rloo.runtime.trackers import sample_rows
 from rloo.runtime.tracking import MetricsLogger, progress, say
 from rloo.training.evalset import eval_metrics
@@ -52,30 +52,6 @@ class RLResult:
     history: list[dict] = field(default_factory=list)  # the logged metrics, one dict per record
     final_eval: dict = field(default_factory=dict)
     plots: list[Path] = field(default_factory=list)  # reward.png, kl.png, win_rate.png under output_dir/plots
-
-
-class StopFlag:
-    """Turns SIGINT/SIGTERM into a flag the loop checks between steps."""
-
-    def __init__(self):
-        self.signum = None
-        self._old = {}
-
-    def __enter__(self):
-        # Signal handlers can only be set from the main thread; elsewhere the default applies.
-        if threading.current_thread() is threading.main_thread():
-            self._old = {s: signal.signal(s, self._handle) for s in (signal.SIGINT, signal.SIGTERM)}
-        return self
-
-    def _handle(self, signum, frame):
-        if self.signum is not None:  # a second signal: the user means it
-            raise StopNow(signum)
-        self.signum = signum
-        say(f"\nreceived {signal.Signals(signum).name}: stopping after this step and writing a checkpoint")
-
-    def __exit__(self, *exc):
-        for s, h in self._old.items():
-            signal.signal(s, h)
 
 
 def loop(cfg, dist, models, state: LoopState, eval_set, start: int) -> RLResult:
@@ -175,7 +151,10 @@ def _saved(ck: Checkpointer, path: Path | None) -> str | None:
 
 
 def _failed_step(ck: Checkpointer, pre: dict, step: int, e: RlooError) -> RlooError:
-    """Save the state from before step `step` (1-based), which failed, and say how to continue."""
+    """Save the state from before step `step` (1-based), which failed, and say how to continue
+    (under `rloo compare`/`pipeline`, which rerun the run from its start: their way, nothing saved)."""
+    if rerun_hint() is not None:
+        return type(e)(f"{e} (at step {step}; fix the cause and {rerun_hint()})")
     where = _saved(ck, ck.save(pre))
     if where is None:
         return type(e)(f"{e} (at step {step}; no checkpoint: {ck.skip_note}; fix the cause and rerun from the start)")
@@ -185,12 +164,16 @@ def _failed_step(ck: Checkpointer, pre: dict, step: int, e: RlooError) -> RlooEr
 
 
 def _interrupted(ck: Checkpointer, signum: int, step: int, steps: int) -> Interrupted:
-    """Save the state after step `step` (1-based) and say how to continue."""
-    where = _saved(ck, ck.save(ck.snapshot(step)))
+    """Save the state after step `step` (1-based) and say how to continue; under a caller that
+    reruns the run from its start (`rloo compare`, `rloo pipeline`: rloo.errors.rerun_continues)
+    nothing is saved, and the line says the caller's way."""
     stopped = f"{signal.Signals(signum).name} received; stopped at step {step}/{steps}"
+    if rerun_hint() is not None:
+        return Interrupted(f"{stopped}; {how_to_continue(True)}", signum)
+    where = _saved(ck, ck.save(ck.snapshot(step)))
     if where is None:
         return Interrupted(f"{stopped}; nothing saved ({ck.skip_note}): rerun from the start", signum)
-    return Interrupted(f"{stopped} and saved {where}; continue with the same command plus {option('resume')}", signum)
+    return Interrupted(f"{stopped} and saved {where}; {how_to_continue(True)}", signum)
 
 
 def _save_final(cfg, dist, models, path: Path) -> None:

@@ -10,6 +10,7 @@ import time
 from rloo.config import ENV_TASKS, PipelineConfig
 from rloo.data.preflight import check_config
 from rloo.data.split import eval_records
+from rloo.errors import pipeline_rerun, rerun_continues
 from rloo.eval.paired import compare_paired, describe
 from rloo.eval.passk import paired_pass_difference
 from rloo.runtime.atomic import atomic_write_text
@@ -27,7 +28,12 @@ from rloo.training.sft import sft
 def pipeline(cfg: PipelineConfig, *, overwrite: bool = False) -> dict:
     """Run the four stages in order; returns the summary also written to summary.json. The whole
     config (names, data columns, reward and judge) is checked before any stage starts or any file
-    is written (rloo.data.preflight)."""
+    is written (rloo.data.preflight). An interrupted stage says how to start over (no resume)."""
+    with rerun_continues(pipeline_rerun()):
+        return _pipeline(cfg, overwrite)
+
+
+def _pipeline(cfg: PipelineConfig, overwrite: bool) -> dict:
     check_config(cfg)
     sft_cfg, rm_cfg, rl_cfg, ev_cfg = cfg.stage_configs()
     out = prepare_output_dir(cfg, overwrite=overwrite)

@@ -29,6 +29,7 @@ from rloo.rollout import rollout
 from rloo.runtime.atomic import atomic_write_text
 from rloo.runtime.precision import stage_precision
 from rloo.runtime.runlock import holds_run_folder
+from rloo.runtime.signals import StopFlag, stage_interrupted
 from rloo.runtime.tracking import MetricsLogger, progress, say
 from rloo.tasks import get_task
 from rloo.training.common import (
@@ -151,27 +152,32 @@ def train_reward(cfg: RewardConfig, *, overwrite: bool = False) -> RewardResult:
         0,
     )
     share = _shares_prompts(net, cfg)
-    try:  # closed however the stage ends (Ctrl-C, an error): no TensorBoard writer thread left running
-        for _ in range(cfg.epochs):
-            model.train()
-            for idx in batches(len(train_pairs), cfg.batch_size, gen):
-                # one pass, or micro-batches of pairs (the Bradley-Terry loss is a mean over pairs)
-                loss, stats = batch_loss(
-                    idx,
-                    cfg.micro_batch_size,
-                    lambda i: bradley_terry_loss(*_score(net, prompts, comps, i, device, share)),
-                )
-                step += 1
-                supervised_step(guard, opt, sched, loss, step)
-                value, stats = after_step(loss, stats)
-                log.log(step, {"loss/rm": value, **stats})
-                bar.set_postfix(loss=f"{value:.3f}", acc=f"{stats['rm/accuracy']:.2f}")
-                bar.update()
-        bar.close()
-        # 3. held-out accuracy against the labeler and against the gold judge
-        acc_label, acc_gold = evaluate_reward_model(net, tokenizer, task, held_out, cfg, device)
-        gold_metric = {"eval/accuracy_vs_gold": acc_gold} if acc_gold is not None else {}
-        log.log(step, {"eval/accuracy_vs_labeler": acc_label} | gold_metric)
+    try:  # closed however the stage ends (a signal, an error): no TensorBoard writer thread left running
+        with StopFlag("stopping the reward model after this step") as stop:
+            for _ in range(cfg.epochs):
+                model.train()
+                for idx in batches(len(train_pairs), cfg.batch_size, gen):
+                    # one pass, or micro-batches of pairs (the Bradley-Terry loss is a mean over pairs)
+                    loss, stats = batch_loss(
+                        idx,
+                        cfg.micro_batch_size,
+                        lambda i: bradley_terry_loss(*_score(net, prompts, comps, i, device, share)),
+                    )
+                    step += 1
+                    supervised_step(guard, opt, sched, loss, step)
+                    value, stats = after_step(loss, stats)
+                    log.log(step, {"loss/rm": value, **stats})
+                    bar.set_postfix(loss=f"{value:.3f}", acc=f"{stats['rm/accuracy']:.2f}")
+                    bar.update()
+                    if stop.signum is not None:
+                        raise stage_interrupted("reward model", stop.signum, step, total)
+            bar.close()
+            # 3. held-out accuracy against the labeler and against the gold judge
+            acc_label, acc_gold = evaluate_reward_model(net, tokenizer, task, held_out, cfg, device)
+            gold_metric = {"eval/accuracy_vs_gold": acc_gold} if acc_gold is not None else {}
+            log.log(step, {"eval/accuracy_vs_labeler": acc_label} | gold_metric)
+            if stop.signum is not None:  # arrived during the held-out evaluation
+                raise stage_interrupted("reward model", stop.signum, step, total)
     finally:
         bar.close()
         log.close()

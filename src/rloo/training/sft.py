@@ -23,6 +23,7 @@ from rloo.modeling.loading import (
 from rloo.modeling.lora import add_lora, for_saving
 from rloo.runtime.precision import stage_precision
 from rloo.runtime.runlock import holds_run_folder
+from rloo.runtime.signals import StopFlag, stage_interrupted
 from rloo.runtime.tracking import MetricsLogger, progress, say
 from rloo.tasks import Example, get_task
 from rloo.tasks.tokenizer import build_tokenizer
@@ -107,20 +108,23 @@ def sft(cfg: SFTConfig, *, overwrite: bool = False) -> SFTResult:
         None,
     )
     model.train()
-    try:  # closed however the loop ends (Ctrl-C, an error): no TensorBoard writer thread left running
-        for _ in range(cfg.epochs):
-            for idx in batches(len(examples), cfg.batch_size, gen):
-                # one pass, or micro-batches weighted by their target tokens (sft_loss is a token mean)
-                loss, stats = batch_loss(
-                    idx, cfg.micro_batch_size, lambda i: _loss(model, prompts, targets, i, device), targets.mask
-                )
-                step += 1
-                lr = supervised_step(guard, opt, sched, loss, step)
-                value, stats = after_step(loss, stats)
-                loss_ema = value if loss_ema is None else 0.95 * loss_ema + 0.05 * value
-                log.log(step, {**stats, "lr": lr})
-                bar.set_postfix(loss=f"{loss_ema:.3f}")
-                bar.update()
+    try:  # closed however the loop ends (a signal, an error): no TensorBoard writer thread left running
+        with StopFlag("stopping sft after this step") as stop:
+            for _ in range(cfg.epochs):
+                for idx in batches(len(examples), cfg.batch_size, gen):
+                    # one pass, or micro-batches weighted by their target tokens (sft_loss is a token mean)
+                    loss, stats = batch_loss(
+                        idx, cfg.micro_batch_size, lambda i: _loss(model, prompts, targets, i, device), targets.mask
+                    )
+                    step += 1
+                    lr = supervised_step(guard, opt, sched, loss, step)
+                    value, stats = after_step(loss, stats)
+                    loss_ema = value if loss_ema is None else 0.95 * loss_ema + 0.05 * value
+                    log.log(step, {**stats, "lr": lr})
+                    bar.set_postfix(loss=f"{loss_ema:.3f}")
+                    bar.update()
+                    if stop.signum is not None:
+                        raise stage_interrupted("sft", stop.signum, step, total)
     finally:
         bar.close()
         log.close()

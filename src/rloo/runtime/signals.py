@@ -1,0 +1,77 @@
+"""SIGINT/SIGTERM during a run: every stop ends with one line that says what stopped and how to
+continue (the CLI prints it; exit code 128 + the signal's number: 130 for SIGINT, 143 for SIGTERM).
+
+  - `StopFlag`: inside a training loop a signal only sets a flag; the loop stops after the step it
+    is in (the RL loop with a checkpoint, rloo.training.loop; the SFT and reward-model stages, which
+    have none, with `stage_interrupted`). A second signal stops at once (StopNow), and so does one
+    that came after the last step, once the stage is done, under `rloo compare` or `rloo pipeline`.
+  - `signals_stop_now`: everywhere else (loading, judging, a study between its runs) SIGTERM stops at
+    once as SIGINT does (KeyboardInterrupt), instead of Python's default for it, a silent exit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+
+from rloo.errors import Interrupted, StopNow, how_to_continue, rerun_hint
+from rloo.runtime.tracking import say
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class StopFlag:
+    """Turns SIGINT/SIGTERM into a flag the loop checks between steps; `note` is said when the first
+    arrives (what happens next; by default the RL loop's: a checkpoint, unless its caller reruns it
+    from the start, rloo.errors.rerun_continues)."""
+
+    def __init__(self, note: str | None = None):
+        self.signum = None
+        self.note = note or ("stopping after this step" + ("" if rerun_hint() else " and writing a checkpoint"))
+        self._old = {}
+
+    def __enter__(self):
+        # Signal handlers can only be set from the main thread; elsewhere the default applies.
+        if threading.current_thread() is threading.main_thread():
+            self._old = {s: signal.signal(s, self._handle) for s in STOP_SIGNALS}
+        return self
+
+    def _handle(self, signum, frame):
+        if self.signum is not None:  # a second signal: the user means it
+            raise StopNow(signum)
+        self.signum = signum
+        say(f"\nreceived {signal.Signals(signum).name}: {self.note}")
+
+    def __exit__(self, exc_type, *exc):
+        for s, h in self._old.items():
+            signal.signal(s, h)
+        # A signal the loop did not act on (it came after the last step's check: the final eval or
+        # save) ends the run normally; under a study or pipeline, whose next stage or run would
+        # ignore it, it then stops the process as a second signal would (the caller's rerun hint).
+        if exc_type is None and self.signum is not None and rerun_hint() is not None:
+            raise StopNow(self.signum)
+
+
+def stage_interrupted(stage: str, signum: int, step: int, total: int) -> Interrupted:
+    """The stop of a stage without checkpoints (SFT, reward model) after its step `step` of `total`."""
+    stopped = f"{signal.Signals(signum).name} received; {stage} stopped at step {step}/{total}"
+    return Interrupted(f"{stopped}; nothing saved ({stage} has no checkpoints): {how_to_continue(False)}", signum)
+
+
+def _stop_now(signum, frame):
+    raise StopNow(signum)
+
+
+@contextlib.contextmanager
+def signals_stop_now():
+    """Within this block SIGTERM raises StopNow (a KeyboardInterrupt, as SIGINT raises one) in the
+    main thread, so `finally` blocks run and the CLI prints its line; outside the main thread, a no-op."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGTERM, _stop_now)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
