@@ -136,9 +136,9 @@ def test_bench_times_rloo_at_each_staleness_beside_trl(tmp_path):
     for name, n in (("rloo", 0), ("rloo-n1", 1), ("rloo-n2", 2)):
         r = res[name]
         assert r["max_staleness"] == n and len(r["times_s"]) == 2 and r["median_s"] > 0
-        if n:  # the batch lags by N updates, the producer scored it, the trainer's wait is timed
+        if n:  # the batch lags by N updates; the trainer's wait for it is part of the step
             assert r["lags"] == [n, n], r["lags"]
-            assert {"time/trainer_wait", "time/producer_sample", "time/producer_score"} <= set(r["phases_s"])
+            assert "time/trainer_wait" in r["phases_s"]
             assert out["async_speedups"][name] > 0
     if trl:
         assert set(out["speedups"]) == {"rloo", "rloo-n1", "rloo-n2"} and out["speedup"] == out["speedups"]["rloo"]

@@ -80,7 +80,8 @@ def _rloo_step(models, opt, cfg, gen, batch: list[str], producer) -> dict:
         stats, roll = result.stats, result.rollout
     if producer is not None:  # rloo.training.loop publishes the new weights after each update
         producer.sync(models.policy)
-        stats |= producer.part_metrics()
+        # the trainer's wait; not the producer's time/producer_*: its clock runs on while it is stopped
+        stats["time/trainer_wait"] = producer.part_metrics()["time/trainer_wait"]
     if cfg.device.startswith("cuda"):
         torch.cuda.synchronize()
     dt = time.perf_counter() - t0
