@@ -145,3 +145,26 @@ def test_bench_times_rloo_at_each_staleness_beside_trl(tmp_path):
         table = bench.format_table({"machine": {}, "matmul_peak_gflops": 1.0, "shapes": [out]})
         assert all(f"rloo-n{n}" in table and "N=0's step" in table for n in (1, 2))
     assert len(lines) == len(res) * 5
+
+
+def test_a_worker_that_dies_before_it_is_ready_raises_instead_of_hanging():
+    """A worker that fails before it says ready (here `int(conn, job)`: a TypeError in the child) must
+    end the bench with an error. _start kept the worker's end of the pipe open in the parent too, so
+    recv() never saw the EOF and the bench hung (it did, with a daemon worker that could not start
+    the rollout producer)."""
+    import threading
+
+    from rloo.experiments.bench_workers import _start
+
+    box = []
+
+    def start():
+        try:
+            _start(int, {})
+        except EOFError as e:
+            box.append(e)
+
+    t = threading.Thread(target=start, daemon=True)
+    t.start()
+    t.join(90)
+    assert box, "_start still waiting for a worker that died"
