@@ -147,7 +147,7 @@ PART_LIMITS = {  # seconds; the whole run is capped by --budget (gpu_check.sh: u
     "train_resume": 150,
     "logprobs": 120,
     "guard_memory": 120,
-    "async_steps": 150,
+    "async_steps": 240,
     "cuda_tests": 120,
     "bench": 300,
 }

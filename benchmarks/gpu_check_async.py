@@ -49,7 +49,7 @@ def cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "rloo.cli", *args], capture_output=True, text=True, env=env, cwd=cwd)
 
 
-def async_train(device: str, assets: Path, steps: int = 6) -> dict:
+def async_train(device: str, assets: Path, steps: int = 4) -> dict:
     """Part 1: a short `rloo train` at max_staleness=1; the lag and is/* metrics it logged."""
     model, run = tiny_policy(assets), assets / "async_run"
     proc = cli(["train", f"policy={model}", f"reward_model={model}", f"output_dir={run}", f"device={device}",
