@@ -7,6 +7,8 @@ What it does: parts, each in its own process with its own time limit (a hang or 
 only), the JSON rewritten after every part (a timeout of the whole run keeps what was done):
   update_fraction, collectives, train_resume, logprobs, guard_memory: benchmarks/gpu_check_parts.py
     (each would have caught one of issue 34's defects; on the 1B shape where it matters);
+  async_steps: rl.max_staleness=1, producer and trainer on the GPU: a `rloo train` run that must finish
+    with is/* metrics and lag 1, and s/step at N = 0 against N = 1 on M (benchmarks/gpu_check_async.py);
   cuda_tests: `pytest -m cuda --continue-on-collection-errors`: the suite's CUDA tests (bf16 vs fp32
     log-probs and one RLOO step's gradient against tests/equivalence/test_precision.py's tolerances);
   bench: `rloo bench` on CUDA for the shapes M, L and 1B (Pythia-1B-sized Llama, random weights,
@@ -145,6 +147,7 @@ PART_LIMITS = {  # seconds; the whole run is capped by --budget (gpu_check.sh: u
     "train_resume": 150,
     "logprobs": 120,
     "guard_memory": 120,
+    "async_steps": 240,
     "cuda_tests": 120,
     "bench": 300,
 }

@@ -11,6 +11,8 @@ Each part writes one JSON object to FILE. Every part would have caught one of is
                    copy, the first PPO ratio, reward-score ties; the same KL and ratio through PEFT LoRA
                    (a wrapper running the model's own forward: its head must stay fp32 under autocast)
   guard_memory     peak memory of one 1B training step with the weight guard on
+  async_steps      rl.max_staleness=1 with the producer and the trainer on one GPU: `rloo train` finishes with
+                   is/* metrics and lag 1, and s/step at N = 0 and N = 1 on the M shape (gpu_check_async.py)
 The dry run (CPU, tiny shapes, gloo) checks the script itself: tests/integration/test_gpu_check.py.
 """
 
@@ -29,6 +31,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 import torch  # noqa: E402
+
+from gpu_check_async import async_steps, tiny_policy  # noqa: E402 - beside this file
 
 
 def _model(device: str, dry: bool, cls=None):
@@ -106,17 +110,7 @@ def collectives(device: str, dry: bool, assets: Path) -> dict:
 
 
 def train_resume(device: str, dry: bool, assets: Path) -> dict:
-    from rloo.config import ArchConfig
-    from rloo.modeling.loading import build_llama
-    from rloo.tasks import get_task
-    from rloo.tasks.tokenizer import build_tokenizer
-
-    model_dir, run = assets / "tiny_policy", assets / "train_run"
-    if not (model_dir / "config.json").exists():
-        tok = build_tokenizer(get_task("summarize"))
-        arch = ArchConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64, max_position_embeddings=64)
-        build_llama(arch, tok, seed=0).save_pretrained(model_dir)
-        tok.save_pretrained(model_dir)
+    model_dir, run = tiny_policy(assets), assets / "train_run"
     base = [sys.executable, "-m", "rloo.cli", "train", f"policy={model_dir}", f"reward_model={model_dir}",
             f"output_dir={run}", f"device={device}", "batch_size=2", "k=2", "max_new_tokens=5", "eval_every=1",
             "eval_prompts=4", "eval.batch_size=4", "save_every=1"]  # fmt: skip
@@ -223,7 +217,7 @@ def guard_memory(device: str, dry: bool, assets: Path) -> dict:
             "ok": problem is None}  # fmt: skip
 
 
-PARTS = {f.__name__: f for f in (update_fraction, collectives, train_resume, logprobs, guard_memory)}
+PARTS = {f.__name__: f for f in (update_fraction, collectives, train_resume, logprobs, guard_memory, async_steps)}
 
 
 def main(argv=None) -> int:

@@ -106,3 +106,65 @@ def test_matmul_peak_skips_sizes_that_would_outlast_its_budget():
     with Record():
         peak = matmul_peak_flops(1, seconds=1e-6)
     assert peak > 0 and sizes == {512}, sizes
+
+
+def test_bench_times_rloo_at_each_staleness_beside_trl(tmp_path):
+    """`rloo bench staleness=[0,1,2]`: one rloo trainer per max_staleness (its producer in a process of its
+    own), a row and a ratio to TRL for each, and N = 0's step over N > 0's. No timing asserts. TRL runs
+    when installed (the `bench` extra); the rows and N = 0 ratios are checked either way."""
+    trl = importlib.util.find_spec("trl") is not None
+    lines = []
+    out = bench_shape(
+        TINY,
+        root=tmp_path,
+        warmup=0,
+        steps=2,
+        k=2,
+        batch_size=2,
+        beta=0.05,
+        lr=1e-6,
+        seed=0,
+        threads=2,
+        peak=1e11,
+        trainers=["rloo", "trl"] if trl else ["rloo"],
+        staleness=[0, 1, 2],
+        log=lines.append,
+    )
+    res = out["results"]
+    assert set(res) == {"rloo", "rloo-n1", "rloo-n2"} | ({"trl"} if trl else set())
+    assert out["warmup"] == 3  # the queue fills (N_max + 1 steps) before any step is timed
+    for name, n in (("rloo", 0), ("rloo-n1", 1), ("rloo-n2", 2)):
+        r = res[name]
+        assert r["max_staleness"] == n and len(r["times_s"]) == 2 and r["median_s"] > 0
+        if n:  # the batch lags by N updates; the trainer's wait for it is part of the step
+            assert r["lags"] == [n, n], r["lags"]
+            assert "time/trainer_wait" in r["phases_s"]
+            assert out["async_speedups"][name] > 0
+    if trl:
+        assert set(out["speedups"]) == {"rloo", "rloo-n1", "rloo-n2"} and out["speedup"] == out["speedups"]["rloo"]
+        table = bench.format_table({"machine": {}, "matmul_peak_gflops": 1.0, "shapes": [out]})
+        assert all(f"rloo-n{n}" in table and "N=0's step" in table for n in (1, 2))
+    assert len(lines) == len(res) * 5
+
+
+def test_a_worker_that_dies_before_it_is_ready_raises_instead_of_hanging():
+    """A worker that fails before it says ready (here `int(conn, job)`: a TypeError in the child) must
+    end the bench with an error. _start kept the worker's end of the pipe open in the parent too, so
+    recv() never saw the EOF and the bench hung (it did, with a daemon worker that could not start
+    the rollout producer)."""
+    import threading
+
+    from rloo.experiments.bench_workers import _start
+
+    box = []
+
+    def start():
+        try:
+            _start(int, {})
+        except EOFError as e:
+            box.append(e)
+
+    t = threading.Thread(target=start, daemon=True)
+    t.start()
+    t.join(90)
+    assert box, "_start still waiting for a worker that died"

@@ -14,7 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-QUICK_PARTS = "update_fraction,collectives,logprobs,guard_memory,cuda_tests,bench"
+QUICK_PARTS = "update_fraction,collectives,logprobs,guard_memory,async_steps,cuda_tests,bench"
 
 
 def _dry_run(tmp_path, *extra):
@@ -30,6 +30,8 @@ def _dry_run(tmp_path, *extra):
             "1",
             "--test-timeout",
             "900",
+            "--budget",  # the GPU run's 540 s are for an H200; a shared CPU runs the parts slower
+            "1500",
             "--out",
             str(out),
             "--assets",
@@ -57,6 +59,10 @@ def _check(report, trainers, parts):
     # the wrapped path (PEFT LoRA, B = 0) keeps the LM head in fp32 under bf16 autocast: the plain pass's
     # bits, a step-0 KL of exactly 0 (before issue 34's wrapped fix: bf16-rounded logits, KL != 0)
     assert report["parts"]["logprobs"]["lora_step0_kl_max_abs"] == 0.0, report["parts"]["logprobs"]
+    # max_staleness=1 with the producer in its own process: finished, is/* logged, lag 1, both step times
+    train, timing = report["parts"]["async_steps"]["train"], report["parts"]["async_steps"]["timing"]
+    assert train["lags"][1:] == [1.0] * (len(train["lags"]) - 1) and train["producer_process"], train
+    assert timing["step_s_n0"] > 0 and timing["step_s_n1"] > 0 and timing["lags_n1"] == [1.0, 1.0], timing
     tests = report["cuda_tests"]["tests"]
     # the CUDA tests were collected (not silently missing) and, without a GPU, skipped
     assert any("test_precision" in name for name in tests), tests

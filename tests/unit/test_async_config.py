@@ -39,3 +39,19 @@ def test_refusals_are_one_line(kw, words):
     with pytest.raises(ConfigError, match=words) as e:
         RLConfig(policy="x", **kw)
     assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "kw,words",
+    [
+        (dict(staleness=[1, 1]), "distinct"),
+        (dict(staleness=[]), "distinct"),
+        (dict(staleness=[0, 1], threads=1), "threads >= 2"),
+    ],
+)
+def test_bench_staleness_is_refused_in_one_line(kw, words):
+    from rloo.config.tools import BenchConfig
+
+    assert BenchConfig().staleness == [0] and BenchConfig(staleness=[0, 1, 2]).staleness == [0, 1, 2]
+    with pytest.raises(ConfigError, match=words):
+        BenchConfig(**kw)

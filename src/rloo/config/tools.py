@@ -39,6 +39,19 @@ class BenchConfig(Strict):
     trl: bool = Field(default=True, description="Run TRL's RLOOTrainer alongside (false: rloo only).")
     share_prompt: bool = Field(default=True, description="rloo's prompt-once-per-group fast path.")
     output_dir: Path = Field(default=Path("runs/bench"), description="Built models (assets/) and bench.json.")
+    staleness: list[int] = Field(
+        default=[0],
+        description="rl.max_staleness values to time rloo at, one rloo trainer each (docs/async.md); N > 0: "
+        "a producer process samples and scores, the threads split between the two (1 + 1 on 2).",
+    )
+
+    @model_validator(mode="after")
+    def _check_staleness(self):
+        if not self.staleness or len(set(self.staleness)) < len(self.staleness) or min(self.staleness) < 0:
+            raise ValueError(f"staleness: needs distinct values >= 0, got {self.staleness}")
+        if max(self.staleness) > 0 and self.threads < 2:
+            raise ValueError("staleness > 0 needs threads >= 2 (the producer takes half of them)")
+        return self
 
 
 COMPARE_METHODS = tuple(compare_variants())

@@ -12,12 +12,18 @@ CPU under bf16 mixed precision, of the faster of bf16 and fp32: `reference_peak`
 
 `dtype=bfloat16`: rloo runs under its own mixed precision (rloo.runtime.precision: bf16 autocast over fp32
 master weights, on CUDA too) and TRL with `bf16=True` (autocast over fp32 weights): the same scheme.
+
+`staleness=[0,1,2]`: one rloo trainer per rl.max_staleness N (named "rloo" at N = 0, "rloo-nN" above),
+each beside TRL's synchronous step (TRL's RLOOTrainer has no asynchronous mode). At N > 0 a step's time
+is the trainer's, its wait for the producer's batch included (rloo.experiments.bench_workers); the
+first max(warmup, N_max + 1) steps, while the producer's queue fills, are not timed.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 import statistics
 import tempfile
 from pathlib import Path
@@ -56,7 +62,7 @@ def reference_peak(dtype: str, device: str, threads: int, log=print) -> float:
     return peak
 
 
-def _summary(name: str, results: list[dict], peak: float) -> dict:
+def _summary(name: str, results: list[dict], peak: float, staleness: int | None) -> dict:
     times = [r["time"] for r in results]
     med = statistics.median(times)
     flops = statistics.median(r["flops"] for r in results)
@@ -73,7 +79,21 @@ def _summary(name: str, results: list[dict], peak: float) -> dict:
         "achieved_flops": statistics.median(r["flops"] / r["time"] for r in results),
         "achieved_frac_peak": statistics.median(r["flops"] / r["time"] for r in results) / peak,
         "phases_s": phases,
-    }
+    } | ({} if staleness is None else _async_summary(results, staleness))
+
+
+def _async_summary(results: list[dict], staleness: int) -> dict:
+    """rloo's max_staleness, and at N > 0 the lag of each timed batch and the producer's peak RSS."""
+    if not staleness:
+        return {"max_staleness": 0}
+    rss = [r["producer_rss_gb"] for r in results if r.get("producer_rss_gb") is not None]
+    lags = [r["lag"] for r in results]
+    return {"max_staleness": staleness, "lags": lags, "producer_peak_rss_gb": max(rss) if rss else None}
+
+
+def rloo_variants(staleness) -> dict[str, int]:
+    """rloo's trainer names -> their max_staleness: "rloo" at N = 0, "rloo-n1", "rloo-n2", ... above."""
+    return {("rloo" if n == 0 else f"rloo-n{n}"): n for n in staleness}
 
 
 def bench_shape(
@@ -93,9 +113,14 @@ def bench_shape(
     share_prompt: bool = True,
     device: str = "cpu",
     dtype: str = "float32",
+    staleness=(0,),
     log=print,
 ) -> dict:
-    """Alternate the trainers step by step on one shape; return per-trainer summaries."""
+    """Alternate the trainers step by step on one shape; return per-trainer summaries. `trainers`:
+    "rloo" (one worker per value in `staleness`) and/or "trl"."""
+    variants = rloo_variants(staleness) if "rloo" in trainers else {}
+    warmup = max(warmup, max(variants.values(), default=0) + 1) if any(variants.values()) else warmup
+    load = os.getloadavg()[0]  # the machine's 1-minute load before and after: what else ran beside it
     folder = build_assets(shape, root, seed)
     tok = AutoTokenizer.from_pretrained(folder / "policy")
     arch = Arch.of(AutoConfig.from_pretrained(folder / "policy"))
@@ -118,15 +143,20 @@ def bench_shape(
         dtype=dtype,
         batches=[prompts[i * batch_size : (i + 1) * batch_size] for i in range(total)],
     )
-    targets = {"rloo": _rloo_worker, "trl": _trl_worker}
-    workers = {name: _start(targets[name], job) for name in trainers}
+    jobs = {name: (_rloo_worker, job | {"max_staleness": n}) for name, n in variants.items()}
+    jobs |= {"trl": (_trl_worker, job)} if "trl" in trainers else {}
+    workers = {}
     try:
-        results = _alternate(workers, job, tok, arch, shape, warmup, log)
+        for name, (target, worker_job) in jobs.items():
+            workers[name] = _start(target, worker_job)
+        results = _alternate(workers, job, tok, arch, shape, warmup, log, variants)
     finally:  # a worker that died (its error is what propagates) cannot take the message
         for proc, conn, _ in workers.values():
             with contextlib.suppress(OSError):
                 conn.send("stop")
             proc.join(timeout=60)
+            if proc.is_alive():  # not a daemon (at max_staleness > 0): it must not outlive the bench
+                proc.kill()
     out = {
         "shape": shape.name,
         "device": device,
@@ -139,17 +169,27 @@ def bench_shape(
         "steps": steps,
         "beta": beta,
         "lr": lr,
-        "results": {n: _summary(n, results[n], peak) for n in trainers},
+        "load_avg": [load, os.getloadavg()[0]],
+        "results": {n: _summary(n, results[n], peak, variants.get(n)) for n in workers},
     }
-    if {"rloo", "trl"} <= set(trainers):
-        r, t = out["results"]["rloo"], out["results"]["trl"]
-        out["speedup"] = t["median_s"] / r["median_s"]
-        out["memory_ratio"] = r["peak_rss_gb"] / t["peak_rss_gb"]
+    return out | _ratios(out["results"], variants)
+
+
+def _ratios(res: dict, variants: dict[str, int]) -> dict:
+    """TRL's s/step over each rloo trainer's ("speedups"; "speedup": at N = 0) and N = 0's over N > 0's."""
+    out = {}
+    if "trl" in res:
+        out["speedups"] = {n: res["trl"]["median_s"] / res[n]["median_s"] for n in variants}
+    if "rloo" in res and "trl" in res:
+        out["speedup"] = out["speedups"]["rloo"]
+        out["memory_ratio"] = res["rloo"]["peak_rss_gb"] / res["trl"]["peak_rss_gb"]
+    if "rloo" in res and len(variants) > 1:
+        out["async_speedups"] = {n: res["rloo"]["median_s"] / res[n]["median_s"] for n, v in variants.items() if v}
     return out
 
 
-def _alternate(workers: dict, job: dict, tok, arch: Arch, shape: Shape, warmup: int, log) -> dict[str, list[dict]]:
-    """Send each batch to every trainer, the order flipping every step (so neither always runs first
+def _alternate(workers: dict, job: dict, tok, arch: Arch, shape: Shape, warmup: int, log, variants: dict) -> dict:
+    """Send each batch to every trainer, the order rotating every step (so none always runs first
     on a warm cache); log each step and keep the timed ones, with their FLOPs counted from the shape."""
     trainers = list(workers)
     batch_size, k, share_prompt = job["batch_size"], job["k"], job["share_prompt"]
@@ -157,13 +197,13 @@ def _alternate(workers: dict, job: dict, tok, arch: Arch, shape: Shape, warmup: 
     results: dict[str, list[dict]] = {name: [] for name in trainers}
     for i in range(total):
         P = max(len(tok(p, add_special_tokens=False)["input_ids"]) for p in job["batches"][i])
-        for name in trainers if i % 2 == 0 else trainers[::-1]:
+        for name in trainers[i % len(trainers) :] + trainers[: i % len(trainers)]:
             workers[name][1].send("step")
             r = workers[name][1].recv()
             T = r["width"]
             r["flops"] = (
-                rloo_step_flops(arch, batch_size, k, P, T, share_prompt, r["lengths"])
-                if name == "rloo"
+                rloo_step_flops(arch, batch_size, k, P, T, share_prompt, r["lengths"], not variants[name])
+                if name in variants
                 else trl_step_flops(arch, batch_size, k, P, T)
             )
             log(
@@ -184,7 +224,10 @@ def format_table(report: dict) -> str:
     for s in report["shapes"]:
         for name, r in s["results"].items():
             gf = r["flops_per_step"] / 1e9 if r["flops_per_step"] else float("nan")
-            extra = f"  {s['speedup']:6.2f}x  {s['memory_ratio']:8.2f}" if name == "rloo" and "speedup" in s else ""
+            extra = f"  {s['speedups'][name]:6.2f}x" if name in s.get("speedups", {}) else ""
+            extra += f"  {s['memory_ratio']:8.2f}" if name == "rloo" and "memory_ratio" in s else ""
+            if name in s.get("async_speedups", {}):  # N = 0's s/step over this N's
+                extra += f"  ({s['async_speedups'][name]:.2f}x N=0's step, lag {statistics.median(r['lags']):g})"
             lines.append(
                 f"{s['shape']:5s} {name:7s} {r['median_s']:7.2f} {r['completion_tokens_per_s']:7.0f} "
                 f"{r['peak_rss_gb']:8.2f} {gf:11.1f} {(r['achieved_flops'] or 0) / 1e9:8.1f} "
@@ -224,6 +267,7 @@ def _run_bench(cfg, log, overwrite: bool) -> dict:
         "dtype": dtype,
         "matmul_peak_gflops": peak / 1e9,
         "decode_few_rows": few_rows_pays(cfg.device, cfg.threads),  # rloo's decode products swapped (few_rows)
+        "staleness": cfg.staleness,
         "shapes": [],
     }
     for name in cfg.shapes:
@@ -245,6 +289,7 @@ def _run_bench(cfg, log, overwrite: bool) -> dict:
                 share_prompt=cfg.share_prompt,
                 device=cfg.device,
                 dtype=dtype,
+                staleness=cfg.staleness,
                 log=log,
             )
         )

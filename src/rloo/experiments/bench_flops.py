@@ -69,11 +69,19 @@ def bucketed(a: Arch, lengths: list[int], P: int, logits: bool) -> float:
 
 
 def rloo_step_flops(
-    a: Arch, B: int, K: int, P: int, T: int, share_prompt: bool = True, lengths: list[int] | None = None
+    a: Arch,
+    B: int,
+    K: int,
+    P: int,
+    T: int,
+    share_prompt: bool = True,
+    lengths: list[int] | None = None,
+    reuse_prefill: bool = True,
 ) -> float:
     """rloo_step: sample (prefill + decode), reference and reward-model forward, policy forward+backward.
     Assumes a model without dropout (rloo reuses the sampling prefill only then). `lengths`: the
-    N completion lengths, when known; the shared passes then run in length buckets."""
+    N completion lengths, when known; the shared passes then run in length buckets. `reuse_prefill`
+    False: the update runs its own prompt pass (max_staleness > 0: the producer sampled the batch)."""
     N = B * K
     if not share_prompt:
         plain = a.forward(N, P + T, P + T, N * T)
@@ -92,7 +100,7 @@ def rloo_step_flops(
         lm = prompt + bucketed(a, [max(n - 1, 0) for n in lengths], P, logits=True)
         rm = a.forward(B, P, P, 0) + bucketed(a, lengths, P, logits=False)
     # the policy's prompt pass of sampling is kept (with its graph) for the update: its forward is not repeated
-    return prompt + decode(a, N, P, T) + lm + rm + (lm - prompt) + 2 * lm
+    return prompt + decode(a, N, P, T) + lm + rm + (lm - prompt) + 2 * lm + (0 if reuse_prefill else prompt)
 
 
 def trl_step_flops(a: Arch, B: int, K: int, P: int, T: int) -> float:
