@@ -75,3 +75,19 @@ def test_a_tied_parameter_is_saved_once_and_restored_from_its_twin():
     out[1].weight = torch.nn.Parameter(torch.zeros(3, 2))  # untied, to see both names filled
     resumed.load_into(0, out)
     assert torch.equal(out[0].weight, older[0]["0.weight"]) and torch.equal(out[1].weight, older[0]["0.weight"])
+
+
+def test_a_version_is_marked_only_after_its_copies_have_landed(monkeypatch):
+    """On CUDA `copy_` is queued on the stream while the version numbers are read by another process
+    at once: publish (and refill) must wait for the copies (`_settle`) before they mark the slot, and
+    load_into before it re-checks the version. CPU-checkable through the order of the calls."""
+    import rloo.runtime.weights as weights
+
+    ring, seen = WeightRing(_model(0.0), staleness=1), []
+    monkeypatch.setattr(weights, "_settle", lambda tensors: seen.append(ring.versions.tolist()))
+    ring.publish(1, _model(1.0))
+    assert seen == [[0, -1]]  # slot 1 still unmarked while its copy settles
+    ring.load_into(1, _model(-1.0))
+    assert seen[-1] == [0, 1] and len(seen) == 2
+    ring.refill({1: {"weight": torch.full((1, 2), 5.0), "bias": torch.ones(1)}}, _model(2.0), step=2)
+    assert seen[-1] == [0, -1] and len(seen) == 3  # version 1 goes back into slot 1, not yet marked

@@ -20,6 +20,15 @@ from collections.abc import Mapping
 import torch
 
 
+def _settle(tensors) -> None:
+    """Wait until copies into or out of `tensors` are done. On CUDA `copy_` only queues the copy on
+    this process's stream, while the version numbers are plain CPU memory that another process reads
+    at once: without this, a producer could take a slot as version v before v's bytes have landed (or
+    the reader's own copy could still be in flight when it re-checks the version). No-op on CPU."""
+    for device in {t.device for t in tensors if t.device.type == "cuda"}:
+        torch.cuda.synchronize(device)
+
+
 class StaleVersion(RuntimeError):
     """A requested version is not (or no longer) in the ring: the hand-off protocol was broken."""
 
@@ -46,6 +55,7 @@ class WeightRing:
         self.versions[slot] = -1  # a reader that looks mid-copy sees no version, not a torn one
         for name, t in model.state_dict().items():
             self.slots[slot][name].copy_(t)
+        _settle(self.slots[slot].values())
         self.versions[slot] = version
 
     @torch.no_grad()
@@ -56,6 +66,7 @@ class WeightRing:
             raise StaleVersion(f"weights version {version} is not in the ring (slot holds {int(self.versions[slot])})")
         for name, t in model.state_dict().items():
             t.copy_(self.slots[slot][name])
+        _settle(self.slots[slot].values())
         if int(self.versions[slot]) != version:  # overwritten while we copied
             raise StaleVersion(f"weights version {version} was overwritten while it was read")
 
@@ -90,6 +101,7 @@ class WeightRing:
                 self.versions[slot] = -1
                 for name, t in self.slots[slot].items():
                     t.copy_(tensors.get(tied.get(name, name), state[name]))
+                _settle(self.slots[slot].values())
                 self.versions[slot] = v
 
 
