@@ -62,4 +62,5 @@ def sample_episodes(models, prompts: list[str], cfg: RLConfig, gen: torch.Genera
         top_p=cfg.top_p,
         top_k=cfg.top_k,
         generator=gen,
+        chat=spec.chat,
     )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from rloo.config.base import Strict
@@ -50,4 +52,12 @@ class EnvSettings(Strict):
     )
     tool_timeout_s: float = Field(
         default=1.0, gt=0, description="Built-in tools: a call longer than this answers with an error record."
+    )
+    chat_template: bool = Field(
+        default=True,
+        description="Play episodes in the policy tokenizer's chat template when it has one: the prompt as the "
+        "first user message, each observation the next user (or tool) message (docs/agents.md).",
+    )
+    observation_role: Literal["user", "tool"] = Field(
+        default="user", description="The chat template's role of an environment's observation."
     )

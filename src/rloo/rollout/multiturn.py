@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from rloo.data.chat_turns import ChatFrame
 from rloo.data.collate import position_ids
 from rloo.errors import EnvError
 from rloo.modeling.forward import lm_logits
@@ -83,9 +84,10 @@ def _left_pad(rows: list[list[int]], pad_id: int) -> tuple[Tensor, Tensor]:
     return ids, mask
 
 
-def _answer(eps: list[_Episode], rows: list[int], lim: Limits) -> None:
+def _answer(eps: list[_Episode], rows: list[int], lim: Limits, chat: ChatFrame | None) -> None:
     """The environments' answers to the turns that just ended, called concurrently; an observation
-    is queued, or the episode ends (done, or truncated at max_turns / max_total_tokens)."""
+    is queued (in the chat template's next user turn with `chat`), or the episode ends (done, or
+    truncated at max_turns / max_total_tokens)."""
     results = call_all([lambda e=eps[i]: e.env.step(list(e.turn)) for i in rows], lim.step_timeout_s)
     for i, (status, value) in zip(rows, results, strict=True):
         ep = eps[i]
@@ -94,14 +96,15 @@ def _answer(eps: list[_Episode], rows: list[int], lim: Limits) -> None:
             raise EnvError(f"environment {name}.step took longer than step_timeout_s={lim.step_timeout_s:g} s")
         if status == "raised":
             raise value  # type: ignore[misc] - CheckedEnv raised an EnvError (one line)
+        obs = value.observation if chat is None else chat.observation(ep.turn, value.observation)  # type: ignore[union-attr]
         ep.turn, ep.turns = [], ep.turns + 1
         ep.reward += value.reward or 0.0  # type: ignore[union-attr]
         if value.done:  # type: ignore[union-attr]
             ep.done = True
-        elif ep.turns >= lim.max_turns or ep.used + len(value.observation) >= lim.max_total_tokens:  # type: ignore[union-attr]
+        elif ep.turns >= lim.max_turns or ep.used + len(obs) >= lim.max_total_tokens:
             ep.done = ep.truncated = True  # no room for another policy turn
         else:
-            ep.queue.extend(value.observation)  # type: ignore[union-attr]
+            ep.queue.extend(obs)
 
 
 def _column(eps: list[_Episode], tok: list[int], lp: Tensor, stops: list[frozenset], eos: int, pad: int, lim: Limits):
@@ -154,6 +157,7 @@ def episodes(
     top_p: float = 1.0,
     top_k: int = 0,
     generator: torch.Generator | None = None,
+    chat: ChatFrame | None = None,
 ) -> Trajectories:
     """Run one episode per environment (N = len(envs) = len(prompts) * k; rows k*i .. k*i+k-1 play
     prompts[i]) to its end or a limit, batched; see the module docstring. -> Trajectories.
@@ -162,11 +166,12 @@ def episodes(
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
     eps = [_Episode(env) for env in envs]
     starts = [ep.env.reset(prompts[i // k]) for i, ep in enumerate(eps)]
+    starts = starts if chat is None else [chat.first(s) for s in starts]
     cut = sum(len(s) > max_prompt_len for s in starts)
     was_training = model.training
     model.eval()
     p_ids, p_mask, pre, g = _prefill(model, [s[-max_prompt_len:] for s in starts], k, pad)
-    stops = [frozenset(ep.env.stop_ids) for ep in eps]
+    stops = [frozenset(ep.env.stop_ids) | ({chat.eot} if chat else set()) for ep in eps]
     cache, _ = _decoding_cache(model, pre, g, lim.max_total_tokens, grouped=False)
     logits = pre.last_logits.detach().float().repeat_interleave(g, dim=0)
     attn, next_pos = p_mask.long(), position_ids(p_mask)[:, -1:] + 1
@@ -176,7 +181,7 @@ def episodes(
         *col, ended = _column(eps, tok.tolist(), lp, stops, eos, pad, lim)
         cols.append(col)
         if ended:
-            _answer(eps, ended, lim)
+            _answer(eps, ended, lim, chat)
         if all(ep.done for ep in eps):
             break
         attn = torch.cat([attn, torch.ones_like(attn[:, :1])], dim=1)
