@@ -65,13 +65,26 @@ def spec(total: int = 20) -> EnvSpec:
     return EnvSpec(EchoEnv, max_turns=3, max_turn_tokens=6, max_total_tokens=total, step_timeout_s=30)
 
 
-def _episodes(policy, total=20, seed=0, tok=None, chat=None):
+def _episodes(policy, total=20, seed=0, tok=None, chat=None, prefill=True):
     EchoEnv.log.clear()
     envs = [make_env(EchoEnv, V) for _ in range(len(PROMPTS) * K)]
     gen = torch.Generator().manual_seed(seed)
     lim = limits(spec(total))
     tok = Tok() if tok is None else tok
-    return multiturn.episodes(policy, tok, envs, PROMPTS, K, lim, max_prompt_len=32, generator=gen, chat=chat)
+    return multiturn.episodes(
+        policy, tok, envs, PROMPTS, K, lim, max_prompt_len=32, generator=gen, chat=chat, prefill_observations=prefill
+    )
+
+
+def _draw_steps(policy_mask: list[bool], prefill: bool) -> list[int]:
+    """The decode step at which each policy token of a row was drawn: one step per policy token, and
+    one per observation (one forward pass over it) or, token by token, one per observation token."""
+    steps, s = [], 0
+    for j, p in enumerate(policy_mask):
+        if p:
+            steps.append(s)
+        s += 1 if p or not prefill or j == 0 or policy_mask[j - 1] else 0
+    return steps
 
 
 def _favour(model, token: int, logit: float = 3.0):
@@ -118,9 +131,11 @@ def test_trained_ids_are_the_sampled_ids(arch, templated, monkeypatch):
     policy = tiny_lm(arch, tokenizer=tok).eval()
     policy = _favour(policy, chat.eot) if chat else policy
     roll = _episodes(policy, total=40 if templated else 20, tok=tok, chat=chat)
-    drawn = torch.stack(drawn, 1)[:, : roll.completion_ids.shape[1]]
+    drawn = torch.stack(drawn, 1)
     pol = roll.policy_mask
-    assert torch.equal(roll.completion_ids[pol], drawn[pol])
+    for i in range(len(pol)):
+        mask = roll.policy_mask[i][roll.completion_mask[i]]
+        assert torch.equal(roll.completion_ids[i][pol[i]], drawn[i, _draw_steps(mask.tolist(), True)]), i
     assert bool((~pol & roll.completion_mask).any()), "no observation tokens: the test checks nothing"
     assert len(set(roll.turns.tolist())) > 1, "every episode had as many turns: the batch is not mixed"
     assert 0 < int(roll.truncated.sum()) < len(roll.truncated), "truncated and finished episodes both wanted"
@@ -154,6 +169,28 @@ def test_trained_ids_are_the_sampled_ids(arch, templated, monkeypatch):
             2 * TINY_MODEL_FORWARD,
             scale=1 + float(plain.abs().max()),
         )
+
+
+@pytest.mark.parametrize("templated", [False, True], ids=["ids", "chat_template"])
+@pytest.mark.parametrize("arch", ARCHS)
+def test_observation_prefill_equals_token_by_token(arch, templated):
+    """Each observation in one forward pass (the default) against one token per decode step, same
+    seed: the same episodes (ids, masks, turns, rewards, truncations) and the same sampled log-probs
+    within the forward tolerance. Both are forward computations of one log-softmax, each within
+    TINY_MODEL_FORWARD of it (positions <= 64 here: the attention's sums over them add < 2 * 64 terms
+    to tolerance.py's n ~ 660, still < 2**10; the block's masked padding adds exact zeros)."""
+    tok = chat_tokenizer("chatml") if templated else None
+    chat = chat_frame(tok) if templated else None
+    policy = tiny_lm(arch, tokenizer=tok).eval()
+    policy = _favour(policy, chat.eot) if chat else policy
+    total = 40 if templated else 20
+    fast, slow = (_episodes(policy, total=total, tok=tok, chat=chat, prefill=p) for p in (True, False))
+    obs = slow.completion_mask & ~slow.policy_mask
+    assert int(obs.sum(-1).max()) > 1, "no observation of several tokens: nothing to prefill"
+    for name in ("prompt_ids", "completion_ids", "completion_mask", "policy_mask", "truncated", "turns", "env_rewards"):
+        assert torch.equal(getattr(fast, name), getattr(slow, name)), name
+    scale = 1 + float(slow.logprobs.abs().max())
+    assert_close(fast.logprobs, slow.logprobs, 2 * TINY_MODEL_FORWARD, scale=scale)
 
 
 def _reference_grads(policy, ref, roll, scores):

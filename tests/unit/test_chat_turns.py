@@ -128,3 +128,5 @@ def test_train_env_episodes_start_from_the_template():
         text = tok.decode(roll.prompt_ids[0][roll.prompt_mask[0]])
         expected = _chat(tok, prompt) if on else prompt
         assert " ".join(text.split()) == " ".join(expected.split()), on
+    token_by_token = RLConfig(policy="unused", env="calculator", env_settings={"prefill_observations": False})
+    assert env_spec(cfg, tok).prefill_observations and not env_spec(token_by_token, tok).prefill_observations

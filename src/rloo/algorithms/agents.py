@@ -63,4 +63,5 @@ def sample_episodes(models, prompts: list[str], cfg: RLConfig, gen: torch.Genera
         top_k=cfg.top_k,
         generator=gen,
         chat=spec.chat,
+        prefill_observations=spec.prefill_observations,
     )

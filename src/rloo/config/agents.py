@@ -58,6 +58,11 @@ class EnvSettings(Strict):
         description="Play episodes in the policy tokenizer's chat template when it has one: the prompt as the "
         "first user message, each observation the next user (or tool) message (docs/agents.md).",
     )
+    prefill_observations: bool = Field(
+        default=True,
+        description="Feed an observation into the KV cache in one forward pass (false: one token per decode "
+        "step; the same episodes, docs/agents.md says when each is faster).",
+    )
     observation_role: Literal["user", "tool"] = Field(
         default="user", description="The chat template's role of an environment's observation."
     )

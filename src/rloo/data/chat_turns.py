@@ -95,13 +95,17 @@ def chat_frame(tokenizer, role: str = "user") -> ChatFrame | None:
     head, tail = _split(first, _P)
     two = _render(tokenizer, [("user", _P), ("assistant", _A), (role, _O)], True)
     if not two.startswith(first + _A):
-        raise RlooError(f"the tokenizer's chat template renders a turn differently after the conversation goes on; {_OFF}")
+        raise RlooError(
+            f"the tokenizer's chat template renders a turn differently after the conversation goes on; {_OFF}"
+        )
     eot, eot_text = _end_of_turn(tokenizer, two[len(first + _A) :])
     obs_head, obs_tail = _split(two[len(first + _A + eot_text) :], _O)
     three = _render(tokenizer, [("user", _P), ("assistant", _A), (role, _O), ("assistant", _A2), (role, _O2)], True)
     if three != two + _A2 + eot_text + obs_head + _O2 + obs_tail:
         raise RlooError(f"the tokenizer's chat template writes later turns differently from the second; {_OFF}")
-    return ChatFrame(_ids(tokenizer, head), _ids(tokenizer, tail), eot, _ids(tokenizer, obs_head), _ids(tokenizer, obs_tail))
+    return ChatFrame(
+        _ids(tokenizer, head), _ids(tokenizer, tail), eot, _ids(tokenizer, obs_head), _ids(tokenizer, obs_tail)
+    )
 
 
 def end_ids(tokenizer, frame: ChatFrame | None) -> frozenset[int]:

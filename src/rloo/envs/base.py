@@ -64,6 +64,7 @@ class EnvSpec:
     max_total_tokens: int = 48
     step_timeout_s: float = 10.0
     chat: ChatFrame | None = None
+    prefill_observations: bool = True  # an observation in one forward pass (rloo.rollout.multiturn)
 
 
 def turn_text(tokenizer, turn: list[int], end_ids: frozenset[int] | set[int]) -> str:

@@ -75,6 +75,7 @@ def evaluate_episodes(
             top_k=top_k,
             generator=gen,
             chat=spec.chat,
+            prefill_observations=spec.prefill_observations,
         )
         assert roll.env_rewards is not None and roll.turns is not None and roll.policy_mask is not None
         ok = (roll.env_rewards >= threshold).view(-1, n)

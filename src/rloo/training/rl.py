@@ -215,7 +215,8 @@ def env_spec(cfg: RLConfig, tokenizer) -> EnvSpec:
     s = cfg.env_settings
     chat = chat_frame(tokenizer, s.observation_role) if s.chat_template else None
     factory = env_factory(cfg.env, tokenizer, s.tool_timeout_s, end_ids(tokenizer, chat))
-    return EnvSpec(factory, s.max_turns, s.max_turn_tokens, s.max_total_tokens, s.step_timeout_s, chat)
+    limits = (s.max_turns, s.max_turn_tokens, s.max_total_tokens, s.step_timeout_s)
+    return EnvSpec(factory, *limits, chat=chat, prefill_observations=s.prefill_observations)
 
 
 def _frozen_rm(path: str, opts: dict, no_dropout: bool = True):
