@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -24,7 +25,7 @@ from rloo.runtime.threads import call_all
 
 @dataclass
 class Episode:
-    env: object
+    env: Any  # rloo.envs.CheckedEnv's interface, duck-typed (this layer does not import envs/)
     queue: deque = field(default_factory=deque)  # observation ids still to feed
     turn: list = field(default_factory=list)  # the policy's ids of its current turn
     turns: int = 0
