@@ -16,12 +16,14 @@ from __future__ import annotations
 import pytest
 import torch
 
+from helpers.chat_tokenizers import chat_tokenizer
 from helpers.grads import GradRecorder
 from helpers.tiny_archs import ARCHS, EOS, PAD, V, tiny_lm
 from rloo.algorithms.agents import episode_reward, limits
 from rloo.algorithms.base import Models
 from rloo.algorithms.rloo import rloo_step
 from rloo.config import RLConfig
+from rloo.data.chat_turns import chat_frame
 from rloo.envs import EnvSpec, Step, make_env
 from rloo.rollout import multiturn
 from tolerance import TINY_MODEL_BACKWARD, TINY_MODEL_FORWARD, assert_close
@@ -63,11 +65,35 @@ def spec(total: int = 20) -> EnvSpec:
     return EnvSpec(EchoEnv, max_turns=3, max_turn_tokens=6, max_total_tokens=total, step_timeout_s=30)
 
 
-def _episodes(policy, total=20, seed=0):
+def _episodes(policy, total=20, seed=0, tok=None, chat=None, prefill=True):
     EchoEnv.log.clear()
     envs = [make_env(EchoEnv, V) for _ in range(len(PROMPTS) * K)]
     gen = torch.Generator().manual_seed(seed)
-    return multiturn.episodes(policy, Tok(), envs, PROMPTS, K, limits(spec(total)), max_prompt_len=16, generator=gen)
+    lim = limits(spec(total))
+    tok = Tok() if tok is None else tok
+    return multiturn.episodes(
+        policy, tok, envs, PROMPTS, K, lim, max_prompt_len=32, generator=gen, chat=chat, prefill_observations=prefill
+    )
+
+
+def _draw_steps(policy_mask: list[bool], prefill: bool) -> list[int]:
+    """The decode step at which each policy token of a row was drawn: one step per policy token, and
+    one per observation (one forward pass over it) or, token by token, one per observation token."""
+    steps, s = [], 0
+    for j, p in enumerate(policy_mask):
+        if p:
+            steps.append(s)
+        s += 1 if p or not prefill or j == 0 or policy_mask[j - 1] else 0
+    return steps
+
+
+def _favour(model, token: int, logit: float = 3.0):
+    """Add `logit` to `token`'s logit in every forward pass (sampler and reference alike): a chat
+    template's end-of-turn is then sampled in about a third of the turns, not 1 in 50."""
+    bias = torch.zeros(model.get_output_embeddings().weight.shape[0])
+    bias[token] = logit
+    model.get_output_embeddings().register_forward_hook(lambda mod, inp, out: out + bias.to(out.dtype))
+    return model
 
 
 def _plain_logprobs(model, prompt: list[int], traj: torch.Tensor) -> torch.Tensor:
@@ -84,11 +110,13 @@ def _rows(roll, i):
     return prompt, roll.completion_ids[i][real], roll.policy_mask[i][real]
 
 
+@pytest.mark.parametrize("templated", [False, True], ids=["ids", "chat_template"])
 @pytest.mark.parametrize("arch", ARCHS)
-def test_trained_ids_are_the_sampled_ids(arch, monkeypatch):
+def test_trained_ids_are_the_sampled_ids(arch, templated, monkeypatch):
     """The ids the sampler drew at each step are the trajectory's ids at the policy's positions,
     the environment received exactly those ids turn by turn and its observations follow them
-    verbatim; the sampled log-probs equal a plain cache-free forward pass over the trajectory."""
+    verbatim (inside the chat template's turn wrappers for a templated tokenizer, whose end-of-turn
+    token ends turns); the sampled log-probs equal a plain cache-free forward pass over the trajectory."""
     drawn = []
     real_next = multiturn._next_token
 
@@ -98,19 +126,29 @@ def test_trained_ids_are_the_sampled_ids(arch, monkeypatch):
         return tok, lp
 
     monkeypatch.setattr(multiturn, "_next_token", spy)
-    policy = tiny_lm(arch).eval()
-    roll = _episodes(policy)
-    drawn = torch.stack(drawn, 1)[:, : roll.completion_ids.shape[1]]
+    tok = chat_tokenizer("chatml") if templated else None
+    chat = chat_frame(tok) if templated else None
+    policy = tiny_lm(arch, tokenizer=tok).eval()
+    policy = _favour(policy, chat.eot) if chat else policy
+    roll = _episodes(policy, total=40 if templated else 20, tok=tok, chat=chat)
+    drawn = torch.stack(drawn, 1)
     pol = roll.policy_mask
-    assert torch.equal(roll.completion_ids[pol], drawn[pol])
+    for i in range(len(pol)):
+        mask = roll.policy_mask[i][roll.completion_mask[i]]
+        assert torch.equal(roll.completion_ids[i][pol[i]], drawn[i, _draw_steps(mask.tolist(), True)]), i
     assert bool((~pol & roll.completion_mask).any()), "no observation tokens: the test checks nothing"
     assert len(set(roll.turns.tolist())) > 1, "every episode had as many turns: the batch is not mixed"
     assert 0 < int(roll.truncated.sum()) < len(roll.truncated), "truncated and finished episodes both wanted"
+    ends = [log[j][-1] for log in EchoEnv.log for j in range(0, len(log), 2)]
+    if chat:
+        assert chat.eot in ends and any(e != chat.eot for e in ends), "turns ending at and before end-of-turn wanted"
     for i, log in enumerate(EchoEnv.log):
         prompt, traj, mask = _rows(roll, i)
         # the trajectory is the env's log (turn, observation, turn, ...) concatenated (a last
-        # observation dropped at a limit), then the policy's turn cut by the token limit, unsent
-        flat = [t for part in log for t in part][: len(traj)]
+        # observation dropped at a limit; each observation in its chat turn), then the policy's
+        # turn cut by the token limit, unsent
+        parts = [p if j % 2 == 0 or not chat else chat.observation(log[j - 1], p) for j, p in enumerate(log)]
+        flat = [t for part in parts for t in part][: len(traj)]
         assert traj[: len(flat)].tolist() == flat, i
         assert bool(mask[len(flat) :].all()), i
         # runs of policy tokens are exactly the turns the env received (a truncated last turn unsent)
@@ -131,6 +169,28 @@ def test_trained_ids_are_the_sampled_ids(arch, monkeypatch):
             2 * TINY_MODEL_FORWARD,
             scale=1 + float(plain.abs().max()),
         )
+
+
+@pytest.mark.parametrize("templated", [False, True], ids=["ids", "chat_template"])
+@pytest.mark.parametrize("arch", ARCHS)
+def test_observation_prefill_equals_token_by_token(arch, templated):
+    """Each observation in one forward pass (the default) against one token per decode step, same
+    seed: the same episodes (ids, masks, turns, rewards, truncations) and the same sampled log-probs
+    within the forward tolerance. Both are forward computations of one log-softmax, each within
+    TINY_MODEL_FORWARD of it (positions <= 64 here: the attention's sums over them add < 2 * 64 terms
+    to tolerance.py's n ~ 660, still < 2**10; the block's masked padding adds exact zeros)."""
+    tok = chat_tokenizer("chatml") if templated else None
+    chat = chat_frame(tok) if templated else None
+    policy = tiny_lm(arch, tokenizer=tok).eval()
+    policy = _favour(policy, chat.eot) if chat else policy
+    total = 40 if templated else 20
+    fast, slow = (_episodes(policy, total=total, tok=tok, chat=chat, prefill=p) for p in (True, False))
+    obs = slow.completion_mask & ~slow.policy_mask
+    assert int(obs.sum(-1).max()) > 1, "no observation of several tokens: nothing to prefill"
+    for name in ("prompt_ids", "completion_ids", "completion_mask", "policy_mask", "truncated", "turns", "env_rewards"):
+        assert torch.equal(getattr(fast, name), getattr(slow, name)), name
+    scale = 1 + float(slow.logprobs.abs().max())
+    assert_close(fast.logprobs, slow.logprobs, 2 * TINY_MODEL_FORWARD, scale=scale)
 
 
 def _reference_grads(policy, ref, roll, scores):

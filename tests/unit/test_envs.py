@@ -159,3 +159,18 @@ def test_calculator_env_plays_the_ideal_trace():
     # the record is one line of text; the word tokenizer knows "error calc" but not the message's words
     assert tok.decode(bad.observation).startswith("out error calc <unk>")
     assert env.stats() == {"tool_calls": 1.0, "tool_errors": 1.0}
+
+
+def test_special_tokens_inside_a_turn_stay_in_the_parsed_text():
+    """A special token inside a policy turn is part of what the environment parses (such a turn is
+    malformed), not dropped from it: `ans 3 <pad> 8 2` is not the answer 382. Only one final EOS,
+    the token that closed the turn, is left out."""
+    tok = build_tokenizer(get_task("calculator"))
+    env = make_env(lambda: CalculatorEnv(tok), len(tok))
+    enc = lambda text: tok(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+    eos = [tok.eos_token_id]
+    for turn, reward in [("ans 3 8 2", 1.0), ("ans 3 <pad> 8 2", 0.0), ("ans 3 8 2 <eos>", 0.0)]:
+        env.reset("q : 4 7 * 8 + 6 =")
+        assert env.step(enc(turn) + eos) == Step([], reward, True), turn
+    env.reset("q : 4 7 * 8 + 6 =")
+    assert env.step(enc("call calc 4 7 <pad> * 8 + 6 end")).observation[:3] == enc("out error calc")

@@ -82,6 +82,9 @@ def test_env_answers_by_the_rules():
     assert env.step(ids(f"guess {target}")) == Step([], DECAY**2, True)  # won at turn 3
     env.reset(prompt)
     assert env.step(ids("higher 3")) == Step([], 0.0, True)  # not a guess: the game is lost
+    env.reset(prompt)
+    # a special token inside the turn is part of it (not dropped before parsing): a malformed turn
+    assert env.step(ids(f"guess <pad> {target}")) == Step([], 0.0, True)
     assert env.stats() == {}  # no tools
 
 

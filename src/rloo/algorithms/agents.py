@@ -62,4 +62,6 @@ def sample_episodes(models, prompts: list[str], cfg: RLConfig, gen: torch.Genera
         top_p=cfg.top_p,
         top_k=cfg.top_k,
         generator=gen,
+        chat=spec.chat,
+        prefill_observations=spec.prefill_observations,
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal
 
 from pydantic import Field
 
@@ -53,6 +54,19 @@ class EnvSettings(Strict):
     )
     tool_timeout_s: float = Field(
         default=1.0, gt=0, description="Built-in tools: a call longer than this answers with an error record."
+    )
+    chat_template: bool = Field(
+        default=True,
+        description="Play episodes in the policy tokenizer's chat template when it has one: the prompt as the "
+        "first user message, each observation the next user (or tool) message (docs/agents.md).",
+    )
+    prefill_observations: bool = Field(
+        default=True,
+        description="Feed an observation into the KV cache in one forward pass (false: one token per decode "
+        "step; the same episodes, docs/agents.md says when each is faster).",
+    )
+    observation_role: Literal["user", "tool"] = Field(
+        default="user", description="The chat template's role of an environment's observation."
     )
 
 

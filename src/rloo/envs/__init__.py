@@ -16,6 +16,7 @@ from rloo.envs.base import (
     checked_step,
     make_env,
     stop_ids,
+    turn_text,
 )
 from rloo.envs.tools import ToolEnv, call_tool, parse_call
 
@@ -33,4 +34,5 @@ __all__ = [
     "make_env",
     "parse_call",
     "stop_ids",
+    "turn_text",
 ]

@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from rloo.data.chat_turns import ChatFrame
 from rloo.errors import EnvError, StopNow
 
 
@@ -54,13 +55,25 @@ class EnvSpec:
     max_total_tokens: trajectory tokens after the prompt (the policy's and the observations')
     at most. An episode that reaches a limit before `done` is truncated (rloo's
     `truncation_penalty`, when set, replaces its reward, as for a response without EOS).
-    step_timeout_s: one `step` call longer than this stops the run with an EnvError."""
+    step_timeout_s: one `step` call longer than this stops the run with an EnvError.
+    chat: the policy tokenizer's chat template around the turns (rloo.data.chat_turns), or None."""
 
     factory: EnvFactory
     max_turns: int = 4
     max_turn_tokens: int = 16
     max_total_tokens: int = 48
     step_timeout_s: float = 10.0
+    chat: ChatFrame | None = None
+    prefill_observations: bool = True  # an observation in one forward pass (rloo.rollout.multiturn)
+
+
+def turn_text(tokenizer, turn: list[int], end_ids: frozenset[int] | set[int]) -> str:
+    """A policy turn's text, for an environment to parse: its ids decoded with their special tokens
+    (a `<pad>` inside a turn stays in the text, so such a turn is malformed, not silently cleaned),
+    less one final token of `end_ids` (EOS, the chat template's end-of-turn: rloo.data.chat_turns.end_ids),
+    which closes the turn and is not its content."""
+    body = turn[:-1] if turn and turn[-1] in end_ids else turn
+    return tokenizer.decode(body, skip_special_tokens=False)
 
 
 def _name(env) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rloo.envs.base import Step
+from rloo.envs.base import Step, turn_text
 from rloo.tasks.guess import NUMBERS, feedback, parse_guess, secret, win_reward
 
 
@@ -12,9 +12,10 @@ class GuessEnv:
     it with reward 0. The turn limit is env_settings.max_turns (a game not won there scores 0).
     `tool_calls` stays 0 (no tools); `guesses` counts the turns played."""
 
-    def __init__(self, tokenizer, timeout_s: float = 1.0):
+    def __init__(self, tokenizer, timeout_s: float = 1.0, end_ids: frozenset[int] | None = None):
         del timeout_s  # no tools to time out
         self.tokenizer = tokenizer
+        self.end_ids = frozenset({tokenizer.eos_token_id}) if end_ids is None else end_ids
         self.stop_ids = tokenizer.convert_tokens_to_ids(["0", *NUMBERS])  # any number ends a turn
         self.prompt, self.turns = "", 0
 
@@ -24,7 +25,7 @@ class GuessEnv:
 
     def step(self, turn: list[int]) -> Step:
         self.turns += 1
-        guess = parse_guess(self.tokenizer.decode(turn, skip_special_tokens=True).split())  # to parse only
+        guess = parse_guess(turn_text(self.tokenizer, turn, self.end_ids).split())  # to parse only
         if guess is None:
             return Step([], 0.0, True)
         answer = feedback(secret(self.prompt), guess)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from rloo.envs.base import Step
+from rloo.envs.base import Step, turn_text
 from rloo.runtime.threads import call_all
 
 CALL, END, OUT, ERROR = "call", "end", "out", "error"
@@ -60,10 +60,19 @@ class ToolEnv:
 
     A turn ``call <tool> <args> end`` is answered with ``out <result>``; any other turn is the
     answer: the episode ends with reward ``score(prompt, answer text)``. `tool_calls` and
-    `tool_errors` count this episode's calls (logged as env/tool_calls, env/tool_errors)."""
+    `tool_errors` count this episode's calls (logged as env/tool_calls, env/tool_errors). `end_ids`:
+    the tokens that close a turn (default EOS; rloo.data.chat_turns.end_ids), dropped before parsing."""
 
-    def __init__(self, tokenizer, tools: dict[str, Tool], score: Callable[[str, str], float], timeout_s: float = 1.0):
+    def __init__(
+        self,
+        tokenizer,
+        tools: dict[str, Tool],
+        score: Callable[[str, str], float],
+        timeout_s: float = 1.0,
+        end_ids: frozenset[int] | None = None,
+    ):
         self.tokenizer, self.tools, self.score, self.timeout_s = tokenizer, tools, score, timeout_s
+        self.end_ids = frozenset({tokenizer.eos_token_id}) if end_ids is None else end_ids
         self.stop_ids = tokenizer.convert_tokens_to_ids([END])
         self.prompt, self.tool_calls, self.tool_errors = "", 0, 0
 
@@ -75,7 +84,7 @@ class ToolEnv:
         return self.encode(prompt)
 
     def step(self, turn: list[int]) -> Step:
-        text = self.tokenizer.decode(turn, skip_special_tokens=True)  # to parse only; the ids stay as sampled
+        text = turn_text(self.tokenizer, turn, self.end_ids)  # to parse only; the ids stay as sampled
         call = parse_call(text.split())
         if call is None:
             return Step([], float(self.score(self.prompt, text)), True)

@@ -74,6 +74,8 @@ def evaluate_episodes(
             top_p=top_p,
             top_k=top_k,
             generator=gen,
+            chat=spec.chat,
+            prefill_observations=spec.prefill_observations,
         )
         assert roll.env_rewards is not None and roll.turns is not None and roll.policy_mask is not None
         ok = (roll.env_rewards >= threshold).view(-1, n)

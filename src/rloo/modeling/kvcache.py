@@ -39,10 +39,17 @@ class PreallocatedLayer(DynamicLayer):
     def _view(self) -> None:
         self.keys, self.values = self._k[:, :, : self.length], self._v[:, :, : self.length]
 
+    def _grow(self, columns: int) -> None:
+        for name in ("_k", "_v"):
+            old = getattr(self, name)
+            grown = old.new_empty(*old.shape[:2], columns, old.shape[3])
+            grown[:, :, : self.length] = old[:, :, : self.length]
+            setattr(self, name, grown)
+
     def update(self, key_states, value_states, *args, **kwargs):
         new = key_states.shape[-2]
-        if self.length + new > self._k.shape[2]:  # out of room: fall back to growing
-            return super().update(key_states, value_states)
+        if self.length + new > self._k.shape[2]:  # out of room: twice the storage, copied once
+            self._grow(max(2 * self._k.shape[2], self.length + new))
         self._k[:, :, self.length : self.length + new] = key_states
         self._v[:, :, self.length : self.length + new] = value_states
         self.length += new
@@ -214,3 +221,27 @@ def expanded(cache: DynamicCache, k: int) -> DynamicCache:
     rloo.modeling.forward_shared._group_rows.)"""
     pairs = [(layer.keys.detach(), layer.values.detach()) for layer in cache.layers]
     return DynamicCache(ddp_cache_data=[(kk.repeat_interleave(k, 0), vv.repeat_interleave(k, 0)) for kk, vv in pairs])
+
+
+def row_cache(cache: DynamicCache, rows: Tensor, extra: int) -> DynamicCache:
+    """A new cache of `rows` of `cache` (copies of their keys/values, room for `extra` more tokens):
+    a forward pass of those rows alone, whose new columns `append_columns` writes back."""
+    pairs = [(layer.keys[rows], layer.values[rows]) for layer in cache.layers]
+    out = DynamicCache(ddp_cache_data=pairs)
+    preallocate(out, extra)
+    return out
+
+
+def append_columns(cache: DynamicCache, rows: Tensor, sub: DynamicCache, width: int) -> None:
+    """Append `width` columns to every row of `cache` (PreallocatedLayers), in place: for `rows` the
+    last `width` columns of `sub` (their `row_cache` after a pass of `width` tokens), zeros for the
+    other rows (holes the attention mask hides)."""
+    for layer, part in zip(cache.layers, sub.layers, strict=True):
+        end = layer.length + width
+        if end > layer._k.shape[2]:
+            layer._grow(max(2 * layer._k.shape[2], end))
+        for store, new in ((layer._k, part.keys), (layer._v, part.values)):
+            store[:, :, layer.length : end] = 0
+            store[rows, :, layer.length : end] = new[:, :, -width:].to(store.dtype)
+        layer.length = end
+        layer._view()

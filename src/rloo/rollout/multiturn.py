@@ -6,12 +6,14 @@ mask of the tokens the policy produced. The policy's ids are written into the tr
 were sampled and handed to the environment as ids; the environment tokenizes its own text; nothing
 is decoded and re-encoded, so the trained ids are the sampled ids.
 
-Batched decoding, one column per step: every live row adds one token per step, either a token it
-samples (its turn) or the next token of its pending observation (fed to the model like a prompt,
-its log-prob not recorded). Rows are at different turns at the same time; the KV cache is kept
-across turns (an observation is one more token per step into the same cache, not a new prefill).
-An observation of m tokens therefore costs m decode steps rather than one prefill pass: fine for
-short observations, the thing to batch first for long ones.
+Batched decoding, one block per step (rloo.rollout.episode_steps): every live row adds either a
+token it samples (its turn) or its whole pending observation (fed to the model like a prompt, in
+the same forward pass, its log-probs not recorded); the block is as wide as the longest
+observation fed at that step, the shorter rows padded and masked. Rows are at different turns at
+the same time; the KV cache is kept across turns (an observation goes into the same cache, never
+a re-prefill of the whole context). An observation of m tokens costs one pass over m positions;
+`prefill_observations=False` feeds it one token per step (m passes), the reference path.
+Sampling noise is one uniform per row and position, so both paths draw the same tokens.
 
 The environments are driven through rloo.envs.CheckedEnv's interface (duck-typed here: this layer
 does not import `envs/`): `reset(prompt) -> ids`, `step(turn ids) -> Step`, `stop_ids`, `stats()`.
@@ -19,19 +21,20 @@ does not import `envs/`): `reset(prompt) -> ids`, `step(turn ids) -> Step`, `sto
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
 
+from rloo.data.chat_turns import ChatFrame
 from rloo.data.collate import position_ids
-from rloo.errors import EnvError
 from rloo.modeling.forward import lm_logits
-from rloo.modeling.kvcache import cache_kwarg, prefill_prompts
-from rloo.rollout.draw import _next_token
+from rloo.modeling.kvcache import append_columns, cache_kwarg, prefill_prompts, row_cache
+from rloo.rollout.draw import _next_token, uniforms
+from rloo.rollout.episode_steps import Episode, Limits, answer, block, compact
 from rloo.rollout.sampler import Rollout, _decoding_cache
-from rloo.runtime.threads import call_all
+
+__all__ = ["Limits", "Trajectories", "episodes", "policy_tokens"]
 
 
 @dataclass
@@ -53,26 +56,6 @@ def policy_tokens(roll: Rollout) -> Tensor:
     return roll.completion_mask if mask is None else mask
 
 
-@dataclass
-class _Episode:
-    env: object
-    queue: deque = field(default_factory=deque)  # observation ids still to feed
-    turn: list = field(default_factory=list)  # the policy's ids of its current turn
-    turns: int = 0
-    used: int = 0  # trajectory tokens after the prompt
-    reward: float = 0.0
-    done: bool = False
-    truncated: bool = False
-
-
-@dataclass
-class Limits:
-    max_turns: int
-    max_turn_tokens: int
-    max_total_tokens: int
-    step_timeout_s: float
-
-
 def _left_pad(rows: list[list[int]], pad_id: int) -> tuple[Tensor, Tensor]:
     width = max(len(r) for r in rows)
     ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
@@ -81,50 +64,6 @@ def _left_pad(rows: list[list[int]], pad_id: int) -> tuple[Tensor, Tensor]:
         ids[i, width - len(r) :] = torch.tensor(r, dtype=torch.long)
         mask[i, width - len(r) :] = True
     return ids, mask
-
-
-def _answer(eps: list[_Episode], rows: list[int], lim: Limits) -> None:
-    """The environments' answers to the turns that just ended, called concurrently; an observation
-    is queued, or the episode ends (done, or truncated at max_turns / max_total_tokens)."""
-    results = call_all([lambda e=eps[i]: e.env.step(list(e.turn)) for i in rows], lim.step_timeout_s)
-    for i, (status, value) in zip(rows, results, strict=True):
-        ep = eps[i]
-        if status == "timeout":
-            name = type(getattr(ep.env, "env", ep.env)).__name__
-            raise EnvError(f"environment {name}.step took longer than step_timeout_s={lim.step_timeout_s:g} s")
-        if status == "raised":
-            raise value  # type: ignore[misc] - CheckedEnv raised an EnvError (one line)
-        ep.turn, ep.turns = [], ep.turns + 1
-        ep.reward += value.reward or 0.0  # type: ignore[union-attr]
-        if value.done:  # type: ignore[union-attr]
-            ep.done = True
-        elif ep.turns >= lim.max_turns or ep.used + len(value.observation) >= lim.max_total_tokens:  # type: ignore[union-attr]
-            ep.done = ep.truncated = True  # no room for another policy turn
-        else:
-            ep.queue.extend(value.observation)  # type: ignore[union-attr]
-
-
-def _column(eps: list[_Episode], tok: list[int], lp: Tensor, stops: list[frozenset], eos: int, pad: int, lim: Limits):
-    """One decode step's column: per row the sampled token (its turn), the next observation token, or
-    padding (ended). -> ids, real, policy masks, log-probs (N,) and the rows whose turn ended."""
-    n = len(eps)
-    ids, real, pol, ended = [pad] * n, [False] * n, [False] * n, []
-    for i, ep in enumerate(eps):
-        if ep.done:
-            continue
-        real[i], ep.used = True, ep.used + 1
-        if ep.queue:
-            ids[i] = ep.queue.popleft()
-        else:
-            ids[i], pol[i] = tok[i], True
-            ep.turn.append(tok[i])
-            if tok[i] == eos or tok[i] in stops[i] or len(ep.turn) >= lim.max_turn_tokens:
-                ended.append(i)
-                continue
-        if ep.used >= lim.max_total_tokens:  # out of room mid-turn or mid-observation
-            ep.done = ep.truncated = True
-    policy = torch.tensor(pol)
-    return torch.tensor(ids), torch.tensor(real), policy, lp.cpu().masked_fill(~policy, 0.0), ended
 
 
 def _prefill(model, starts: list[list[int]], k: int, pad_id: int):
@@ -154,47 +93,84 @@ def episodes(
     top_p: float = 1.0,
     top_k: int = 0,
     generator: torch.Generator | None = None,
+    chat: ChatFrame | None = None,
+    prefill_observations: bool = True,
 ) -> Trajectories:
     """Run one episode per environment (N = len(envs) = len(prompts) * k; rows k*i .. k*i+k-1 play
     prompts[i]) to its end or a limit, batched; see the module docstring. -> Trajectories.
     temperature 0 is greedy; min_new_tokens, stop strings and the repetition penalty are refused
-    with env= (the config says so): a turn ends at the environment's stop ids."""
+    with env= (the config says so): a turn ends at the environment's stop ids. `chat`: the policy
+    tokenizer's chat template around the turns (rloo.data.chat_turns; its end-of-turn token ends a
+    turn too); None plays the environment's ids alone. `prefill_observations`: an observation goes
+    into the KV cache in one forward pass (False: one token per decode step, the reference path of
+    tests/equivalence/test_multiturn.py)."""
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
-    eps = [_Episode(env) for env in envs]
+    eps = [Episode(env) for env in envs]
     starts = [ep.env.reset(prompts[i // k]) for i, ep in enumerate(eps)]
+    starts = starts if chat is None else [chat.first(s) for s in starts]
     cut = sum(len(s) > max_prompt_len for s in starts)
     was_training = model.training
     model.eval()
     p_ids, p_mask, pre, g = _prefill(model, [s[-max_prompt_len:] for s in starts], k, pad)
-    stops = [frozenset(ep.env.stop_ids) for ep in eps]
+    stops = [frozenset(ep.env.stop_ids) | ({chat.eot} if chat else set()) for ep in eps]
     cache, _ = _decoding_cache(model, pre, g, lim.max_total_tokens, grouped=False)
     logits = pre.last_logits.detach().float().repeat_interleave(g, dim=0)
     attn, next_pos = p_mask.long(), position_ids(p_mask)[:, -1:] + 1
-    cols: list[tuple] = []
+    noise = _noise(len(eps), lim.max_total_tokens, temperature, generator, logits.device)
+    blocks: list[list[Tensor]] = []
     for _ in range(lim.max_total_tokens):
-        tok, lp = _next_token(logits, temperature, top_p, generator, None, top_k)
-        *col, ended = _column(eps, tok.tolist(), lp, stops, eos, pad, lim)
-        cols.append(col)
+        u = None if noise is None else noise[torch.arange(len(eps)), [min(e.used, noise.shape[1] - 1) for e in eps]]
+        tok, lp = _next_token(logits, temperature, top_p, generator, u, top_k)
+        *cols, ended = block(eps, tok.tolist(), lp, stops, {"eos": eos, "pad": pad}, lim, prefill_observations)
+        blocks.append(cols)
         if ended:
-            _answer(eps, ended, lim)
+            answer(eps, ended, lim, chat)
         if all(ep.done for ep in eps):
             break
-        attn = torch.cat([attn, torch.ones_like(attn[:, :1])], dim=1)
-        logits = lm_logits(
-            model,
-            1,
-            input_ids=col[0][:, None].to(p_ids.device),
-            attention_mask=attn,
-            position_ids=next_pos,
-            use_cache=True,
-            **{cache_kwarg(model): cache},
-        )[0][:, -1]
-        next_pos = next_pos + 1
+        logits, attn, next_pos = _feed(model, cache, cols[0].to(p_ids.device), cols[1].to(p_ids.device), attn, next_pos)
     model.train(was_training)
     for ep in eps:  # a row still live when the token budget ran out (cannot happen: `used` reaches it first)
         ep.truncated |= not ep.done
-    ids, real, pol, lps = (torch.stack([c[j] for c in cols], 1) for j in range(4))
+    real, ids, pol, lps = compact(*(torch.cat([b[j] for b in blocks], 1) for j in (1, 0, 2, 3)))
     return _trajectories(tokenizer, eps, prompts, k, g, (p_ids, p_mask), (ids, real, pol, lps), cut)
+
+
+def _noise(n: int, positions: int, temperature: float, generator, device) -> Tensor | None:
+    """One uniform per row and trajectory position (N, T), drawn once: the token a row samples at
+    position t is the inverse-CDF draw of noise[row, t], so it does not depend on how many decode
+    steps the observations before it took (one pass each, or one step per token). None for greedy."""
+    return None if temperature == 0 else uniforms((n, positions), generator, device)
+
+
+def _feed(model, cache, ids: Tensor, real: Tensor, attn: Tensor, next_pos: Tensor):
+    """A step's block (N,W) (rloo.rollout.episode_steps) into the KV cache. Its first W-1 columns hold
+    only the longer observations' first tokens: one forward pass of those rows alone, written back
+    with masked holes in the other rows (`append_columns`). The last column holds every row's one
+    token (sampled, an observation's last, or padding for an ended row, attended as the one-token
+    path always did; its outputs are never read): one pass of all rows, as a plain decode step.
+    -> (next-token logits (N,V), attention mask, next positions (N,1))."""
+    width = ids.shape[1]
+    if width > 1:
+        rows = real[:, :-1].any(1).nonzero().squeeze(1)
+        head, head_real = ids[rows, :-1], real[rows, :-1]
+        count = head_real.sum(1, keepdim=True)
+        pos = next_pos[rows] + (torch.arange(width - 1, device=ids.device) - (width - 1 - count)).clamp(min=0)
+        sub = row_cache(cache, rows, width - 1)
+        sub_attn = torch.cat([attn[rows], head_real.long()], dim=1)
+        _forward(model, sub, head, sub_attn, pos)
+        append_columns(cache, rows, sub, width - 1)
+        attn = torch.cat([attn, real[:, :-1].long()], dim=1)
+        next_pos = next_pos + real[:, :-1].sum(1, keepdim=True)
+    attn = torch.cat([attn, torch.ones_like(attn[:, :1])], dim=1)
+    return _forward(model, cache, ids[:, -1:], attn, next_pos), attn, next_pos + 1
+
+
+def _forward(model, cache, ids: Tensor, attn: Tensor, pos: Tensor) -> Tensor:
+    """The next-token logits (N,V) after ids (N,W) at positions pos (N,W), through `cache`."""
+    out = lm_logits(
+        model, 1, input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True, **{cache_kwarg(model): cache}
+    )
+    return out[0][:, -1]
 
 
 def _trajectories(tokenizer, eps, prompts, k, g, prompt, cols, cut) -> Trajectories:

@@ -15,6 +15,7 @@ from rloo.algorithms import make_algorithm, supports_distributed
 from rloo.algorithms.agents import episode_reward, sample_episodes
 from rloo.algorithms.base import Models, Scoring
 from rloo.config import OFFLINE_ALGORITHMS, RLConfig, upgrade_saved_config
+from rloo.data.chat_turns import chat_frame, end_ids
 from rloo.data.preflight import check_config
 from rloo.data.prompts import PromptStream
 from rloo.envs import EnvSpec
@@ -212,10 +213,13 @@ def load_models(cfg: RLConfig, reward_fn=None, policy_path: str | None = None) -
 
 
 def env_spec(cfg: RLConfig, tokenizer) -> EnvSpec:
-    """The episodes `cfg.env` asks for: its environment factory and cfg.env_settings' limits."""
+    """The episodes `cfg.env` asks for: its environment factory, cfg.env_settings' limits and the
+    tokenizer's chat template around the turns (when it has one and env_settings.chat_template)."""
     s = cfg.env_settings
-    factory = env_factory(cfg.env, tokenizer, s.tool_timeout_s)
-    return EnvSpec(factory, s.max_turns, s.max_turn_tokens, s.max_total_tokens, s.step_timeout_s)
+    chat = chat_frame(tokenizer, s.observation_role) if s.chat_template else None
+    factory = env_factory(cfg.env, tokenizer, s.tool_timeout_s, end_ids(tokenizer, chat))
+    limits = (s.max_turns, s.max_turn_tokens, s.max_total_tokens, s.step_timeout_s)
+    return EnvSpec(factory, *limits, chat=chat, prefill_observations=s.prefill_observations)
 
 
 def _frozen_rm(path: str, opts: dict, no_dropout: bool = True):
