@@ -54,3 +54,46 @@ def test_lagged_run_logs_lag_and_ratios(tiny_model_dir, tmp_path, monkeypatch, t
     assert abs(history[0]["is/ratio_max"] - 1.0) < bound and history[0]["is/masked"] == 0.0
     # lr=1e-2 moves a tiny model: a lagged batch's ratios are no longer all 1
     assert max(abs(h["is/ratio_max"] - 1.0) for h in history[2:]) > bound
+
+
+def test_a_run_whose_importance_weights_vanish_says_so_once(tiny_model_dir, tmp_path, monkeypatch, capsys):
+    """mis with C a hair above 1 masks every lagged sample (a ratio is not exactly 1 after an update): is/weight_mean stays 0, the update with it, and after
+    `VanishingWeights.patience` steps the run says so in one line, once (docs/async.md: the failure
+    measured at lr 1e-3, N = 16)."""
+    import rloo.rollout.producer as producer
+
+    monkeypatch.setattr(producer.torch, "get_num_threads", lambda: 1)  # the in-process lag: no producer
+    cfg = RLConfig(
+        policy=str(tiny_model_dir),
+        output_dir=tmp_path / "run",
+        steps=7,
+        batch_size=2,
+        k=2,
+        max_new_tokens=6,
+        lr=1e-2,
+        warmup_steps=0,
+        eval_every=None,
+        save_every=None,
+        max_staleness=1,
+        is_correction="mis",
+        is_clip=1.0 + 1e-9,
+    )
+    history = [h for h in train(cfg, prompts=PROMPTS, reward_fn=_reward_short).history if "loss/policy" in h]
+    weights = [h["is/weight_mean"] for h in history]
+    assert weights[1:] == [0.0] * 6  # lagged batches (at lag 0 a sample's two passes may agree exactly)
+    streak_start = 1 if weights[0] < 0.05 else 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if "importance weights have been ~0" in line]
+    assert len(lines) == 1 and lines[0].startswith(f"warning: step {streak_start + 4}:"), (weights, lines)
+
+
+def test_the_vanishing_weights_warning_waits_for_a_streak_and_speaks_once(monkeypatch):
+    import rloo.training.guard as guard
+
+    said = []
+    monkeypatch.setattr(guard, "say", said.append)
+    watch = guard.VanishingWeights(floor=0.05, patience=3)
+    for step, w in enumerate([0.01, 0.01, 0.5, 0.01, 0.01, 0.01, 0.0, 0.0], start=1):
+        watch.after_step({"is/weight_mean": w}, step)
+    watch.after_step({}, 9)  # an on-policy step logs no weights: nothing happens
+    assert said and said[0].startswith("warning: step 6:")  # the streak restarted at step 4
+    assert len(said) == 1  # once per run

@@ -28,7 +28,7 @@ from rloo.runtime.signals import StopFlag
 from rloo.runtime.trackers import sample_rows
 from rloo.runtime.tracking import MetricsLogger, progress, say
 from rloo.training.evalset import eval_metrics
-from rloo.training.guard import NonFiniteGuard, check_update
+from rloo.training.guard import NonFiniteGuard, VanishingWeights, check_update
 
 
 @dataclass
@@ -60,7 +60,7 @@ def loop(cfg, dist, models, state: LoopState, eval_set, start: int) -> RLResult:
     ck, opt, sched, stream, algo = state.ck, state.opt, state.sched, state.stream, state.algo
     out, scorer = ck.out, models.scorer
     assert scorer is not None, "an online method needs a reward source"
-    guard = NonFiniteGuard(ck, cfg.max_skipped_steps, state.param_guard)
+    guard, weights_watch = NonFiniteGuard(ck, cfg.max_skipped_steps, state.param_guard), VanishingWeights()
     step_kwargs = dist.step_kwargs if algo.distributed else lambda rows: {}
     log = (
         MetricsLogger(
@@ -103,6 +103,7 @@ def loop(cfg, dist, models, state: LoopState, eval_set, start: int) -> RLResult:
                 _count_scored(ck.counters, result.stats, step + 1, len(result.rollout.prompts))
                 undone = bool(result.stats.get("guard/params_undone"))
                 result.stats |= guard.after_step(result.skipped, pre, step, undone)
+                weights_watch.after_step(result.stats, step + 1)
                 if (step + 1) % cfg.log_every == 0:
                     record(step + 1, result.stats | {"lr": lr})
                 _show(bar, cfg, step, result, clock)
