@@ -57,9 +57,9 @@ def test_lagged_run_logs_lag_and_ratios(tiny_model_dir, tmp_path, monkeypatch, t
 
 
 def test_a_run_whose_importance_weights_vanish_says_so_once(tiny_model_dir, tmp_path, monkeypatch, capsys):
-    """mis with C a hair above 1 masks every lagged sample (a ratio is not exactly 1 after an update): is/weight_mean stays 0, the update with it, and after
-    `VanishingWeights.patience` steps the run says so in one line, once (docs/async.md: the failure
-    measured at lr 1e-3, N = 16)."""
+    """mis with C a hair above 1 masks every lagged sample (a ratio is not exactly 1 after an
+    update): is/weight_mean stays 0, the update with it, and after `VanishingWeights.patience` steps
+    the run says so in one line, once (docs/async.md: the failure measured at lr 1e-3, N = 16)."""
     import rloo.rollout.producer as producer
 
     monkeypatch.setattr(producer.torch, "get_num_threads", lambda: 1)  # the in-process lag: no producer
