@@ -62,13 +62,7 @@ def loop(cfg, dist, models, state: LoopState, eval_set, start: int) -> RLResult:
     assert scorer is not None, "an online method needs a reward source"
     guard, weights_watch = NonFiniteGuard(ck, cfg.max_skipped_steps, state.param_guard), VanishingWeights()
     step_kwargs = dist.step_kwargs if algo.distributed else lambda rows: {}
-    log = (
-        MetricsLogger(
-            out, purge_step=start + 1 if start else None, report_to=cfg.report_to, config=cfg.model_dump(mode="json")
-        )
-        if dist.is_main
-        else None
-    )
+    log = _metrics_logger(cfg, out, start) if dist.is_main else None
     # no plain lines from the bar: _show prints its own, with the scores
     bar = progress(cfg.steps, f"{cfg.algorithm}", initial=start, disable=not dist.is_main, plain_lines=False)
     history = []
@@ -113,17 +107,7 @@ def loop(cfg, dist, models, state: LoopState, eval_set, start: int) -> RLResult:
                     raise _interrupted(ck, stop.signum, step + 1, cfg.steps)
                 if cfg.save_every and (step + 1) % cfg.save_every == 0:
                     _periodic_checkpoint(ck, guard, step + 1)
-            if ck.counters["updates"] == 0:
-                raise NonFiniteError(
-                    f"every step was skipped ({ck.counters['skipped_total']} of {cfg.steps}: "
-                    f"non-finite loss, gradient or parameters); no model was saved. Lower lr or "
-                    f"max_grad_norm, or check the reward"
-                )
-            if ck.counters["scored_steps"] == 0:
-                raise RewardError(
-                    f"none of the {cfg.steps} steps had a scored completion (the reward returned None for every "
-                    f"completion), so no update had a gradient; no model was saved. Check the reward"
-                )
+            _check_trained(ck.counters, cfg.steps)
             # past the last step a signal no longer interrupts: finishing is quicker than resuming
             final = eval_metrics(models, eval_set, cfg, cfg.steps, **dist.eval_kwargs()) if eval_set is not None else {}
             if final:
@@ -184,6 +168,29 @@ def _save_final(cfg, dist, models, path: Path) -> None:
     if dist.is_main:
         save_pretrained_atomic(for_saving(model, cfg.lora), models.tokenizer, path)
     dist.barrier()
+
+
+def _metrics_logger(cfg, out: Path, start: int) -> MetricsLogger:
+    """metrics.jsonl (and the trackers) of rank 0; a resumed run drops records past its step."""
+    return MetricsLogger(
+        out, purge_step=start + 1 if start else None, report_to=cfg.report_to, config=cfg.model_dump(mode="json")
+    )
+
+
+def _check_trained(counters: dict, steps: int) -> None:
+    """After the last step: a run none of whose steps updated, or none of whose steps had a scored
+    completion, has no model worth saving."""
+    if counters["updates"] == 0:
+        raise NonFiniteError(
+            f"every step was skipped ({counters['skipped_total']} of {steps}: "
+            f"non-finite loss, gradient or parameters); no model was saved. Lower lr or "
+            f"max_grad_norm, or check the reward"
+        )
+    if counters["scored_steps"] == 0:
+        raise RewardError(
+            f"none of the {steps} steps had a scored completion (the reward returned None for every "
+            f"completion), so no update had a gradient; no model was saved. Check the reward"
+        )
 
 
 def _count_truncated_prompts(counters: dict, stats: dict, cfg) -> None:
