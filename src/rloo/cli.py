@@ -13,6 +13,7 @@ from rloo.config import (
     CompareConfig,
     EvalConfig,
     PipelineConfig,
+    ProduceConfig,
     RewardConfig,
     RLConfig,
     SFTConfig,
@@ -41,6 +42,8 @@ EXAMPLES = {
     "train": "rloo train policy=runs/sft/model reward_model=runs/rm/model k=4 beta=0.05",
     "eval": "rloo eval policy=runs/rl/model baseline=runs/sft/model",
     "bench": "rloo bench shapes=[S,M] steps=5 output_dir=runs/bench",
+    "produce": "rloo produce address=10.0.0.2:29511   # for a trainer on 10.0.0.2 started as\n"
+    "  rloo train max_staleness=1 producer_address=10.0.0.2:29511 ...",
     "compare": "rloo compare --quick                # every method, minutes\n"
     "  rloo compare tasks=[summarize] seeds=[0,1] output_dir=runs/cmp\n"
     "  rloo compare tasks=[calculator] methods=[rloo,grpo,reinforce,raft]   # episodes: success rates\n"
@@ -57,6 +60,7 @@ OVERRIDE_EXAMPLES = {
     "eval": "num_prompts=100",
     "bench": "steps=5",
     "compare": "seeds=[0,1]",
+    "produce": "threads=8",
 }
 
 
@@ -100,6 +104,12 @@ def _run_bench(cfg, args):
     run_bench(cfg, overwrite=args.overwrite)
 
 
+def _run_produce(cfg, args):
+    from rloo.rollout.producer import serve
+
+    serve(cfg.address, cfg.threads, cfg.connect_timeout_s)
+
+
 def _run_compare(cfg, args):
     from rloo.experiments.compare import compare
 
@@ -116,6 +126,7 @@ COMMANDS = {
     "eval": (EvalConfig, _run_eval),
     "bench": (BenchConfig, _run_bench),
     "compare": (CompareConfig, _run_compare),
+    "produce": (ProduceConfig, _run_produce),
 }
 
 

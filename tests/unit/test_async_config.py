@@ -2,7 +2,7 @@
 
 import pytest
 
-from rloo.config import RLConfig
+from rloo.config import CompareConfig, RLConfig
 from rloo.errors import ConfigError
 
 
@@ -33,6 +33,9 @@ def test_correction_is_derived_from_staleness():
         (dict(is_correction="tis", algorithm="raft"), "raft trains on lagged samples as they are"),
         (dict(max_staleness=1, is_correction="mis_token", algorithm="raft"), "no tractable importance ratio"),
         (dict(max_staleness=1, generation="vllm"), "generation=sampler"),
+        (dict(producer_address="10.0.0.2:29511"), "set max_staleness >= 1"),
+        (dict(max_staleness=1, producer_address="10.0.0.2"), "expected HOST:PORT"),
+        (dict(max_staleness=1, producer_address="host:99999"), "expected HOST:PORT"),
     ],
 )
 def test_refusals_are_one_line(kw, words):
@@ -55,3 +58,13 @@ def test_bench_staleness_is_refused_in_one_line(kw, words):
     assert BenchConfig().staleness == [0] and BenchConfig(staleness=[0, 1, 2]).staleness == [0, 1, 2]
     with pytest.raises(ConfigError, match=words):
         BenchConfig(**kw)
+
+
+def test_a_producer_address_is_kept():
+    assert RLConfig(policy="x", max_staleness=1, producer_address="10.0.0.2:29511").producer_address == "10.0.0.2:29511"
+    assert RLConfig(policy="x").producer_address is None
+
+
+def test_a_study_refuses_a_remote_producer():
+    with pytest.raises(ConfigError, match="a study runs many RL stages"):
+        CompareConfig(rl={"max_staleness": 1, "producer_address": "10.0.0.2:29511"})

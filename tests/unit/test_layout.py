@@ -31,6 +31,7 @@ LAZY_OK = {
         "rloo.experiments.compare",
         "rloo.data.preflight",
         "rloo.runtime.user_code",  # --plugin only
+        "rloo.rollout.producer",  # rloo produce
     },
     "modeling/lora.py": {"peft"},
     "rollout/vllm.py": {"vllm", "vllm.inputs"},

@@ -30,6 +30,7 @@ from rloo.config.loading import (
 )
 from rloo.config.method_settings import AlgorithmSettings
 from rloo.config.methods import DEFAULT_METHOD, METHOD_SPECS, MethodSpec
+from rloo.config.producer import ProduceConfig
 from rloo.config.sections import (
     ALGORITHMS,
     GROUP_ALGORITHMS,
@@ -57,6 +58,7 @@ from rloo.config.stages import (
 from rloo.config.tools import COMPARE_METHODS, BenchConfig, CompareConfig
 
 __all__ = [
+    "ProduceConfig",
     "ENV_TASKS",
     "EnvSettings",
     "Strict",

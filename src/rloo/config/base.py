@@ -114,6 +114,20 @@ def check_device_name(v: str) -> str:
     return v
 
 
+def split_address(address: str) -> tuple[str, int]:
+    """'host:port' -> (host, port); ValueError saying what is expected."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError("expected HOST:PORT (e.g. 10.0.0.2:29511)")
+    return host, int(port)
+
+
+def check_address(v: str | None) -> str | None:
+    if v is not None:
+        split_address(v)
+    return v
+
+
 TRACKERS = ("tensorboard", "wandb", "none")
 
 

@@ -17,6 +17,7 @@ from rloo.config.base import (
     MAX_SCORE,
     MAX_WEIGHT_DECAY,
     Strict,
+    check_address,
 )
 from rloo.config.evaluation import EvalSettings  # noqa: F401 (the sections are imported from here)
 from rloo.config.generation import (
@@ -198,6 +199,8 @@ class RLSettings(MethodChoice):
                     f"is_correction={correction}: {self.algorithm} trains on lagged samples as they are (SFT on the "
                     "best of k, whose selection has no tractable importance ratio); leave it unset or none"
                 )
+        if self.producer_address is not None and not self.max_staleness:
+            raise ValueError("producer_address: the producer samples ahead of the trainer, set max_staleness >= 1")
         if self.max_staleness and self.generation != "sampler":
             raise ValueError("max_staleness > 0 samples with generation=sampler (rloo's own); vLLM is not supported")
         return self
@@ -260,6 +263,12 @@ class RLSettings(MethodChoice):
         "when max_staleness > 0 (raft: none), none (the paper's update) at 0.",
     )
     is_clip: float = Field(default=2.0, gt=1, description="C of is_correction: truncation / mask bound.")
+    producer_address: str | None = Field(
+        default=None,
+        description="max_staleness > 0: HOST:PORT this trainer hosts for a rollout producer on another "
+        "machine (`rloo produce address=HOST:PORT` there; docs/async.md); null: a producer process here.",
+    )
+    _address = field_validator("producer_address")(classmethod(lambda cls, v: check_address(v)))
     reward_weights: dict[str, float] = Field(
         default_factory=dict,
         description="Weights when several reward sources are given: keys "

@@ -251,6 +251,12 @@ class CompareConfig(Strict):
             )
         return self
 
+    @model_validator(mode="after")
+    def _one_producer_per_run(self):
+        if self.rl.producer_address is not None:  # `rloo produce` serves one run and ends with it
+            raise ValueError("rl.producer_address: a study runs many RL stages; use a producer here (unset it)")
+        return self
+
     @model_validator(mode="before")
     @classmethod
     def _episode_methods(cls, data):

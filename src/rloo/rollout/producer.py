@@ -18,16 +18,20 @@ import copy
 import itertools
 import time
 from dataclasses import dataclass, fields
+from typing import Any
 
 import torch
 
 from rloo.config import RLConfig
 from rloo.errors import RlooError
 from rloo.rollout.lagged import LaggedSampler, shadow_copy
+from rloo.rollout.remote import TAG_BATCH, TAG_CONTROL, ReceivedVersions, RemoteProducer
 from rloo.rollout.sampler import Rollout, rollout
 from rloo.rollout.settings import sampling_settings
 from rloo.runtime.child import ChildProcess, die_with_parent, put_until, wait_until
+from rloo.runtime.link import Link, LinkClosed
 from rloo.runtime.rng import batch_generator
+from rloo.runtime.tracking import say
 from rloo.runtime.weights import WeightRing
 
 
@@ -43,6 +47,9 @@ def scored_rollout(roll: Rollout, score) -> ScoredRollout:
     return ScoredRollout(**{f.name: getattr(roll, f.name) for f in fields(roll)}, scored=score(roll))
 
 
+CONNECT_S = 600.0  # how long the trainer waits for `rloo produce` to join
+
+
 def thread_split(total: int) -> tuple[int, int]:
     """(producer, trainer) intra-op threads out of `total`: half each, the trainer the odd one
     (docs/async.md measures it on 2 cores)."""
@@ -50,47 +57,114 @@ def thread_split(total: int) -> tuple[int, int]:
     return producer, max(1, total - producer)
 
 
-def _produce(parent_pid, stop, out, cfg: RLConfig, model, tokenizer, stream, ring: WeightRing, start, threads, score):
-    """The producer process's body: sample (and score, with `score`) batch j = start, start+1, ...
-    with weights max(oldest, j - N) and the generator of (seed, j)."""
+@dataclass
+class Job:
+    """What the producer samples with, handed over once: the policy's copy (its weights are set
+    from the ring per batch), the prompt stream at the trainer's position, the first batch, and
+    the scoring (None: the trainer scores)."""
+
+    cfg: RLConfig
+    model: torch.nn.Module
+    tokenizer: Any
+    stream: Any
+    start: int
+    score: Any = None
+
+
+def produce(job: Job, ring, wait, put) -> None:
+    """The producer's loop: sample (and score, with `job.score`) batch j = start, start+1, ... with
+    weights max(oldest, j - N) of `ring` and the generator of (seed, j). `wait(version)` blocks
+    until the ring holds it, `put(item)` hands a batch over; either returns False to stop."""
+    cfg = job.cfg
+    oldest = ring.oldest()  # read before the trainer's first publish
+    for j in itertools.count(job.start):
+        version = max(oldest, j - cfg.max_staleness)
+        t0 = time.perf_counter()
+        if not wait(version):
+            return
+        t1 = time.perf_counter()
+        ring.load_into(version, job.model)
+        gen = batch_generator(cfg.seed, j)
+        roll = rollout(job.model, job.tokenizer, job.stream.next(), cfg.k, **sampling_settings(cfg), generator=gen)
+        t2 = time.perf_counter()
+        parts = {"time/producer_idle": t1 - t0, "time/producer_sample": t2 - t1}
+        if job.score is not None:  # logged only when the producer scores: which side did is in the metrics
+            roll = scored_rollout(roll, job.score)
+            parts |= job.score.part_metrics() | {"time/producer_score": time.perf_counter() - t2}
+        if not put(("batch", j, version, parts, roll)):
+            return
+
+
+def _produce(parent_pid, stop, out, job: Job, ring: WeightRing, threads: int):
+    """The local producer process's body (a ChildProcess)."""
     die_with_parent(parent_pid)
     torch.set_num_threads(threads)
-    oldest = ring.oldest()  # read before the trainer's first publish
     try:
-        for j in itertools.count(start):
-            version = max(oldest, j - cfg.max_staleness)
-            t0 = time.perf_counter()
-            if not wait_until(lambda v=version: ring.holds(v), stop, parent_pid):
-                return
-            t1 = time.perf_counter()
-            ring.load_into(version, model)
-            gen = batch_generator(cfg.seed, j)
-            roll = rollout(model, tokenizer, stream.next(), cfg.k, **sampling_settings(cfg), generator=gen)
-            t2 = time.perf_counter()
-            parts = {"time/producer_idle": t1 - t0, "time/producer_sample": t2 - t1}
-            if score is not None:  # logged only when the producer scores: which side did is in the metrics
-                roll = scored_rollout(roll, score)
-                parts |= score.part_metrics() | {"time/producer_score": time.perf_counter() - t2}
-            if not put_until(out, ("batch", j, version, parts, roll), stop, parent_pid):
-                return
+        produce(
+            job,
+            ring,
+            lambda v: wait_until(lambda: ring.holds(v), stop, parent_pid),
+            lambda item: put_until(out, item, stop, parent_pid),
+        )
     except Exception as e:  # reported to the trainer, which stops with it (one line)
         put_until(out, ("error", f"{type(e).__name__}: {e}"), stop, parent_pid)
 
 
+def serve(address: str, threads: int | None, connect_timeout: float) -> None:
+    """`rloo produce`: join the trainer at `address` (rl.producer_address), sample (and score) its
+    batches until it stops (rloo.rollout.remote). `threads`: None keeps torch's default."""
+    threads = threads or torch.get_num_threads()
+    torch.set_num_threads(threads)
+    say(f"connecting to the trainer at {address} (waiting up to {connect_timeout:g} s)")
+    connected = False
+    try:
+        link = Link(address, 1, connect_timeout)
+        connected = True
+        job, versions, names = link.recv_object(TAG_CONTROL)
+        say(f"connected: sampling from batch {job.start} with {threads} thread(s)")
+        ring = ReceivedVersions(link, versions, names, job.model)
+        sent: dict[int, list] = {}  # batch -> its sends
+
+        def put(item) -> bool:
+            # batches <= j - N - 1 are the trainer's: it consumed them before publishing j - N
+            for b in [b for b in sent if b <= item[1] - job.cfg.max_staleness - 1]:
+                link.settle(sent.pop(b))
+            sent[item[1]] = link.send_object(item, TAG_BATCH)
+            return True
+
+        try:
+            produce(job, ring, ring.wait, put)
+        except LinkClosed:
+            raise
+        except Exception as e:  # the trainer stops with it (one line), as with the local producer
+            link.settle(link.send_object(("error", f"{type(e).__name__}: {e}"), TAG_BATCH))
+            raise
+    except LinkClosed as e:
+        raise RlooError(f"the trainer at {address} {'went away' if connected else 'is not there'} ({e})") from e
+    say("the trainer's run ended: stopping")
+
+
 class ProducerSampler:
     """The trainer's end of the producer. `version`: steps made (a resumed run starts at its step,
-    its ring refilled with the checkpoint's older versions, `older`)."""
+    its ring refilled with the checkpoint's older versions, `older`). The producer is a local
+    process (the weights in shared memory, the threads split), or with rl.producer_address one on
+    another machine (rloo.rollout.remote; this process keeps its threads)."""
 
     def __init__(self, policy: torch.nn.Module, tokenizer, cfg: RLConfig, stream, start=0, score=None, older=None):
         self.k, self.version, self.next_batch = cfg.k, start, start
-        self.ring = WeightRing(policy, cfg.max_staleness, shared=True, version=start)
+        remote = cfg.producer_address is not None
+        self.ring = WeightRing(policy, cfg.max_staleness, shared=not remote, version=start)
         self.ring.refill(older or {}, policy, start)
         self.threads_before = torch.get_num_threads()
-        producer, trainer = thread_split(self.threads_before)
         # the stream is copied at the trainer's position: both draw the same prompts in the same order
-        args = (cfg, shadow_copy(policy), tokenizer, copy.deepcopy(stream), self.ring, start, producer, score)
-        self.child = ChildProcess(_produce, args, name="rollout producer", queue_size=max(1, cfg.max_staleness))
-        torch.set_num_threads(trainer)
+        job = Job(cfg, shadow_copy(policy), tokenizer, copy.deepcopy(stream), start, score)
+        if remote:
+            self.remote = self.child = RemoteProducer(cfg.producer_address, job, self.ring, policy, CONNECT_S)
+        else:
+            self.remote, (producer, trainer) = None, thread_split(self.threads_before)
+            args = (job, self.ring, producer)
+            self.child = ChildProcess(_produce, args, name="rollout producer", queue_size=max(1, cfg.max_staleness))
+            torch.set_num_threads(trainer)
         self.trainer_wait, self.producer_parts = 0.0, {}  # seconds waited for the last batch; its producer metrics
 
     @property
@@ -117,7 +191,11 @@ class ProducerSampler:
 
     def sync(self, policy: torch.nn.Module) -> None:
         self.version += 1
+        if self.remote is not None:
+            self.remote.before_publish(self.version)
         self.ring.publish(self.version, policy)
+        if self.remote is not None:
+            self.remote.published(self.version)
 
     def close(self) -> None:
         self.child.close()
@@ -125,10 +203,11 @@ class ProducerSampler:
 
 
 def stale_sampler(cfg: RLConfig, models, stream, start: int, score=None, older=None):
-    """The sampler of a run with max_staleness > 0 from step `start`: the producer process (scoring
-    its batches with `score` when given), or with a single thread (no core to give it) the same lag
-    simulated in the trainer's process (LaggedSampler; the trainer scores). `older`: a resumed run's
-    older weight versions from its checkpoint (WeightRing.older_versions), for an exact resume."""
-    if torch.get_num_threads() < 2:
+    """The sampler of a run with max_staleness > 0 from step `start`: the producer (scoring its
+    batches with `score` when given), on another machine with rl.producer_address, else a process
+    here, or with a single thread (no core to give it) the same lag simulated in the trainer's
+    process (LaggedSampler; the trainer scores). `older`: a resumed run's older weight versions
+    from its checkpoint (WeightRing.older_versions), for an exact resume."""
+    if cfg.producer_address is None and torch.get_num_threads() < 2:
         return LaggedSampler(models.policy, models.tokenizer, cfg, version=start, older=older)
     return ProducerSampler(models.policy, models.tokenizer, cfg, stream, start, score, older)
