@@ -56,7 +56,7 @@ def _weights(log_ratio: torch.Tensor, correction: str) -> torch.Tensor:
     return torch.ones_like(rho)
 
 
-def reference_gradient(models, roll, cfg, correction):
+def reference_gradient(models, roll, cfg, correction, kl_outside=False):
     policy = models.policy
     policy.eval()
     n = len(roll.prompts)
@@ -67,17 +67,19 @@ def reference_gradient(models, roll, cfg, correction):
     with torch.no_grad():
         ref = torch.stack([_token_logprobs(models.ref, x, y).sum() for x, y in seqs]).double()
     scores = torch.tensor(reward_fn(roll.prompts, roll.completions), dtype=torch.float64)
-    rewards = scores - cfg.beta * (torch.stack([t.sum() for t in lp]).detach().double() - ref)  # eq. A1
-    groups = rewards.view(-1, K)
-    adv = (groups - (groups.sum(1, keepdim=True) - groups) / (K - 1)).view(-1)  # eq. 4
+    penalty = -cfg.beta * (torch.stack([t.sum() for t in lp]).detach().double() - ref)
+    adv = _loo(scores + penalty)  # eq. A1, eq. 4
+    # eq. A4 (is_kl=unweighted): only the scores' share of the advantage is weighted
+    adv_w, adv_kl = (_loo(scores), _loo(penalty)) if kl_outside else (adv, torch.zeros_like(adv))
     loss, seen = 0.0, []
     for i in range(n):
         if correction.endswith("_token"):
             w = _weights(lp[i].detach().double() - mu[i], correction)
-            loss = loss - float(adv[i]) * (w.float() * lp[i]).sum()
+            loss = loss - float(adv_w[i]) * (w.float() * lp[i]).sum()
         else:
             w = _weights(lp[i].detach().double().sum() - mu[i].sum(), correction)
-            loss = loss - float(adv[i]) * float(w) * lp[i].sum()
+            loss = loss - float(adv_w[i]) * float(w) * lp[i].sum()
+        loss = loss - float(adv_kl[i]) * lp[i].sum()
         seen.append(w.flatten())
     params = [(name, p) for name, p in policy.named_parameters() if p.requires_grad]
     grads = torch.autograd.grad(loss / n, [p for _, p in params])
@@ -85,7 +87,14 @@ def reference_gradient(models, roll, cfg, correction):
     return dict(zip([name for name, _ in params], grads, strict=True)), torch.cat(seen)
 
 
+def _loo(rewards: torch.Tensor) -> torch.Tensor:
+    """Eq. 4 on (N,) rewards in groups of K."""
+    groups = rewards.view(-1, K)
+    return (groups - (groups.sum(1, keepdim=True) - groups) / (K - 1)).view(-1)
+
+
 LORA = dict(lora=LoraSettings(r=4, alpha=8))
+KL_OUT = dict(is_kl="unweighted")
 CHUNKED_CHECKPOINTED = dict(gradient_checkpointing=True, max_logits_mb=1e-3)  # LM head in chunks
 
 
@@ -100,6 +109,11 @@ CHUNKED_CHECKPOINTED = dict(gradient_checkpointing=True, max_logits_mb=1e-3)  # 
         ("none", True, 1, {}),
         ("tis", True, 1, LORA),
         ("mis", True, 1, CHUNKED_CHECKPOINTED),
+        # eq. A4: the KL's share outside the weights
+        ("tis", True, 1, KL_OUT),
+        ("mis_token", False, 2, KL_OUT),
+        ("mis", True, 2, KL_OUT | LORA),
+        ("tis", False, 1, KL_OUT | CHUNKED_CHECKPOINTED),
     ],
 )
 def test_corrected_gradient_matches_the_per_sequence_reference(tiny_model_dir, tmp_path, correction, share, lag, extra):
@@ -117,13 +131,24 @@ def test_corrected_gradient_matches_the_per_sequence_reference(tiny_model_dir, t
         return rollout(behaviour, models.tokenizer, prompts, K, generator=torch.Generator().manual_seed(0), **kw)
 
     models.sampler = sample_with_mu
+    if cfg.is_kl == "unweighted":  # trained away from the reference, or every KL (and A^kl) is 0
+        with torch.no_grad():
+            g = torch.Generator().manual_seed(2)
+            for p in models.policy.parameters():
+                if p.requires_grad:
+                    p.add_(0.05 * torch.randn(p.shape, generator=g))
     opt = GradRecorder(models.policy)
     result = make_algorithm(cfg, models).step(models, opt, PROMPTS, cfg, torch.Generator().manual_seed(0))
     stats, roll = result.stats, result.rollout
-    expected, weights = reference_gradient(models, roll, cfg, correction)
+    kl_outside = cfg.is_kl == "unweighted"
+    expected, weights = reference_gradient(models, roll, cfg, correction, kl_outside)
     scale = max(g.abs().max().item() for g in expected.values())
     for name, g in expected.items():
         assert_close(opt.grads[name], g, TINY_MODEL_BACKWARD * C, scale=scale, msg=name)
+    if kl_outside:  # the KL inside the weights is another gradient, beyond the tolerance
+        other, _ = reference_gradient(models, roll, cfg, correction, kl_outside=False)
+        off = max((opt.grads[n] - g).abs().max().item() for n, g in other.items())
+        assert off > 100 * TINY_MODEL_BACKWARD * C * torch.finfo(torch.float32).eps * scale
     if correction != "none":  # the batch must exercise both sides of the bound, or the test proves little
         assert 0.0 < stats["is/truncated" if correction.startswith("tis") else "is/masked"] < 1.0, stats
         assert weights.min() < 1.0 and weights.max() > 0.0

@@ -34,6 +34,8 @@ def test_correction_is_derived_from_staleness():
         (dict(max_staleness=1, is_correction="mis_token", algorithm="raft"), "no tractable importance ratio"),
         (dict(max_staleness=1, generation="vllm"), "generation=sampler"),
         (dict(producer_address="10.0.0.2:29511"), "set max_staleness >= 1"),
+        (dict(is_kl="unweighted"), "is_kl=unweighted: for the importance-weighted update"),
+        (dict(max_staleness=1, is_kl="unweighted", algorithm="reinforce"), "implemented for rloo only"),
         (dict(max_staleness=1, producer_address="10.0.0.2"), "expected HOST:PORT"),
         (dict(max_staleness=1, producer_address="host:99999"), "expected HOST:PORT"),
     ],

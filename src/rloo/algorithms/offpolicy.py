@@ -6,6 +6,8 @@ log-probs differ from the trainer's). docs/async.md derives it; its equations:
   eq. 4   A_i = R_i - 1/(k-1) sum_{j != i} R_j                                  (rloo; unchanged)
   eq. A2  loss = -1/N sum_i w_i A_i log pi(y_i|x),  w_i = tis/mis of pi(y_i|x)/mu(y_i|x), detached
           (token-level variants: -1/N sum_i A_i sum_t w_it log pi(y_it|.))       rloo, reinforce
+  eq. A4  rl.is_kl=unweighted: A_i = A^r_i + A^kl_i (eq. 4 on the scores, on -beta KL_i), and only
+          A^r is weighted: loss = -1/N sum_i (w_i A^r_i + A^kl_i) log pi(y_i|x)   rloo
   eq. A3  l_it -> w_it * l_it(pi / pi_prox): each token's term of the method's loss (its clipped
           surrogate, or the plain one, and an in-loss KL) with the ratio to the proximal policy
           pi_prox (the weights at the start of the step) and the detached weight w of pi_prox / mu,
@@ -20,7 +22,7 @@ from torch import Tensor
 from rloo.algorithms.base import Models, rollout_logprobs
 from rloo.config import RLConfig
 from rloo.core.advantages import leave_one_out, leave_one_out_valid
-from rloo.core.importance import importance_weights, weighted_policy_gradient_loss
+from rloo.core.importance import importance_weights, kl_outside_loss, weighted_policy_gradient_loss
 from rloo.core.kl import shaped_reward
 from rloo.rollout import Rollout
 
@@ -51,12 +53,18 @@ def current_rewards(logprobs: Tensor, filled: Tensor, ref_lp: Tensor, mask: Tens
     return shaped_reward(filled, logprobs.detach(), ref_lp, mask, cfg.beta, estimator)
 
 
-def weighted_loss(logprobs: Tensor, roll: Rollout, advantages: Tensor, cfg: RLConfig) -> tuple[Tensor, Stats]:
+def weighted_loss(
+    logprobs: Tensor, roll: Rollout, advantages: Tensor, cfg: RLConfig, kl_advantages: Tensor | None = None
+) -> tuple[Tensor, Stats]:
     """Eq. A2 with the weights of rl.is_correction: logprobs (N,T) the current policy's, with the graph;
-    roll.logprobs the behaviour policy's; advantages (N,). -> (loss, stats with is/*)."""
+    roll.logprobs the behaviour policy's; advantages (N,); with kl_advantages (N,) the KL's share of
+    them goes outside the weights (eq. A4, rl.is_kl=unweighted). -> (loss, stats with is/*)."""
     mask = roll.completion_mask
     weights, is_stats = importance_weights(logprobs, roll.logprobs, mask, _correction(cfg), cfg.is_clip)
-    loss, stats = weighted_policy_gradient_loss(logprobs, mask, advantages, weights)
+    if kl_advantages is None:
+        loss, stats = weighted_policy_gradient_loss(logprobs, mask, advantages, weights)
+    else:
+        loss, stats = kl_outside_loss(logprobs, mask, advantages - kl_advantages, kl_advantages, weights)
     return loss, stats | is_stats | lag_stats(roll)
 
 
@@ -65,7 +73,9 @@ def off_policy_loss(logprobs: torch.Tensor, roll: Rollout, filled, valid, ref_lp
     behaviour policy's (sampling time). Returns (loss, stats, rewards (N,), kl (N,), advantages (N,))."""
     rewards, kl = current_rewards(logprobs, filled, ref_lp, roll.completion_mask, cfg)
     advantages = loo_advantages(rewards, valid, cfg.k)
-    loss, stats = weighted_loss(logprobs, roll, advantages, cfg)
+    # eq. A4: the KL's leave-one-out share, A^kl = eq. 4 on -beta KL (eq. 4 is linear in R)
+    kl_advantages = loo_advantages(-cfg.beta * kl, valid, cfg.k) if cfg.is_kl == "unweighted" else None
+    loss, stats = weighted_loss(logprobs, roll, advantages, cfg, kl_advantages)
     return loss, stats, rewards, kl, advantages
 
 

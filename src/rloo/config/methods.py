@@ -57,6 +57,8 @@ class MethodSpec:
     # with off_policy: weighs its update by rl.is_correction's importance ratio (default tis); False:
     # trains on the lagged samples as they are (default none, and is_correction's weights refused)
     importance: bool = True
+    # with off_policy: takes rl.is_kl=unweighted, its KL penalty's share outside the weights (eq. A4)
+    kl_outside: bool = False
     multi_turn: bool = False  # trains on env= episodes with the policy-token mask (docs/agents.md)
     tuned: tuple[str, str] = ("lr", "beta")  # the (learning rate, KL coefficient) `rloo compare` tunes
     variants: dict[str, dict] = field(default_factory=dict)  # more `rloo compare` runs: name -> rl overrides
@@ -91,6 +93,7 @@ METHOD_SPECS: dict[str, MethodSpec] = {
             unscored=True,
             several_updates="rloo_clip",
             off_policy=True,
+            kl_outside=True,
             multi_turn=True,
             variants={
                 "rloo_k2": {"k": 2},

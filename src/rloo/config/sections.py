@@ -199,6 +199,12 @@ class RLSettings(MethodChoice):
                     f"is_correction={correction}: {self.algorithm} trains on lagged samples as they are (SFT on the "
                     "best of k, whose selection has no tractable importance ratio); leave it unset or none"
                 )
+        if self.is_kl == "unweighted":
+            if correction is None:
+                raise ValueError(
+                    "is_kl=unweighted: for the importance-weighted update (max_staleness > 0 or is_correction)"
+                )
+            require("kl_outside", self.algorithm, "updates with is_kl=unweighted")
         if self.producer_address is not None and not self.max_staleness:
             raise ValueError("producer_address: the producer samples ahead of the trainer, set max_staleness >= 1")
         if self.max_staleness and self.generation != "sampler":
@@ -263,6 +269,12 @@ class RLSettings(MethodChoice):
         "when max_staleness > 0 (raft: none), none (the paper's update) at 0.",
     )
     is_clip: float = Field(default=2.0, gt=1, description="C of is_correction: truncation / mask bound.")
+    is_kl: Literal["weighted", "unweighted"] = Field(
+        default="weighted",
+        description="rloo with is_correction: eq. 1's KL penalty inside the importance-weighted reward (weighted) "
+        "or its leave-one-out share outside the weights (unweighted: biased by the lag, but its pull towards "
+        "the reference does not vanish with the weights; docs/async.md eq. A4).",
+    )
     producer_address: str | None = Field(
         default=None,
         description="max_staleness > 0: HOST:PORT this trainer hosts for a rollout producer on another "

@@ -143,3 +143,25 @@ def weighted_policy_gradient_loss(
         "is/weight_mean": weight_mean.detach(),
     }
     return loss, stats
+
+
+def kl_outside_loss(
+    logprobs: Tensor, mask: Tensor, reward_advantages: Tensor, kl_advantages: Tensor, weights: Tensor
+) -> tuple[Tensor, Stats]:
+    """Eq. A2 with eq. 1's KL penalty outside the importance weights (rl.is_kl=unweighted,
+    docs/async.md eq. A4), negated for descent:
+
+        loss = -1/N sum_i [ w_i A^r_i + A^kl_i ] sum_t log pi(y_it|.)         (sequence weights w (N,))
+        loss = -1/N sum_i [ A^r_i sum_t w_it log pi(y_it|.) + A^kl_i sum_t log pi(y_it|.) ]   (w (N,T))
+
+    A^r (N,): eq. 4 on the scores; A^kl (N,): eq. 4 on -beta * KL_i (A^r + A^kl: eq. 4 on eq. A1's
+    R). logprobs (N,T) carries the gradient; mask (N,T) bool; advantages and weights detached.
+    stats: as weighted_policy_gradient_loss, the advantages being A^r + A^kl.
+    """
+    reward_loss, stats = weighted_policy_gradient_loss(logprobs, mask, reward_advantages, weights)
+    if kl_advantages.shape != reward_advantages.shape:
+        raise ValueError(f"kl_advantages must be {tuple(reward_advantages.shape)}, got {tuple(kl_advantages.shape)}")
+    loss = reward_loss - (kl_advantages.detach() * masked_sum(logprobs, mask, dim=-1)).mean()
+    advantages = (reward_advantages + kl_advantages).detach()
+    adv = {"adv/mean": advantages.mean(), "adv/std": advantages.std(correction=0)}
+    return loss, stats | adv | {"loss/policy": loss.detach()}
