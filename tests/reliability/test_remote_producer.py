@@ -5,19 +5,18 @@ line and no process left behind; a killed producer's run resumes exactly with a 
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from ._helpers import assert_same_params
+from .test_async_processes import _metrics, _wait_for_steps
 
 TESTS = Path(__file__).resolve().parents[1]
 SRC = TESTS.parent / "src"
@@ -58,21 +57,6 @@ def _producer(log: Path, address: str, *extra) -> subprocess.Popen:
     return _run(log, "produce", f"address={address}", "threads=1", *extra)
 
 
-def _metrics(out: Path) -> list[dict]:
-    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in records]
-
-
-def _wait_for_steps(out: Path, proc: subprocess.Popen, n: int, timeout: float = 300) -> None:
-    metrics, t0 = out / "metrics.jsonl", time.monotonic()
-    while time.monotonic() - t0 < timeout:
-        assert proc.poll() is None, "the run ended before it could be killed"
-        if metrics.exists() and len(metrics.read_text().splitlines()) >= n:
-            return
-        time.sleep(0.05)
-    raise TimeoutError(f"fewer than {n} steps in {timeout} s")
-
-
 def _last_line(log: Path) -> str:
     text = log.read_text()
     assert "Traceback" not in text and "frame #" not in text, text  # neither Python's nor c10d's
@@ -111,19 +95,25 @@ def test_two_processes_on_localhost_equal_the_in_process_lag(tiny_model_dir, tmp
     assert_same_params(ref / "model", out / "model")
 
 
-def test_sigkill_of_the_trainer_ends_the_producer_with_one_line(tiny_model_dir, tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_a_stopped_trainer_stops_the_producer_with_one_line(tiny_model_dir, tmp_path, sig):
+    """SIGKILL: the producer sees the link close at its next send or wait (within one batch) and
+    exits 2; SIGTERM: the trainer checkpoints, tells the producer to stop, and both exit cleanly."""
     address = f"127.0.0.1:{_port()}"
     out = tmp_path / "run"
     trainer = _trainer(tiny_model_dir, out, address, steps=200)
     producer = _producer(tmp_path / "producer.txt", address)
     try:
         _wait_for_steps(out, trainer, 2)
-        trainer.send_signal(signal.SIGKILL)
-        assert producer.wait(60) == 2  # within one batch of the trainer's death
+        trainer.send_signal(sig)
+        if sig == signal.SIGTERM:
+            assert trainer.wait(120) == 128 + signal.SIGTERM
+        assert producer.wait(60) == (2 if sig == signal.SIGKILL else 0)
     finally:
         trainer.kill(), producer.kill()
-    went = "went away (the connection was closed by the other side)"
-    assert _last_line(tmp_path / "producer.txt") == f"rloo produce: error: the trainer at {address} {went}"
+    went = f"rloo produce: error: the trainer at {address} went away (the connection was closed by the other side)"
+    ended = "the trainer's run ended: stopping"
+    assert _last_line(tmp_path / "producer.txt") == (went if sig == signal.SIGKILL else ended)
 
 
 def test_sigkill_of_the_producer_stops_the_trainer_and_resume_with_a_new_one_is_exact(
@@ -154,21 +144,6 @@ def test_sigkill_of_the_producer_stops_the_trainer_and_resume_with_a_new_one_is_
     assert int(step) >= 3 and f"sampling from batch {step} " in (tmp_path / "producer-2.txt").read_text()
     assert _metrics(out) == _metrics(reference)  # the checkpoint's older versions went to the new producer
     assert_same_params(reference / "model", out / "model")
-
-
-def test_sigterm_of_the_trainer_checkpoints_and_stops_the_producer_cleanly(tiny_model_dir, tmp_path):
-    address = f"127.0.0.1:{_port()}"
-    out = tmp_path / "run"
-    trainer = _trainer(tiny_model_dir, out, address, steps=200)
-    producer = _producer(tmp_path / "producer.txt", address)
-    try:
-        _wait_for_steps(out, trainer, 2)
-        trainer.send_signal(signal.SIGTERM)
-        assert trainer.wait(120) == 128 + signal.SIGTERM
-        assert producer.wait(60) == 0
-    finally:
-        trainer.kill(), producer.kill()
-    assert _last_line(tmp_path / "producer.txt") == "the trainer's run ended: stopping"
 
 
 def test_a_producer_with_no_trainer_says_so_in_one_line(tmp_path):
