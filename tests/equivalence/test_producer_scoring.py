@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from rloo.algorithms.base import Scoring, score_rollout
-from rloo.config import RLConfig
+from rloo.config import LoraSettings, RLConfig
 from rloo.data.prompts import PromptStream
 from rloo.rollout import Rollout
 from rloo.rollout.producer import ProducerSampler, ScoredRollout
@@ -29,12 +29,20 @@ def _cfg(path, out, **kw) -> RLConfig:
     return RLConfig(**(base | kw))
 
 
-@pytest.mark.parametrize("source", ["reward_model", "reward_fn"])
+@pytest.mark.parametrize("source", ["reward_model", "reward_fn", "lora"])
 def test_the_producer_scores_as_the_trainer_does(tiny_model_dir, tmp_path, source):
+    """lora: the reference is the policy with its adapters off; the producer takes its own copy's,
+    and the adapters are moved away from 0 first, so that adapters left on would show."""
     # truncation_penalty: step 2 also replaces the score of a completion cut at max_new_tokens
     extra = {"reward_model": str(tiny_model_dir)} if source == "reward_model" else {}
+    extra |= {"lora": LoraSettings(r=4, alpha=8)} if source == "lora" else {}
     cfg = _cfg(tiny_model_dir, tmp_path, truncation_penalty=-3.0, **extra)
-    models = load_models(cfg, reward_fn=reward_fn if source == "reward_fn" else None)
+    models = load_models(cfg, reward_fn=None if source == "reward_model" else reward_fn)
+    if source == "lora":
+        with torch.no_grad():
+            for p in models.policy.parameters():
+                if p.requires_grad:
+                    p.add_(0.3 * torch.randn(p.shape, generator=torch.Generator().manual_seed(3)))
     scoring = producer_scoring(models, cfg)
     assert scoring is not None
     stream = PromptStream(PROMPTS, 2, seed=0)

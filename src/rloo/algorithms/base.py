@@ -146,6 +146,7 @@ class Scoring:
     (rl.max_staleness > 0, docs/async.md) runs this same code where it samples."""
 
     def __init__(self, scorer: RewardSource, ref, cfg: RLConfig):
+        # ref None: set by the producer (under LoRA, its own policy copy with the adapters off)
         self.scorer, self.ref, self.cfg = scorer, ref, cfg
 
     def __call__(self, roll: Rollout) -> tuple[Tensor, Tensor]:

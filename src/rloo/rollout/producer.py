@@ -24,6 +24,7 @@ import torch
 
 from rloo.config import RLConfig
 from rloo.errors import RlooError
+from rloo.modeling.lora import AdapterDisabled
 from rloo.rollout.lagged import LaggedSampler, shadow_copy
 from rloo.rollout.remote import TAG_BATCH, TAG_CONTROL, ReceivedVersions, RemoteProducer
 from rloo.rollout.sampler import Rollout, rollout
@@ -76,6 +77,8 @@ def produce(job: Job, ring, wait, put) -> None:
     weights max(oldest, j - N) of `ring` and the generator of (seed, j). `wait(version)` blocks
     until the ring holds it, `put(item)` hands a batch over; either returns False to stop."""
     cfg = job.cfg
+    if job.score is not None and job.score.ref is None:  # LoRA: pi_ref is the policy with its adapters off
+        job.score.ref = AdapterDisabled(job.model)
     oldest = ring.oldest()  # read before the trainer's first publish
     for j in itertools.count(job.start):
         version = max(oldest, j - cfg.max_staleness)

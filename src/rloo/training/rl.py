@@ -167,12 +167,13 @@ def _train(cfg, dist, prompts, reward_fn, resume, overwrite) -> RLResult:
 
 def producer_scoring(models: Models, cfg: RLConfig) -> Scoring | None:
     """Step 2 for the rollout producer to run where it samples (docs/async.md), or None (the trainer
-    scores): under LoRA, whose reference is the trained policy with its adapters off, and for a
-    reward source that cannot be sent to another process (a lambda or closure given to rloo.train, a
-    function loaded from path/to/file.py: rloo.runtime.child.can_send)."""
-    if cfg.lora is not None or models.scorer is None:
+    scores) for a reward source that cannot be sent to another process (a lambda or closure given to
+    rloo.train, a function loaded from path/to/file.py: rloo.runtime.child.can_send). Under LoRA the
+    reference, the trained policy with its adapters off, goes as None: the producer takes its own
+    copy of the policy with its adapters off (the same frozen base weights; rloo.rollout.producer)."""
+    if models.scorer is None:
         return None
-    scoring = Scoring(models.scorer, models.ref, cfg)
+    scoring = Scoring(models.scorer, None if cfg.lora is not None else models.ref, cfg)
     return scoring if can_send(scoring) else None
 
 
