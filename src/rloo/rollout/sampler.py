@@ -203,23 +203,37 @@ def rollout(
         all_done=all_done,
     )
     model.train(was_training)
-    ended = ((c_ids == tokenizer.eos_token_id) & c_mask).any(-1)
-    if stops is not None:  # a row's text contains a stop string only if it ended there (`sample`)
-        ended = ended | stops.hits(c_ids, c_mask)
-    texts = tokenizer.batch_decode(
-        c_ids.masked_fill(~c_mask, tokenizer.pad_token_id).tolist(), skip_special_tokens=True
-    )
-    return Rollout(
-        prompts=[p for p in prompts for _ in range(k)],
-        completions=[t.strip() for t in texts],
-        prompt_ids=p_ids,
-        prompt_mask=p_mask,
-        completion_ids=c_ids,
-        completion_mask=c_mask,
-        logprobs=lps,
-        truncated=~ended,
-        prompts_truncated=n_trunc,
-        group_size=k,
-        prefill=pre,
-        raw_completions=texts,
-    )
+    completions = Completions(c_ids, c_mask, lps, stops)
+    return completions.as_rollout(tokenizer, prompts, k, p_ids, p_mask, prompts_truncated=n_trunc, prefill=pre)
+
+
+@dataclass
+class Completions:
+    """What `sample` returned: ids (N,T), mask (N,T), log-probs (N,T), and the stop strings it ended rows at."""
+
+    ids: Tensor
+    mask: Tensor
+    logprobs: Tensor
+    stops: StopStrings | None
+
+    def as_rollout(self, tokenizer, prompts, k, p_ids, p_mask, prompts_truncated: int, prefill) -> Rollout:
+        """The Rollout of these completions of `prompts` (k each): texts decoded, truncation marked."""
+        ended = ((self.ids == tokenizer.eos_token_id) & self.mask).any(-1)
+        if self.stops is not None:  # a row's text contains a stop string only if it ended there (`sample`)
+            ended = ended | self.stops.hits(self.ids, self.mask)
+        pad = tokenizer.pad_token_id
+        texts = tokenizer.batch_decode(self.ids.masked_fill(~self.mask, pad).tolist(), skip_special_tokens=True)
+        return Rollout(
+            prompts=[p for p in prompts for _ in range(k)],
+            completions=[t.strip() for t in texts],
+            prompt_ids=p_ids,
+            prompt_mask=p_mask,
+            completion_ids=self.ids,
+            completion_mask=self.mask,
+            logprobs=self.logprobs,
+            truncated=~ended,
+            prompts_truncated=prompts_truncated,
+            group_size=k,
+            prefill=prefill,
+            raw_completions=texts,
+        )
