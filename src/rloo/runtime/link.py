@@ -110,13 +110,12 @@ def _reason(e: Exception) -> str:
     """Gloo's and the store's messages, shortened to what happened."""
     text = " ".join(str(e).split())
     for known, said in (
-        ("Connection closed by peer", "the connection was closed by the other side"),
-        ("Connection reset", "the connection was reset"),
-        ("Timed out", "timed out"),
+        ("connection closed by peer", "the connection was closed by the other side"),
+        ("connection reset", "the connection was reset"),
         ("timed out", "timed out"),
-        ("Connection refused", "nothing listens there"),
+        ("connection refused", "nothing listens there"),
         ("address already in use", "the port is in use"),
     ):
-        if known in text:
+        if known in text.lower():
             return said
     return text[:200]
