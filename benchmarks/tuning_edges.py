@@ -47,7 +47,7 @@ from pathlib import Path
 import yaml
 
 from rloo.config import CompareConfig
-from rloo.config.methods import spec_of_variant
+from rloo.config.methods import DEFAULT_METHOD, spec_of_variant
 from rloo.experiments.compare import run_cell
 from rloo.experiments.compare_tables import mean_ci
 from rloo.experiments.tuning import select_trial, trial_settings, tuning_root
@@ -211,15 +211,15 @@ def reported_table(cfg: CompareConfig, study: Path, out: Path) -> str:
     for task in cfg.tasks:
         for m, t in moved(cfg, study, out, task).items():
             try:
-                new, old, rloo = (
-                    _reported(r, task, n, cfg.seeds) for r, n in ((out, t.name), (study, m), (study, "rloo"))
+                new, old, base = (
+                    _reported(r, task, n, cfg.seeds) for r, n in ((out, t.name), (study, m), (study, DEFAULT_METHOD))
                 )
             except FileNotFoundError:
                 rows.append(f"| {task} | {m}: {_short(t.settings)} | not run | | | | |")
                 continue
             rows.append(
                 f"| {task} | {m}: {_short(t.settings)} | {_ci(new)[1:]} | {_ci(old)[1:]} | {_ci(_minus(new, old))} | "
-                f"{_ci(_minus(new, rloo))} | {_ci(_minus(old, rloo))} |"
+                f"{_ci(_minus(new, base))} | {_ci(_minus(old, base))} |"
             )
     return "\n".join(rows)
 
