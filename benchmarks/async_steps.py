@@ -4,7 +4,8 @@
 
 RL_CONFIG: the RL stage's config.yaml of a `rloo pipeline` run (its SFT policy and reward model).
 `--configs`: max_staleness@threads (torch intra-op threads of the run; at N = 1 they are split
-between producer and trainer). Each run is a fresh process (`--one`), so its threads and producer
+between producer and trainer), optionally followed by `:key=value` overrides of the RL config
+(e.g. `1@2:reference_pass=trainer`). Each run is a fresh process (`--one`), so its threads and producer
 start clean; the configurations alternate, round after round, so a machine shared with other work
 slows them alike. A step's wall time is
 the time between the starts of consecutive steps (sampling, scoring, update, the weight hand-off,
@@ -30,7 +31,7 @@ import time
 WARMUP = 3
 
 
-def one(config: str, staleness: int, threads: int, steps: int) -> dict:
+def one(config: str, staleness: int, threads: int, steps: int, extra: list[str] | None = None) -> dict:
     import torch
 
     torch.set_num_threads(threads)
@@ -49,7 +50,8 @@ def one(config: str, staleness: int, threads: int, steps: int) -> dict:
     rloo_module.rloo_step = timed
     with tempfile.TemporaryDirectory() as out:
         overrides = [f"steps={steps}", f"output_dir={out}", "eval_every=null", "save_every=null"]
-        cfg = load_config(RLConfig, config, overrides + [f"max_staleness={staleness}", "sample_every=1000"])
+        overrides += [f"max_staleness={staleness}", "sample_every=1000", *(extra or [])]
+        cfg = load_config(RLConfig, config, overrides)
         history = [h for h in train(cfg, overwrite=True).history if "time/update" in h][WARMUP:]
     pairs = zip(starts[WARMUP:], starts[WARMUP + 1 :], strict=False)
     laps = [[b - a for a, b in zip(a3, b3, strict=True)] for a3, b3 in pairs]
@@ -85,8 +87,9 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     if a.one is not None:
-        n, threads = (int(x) for x in a.one.split("@"))
-        print(json.dumps(one(a.config, n, threads, a.steps)))
+        base, *extra = a.one.split(":")
+        n, threads = (int(x) for x in base.split("@"))
+        print(json.dumps(one(a.config, n, threads, a.steps, extra)))
         return
     runs = []
     for i in range(a.rounds):

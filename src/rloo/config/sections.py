@@ -37,7 +37,8 @@ from rloo.config.memory import (
     micro_batch_field,
 )
 from rloo.config.method_choice import MethodChoice
-from rloo.config.methods import METHOD_SPECS, names, require
+from rloo.config.methods import METHOD_SPECS, names
+from rloo.config.offpolicy import check_off_policy
 
 TASK_NAMES = ("summarize", "dialogue", "arithmetic", "calculator", "guess")
 
@@ -188,27 +189,7 @@ class RLSettings(MethodChoice):
 
     @model_validator(mode="after")
     def _off_policy_methods_only(self):
-        # checked for `rloo compare`'s shared section too: its every method would run the off-policy update
-        if (correction := self.off_policy_correction) is not None:
-            spec, what = METHOD_SPECS[self.algorithm], "max_staleness > 0 and is_correction"
-            if not spec.online:
-                raise ValueError(f"{what}: {self.algorithm} is offline (it trains on fixed pairs: no sampler to lag)")
-            require("off_policy", self.algorithm, what)
-            if not spec.importance and correction != "none":
-                raise ValueError(
-                    f"is_correction={correction}: {self.algorithm} trains on lagged samples as they are (SFT on the "
-                    "best of k, whose selection has no tractable importance ratio); leave it unset or none"
-                )
-        if self.is_kl == "unweighted":
-            if correction is None:
-                raise ValueError(
-                    "is_kl=unweighted: for the importance-weighted update (max_staleness > 0 or is_correction)"
-                )
-            require("kl_outside", self.algorithm, "updates with is_kl=unweighted")
-        if self.producer_address is not None and not self.max_staleness:
-            raise ValueError("producer_address: the producer samples ahead of the trainer, set max_staleness >= 1")
-        if self.max_staleness and self.generation != "sampler":
-            raise ValueError("max_staleness > 0 samples with generation=sampler (rloo's own); vLLM is not supported")
+        check_off_policy(self)  # rloo.config.offpolicy: which methods and settings combine with the lag
         return self
 
     @property
