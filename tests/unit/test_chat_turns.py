@@ -47,6 +47,22 @@ def test_frame_reproduces_the_template_text(template):
     assert end_ids(tok, frame) == {tok.eos_token_id, frame.eot}
 
 
+@pytest.mark.parametrize("template", ["chatml", "llama3", "eos_turns"])
+def test_tool_observations_take_the_tool_role(template):
+    """env_settings.observation_role=tool: each observation is framed as a `tool` message, the text
+    apply_chat_template gives that conversation (and not the one with a user message there)."""
+    tok = chat_tokenizer(template)
+    frame = chat_frame(tok, "tool")
+    prompt, reply, obs = _ids(tok, "guess 3 + 4"), _ids(tok, "call calc 3 + 4 end"), _ids(tok, "out 7")
+    msgs = [{"role": "user", "content": "guess 3 + 4"}, {"role": "assistant", "content": "call calc 3 + 4 end"}]
+    want = tok.apply_chat_template(
+        [*msgs, {"role": "tool", "content": "out 7"}], tokenize=False, add_generation_prompt=True
+    )
+    context = [*frame.first(prompt), *reply, *frame.observation(reply, obs)]
+    assert tok.decode(context) == want
+    assert tok.decode(context) != _chat(tok, "guess 3 + 4", "call calc 3 + 4 end", "out 7")  # the user role's
+
+
 @pytest.mark.parametrize(
     ("template", "message"),
     [("llama2", "renders a turn differently after the conversation goes on"), ("drops_history", "differently")],
