@@ -48,22 +48,12 @@ def _sharp_attention_copy(model_dir: Path, out: Path, factor: float = 8.0) -> Pa
     return out
 
 
-@pytest.mark.equivalence
-@pytest.mark.parametrize(
-    "grouped,micro", [(False, False), (True, False), (False, True)], ids=["expanded", "grouped", "micro"]
-)
-def test_two_processes_match_one(tiny_model_dir, tmp_path, grouped, micro):
-    """grouped: the two processes run grouped attention wherever it can run (in sampling under the
-    wrappers, and in the reference's shared pass); the one-process reference does not. micro: the two
-    processes accumulate their update over micro-batches of one prompt (DDP's no_sync, FSDP2's
-    set_requires_gradient_sync(False) for the first; rloo.runtime.distributed.gradient_sync); the
-    one-process reference takes the whole batch in one pass."""
-    if grouped:
-        tiny_model_dir = _sharp_attention_copy(tiny_model_dir, tmp_path / "sharp")
+def _torchrun(model_dir: Path, out: Path, modes: str, flags: list[str], threads: int = 1) -> None:
+    """`dist_worker.py` under `torchrun --nproc_per_node 2` (gloo), `threads` intra-op threads each."""
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2] / "src"), str(HELPERS)]),
-        "OMP_NUM_THREADS": "1",
+        "OMP_NUM_THREADS": str(threads),
     }
     cmd = [
         sys.executable,
@@ -73,19 +63,18 @@ def test_two_processes_match_one(tiny_model_dir, tmp_path, grouped, micro):
         "2",
         "--standalone",  # torchrun binds a free port itself: no window for another process to take it
         str(HELPERS / "dist_worker.py"),
-        str(tiny_model_dir),
-        str(tmp_path / "two"),
-        "ddp,fsdp",
-        *(["grouped"] if grouped else []),
-        *(["micro"] if micro else []),
+        str(model_dir),
+        str(out),
+        modes,
+        *flags,
     ]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    if grouped:
-        calls = [int((tmp_path / "two" / f"grouped_calls.{r}").read_text()) for r in range(2)]
-        assert min(calls) > 0, f"grouped attention did not run in every process: {calls} calls"
-    dist_worker.run(str(tiny_model_dir), str(tmp_path / "one"), ["ddp"])  # WORLD_SIZE unset: one process
-    one, start = _params(tmp_path / "one" / "ddp"), load_file(str(tiny_model_dir / "model.safetensors"))
+
+
+def _assert_same_steps(model_dir: Path, tmp_path: Path, modes: tuple[str, ...], lag: int = 0) -> None:
+    """The runs tmp_path/two/<mode> (2 processes) took the steps of tmp_path/one/ddp (1 process)."""
+    one, start = _params(tmp_path / "one" / "ddp"), load_file(str(model_dir / "model.safetensors"))
     moved = max((one[k] - start[k]).abs().max().item() for k in one)
     # One process computes the update's log-probs with its shared-prompt fast path, the wrapped
     # (DDP/FSDP) processes with the plain pass and an all-reduce (grouped: their sampling and reference
@@ -93,7 +82,7 @@ def test_two_processes_match_one(tiny_model_dir, tmp_path, grouped, micro):
     # rounding. The steps are SGD (dist_worker), so after S steps the parameters differ by at most
     # S * (lr * |gradient difference| + rounding of the update into the parameter), each step's
     # difference also entering the next gradient; allowed: a factor 2 per step for that.
-    cfg = dist_worker.config(str(tiny_model_dir), tmp_path, "ddp")
+    cfg = dist_worker.config(str(model_dir), tmp_path, "ddp", lag=lag)
     grad_bound = tolerance(None, TINY_MODEL_BACKWARD, scale=cfg.max_grad_norm)  # clipped: |g_i| <= max_grad_norm
     param_bound = tolerance(None, ELEMENTWISE, scale=max(v.abs().max().item() for v in start.values()))
     tol = 2**cfg.steps * cfg.steps * (cfg.lr * grad_bound + param_bound)
@@ -107,13 +96,54 @@ def test_two_processes_match_one(tiny_model_dir, tmp_path, grouped, micro):
     # gradient's size.
     norm_one = _step1(tmp_path / "one" / "ddp")["grad/norm"]
     norm_tol = tolerance(None, TINY_MODEL_BACKWARD, scale=norm_one)
-    for mode in ("ddp", "fsdp"):
+    for mode in modes:
         norm_two = _step1(tmp_path / "two" / mode)["grad/norm"]
         assert abs(norm_two - norm_one) <= norm_tol, f"{mode}: step-1 gradient norm {norm_two} vs {norm_one}"
         two = _params(tmp_path / "two" / mode)
         assert two.keys() == one.keys()
         worst = max((two[k] - one[k]).abs().max().item() for k in one)
         assert worst <= tol, f"{mode}: parameters differ by {worst:.2e} (bound {tol:.2e}) from the one-process run"
+
+
+@pytest.mark.equivalence
+@pytest.mark.parametrize(
+    "grouped,micro", [(False, False), (True, False), (False, True)], ids=["expanded", "grouped", "micro"]
+)
+def test_two_processes_match_one(tiny_model_dir, tmp_path, grouped, micro):
+    """grouped: the two processes run grouped attention wherever it can run (in sampling under the
+    wrappers, and in the reference's shared pass); the one-process reference does not. micro: the two
+    processes accumulate their update over micro-batches of one prompt (DDP's no_sync, FSDP2's
+    set_requires_gradient_sync(False) for the first; rloo.runtime.distributed.gradient_sync); the
+    one-process reference takes the whole batch in one pass."""
+    if grouped:
+        tiny_model_dir = _sharp_attention_copy(tiny_model_dir, tmp_path / "sharp")
+    flags = [*(["grouped"] if grouped else []), *(["micro"] if micro else [])]
+    _torchrun(tiny_model_dir, tmp_path / "two", "ddp,fsdp", flags)
+    if grouped:
+        calls = [int((tmp_path / "two" / f"grouped_calls.{r}").read_text()) for r in range(2)]
+        assert min(calls) > 0, f"grouped attention did not run in every process: {calls} calls"
+    dist_worker.run(str(tiny_model_dir), str(tmp_path / "one"), ["ddp"])  # WORLD_SIZE unset: one process
+    _assert_same_steps(tiny_model_dir, tmp_path, ("ddp", "fsdp"))
+
+
+@pytest.mark.equivalence
+@pytest.mark.parametrize("lag,threads", [(1, 1), (2, 2)], ids=["lagged-in-process", "producer"])
+def test_two_processes_match_one_at_lag(tiny_model_dir, tmp_path, lag, threads):
+    """rl.max_staleness = N under torchrun: each process samples its share of the global batch with
+    the weights of N updates ago (1 thread: in the process, rloo.rollout.lagged; 2 threads: its own
+    producer process beside it) and the importance-weighted update (eq. A1, 4, A2) is averaged by
+    DDP: the same steps as one process at the same lag, with the same threads."""
+    _torchrun(tiny_model_dir, tmp_path / "two", "ddp", [f"lag={lag}"], threads)
+    # the lag was real: batch t's is/lag (the mean over the two processes) is min(t, N)
+    lags = [json.loads(line)["is/lag"] for line in (tmp_path / "two" / "ddp" / "metrics.jsonl").open()]
+    assert lags == [min(t, lag) for t in range(3)], lags
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)  # the same sampler kind, and thread count, as each of the two processes
+    try:
+        dist_worker.run(str(tiny_model_dir), str(tmp_path / "one"), ["ddp"], lag=lag)
+    finally:
+        torch.set_num_threads(before)
+    _assert_same_steps(tiny_model_dir, tmp_path, ("ddp",), lag=lag)
 
 
 def test_shard_keeps_groups_and_global_rows():

@@ -23,8 +23,9 @@ def reward_short(prompts, completions):
     return [-len(c.split()) / 10 for c in completions]
 
 
-def config(model_dir: str, out: Path, parallel: str, micro: bool = False):
-    """micro: gradient accumulation, one prompt's group per forward/backward (2 per process)."""
+def config(model_dir: str, out: Path, parallel: str, micro: bool = False, lag: int = 0):
+    """micro: gradient accumulation, one prompt's group per forward/backward (2 per process). lag:
+    rl.max_staleness (the sampler in the process with 1 thread, the producer process with 2)."""
     from rloo import RLConfig
 
     return RLConfig(
@@ -41,6 +42,7 @@ def config(model_dir: str, out: Path, parallel: str, micro: bool = False):
         save_every=None,
         parallel=parallel,
         seed=3,
+        max_staleness=lag,
     )
 
 
@@ -85,7 +87,9 @@ def _grouped_everywhere(out_root: str, rank: int):
         (Path(out_root) / f"grouped_calls.{rank}").write_text(str(calls[0]))
 
 
-def run(model_dir: str, out_root: str, modes: list[str], grouped: bool = False, micro: bool = False) -> None:
+def run(
+    model_dir: str, out_root: str, modes: list[str], grouped: bool = False, micro: bool = False, lag: int = 0
+) -> None:
     import os
 
     from rloo import train
@@ -94,7 +98,8 @@ def run(model_dir: str, out_root: str, modes: list[str], grouped: bool = False, 
     rank = int(os.environ.get("RANK", "0"))
     with _sgd_instead_of_adamw(), _grouped_everywhere(out_root, rank) if grouped else nullcontext():
         for mode in modes:
-            train(config(model_dir, Path(out_root) / mode, mode, micro), prompts=PROMPTS, reward_fn=reward_short)
+            cfg = config(model_dir, Path(out_root) / mode, mode, micro, lag)
+            train(cfg, prompts=PROMPTS, reward_fn=reward_short)
 
 
 if __name__ == "__main__":
@@ -105,6 +110,7 @@ if __name__ == "__main__":
     dist.init_process_group("gloo")
     try:
         flags = sys.argv[4:]
-        run(sys.argv[1], sys.argv[2], sys.argv[3].split(","), grouped="grouped" in flags, micro="micro" in flags)
+        lag = next((int(f.split("=")[1]) for f in flags if f.startswith("lag=")), 0)
+        run(sys.argv[1], sys.argv[2], sys.argv[3].split(","), "grouped" in flags, "micro" in flags, lag)
     finally:
         dist.destroy_process_group()

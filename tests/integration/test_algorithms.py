@@ -235,7 +235,7 @@ class _CountingSampler:
     def __init__(self, cfg, tokenizer):
         self.cfg, self.tokenizer, self.calls, self.syncs = cfg, tokenizer, 0, 0
 
-    def __call__(self, policy, prompts):
+    def __call__(self, policy, prompts, rows=None):
         from rloo.rollout import rollout
 
         self.calls += 1

@@ -147,3 +147,48 @@ def test_sigkill_of_the_producer_stops_the_trainer_with_one_line_and_resume_fini
     assert records == _metrics(tmp_path / "ref")
     assert_same_params(tmp_path / "ref" / "model", out / "model")
     assert not [p for p in _children(os.getpid()) if "spawn_main" in _cmdline(p)]
+
+
+def test_sigkill_of_one_torchrun_process_leaves_no_producer(tiny_model_dir, tmp_path):
+    """Under torchrun each trainer process starts its own producer (rloo.rollout.producer): SIGKILL
+    of one trainer process ends its producer with it (the kernel), torchrun then stops the other
+    trainer process, whose producer ends with it: nothing of the run is left."""
+    out = tmp_path / "run"
+    argv = [
+        "train",
+        f"policy={tiny_model_dir}",
+        f"output_dir={out}",
+        "reward_fn=reliability.test_async_processes:slow_reward",
+        "steps=30",
+        "batch_size=4",
+        "k=2",
+        "max_new_tokens=5",
+        "eval_every=null",
+        "save_every=null",
+        "max_staleness=1",
+    ]
+    env = os.environ | {"PYTHONPATH": f"{SRC}{os.pathsep}{TESTS}", "OMP_NUM_THREADS": "2"}
+    run = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--standalone", "-m", "rloo.cli"]
+    log = open(tmp_path / "log.txt", "w")
+    proc, family = subprocess.Popen([*run, *argv], stdout=log, stderr=subprocess.STDOUT, env=env), []
+    try:
+        _wait_for_steps(out, proc, 2)
+        ranks = [p for p in _children(proc.pid) if "rloo.cli" in _cmdline(p) and "spawn_main" not in _cmdline(p)]
+        ranks = [p for p in ranks if _producer_or_none(p) is not None]
+        assert len(ranks) == 2, [(p, _cmdline(p)) for p in _children(proc.pid)]
+        family = _children(proc.pid)
+        os.kill(ranks[0], signal.SIGKILL)
+        assert proc.wait(300) != 0  # torchrun reports the failed process
+        t0 = time.monotonic()
+        while any(_alive(p) for p in family) and time.monotonic() - t0 < 60:
+            time.sleep(0.05)
+        assert not [(p, _cmdline(p)) for p in family if _alive(p)]
+    finally:  # a failed check leaves nothing running either
+        for p in [proc.pid, *family]:
+            if _alive(p):
+                os.kill(p, signal.SIGKILL)
+
+
+def _producer_or_none(trainer: int) -> int | None:
+    found = [p for p in _children(trainer) if "spawn_main" in _cmdline(p) and "resource_tracker" not in _cmdline(p)]
+    return found[0] if len(found) == 1 else None

@@ -3,7 +3,7 @@
 import pytest
 
 from rloo.config import CompareConfig, RLConfig
-from rloo.errors import ConfigError
+from rloo.errors import ConfigError, RlooError
 
 
 def test_defaults_keep_the_paper_update():
@@ -70,3 +70,21 @@ def test_a_producer_address_is_kept():
 def test_a_study_refuses_a_remote_producer():
     with pytest.raises(ConfigError, match="a study runs many RL stages"):
         CompareConfig(rl={"max_staleness": 1, "producer_address": "10.0.0.2:29511"})
+
+
+@pytest.mark.parametrize(
+    "kw,words",
+    [
+        (dict(max_staleness=1, parallel="fsdp"), "takes parallel=ddp"),
+        (dict(max_staleness=1, producer_address="127.0.0.1:29512"), "leave producer_address unset"),
+    ],
+)
+def test_torchrun_refusals_at_lag_are_one_line(kw, words):
+    """Under torchrun (rloo.runtime.distributed.check_supported, before any model loads): FSDP's
+    sharded weights cannot be copied whole into a sampler, and a remote producer serves one process."""
+    from rloo.runtime.distributed import check_supported
+
+    with pytest.raises(RlooError, match=words) as e:
+        check_supported(RLConfig(policy="p", **kw), resume=False)
+    assert "\n" not in str(e.value)
+    check_supported(RLConfig(policy="p", max_staleness=1), resume=False)  # ddp, producer beside each process

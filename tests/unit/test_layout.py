@@ -91,6 +91,7 @@ def test_one_registry_covers_exactly_the_configs_online_algorithms():
 
 def test_only_plain_rloo_declares_torchrun_support():
     assert supports_distributed(RLConfig(policy="p"))
+    assert supports_distributed(RLConfig(policy="p", max_staleness=2))  # each process lags alike
     assert not supports_distributed(RLConfig(policy="p", algorithm_settings={"kl_level": "token"}))
     assert not any(supports_distributed(RLConfig(policy="p", algorithm=a)) for a in ALGORITHMS if a != "rloo")
 

@@ -25,7 +25,9 @@ from rloo.rewards import RewardSource
 from rloo.rollout import Rollout
 from rloo.runtime.distributed import gradient_sync
 
-Sampler = Callable[[torch.nn.Module, list[str]], Rollout]  # (policy, prompts) -> Rollout (vLLM)
+# (policy, prompts, rows=None) -> Rollout: vLLM, or the lagged samplers of rl.max_staleness (rows: see
+# rloo.runtime.distributed.Dist.shard)
+Sampler = Callable[..., Rollout]
 
 
 @dataclass

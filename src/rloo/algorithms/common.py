@@ -74,7 +74,7 @@ def sample(
             )
         return sample_episodes(models, prompts, cfg, gen, rows)
     if models.sampler is not None:
-        return models.sampler(unwrap(models.policy), prompts)
+        return models.sampler(unwrap(models.policy), prompts, rows=rows)
     return rollout(
         unwrap(models.policy),
         models.tokenizer,

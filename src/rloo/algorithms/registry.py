@@ -43,7 +43,7 @@ def _rloo(cfg: RLConfig, models: Models) -> Algorithm:
 
 
 def _rloo_distributed(cfg: RLConfig) -> bool:
-    return is_plain_rloo(cfg) and cfg.max_staleness == 0  # the lagged sampler keeps one process's weights
+    return is_plain_rloo(cfg)  # at max_staleness > 0 each process samples its share (rloo.rollout.producer)
 
 
 REGISTRY: dict[str, Entry] = {

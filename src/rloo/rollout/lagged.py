@@ -47,7 +47,9 @@ class LaggedSampler:
         (a resumed run's checkpoint without them: one from before exact resume)."""
         return max(self.version - self.lag, self.ring.oldest())
 
-    def __call__(self, policy: torch.nn.Module, prompts: list[str]) -> Rollout:
+    def __call__(self, policy: torch.nn.Module, prompts: list[str], rows=None) -> Rollout:
+        """`rows`: this process's rows of the global batch (torchrun; `rollout`): the same tokens on any
+        number of processes."""
         v = self.behaviour_version()
         self.ring.load_into(v, self.shadow)
         cfg = self.cfg
@@ -58,6 +60,7 @@ class LaggedSampler:
             cfg.k,
             **sampling_settings(cfg),
             generator=batch_generator(cfg.seed, self.version),
+            rows=rows,
         )
         roll.lag = self.version - v
         return roll

@@ -17,7 +17,7 @@ from __future__ import annotations
 import copy
 import itertools
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import torch
@@ -30,6 +30,7 @@ from rloo.rollout.remote import TAG_BATCH, TAG_CONTROL, ReceivedVersions, Remote
 from rloo.rollout.sampler import Rollout, rollout
 from rloo.rollout.settings import sampling_settings
 from rloo.runtime.child import ChildProcess, die_with_parent, put_until, wait_until
+from rloo.runtime.distributed import Dist, unwrap
 from rloo.runtime.link import Link, LinkClosed
 from rloo.runtime.rng import batch_generator
 from rloo.runtime.tracking import say
@@ -61,8 +62,9 @@ def thread_split(total: int) -> tuple[int, int]:
 @dataclass
 class Job:
     """What the producer samples with, handed over once: the policy's copy (its weights are set
-    from the ring per batch), the prompt stream at the trainer's position, the first batch, and
-    the scoring (None: the trainer scores)."""
+    from the ring per batch), the prompt stream at the trainer's position, the first batch, the
+    scoring (None: the trainer scores), and under torchrun the trainer process it serves (`dist`:
+    it samples that process's share of each global batch, `Dist.shard`)."""
 
     cfg: RLConfig
     model: torch.nn.Module
@@ -70,6 +72,7 @@ class Job:
     stream: Any
     start: int
     score: Any = None
+    dist: Dist = field(default_factory=Dist)
 
 
 def produce(job: Job, ring, wait, put) -> None:
@@ -88,7 +91,8 @@ def produce(job: Job, ring, wait, put) -> None:
         t1 = time.perf_counter()
         ring.load_into(version, job.model)
         gen = batch_generator(cfg.seed, j)
-        roll = rollout(job.model, job.tokenizer, job.stream.next(), cfg.k, **sampling_settings(cfg), generator=gen)
+        prompts, rows = job.dist.shard(job.stream.next(), cfg.k)  # as the trainer's loop draws them
+        roll = rollout(job.model, job.tokenizer, prompts, cfg.k, **sampling_settings(cfg), generator=gen, rows=rows)
         t2 = time.perf_counter()
         parts = {"time/producer_idle": t1 - t0, "time/producer_sample": t2 - t1}
         if job.score is not None:  # logged only when the producer scores: which side did is in the metrics
@@ -153,14 +157,16 @@ class ProducerSampler:
     process (the weights in shared memory, the threads split), or with rl.producer_address one on
     another machine (rloo.rollout.remote; this process keeps its threads)."""
 
-    def __init__(self, policy: torch.nn.Module, tokenizer, cfg: RLConfig, stream, start=0, score=None, older=None):
+    def __init__(
+        self, policy: torch.nn.Module, tokenizer, cfg: RLConfig, stream, start=0, score=None, older=None, dist=None
+    ):
         self.k, self.version, self.next_batch = cfg.k, start, start
         remote = cfg.producer_address is not None
         self.ring = WeightRing(policy, cfg.max_staleness, shared=not remote, version=start)
         self.ring.refill(older or {}, policy, start)
         self.threads_before = torch.get_num_threads()
         # the stream is copied at the trainer's position: both draw the same prompts in the same order
-        job = Job(cfg, shadow_copy(policy), tokenizer, copy.deepcopy(stream), start, score)
+        job = Job(cfg, shadow_copy(policy), tokenizer, copy.deepcopy(stream), start, score, dist or Dist())
         if remote:
             self.remote = self.child = RemoteProducer(cfg.producer_address, job, self.ring, policy, CONNECT_S)
         else:
@@ -174,7 +180,9 @@ class ProducerSampler:
     def pid(self) -> int | None:
         return self.child.pid
 
-    def __call__(self, policy: torch.nn.Module, prompts: list[str]) -> Rollout:
+    def __call__(self, policy: torch.nn.Module, prompts: list[str], rows=None) -> Rollout:
+        """The next batch: `prompts` (and `rows`, which the producer derives itself from the `dist` it
+        was given) are what the trainer expects it to hold."""
         t0 = time.perf_counter()
         item = self.child.get()  # ChildDied (one line) if the producer ended: the loop saves and says --resume
         self.trainer_wait = time.perf_counter() - t0
@@ -205,12 +213,14 @@ class ProducerSampler:
         torch.set_num_threads(self.threads_before)
 
 
-def stale_sampler(cfg: RLConfig, models, stream, start: int, score=None, older=None):
+def stale_sampler(cfg: RLConfig, models, stream, start: int, score=None, older=None, dist=None):
     """The sampler of a run with max_staleness > 0 from step `start`: the producer (scoring its
     batches with `score` when given), on another machine with rl.producer_address, else a process
     here, or with a single thread (no core to give it) the same lag simulated in the trainer's
     process (LaggedSampler; the trainer scores). `older`: a resumed run's older weight versions
-    from its checkpoint (WeightRing.older_versions), for an exact resume."""
+    from its checkpoint (WeightRing.older_versions), for an exact resume. Under torchrun (`dist`)
+    each trainer process has its own sampler (the DDP replicas hold the same weights)."""
+    policy = unwrap(models.policy)  # the weights, not the DDP wrapper around them
     if cfg.producer_address is None and torch.get_num_threads() < 2:
-        return LaggedSampler(models.policy, models.tokenizer, cfg, version=start, older=older)
-    return ProducerSampler(models.policy, models.tokenizer, cfg, stream, start, score, older)
+        return LaggedSampler(policy, models.tokenizer, cfg, version=start, older=older)
+    return ProducerSampler(policy, models.tokenizer, cfg, stream, start, score, older, dist)

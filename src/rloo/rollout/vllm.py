@@ -90,7 +90,7 @@ class VLLMSampler:
             self.llm.reset_prefix_cache()  # cached KV of the old weights must not be reused
 
     @torch.no_grad()
-    def __call__(self, policy, prompts: list[str]) -> Rollout:
+    def __call__(self, policy, prompts: list[str], rows=None) -> Rollout:  # rows: one process, all of them
         from vllm.inputs import TokensPrompt
 
         device = next(policy.parameters()).device

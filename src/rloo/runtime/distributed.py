@@ -9,7 +9,10 @@ Launched by `torchrun --nproc_per_node P rloo train ...` every process runs the 
   not depend on P; the loss is a mean over each process's N/P rows and DDP / FSDP average the
   gradients, which is the gradient of the mean over all N rows: one process with the same global
   batch takes the same step (tests/equivalence/test_distributed.py checks the parameters);
-- metrics are means over processes (`mean_metrics`), files are written by rank 0 only.
+- metrics are means over processes, extremes (is/ratio_max) extremes over them (`mean_metrics`);
+  files are written by rank 0 only;
+- at rl.max_staleness > 0 each process samples its share with its own lagged sampler or producer
+  (rloo.rollout.producer), with the same global-batch noise: the same tokens as one process.
 
 `parallel=ddp` replicates the policy (DistributedDataParallel); `parallel=fsdp` shards it with
 FSDP2 (`torch.distributed.fsdp.fully_shard`, one unit per decoder layer) for models that do not
@@ -72,13 +75,17 @@ class Dist:
         return DDP(model, device_ids=ids)
 
     def mean_metrics(self, stats: dict[str, float]) -> dict[str, float]:
-        """Each metric averaged over processes (every process has the same number of rows)."""
+        """Each metric averaged over processes (every process has the same number of rows); an
+        extreme (`_extreme`: is/ratio_max, completions/max_length) is the extreme over processes."""
         if not self.enabled:
             return stats
-        keys = sorted(stats)
-        t = torch.tensor([float(stats[k]) for k in keys], dtype=torch.float64, device=comm_device())
-        dist.all_reduce(t)
-        return {k: float(v) / self.world for k, v in zip(keys, t.tolist(), strict=False)}
+        out = {}
+        for op, keys in _by_reduction(stats).items():
+            t = torch.tensor([float(stats[k]) for k in keys], dtype=torch.float64, device=comm_device())
+            dist.all_reduce(t, op=op)
+            scale = self.world if op == dist.ReduceOp.SUM else 1
+            out |= {k: float(v) / scale for k, v in zip(keys, t.tolist(), strict=True)}
+        return out
 
     def all_done(self, done: torch.Tensor) -> bool:
         """Stop sampling only when every process is done: FSDP forward passes are collectives."""
@@ -126,6 +133,25 @@ class Dist:
     def close(self) -> None:
         if self.owns_group and dist.is_initialized():
             dist.destroy_process_group()
+
+
+def _extreme(key: str) -> str | None:
+    """The reduction ("max" or "min") of a metric that is an extreme of this process's rows, else None."""
+    name = key.rsplit("/", 1)[-1]
+    for word in ("max", "min"):
+        if name == word or name.startswith(f"{word}_") or name.endswith(f"_{word}"):
+            return word
+    return None
+
+
+def _by_reduction(stats: dict[str, float]) -> dict:
+    """The metrics' keys grouped by the all_reduce that combines them over processes, in a fixed
+    order (every process must issue the same collectives)."""
+    ops = {None: dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
+    groups: dict = {}
+    for key in sorted(stats):
+        groups.setdefault(ops[_extreme(key)], []).append(key)
+    return groups
 
 
 def comm_device() -> torch.device:
@@ -185,6 +211,13 @@ def check_supported(cfg, resume: bool) -> None:
     under torchrun is theirs to declare: rloo.algorithms.supports_distributed.)"""
     if cfg.parallel == "fsdp" and (resume or cfg.lora is not None):
         raise RlooError(f"parallel=fsdp does not support {option('resume')} or lora yet; use parallel=ddp")
+    if cfg.max_staleness and cfg.parallel == "fsdp":  # the sampler's copy of the weights is a whole one
+        raise RlooError("max_staleness > 0 under torchrun takes parallel=ddp (each process samples with whole weights)")
+    if cfg.producer_address is not None:
+        raise RlooError(
+            "rl.producer_address serves one trainer process; under torchrun each process starts its own "
+            "producer beside it: leave producer_address unset"
+        )
 
 
 def init(device: str, parallel: str, batch_size: int) -> Dist:

@@ -78,8 +78,7 @@ def train(
         if dist.enabled:
             if not supports_distributed(cfg):
                 raise RlooError(
-                    f"torchrun training supports plain algorithm=rloo (no ablation settings, max_staleness=0); "
-                    f"got {cfg.algorithm}"
+                    f"torchrun training supports plain algorithm=rloo (no ablation settings); got {cfg.algorithm}"
                 )
             distributed.check_supported(cfg, resume)
             cfg = cfg.model_copy(update={"device": dist.device(cfg.device)})
@@ -155,7 +154,7 @@ def _train(cfg, dist, prompts, reward_fn, resume, overwrite) -> RLResult:
         truncate_metrics(out, 0)  # records of a run killed before its first checkpoint
     if cfg.max_staleness:  # samples (and scores) with the weights of N updates ago (docs/async.md)
         older = load_ring(ckpt) if ckpt is not None else None  # the versions of an exact resume
-        sampler = stale_sampler(cfg, models, stream, start, producer_scoring(models, cfg), older)
+        sampler = stale_sampler(cfg, models, stream, start, producer_scoring(models, cfg), older, dist)
         del older  # copied into the ring: not held for the whole run
         models.sampler, ck.ring = sampler, sampler.ring  # each checkpoint holds its next N batches' versions
     try:
