@@ -28,24 +28,30 @@ def slow_reward(prompts, completions):
     return [-len(c.split()) / 10 for c in completions]
 
 
-def _start(tiny_model_dir, out: Path, *extra) -> subprocess.Popen:
-    argv = [
+ENV = os.environ | {"PYTHONPATH": f"{SRC}{os.pathsep}{TESTS}", "OMP_NUM_THREADS": "2"}
+
+
+def _argv(tiny_model_dir, out: Path, batch_size: int = 2, save_every: str = "5") -> list[str]:
+    """`rloo train` of a 30-step run at max_staleness=1 with the slow reward."""
+    return [
         "train",
         f"policy={tiny_model_dir}",
         f"output_dir={out}",
         "reward_fn=reliability.test_async_processes:slow_reward",
         "steps=30",
-        "batch_size=2",
+        f"batch_size={batch_size}",
         "k=2",
         "max_new_tokens=5",
         "eval_every=null",
-        "save_every=5",
+        f"save_every={save_every}",
         "max_staleness=1",
-        *extra,
     ]
-    env = os.environ | {"PYTHONPATH": f"{SRC}{os.pathsep}{TESTS}", "OMP_NUM_THREADS": "2"}
+
+
+def _start(tiny_model_dir, out: Path, *extra) -> subprocess.Popen:
+    argv = [*_argv(tiny_model_dir, out), *extra]
     log = open(out.parent / f"log-{len(list(out.parent.glob('log-*')))}.txt", "w")
-    return subprocess.Popen([sys.executable, "-c", CLI, *argv], stdout=log, stderr=subprocess.STDOUT, env=env)
+    return subprocess.Popen([sys.executable, "-c", CLI, *argv], stdout=log, stderr=subprocess.STDOUT, env=ENV)
 
 
 def _children(pid: int) -> list[int]:
@@ -154,23 +160,10 @@ def test_sigkill_of_one_torchrun_process_leaves_no_producer(tiny_model_dir, tmp_
     of one trainer process ends its producer with it (the kernel), torchrun then stops the other
     trainer process, whose producer ends with it: nothing of the run is left."""
     out = tmp_path / "run"
-    argv = [
-        "train",
-        f"policy={tiny_model_dir}",
-        f"output_dir={out}",
-        "reward_fn=reliability.test_async_processes:slow_reward",
-        "steps=30",
-        "batch_size=4",
-        "k=2",
-        "max_new_tokens=5",
-        "eval_every=null",
-        "save_every=null",
-        "max_staleness=1",
-    ]
-    env = os.environ | {"PYTHONPATH": f"{SRC}{os.pathsep}{TESTS}", "OMP_NUM_THREADS": "2"}
+    argv = _argv(tiny_model_dir, out, batch_size=4, save_every="null")  # 2 prompts per process
     run = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--standalone", "-m", "rloo.cli"]
     log = open(tmp_path / "log.txt", "w")
-    proc, family = subprocess.Popen([*run, *argv], stdout=log, stderr=subprocess.STDOUT, env=env), []
+    proc, family = subprocess.Popen([*run, *argv], stdout=log, stderr=subprocess.STDOUT, env=ENV), []
     try:
         _wait_for_steps(out, proc, 2)
         ranks = [p for p in _children(proc.pid) if "rloo.cli" in _cmdline(p) and "spawn_main" not in _cmdline(p)]
