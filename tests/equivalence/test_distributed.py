@@ -183,3 +183,21 @@ def test_inverse_cdf_sampling_matches_probabilities():
     se = (p * (1 - p) / n).sqrt()
     assert freq[1] == 0
     assert ((freq - p).abs() <= 5 * se + 1e-12).all(), (freq, p)
+
+
+@pytest.mark.equivalence
+def test_resume_at_lag_under_torchrun_is_exact(tiny_model_dir, tmp_path):
+    """rl.max_staleness = 2 under torchrun (1 thread: each process lags in itself), a run of 2 steps
+    extended to 4 with --resume from its step-2 checkpoint (which holds the older weight versions,
+    written by rank 0 and read by both processes) ends with the weights, bit for bit, of a run of 4
+    steps that never stopped."""
+    _torchrun(tiny_model_dir, tmp_path / "whole", "ddp", ["lag=2", "steps=4", "save_every=2"])
+    _torchrun(tiny_model_dir, tmp_path / "parts", "ddp", ["lag=2", "steps=2", "save_every=2"])
+    assert (tmp_path / "parts" / "ddp" / "checkpoints").is_dir()
+    _torchrun(tiny_model_dir, tmp_path / "parts", "ddp", ["lag=2", "steps=4", "save_every=2", "resume"])
+    whole, parts = _params(tmp_path / "whole" / "ddp"), _params(tmp_path / "parts" / "ddp")
+    start = load_file(str(tiny_model_dir / "model.safetensors"))
+    assert any(not torch.equal(whole[k], start[k]) for k in whole), "the run did not move: proves nothing"
+    assert all(torch.equal(whole[k], parts[k]) for k in whole), "the resumed run's weights differ"
+    lags = [json.loads(line)["is/lag"] for line in (tmp_path / "parts" / "ddp" / "metrics.jsonl").open()]
+    assert lags == [0, 1, 2, 2], lags  # every step logged once, batches 2 and 3 sampled 2 updates back

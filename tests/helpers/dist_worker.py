@@ -23,12 +23,13 @@ def reward_short(prompts, completions):
     return [-len(c.split()) / 10 for c in completions]
 
 
-def config(model_dir: str, out: Path, parallel: str, micro: bool = False, lag: int = 0):
+def config(model_dir: str, out: Path, parallel: str, micro: bool = False, lag: int = 0, **over):
     """micro: gradient accumulation, one prompt's group per forward/backward (2 per process). lag:
-    rl.max_staleness (the sampler in the process with 1 thread, the producer process with 2)."""
+    rl.max_staleness (the sampler in the process with 1 thread, the producer process with 2).
+    over: other settings (steps, save_every)."""
     from rloo import RLConfig
 
-    return RLConfig(
+    settings = dict(
         micro_batch_size=1 if micro else None,
         policy=model_dir,
         output_dir=out,
@@ -44,6 +45,7 @@ def config(model_dir: str, out: Path, parallel: str, micro: bool = False, lag: i
         seed=3,
         max_staleness=lag,
     )
+    return RLConfig(**(settings | over))
 
 
 @contextmanager
@@ -88,7 +90,14 @@ def _grouped_everywhere(out_root: str, rank: int):
 
 
 def run(
-    model_dir: str, out_root: str, modes: list[str], grouped: bool = False, micro: bool = False, lag: int = 0
+    model_dir: str,
+    out_root: str,
+    modes: list[str],
+    grouped: bool = False,
+    micro: bool = False,
+    lag: int = 0,
+    resume: bool = False,
+    **over,
 ) -> None:
     import os
 
@@ -98,8 +107,8 @@ def run(
     rank = int(os.environ.get("RANK", "0"))
     with _sgd_instead_of_adamw(), _grouped_everywhere(out_root, rank) if grouped else nullcontext():
         for mode in modes:
-            cfg = config(model_dir, Path(out_root) / mode, mode, micro, lag)
-            train(cfg, prompts=PROMPTS, reward_fn=reward_short)
+            cfg = config(model_dir, Path(out_root) / mode, mode, micro, lag, **over)
+            train(cfg, prompts=PROMPTS, reward_fn=reward_short, resume=resume)
 
 
 if __name__ == "__main__":
@@ -109,8 +118,18 @@ if __name__ == "__main__":
     # alone (re-creating gloo groups back to back in one launch is flaky)
     dist.init_process_group("gloo")
     try:
-        flags = sys.argv[4:]
-        lag = next((int(f.split("=")[1]) for f in flags if f.startswith("lag=")), 0)
-        run(sys.argv[1], sys.argv[2], sys.argv[3].split(","), "grouped" in flags, "micro" in flags, lag)
+        flags = sys.argv[4:]  # grouped, micro, resume, and name=integer settings (lag=, steps=, save_every=)
+        ints = {k: int(v) for k, v in (f.split("=") for f in flags if "=" in f)}
+        lag = ints.pop("lag", 0)
+        run(
+            sys.argv[1],
+            sys.argv[2],
+            sys.argv[3].split(","),
+            "grouped" in flags,
+            "micro" in flags,
+            lag,
+            "resume" in flags,
+            **ints,
+        )
     finally:
         dist.destroy_process_group()
