@@ -23,6 +23,8 @@ if __name__ == "__main__":
             "is/ratio_min": [0.25, 0.5][r],  # min 0.25
             "completions/max_length": [7.0, 4.0][r],  # max 7
             "is/lag": 2.0,
+            "adv/mean": [0.0, 2.0][r],  # rows with mean 0 and std 1 here, mean 2 and std 1 there:
+            "adv/std": 1.0,  # over all of them mean 1, E[x^2] = (1 + 5) / 2 = 3, std sqrt(3 - 1)
         }
         out = d.mean_metrics(stats)
         Path(sys.argv[1], f"metrics.{r}.json").write_text(json.dumps(out))

@@ -1,10 +1,12 @@
 """Metrics under torchrun: a mean over processes, except an extreme of the rows (is/ratio_max, a
-maximum length), which is the extreme over every process's rows, as one process holding the whole
-batch would log it."""
+maximum length), which is the extreme over every process's rows, and a standard deviation beside
+its mean (adv/std), which is the one over every process's rows: as one process holding the whole
+batch would log them."""
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -33,5 +35,6 @@ def test_two_processes_combine_means_and_extremes(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     want = {"loss": 1.5, "is/ratio_max": 5.0, "is/ratio_min": 0.25, "completions/max_length": 7.0, "is/lag": 2.0}
+    want |= {"adv/mean": 1.0, "adv/std": math.sqrt(2.0)}
     for rank in range(2):  # every process logs the same combined metrics
         assert json.loads((tmp_path / f"metrics.{rank}.json").read_text()) == want

@@ -9,8 +9,8 @@ Launched by `torchrun --nproc_per_node P rloo train ...` every process runs the 
   not depend on P; the loss is a mean over each process's N/P rows and DDP / FSDP average the
   gradients, which is the gradient of the mean over all N rows: one process with the same global
   batch takes the same step (tests/equivalence/test_distributed.py checks the parameters);
-- metrics are means over processes, extremes (is/ratio_max) extremes over them (`mean_metrics`);
-  files are written by rank 0 only;
+- metrics are means over processes, extremes (is/ratio_max) extremes over them and adv/std the std
+  over every row (`mean_metrics`); files are written by rank 0 only;
 - at rl.max_staleness > 0 each process samples its share with its own lagged sampler or producer
   (rloo.rollout.producer), with the same global-batch noise: the same tokens as one process.
 
@@ -21,6 +21,7 @@ fit on one device. Frozen models (reference, reward) are replicated.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -76,16 +77,20 @@ class Dist:
 
     def mean_metrics(self, stats: dict[str, float]) -> dict[str, float]:
         """Each metric averaged over processes (every process has the same number of rows); an
-        extreme (`_extreme`: is/ratio_max, completions/max_length) is the extreme over processes."""
+        extreme (`_extreme`: is/ratio_max, completions/max_length) is the extreme over processes, and
+        a population std beside its mean (adv/std, adv/mean) the std over every process's rows."""
         if not self.enabled:
             return stats
+        spreads = [k for k in stats if k.endswith("/std") and f"{k[:-4]}/mean" in stats]
+        # through the second moment: E[x^2] = std^2 + mean^2 per process, averaged (equal row counts)
+        stats = stats | {k: float(stats[k]) ** 2 + float(stats[f"{k[:-4]}/mean"]) ** 2 for k in spreads}
         out = {}
         for op, keys in _by_reduction(stats).items():
             t = torch.tensor([float(stats[k]) for k in keys], dtype=torch.float64, device=comm_device())
             dist.all_reduce(t, op=op)
             scale = self.world if op == dist.ReduceOp.SUM else 1
             out |= {k: float(v) / scale for k, v in zip(keys, t.tolist(), strict=True)}
-        return out
+        return out | {k: math.sqrt(max(out[k] - out[f"{k[:-4]}/mean"] ** 2, 0.0)) for k in spreads}
 
     def all_done(self, done: torch.Tensor) -> bool:
         """Stop sampling only when every process is done: FSDP forward passes are collectives."""
