@@ -62,6 +62,8 @@ def test_token_weights_and_stats_by_hand():
     torch.testing.assert_close(stats["is/ratio_max"], torch.tensor(e5, dtype=torch.float32))
     torch.testing.assert_close(stats["is/ratio_min"], torch.tensor(em1, dtype=torch.float32))
     assert stats["is/truncated"].item() == pytest.approx(2 / 5)
+    # E_mu[rho 1{rho > C}] over the 5 tokens: the two ratios e^0.5 above C, i.e. 2 * 1.64872 / 5
+    assert stats["is/truncated_pi"].item() == pytest.approx(2 * e5 / 5, rel=1e-6)
     assert stats["is/masked"].item() == pytest.approx(3 / 5)
 
 
@@ -71,6 +73,7 @@ def test_sequence_stats_by_hand():
     assert stats["is/ratio_mean"].item() == pytest.approx((math.exp(-0.5) + math.exp(0.2)) / 2, rel=1e-6)
     assert stats["is/ratio_max"].item() == pytest.approx(math.exp(0.2), rel=1e-6)
     assert stats["is/truncated"].item() == pytest.approx(0.5)
+    assert stats["is/truncated_pi"].item() == pytest.approx(math.exp(0.2) / 2, rel=1e-6)  # 1.22140 / 2
     assert stats["is/masked"].item() == pytest.approx(1.0)
 
 
@@ -121,3 +124,20 @@ def test_unit_weights_equal_the_plain_loss_bitwise():
     plain, _ = policy_gradient_loss(sequence_logprobs(lp, mask), adv)
     weighted, _ = weighted_policy_gradient_loss(lp, mask, adv, torch.ones(6))
     assert torch.equal(plain, weighted)  # 1 * x is exact
+
+
+def test_truncated_pi_estimates_the_policy_probability_of_the_truncated_set():
+    """is/truncated_pi = mean of rho 1{rho > C} over mu's samples estimates P_pi(rho > C) without bias,
+    while is/truncated estimates P_mu(rho > C) (docs/async.md, tis's bias bound). Four outcomes, exact
+    probabilities; the tolerance is 5 standard errors of each sample mean."""
+    pi = torch.tensor([0.1, 0.2, 0.3, 0.4], dtype=F64)
+    mu = torch.tensor([0.4, 0.3, 0.2, 0.1], dtype=F64)
+    rho, clip, n = pi / mu, 1.2, 200_000  # rho = 0.25, 0.667, 1.5, 4: the last two above C
+    above = rho > clip
+    draws = torch.multinomial(mu, n, replacement=True, generator=torch.Generator().manual_seed(0))
+    stats = ratio_stats(torch.log(rho)[draws], clip)
+    f = torch.where(above, rho, 0.0)  # rho 1{rho > C}, per outcome
+    se_pi = math.sqrt(((mu * f**2).sum() - (mu * f).sum() ** 2).item() / n)
+    p_mu = mu[above].sum().item()
+    assert stats["is/truncated_pi"].item() == pytest.approx(pi[above].sum().item(), abs=5 * se_pi)  # 0.7
+    assert stats["is/truncated"].item() == pytest.approx(p_mu, abs=5 * math.sqrt(p_mu * (1 - p_mu) / n))  # 0.3

@@ -92,8 +92,10 @@ def importance_weights(
 
 def ratio_stats(log_ratio: Tensor, clip: float, mask: Tensor | None = None) -> Stats:
     """Distribution of rho = exp(log_ratio) over sequences (mask None, log_ratio (N,)) or real tokens
-    (mask (N,T)): is/ratio_mean, is/ratio_max, is/ratio_min, is/truncated (share with rho > C: what
-    tis truncates), is/masked (share with rho outside [1/C, C]: what mis drops). Detached 0-d tensors."""
+    (mask (N,T)): is/ratio_mean, is/ratio_max, is/ratio_min, is/truncated (share of mu's samples with
+    rho > C: what tis truncates), is/truncated_pi (E_mu[rho 1{rho > C}], an unbiased estimate of
+    P_pi(rho > C), the probability in tis's bias bound: at least C times is/truncated), is/masked
+    (share with rho outside [1/C, C]: what mis drops). Detached 0-d tensors."""
     _check_clip(clip)
     lr = log_ratio.detach().double()  # exp in float64: a logged mean of ratios near e^80 stays finite
     if mask is None:
@@ -107,6 +109,7 @@ def ratio_stats(log_ratio: Tensor, clip: float, mask: Tensor | None = None) -> S
         "is/ratio_max": real.max().float(),
         "is/ratio_min": real.min().float(),
         "is/truncated": masked_mean((lr > log_c).double(), mask).float(),
+        "is/truncated_pi": masked_mean(torch.where(lr > log_c, rho, 0.0), mask).float(),
         "is/masked": masked_mean((lr.abs() > log_c).double(), mask).float(),
     }
 
