@@ -1,4 +1,4 @@
-"""Does lag hurt RLOO, and does the importance correction buy it back? (issue 29; docs/async.md)
+"""Does lag hurt RLOO, and does the importance correction buy it back? (docs/async.md)
 
     python docs/results/async-learning/async_learning.py run RUNS_DIR --seeds 0,1,2 --settings 0:none,1:tis,1:none,2:tis
     python docs/results/async-learning/async_learning.py report RUNS_DIR --seeds 0,1,2 --settings ... [--out FILE]
