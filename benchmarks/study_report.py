@@ -62,10 +62,25 @@ def report(archive: Path, out: Path) -> Path:
     """Unpack `archive` into `out` (missing or empty) and write the study's report there; returns out/report."""
     if out.exists() and any(out.iterdir()):
         raise RlooError(f"{out} is not empty; give a missing or empty folder to unpack {archive.name} into")
-    out.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(archive, "r:xz") as tar:
-        tar.extractall(out, filter="data")  # no absolute paths, links out of `out` or device files
+    unpack(archive, out)
     return write_report(load_config(CompareConfig, out / "config.yaml"), out)
+
+
+def unpack(archive: Path, out: Path) -> Path:
+    """Extract a tar.xz of plain files and folders into `out`; refuses (one line, nothing written) an
+    absolute name, a `..`, a link or a device, so an archive cannot write outside `out`."""
+    with tarfile.open(archive, "r:xz") as tar:
+        members = tar.getmembers()
+        bad = [
+            m.name
+            for m in members
+            if not (m.isfile() or m.isdir()) or Path(m.name).is_absolute() or ".." in Path(m.name).parts
+        ]
+        if bad:
+            raise RlooError(f"{archive} holds {bad[0]!r}, not a plain file under its folder; nothing unpacked")
+        out.mkdir(parents=True, exist_ok=True)
+        tar.extractall(out, members=members)  # noqa: S202 - every member checked above (Python 3.10 has no filter=)
+    return out
 
 
 def differences(archive: Path, committed: Path) -> list[str]:

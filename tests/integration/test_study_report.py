@@ -5,6 +5,7 @@ results.json; packing is deterministic and keeps only what the report reads."""
 from __future__ import annotations
 
 import importlib.util
+import io
 import tarfile
 from pathlib import Path
 
@@ -66,3 +67,16 @@ def test_report_refuses_a_folder_that_is_not_empty(sr, tmp_path):
     with pytest.raises(RlooError, match="is not empty"):
         sr.report(STUDY / "cells.tar.xz", tmp_path / "out")
     assert [p.name for p in (tmp_path / "out").iterdir()] == ["mine.txt"]
+
+
+@pytest.mark.parametrize("name", ["../outside.json", "/abs.json", "link"])
+def test_unpack_refuses_a_member_that_could_write_outside(sr, name, tmp_path):
+    archive = tmp_path / "bad.tar.xz"
+    with tarfile.open(archive, "w:xz") as tar:
+        info = tarfile.TarInfo(name)
+        if name == "link":
+            info.type, info.linkname = tarfile.SYMTYPE, "/etc/passwd"
+        tar.addfile(info, io.BytesIO(b""))
+    with pytest.raises(RlooError, match="not a plain file under its folder"):
+        sr.unpack(archive, tmp_path / "out" / "study")
+    assert not (tmp_path / "out").exists() and not (tmp_path / "outside.json").exists()

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import tarfile
 from pathlib import Path
 
 import pytest
@@ -24,9 +23,7 @@ def _script(name: str):
 
 
 def _unpack(archive: Path, into: Path) -> Path:
-    with tarfile.open(archive, "r:xz") as tar:
-        tar.extractall(into, filter="data")
-    return into
+    return _script("study_report").unpack(archive, into)
 
 
 def _missing(printed: str, md: Path) -> list[str]:
