@@ -6,7 +6,7 @@
 What it does: parts, each in its own process with its own time limit (a hang or a crash costs that part
 only), the JSON rewritten after every part (a timeout of the whole run keeps what was done):
   update_fraction, collectives, train_resume, logprobs, guard_memory: benchmarks/gpu_check_parts.py
-    (each would have caught one of issue 34's defects; on the 1B shape where it matters);
+    (each would have caught one of the CUDA defects docs/precision.md lists; on the 1B shape where it matters);
   async_steps: rl.max_staleness=1, producer and trainer on the GPU: a `rloo train` run that must finish
     with is/* metrics and lag 1, and s/step at N = 0 against N = 1 on M (benchmarks/gpu_check_async.py);
   cuda_tests: `pytest -m cuda --continue-on-collection-errors`: the suite's CUDA tests (bf16 vs fp32

@@ -2,7 +2,7 @@
 
     python benchmarks/gpu_check_parts.py PART --device cuda --assets DIR --result FILE [--dry-run]
 
-Each part writes one JSON object to FILE. Every part would have caught one of issue 34's defects:
+Each part writes one JSON object to FILE. Every part would have caught one of the CUDA defects docs/precision.md lists:
   update_fraction  one AdamW step at lr 1e-6 under dtype=auto's weights: the fraction of weights changed (fp32's)
   collectives      a one-rank NCCL group (gloo on CPU): mean_metrics, all_done, FSDP2 wrap (fp32 logits under
                    bf16 autocast), clipping, state dict

@@ -4,7 +4,8 @@
     python -m pytest tests/equivalence/test_gradient_matrix.py -m slow
     python benchmarks/gradient_matrix_table.py docs/results/gradient-matrix/gradient_matrix.*.json > table.md
 The default suite's pairwise rows (RLOO_MATRIX_JSON set) go to
-docs/results/gradient-matrix/gradient_matrix.pairwise.jsonl.
+docs/results/gradient-matrix/gradient_matrix.pairwise.jsonl. The committed rows are packed into
+docs/results/gradient-matrix/rows.tar.xz (its README says how to unpack and tabulate them).
 """
 
 import json

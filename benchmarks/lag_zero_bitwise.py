@@ -1,4 +1,4 @@
-"""N = 0 stays bitwise unchanged (issue 29, docs/async.md): two SGD steps of every online method on a
+"""N = 0 stays bitwise unchanged (docs/async.md): two SGD steps of every online method on a
 tiny Llama, the parameters saved, then compared with `torch.equal` against another checkout's.
 
     PYTHONPATH=<old checkout>/src python benchmarks/lag_zero_bitwise.py old.pt

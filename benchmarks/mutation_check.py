@@ -1,6 +1,6 @@
 """Does each reliability test fail without the behaviour it checks?
 
-For every behaviour of issue 6, this script copies `src/` to a temporary folder, removes the
+For every behaviour in docs/reliability.md's mutation table, it copies `src/` to a temporary folder, removes the
 behaviour there with one textual edit (or two, where one line alone cannot remove it) (a
 "mutant"), runs the test that is meant to catch it against the mutated copy, and reports
 whether that test failed (caught) or passed (a test that could not fail). The edit must match

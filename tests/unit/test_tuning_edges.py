@@ -1,4 +1,4 @@
-"""benchmarks/tuning_edges.py (the grid-edge check of docs/results/compare-tuned-all): which choices sit
+"""docs/results/compare-tuned-all/tuning_edges.py (that study's grid-edge check): which choices sit
 on an edge, the step past it, and the table comparing the two on the tuning seeds."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 from rloo.config import CompareConfig
 from rloo.experiments.tuning import trial_settings
 
-PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "tuning_edges.py"
+PATH = Path(__file__).resolve().parents[2] / "docs" / "results" / "compare-tuned-all" / "tuning_edges.py"
 
 
 @pytest.fixture(scope="module")

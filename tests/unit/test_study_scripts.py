@@ -1,0 +1,74 @@
+"""The study scripts in benchmarks/ rerun on their committed inputs print what their study quotes: each
+output line of agents_seeds.py, compare_check.py and gradient_matrix_table.py's summary is a line of
+the study's committed markdown (docs/results/<study>/), so a change to a script or to the code it
+imports that changes its numbers or its table fails here."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "docs" / "results"
+
+
+def _script(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _unpack(archive: Path, into: Path) -> Path:
+    return _script("study_report").unpack(archive, into)
+
+
+def _missing(printed: str, md: Path) -> list[str]:
+    """Printed lines (blank ones aside) that are not lines of `md`."""
+    lines = set(md.read_text().splitlines())
+    return [ln for ln in printed.splitlines() if ln.strip() and ln not in lines]
+
+
+# the guess game has no tool: its README leaves out the all-zero tool-calls row
+@pytest.mark.parametrize(("study", "left_out"), [("agents-calculator", ()), ("agents-game", ("| tool calls",))])
+def test_agents_seeds_prints_the_studys_seed_table(study, left_out, tmp_path):
+    raw = _unpack(RESULTS / study / "runs.tar.xz", tmp_path / "raw")
+    runs = []
+    for seed in range(3):  # the archive holds each run's summary.json as seed<S>.json
+        run = tmp_path / f"seed-{seed}"
+        run.mkdir()
+        (run / "summary.json").write_text((raw / f"seed{seed}.json").read_text())
+        runs.append(str(run))
+    mod = _script("agents_seeds")
+    printed = mod.table([mod.load(r) for r in runs])
+    missing = _missing(printed, RESULTS / study / "README.md")
+    assert printed.count("\n") >= 7 and [m for m in missing if not m.startswith(left_out)] == []
+
+
+def test_compare_check_prints_the_committed_reproduction(capsys):
+    committed, rerun = RESULTS / "compare" / "results.json", RESULTS / "compare" / "rerun-seeds345-results.json"
+    assert _script("compare_check").main([str(committed), str(rerun)]) == 0  # every rerun mean inside
+    printed = capsys.readouterr().out
+    assert "48 of 48 rerun means inside" in printed
+    assert not _missing(printed, RESULTS / "compare" / "reproduction.md")
+
+
+def test_compare_check_fails_a_rerun_outside_the_intervals(tmp_path, capsys):
+    committed = json.loads((RESULTS / "compare" / "results.json").read_text())
+    moved = {
+        t: {m: [dict(r, win_rate=r["win_rate"] + 0.5) for r in rs] for m, rs in d.items()} for t, d in committed.items()
+    }
+    (tmp_path / "rerun.json").write_text(json.dumps(moved))
+    assert _script("compare_check").main([str(RESULTS / "compare" / "results.json"), str(tmp_path / "rerun.json")]) == 1
+    assert "| NO |" in capsys.readouterr().out
+
+
+def test_gradient_matrix_table_summarises_the_committed_rows(tmp_path, capsys):
+    rows = _unpack(RESULTS / "gradient-matrix" / "rows.tar.xz", tmp_path)
+    _script("gradient_matrix_table").main([str(p) for p in sorted(rows.glob("gradient_matrix.*.json"))])
+    summary = capsys.readouterr().out.strip().splitlines()[-1]
+    assert summary.startswith("992 combinations") and summary.endswith("failures: 0")
+    assert not _missing(summary, RESULTS / "gradient-matrix" / "README.md")
