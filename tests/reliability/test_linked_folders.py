@@ -239,3 +239,22 @@ def test_overwrite_of_an_async_run_deletes_its_ring(async_run, tiny_model_dir, t
     rc = main(["train", f"policy={tiny_model_dir}", f"output_dir={out}", *steps, "--overwrite"])
     assert rc == 0, capsys.readouterr().err
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-000001"]
+
+
+def test_a_run_folder_that_lies_under_a_link_is_used(tiny_model_dir, tmp_path):
+    """The control: links above the run folder (an output_dir under a linked home folder) are the
+    user's choice, and everything below it is written and deleted as before."""
+    from rloo.runtime.atomic import atomic_write_text, remove_tree
+    from rloo.runtime.confine import make_folder
+    from rloo.runtime.runfolder import refuse_linked_folders
+
+    (tmp_path / "disk").mkdir()
+    (tmp_path / "home").symlink_to(tmp_path / "disk")
+    out = tmp_path / "home" / "runs" / "ev"
+    with run_folder(out):
+        prepare_output_dir(EvalConfig(policy=str(tiny_model_dir), output_dir=out))
+        atomic_write_text(make_folder(out / "plots" / "deeper") / "a.txt", "x")
+        remove_tree(out / "plots" / "deeper")
+        refuse_linked_folders(out, "eval")
+    written = sorted(p.name for p in (tmp_path / "disk" / "runs" / "ev").iterdir())
+    assert written == [".rloo-run", "config.yaml", "plots"]

@@ -45,24 +45,23 @@ def linked_folder(path: Path) -> LinkedFolder:
     )
 
 
-def hold_root(folder) -> None:
-    """Register `folder` as a run folder this process works in (its lock was just taken)."""
-    for key in _keys(folder):
+def hold_root(folder) -> tuple[str, ...]:
+    """Register `folder` as a run folder this process works in (its lock was just taken); returns
+    the keys to hand to `release_root` when its lock goes: the folder as spelled (made absolute
+    without following links) and as resolved, since a caller may name a path under it either way."""
+    keys = tuple({os.path.abspath(folder), os.path.realpath(folder)})
+    for key in keys:
         _ROOTS[key] = _ROOTS.get(key, 0) + 1
+    return keys
 
 
-def release_root(folder) -> None:
-    for key in _keys(folder):
+def release_root(keys: tuple[str, ...]) -> None:
+    """Undo one `hold_root` (the folder may have been moved or deleted meanwhile: keys, not it)."""
+    for key in keys:
         if _ROOTS.get(key, 0) <= 1:
             _ROOTS.pop(key, None)
         else:
             _ROOTS[key] -= 1
-
-
-def _keys(folder) -> set[str]:
-    # as spelled (made absolute without following links) and as resolved: a caller may name a
-    # path under the run folder either way
-    return {os.path.abspath(folder), os.path.realpath(folder)}
 
 
 def confine(path, folder: bool = False) -> Path:

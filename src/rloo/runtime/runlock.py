@@ -78,6 +78,7 @@ class _Lock:
         self.folder = Path(folder)
         self.path = self.folder / LOCK_NAME
         self.fd: int | None = None
+        self.roots: tuple[str, ...] = ()  # its keys in rloo.runtime.confine while held
 
     def acquire(self) -> None:
         """Take the lock or raise RunFolderBusy naming the holder; never waits. A run folder inside
@@ -98,7 +99,7 @@ class _Lock:
                 os.close(fd)
                 continue
             self.fd = fd
-        hold_root(self.folder)
+        self.roots = hold_root(self.folder)
         stale = _read_holder(self.path, wait=0)
         if stale and stale.get("pid") != os.getpid():
             print(f"note: took over the lock of {_describe(stale)}, which is no longer running", file=sys.stderr)
@@ -123,7 +124,7 @@ class _Lock:
             pass
         os.close(self.fd)
         self.fd = None
-        release_root(self.folder)
+        release_root(self.roots)
 
 
 def try_flock(fd: int, mode: int, tries: int = 10) -> bool:

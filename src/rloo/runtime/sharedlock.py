@@ -39,7 +39,7 @@ class SharedFolder:
                 f"{self.folder} is in use by {who} (rloo compare); wait for it to finish or choose another "
                 f"output_dir (nothing was deleted)"
             )
-        hold_root(self.folder)
+        self.roots = hold_root(self.folder)
 
     def share(self) -> None:
         """Let other processes join (after an exclusive start)."""
@@ -50,7 +50,7 @@ class SharedFolder:
         if refused and self.created:
             self.path.unlink(missing_ok=True)
         os.close(self.fd)
-        release_root(self.folder)
+        release_root(self.roots)
 
 
 def _holders(fd: int) -> list[int]:
