@@ -31,6 +31,7 @@ from rloo.errors import (
     study_rerun,
 )
 from rloo.runtime.atomic import describe_write_failure
+from rloo.runtime.runfolder import refuse_linked_folders
 from rloo.runtime.runlock import refuse_if_busy
 from rloo.runtime.signals import signals_stop_now
 
@@ -207,6 +208,8 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load_config(cls, args.config, args.overrides)
         if getattr(cfg, "output_dir", None) is not None:  # before the slow imports of the stage
             refuse_if_busy(cfg.output_dir)
+            if not args.overwrite:  # (--overwrite unlinks them) refused before any model loads
+                refuse_linked_folders(cfg.output_dir, args.command)
         if args.command in PREFLIGHT:
             from rloo.data.preflight import check_config  # lazy like the subcommands: fast --help
 

@@ -80,7 +80,6 @@ def test_a_plot_replaces_a_planted_link_instead_of_writing_through_it(tmp_path):
 # a rename, or an O_NOFOLLOW open); these write elsewhere, to a path the user chose or a fresh folder:
 _ELSEWHERE = {
     "config/loading.py": "save_config writes where its caller says (a user's --config output)",
-    "experiments/bench_assets.py": "bench's generated assets, in a fresh folder outside any run",
     "runtime/atomic.py": "the safe writers themselves",
 }
 

@@ -6,6 +6,7 @@ import textwrap
 from pathlib import Path
 
 from rloo.runtime.atomic import atomic_savefig
+from rloo.runtime.confine import make_folder
 from rloo.runtime.tracking import read_metrics
 
 
@@ -33,7 +34,7 @@ def plot_training(metrics_path: Path, out_dir: Path, title: str = "", judge: str
     import matplotlib.pyplot as plt
 
     records = read_metrics(metrics_path)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    make_folder(out_dir)  # never a link out of the run folder (rloo.runtime.confine)
     panels = [
         ("reward.png", ["reward/score", "reward/total"], "reward"),
         ("kl.png", ["reward/kl"], "KL(pi || pi_ref) per response"),

@@ -15,6 +15,9 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, LlamaForSequenceClassification, PreTrainedTokenizerFast
 
+from rloo.runtime.atomic import atomic_write_text
+from rloo.runtime.confine import confine
+
 SPECIALS = ["<pad>", "<eos>", "<unk>"]
 SYLLABLES = [c + v for c in "bcdfghjklmnprstvwz" for v in "aeiou"] + ["th", "sh", "ch", "qu", "x", "y"]
 
@@ -122,10 +125,13 @@ def make_prompts(tok, words: list[str], shape: Shape, n: int, seed: int) -> list
 
 
 def build_assets(shape: Shape, root: Path, seed: int = 0) -> Path:
-    """policy/ and reward/ (HF format, tokenizer saved alongside) under root/shape.name; built once."""
+    """policy/ and reward/ (HF format, tokenizer saved alongside) under root/shape.name; built once.
+    Inside `rloo bench`'s run folder: none of these folders may be a link (rloo.runtime.confine)."""
     folder = Path(root) / shape.name
     if (folder / "reward" / "config.json").exists():
         return folder
+    for sub in ("policy", "reward"):
+        confine(folder / sub, folder=True)
     words = _words(6000, seed)
     tok = build_tokenizer(shape, words, seed)
     cfg = _llama_config(shape, tok)
@@ -136,7 +142,7 @@ def build_assets(shape: Shape, root: Path, seed: int = 0) -> Path:
     LlamaForSequenceClassification(cfg).save_pretrained(folder / "reward")
     for sub in ("policy", "reward"):
         tok.save_pretrained(folder / sub)
-    (folder / "words.txt").write_text("\n".join(words))
+    atomic_write_text(folder / "words.txt", "\n".join(words))
     return folder
 
 

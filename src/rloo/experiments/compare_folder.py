@@ -20,7 +20,8 @@ import yaml
 from rloo.config import CompareConfig, load_config
 from rloo.errors import ConfigError, RlooError, option
 from rloo.runtime.atomic import atomic_write_text
-from rloo.runtime.runfolder import empty_run_folder, is_bookkeeping_only, kind_of, write_marker
+from rloo.runtime.confine import make_folder
+from rloo.runtime.runfolder import empty_run_folder, is_bookkeeping_only, kind_of, refuse_linked_folders, write_marker
 from rloo.runtime.runlock import RunFolderBusy, describe_holder, is_busy, run_folder
 from rloo.runtime.sharedlock import SharedFolder
 from rloo.runtime.tracking import say
@@ -35,7 +36,7 @@ def open_study(cfg: CompareConfig, overwrite: bool) -> SharedFolder:
     The caller closes the returned lock when it is done."""
     out = Path(cfg.output_dir)
     refuse_a_file(out)
-    out.mkdir(parents=True, exist_ok=True)
+    make_folder(out)
     study = SharedFolder(out, overwrite=overwrite)
     try:
         if overwrite:
@@ -45,6 +46,7 @@ def open_study(cfg: CompareConfig, overwrite: bool) -> SharedFolder:
                 f"{out} is not empty and does not hold an rloo comparison; choose another output_dir "
                 f"(nothing was deleted)"
             )
+        refuse_linked_folders(out, "compare")
         saved = out / "config.yaml"
         if saved.exists() and not same_settings(saved, cfg):
             raise RlooError(
@@ -65,7 +67,7 @@ def open_study(cfg: CompareConfig, overwrite: bool) -> SharedFolder:
 def claim(cell: Path, quiet: bool = False):
     """Lets several `rloo compare` processes on one output_dir share the cells: a cell whose lock
     (rloo.runtime.runlock) a live process holds is left to it; the lock of a killed run is taken over."""
-    cell.mkdir(parents=True, exist_ok=True)
+    make_folder(cell)
     with ExitStack() as stack:
         try:
             stack.enter_context(run_folder(cell))

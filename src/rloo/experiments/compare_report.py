@@ -25,6 +25,7 @@ from rloo.experiments.compare_tables import (  # noqa: F401 - mean_ci re-exporte
 )
 from rloo.experiments.tuning import report_names, updates_of, view_names
 from rloo.runtime.atomic import atomic_write_text
+from rloo.runtime.confine import make_folder
 from rloo.runtime.tracking import read_metrics
 from rloo.tasks import get_task, plays_episodes
 
@@ -181,7 +182,7 @@ def ordering_section(cfg, data: dict) -> list[str]:
 
 def write_report(cfg, out: Path) -> Path:
     report = out / "report"
-    report.mkdir(parents=True, exist_ok=True)
+    make_folder(report)
     data = collect(cfg, out)
     # the tables' and plots' rows: the methods and their update views (ppo@2x2); a copy, not validated
     cfg = cfg.model_copy(update={"methods": report_names(cfg)})

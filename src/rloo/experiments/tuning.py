@@ -17,6 +17,7 @@ from pathlib import Path
 from rloo.config.methods import spec_of_variant
 from rloo.config.tools import TuningSettings
 from rloo.runtime.atomic import atomic_write_text
+from rloo.runtime.confine import make_folder
 
 
 def trial_settings(tuning: TuningSettings, method: str) -> list[dict]:
@@ -137,7 +138,7 @@ def choose(out: Path, tuning: TuningSettings, methods: list[str], task: str) -> 
         best = select_trial([[t["score"]] for t in sub], [[t["kl"]] for t in sub], tuning.max_kl)  # the means
         chosen[v] = trial_settings(tuning, m)[idx[best]]
         table[v] = {"of": m, "chosen": best, "trials": [t | {"index": i} for i, t in zip(idx, sub, strict=True)]}
-    (out / "tuning" / task).mkdir(parents=True, exist_ok=True)
+    make_folder(out / "tuning" / task)
     atomic_write_text(out / "tuning" / task / "selection.json", json.dumps(table, indent=1))
     return chosen
 

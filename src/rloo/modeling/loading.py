@@ -23,6 +23,7 @@ from rloo.modeling.attention import use_rloo_attention
 from rloo.modeling.fp32_head import use_fp32_heads
 from rloo.modeling.lora import is_adapter_folder, load_merged
 from rloo.runtime.atomic import WriteError, describe_write_failure, fsync_dir, sync_and_hash
+from rloo.runtime.confine import confine
 from rloo.runtime.names import check_name
 from rloo.runtime.precision import weights_dtype
 
@@ -171,9 +172,11 @@ def frozen(model):
 
 def save_pretrained_atomic(model, tokenizer, path: Path) -> None:
     """Write model + tokenizer to a sibling temp folder, then rename over `path`, so a crash or a
-    full disk mid-write never leaves a half-written model where a reader expects a whole one."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
+    full disk mid-write never leaves a half-written model where a reader expects a whole one.
+    None of the three folders may be a link out of a run folder (rloo.runtime.confine)."""
+    path = confine(path, folder=True)
+    tmp = confine(path.with_name(path.name + ".tmp"), folder=True)
+    confine(path.with_name(path.name + ".old"), folder=True)
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         model.save_pretrained(tmp, safe_serialization=True)

@@ -2,6 +2,8 @@
 
 Pattern: write into a temporary sibling, fsync, then `os.replace` it over the final name (atomic on
 POSIX file systems), then fsync the parent folder so the rename itself survives a power loss.
+Every path written or deleted here is first checked by rloo.runtime.confine: a folder above it
+inside the run folder that is a link is refused (the rename protects only the last component).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import shutil
 from pathlib import Path
 
 from rloo.errors import RlooError
+from rloo.runtime.confine import confine
 
 
 class WriteError(RlooError):
@@ -95,7 +98,7 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    path = Path(path)
+    path = confine(path)
     tmp = path.with_name(f".{path.name}.tmp")
     try:
         # a link planted at the temp name is removed, never written through ("x": O_EXCL, which
@@ -122,7 +125,7 @@ def _not_a_link(path: Path) -> WriteError:
 def open_append(path: Path):
     """`path` opened for appending text, never through a link: a link planted where a run folder's
     log should be (to someone's file) is refused in one line instead of being written through."""
-    path = Path(path)
+    path = confine(path)
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
     try:
         fd = os.open(path, flags, 0o644)
@@ -136,7 +139,7 @@ def open_append(path: Path):
 def truncate_file(path: Path, nbytes: int) -> None:
     """Cut `path` back to `nbytes` (a resumed run's log to its checkpoint), never through a link:
     os.truncate would cut the file a planted link points to."""
-    path = Path(path)
+    path = confine(path)
     try:
         fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
@@ -156,7 +159,7 @@ def atomic_savefig(fig, path: Path, **kwargs) -> Path:
     """matplotlib's `fig.savefig` through a temporary sibling and a rename, like atomic_write_text:
     a reader (another compare process) never sees half an image, a planted link is replaced, not
     written through."""
-    path = Path(path)
+    path = confine(path)
     tmp = path.with_name(f".{path.name}.tmp")
     try:
         tmp.unlink(missing_ok=True)
@@ -170,11 +173,13 @@ def atomic_savefig(fig, path: Path, **kwargs) -> Path:
 
 
 def remove_tree(path: Path) -> None:
-    shutil.rmtree(path, ignore_errors=True)
+    """Delete a folder (rmtree never follows a link inside it; `confine`: nor one above it)."""
+    shutil.rmtree(confine(path), ignore_errors=True)
 
 
 def remove_tree_reporting(path: Path) -> str | None:
     """Delete a folder; None when it is gone, else the first error (left for the caller to report)."""
+    confine(path)
     errors: list[str] = []
     shutil.rmtree(path, onerror=lambda fn, p, exc: errors.append(f"{exc[0].__name__}: {exc[1]}"))
     return errors[0] if errors else None

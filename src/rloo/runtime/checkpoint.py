@@ -47,6 +47,7 @@ from rloo.runtime.checkpoint_verify import (  # noqa: F401 - the rest re-exporte
     step_of,
     verify_checkpoint,
 )
+from rloo.runtime.confine import make_folder
 from rloo.runtime.resumecheck import check_resume_config, prompts_digest  # noqa: F401 - re-exported
 from rloo.runtime.rng import rng_state, set_rng_state  # noqa: F401 - re-exported
 from rloo.runtime.tracking import say_once
@@ -58,8 +59,7 @@ from rloo.runtime.weights import WeightRing
 def save_checkpoint(run_dir: Path, step: int, model, tokenizer, state: dict, keep: int = 2, ring=None) -> Path:
     """Write checkpoint `step` atomically and keep only the newest `keep` (never the one just written).
     `ring`: {version: tensors} of an asynchronous run's older weight versions, written under ring/."""
-    root = Path(run_dir) / "checkpoints"
-    root.mkdir(parents=True, exist_ok=True)
+    root = make_folder(Path(run_dir) / "checkpoints")  # never a link out of the run (confine)
     for stale in root.glob(".tmp-step-*"):  # left by a run killed while writing
         remove_tree(stale)
     final, tmp = root / f"step-{step:06d}", root / f".tmp-step-{step:06d}"

@@ -37,6 +37,7 @@ from rloo.config import (
 )
 from rloo.errors import RlooError, option
 from rloo.runtime.atomic import atomic_write_text
+from rloo.runtime.confine import linked_folder
 from rloo.runtime.runlock import LOCK_NAME, hold_existing
 
 MARKER = ".rloo-run"
@@ -67,7 +68,7 @@ _MODEL_FILES = (
     "adapter_model.safetensors"
 ).split()
 MODEL = dict.fromkeys(_MODEL_FILES, FILE)
-_CKPT = {"model": MODEL, "state.pt": FILE, "COMPLETE": FILE}
+_CKPT = {"model": MODEL, "state.pt": FILE, "COMPLETE": FILE, "ring": {"version-*.safetensors": FILE}}
 _STAGE = dict.fromkeys(BOOKKEEPING | {"config.yaml", "metrics.jsonl"}, FILE) | {
     "tensorboard": {"events.out.tfevents.*": FILE},
     "wandb": TREE,
@@ -145,6 +146,29 @@ def empty_run_folder(folder: Path, kind: str) -> None:
         for entry in sorted(os.scandir(folder), key=lambda e: e.name):
             if entry.name not in (LOCK_NAME, MARKER):
                 _remove(Path(entry.path))
+
+
+def refuse_linked_folders(folder: Path, kind: str) -> None:
+    """LinkedFolder (one line) when a folder rloo writes or deletes in, anywhere in the run folder
+    `folder` of `kind` (LAYOUTS: plots/, checkpoints/, a checkpoint's ring/, tensorboard/, a
+    pipeline's stages, a comparison's cells and report/...), is a symbolic link: its files would be
+    written or deleted outside the run (rloo.runtime.confine). Checked when a command starts, so
+    it is refused before anything is written; entries LAYOUTS does not name are not rloo's, and
+    links at file names are replaced, never written through (rloo.runtime.atomic)."""
+    if Path(folder).is_dir() and kind_of(folder) == kind:
+        _refuse_links(Path(folder), LAYOUTS[kind])
+
+
+def _refuse_links(folder: Path, spec: dict) -> None:
+    for entry in sorted(os.scandir(folder), key=lambda e: e.name):
+        what = _match(entry.name, spec)
+        if what is None or what == FILE:
+            continue
+        if entry.is_symlink():
+            raise linked_folder(Path(entry.path))
+        if not entry.is_dir(follow_symlinks=False) or what == TREE:
+            continue
+        _refuse_links(Path(entry.path), LAYOUTS[what[1]] if isinstance(what, tuple) else what)
 
 
 def _check(folder: Path, spec: dict, locks: list[Path], top: bool = True) -> None:

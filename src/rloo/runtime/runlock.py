@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from rloo.errors import RlooError
+from rloo.runtime.confine import confine, hold_root, release_root
 
 LOCK_NAME = ".rloo.lock"
 
@@ -77,9 +78,12 @@ class _Lock:
         self.folder = Path(folder)
         self.path = self.folder / LOCK_NAME
         self.fd: int | None = None
+        self.roots: tuple[str, ...] = ()  # its keys in rloo.runtime.confine while held
 
     def acquire(self) -> None:
-        """Take the lock or raise RunFolderBusy naming the holder; never waits."""
+        """Take the lock or raise RunFolderBusy naming the holder; never waits. A run folder inside
+        one this process holds (a pipeline's stage) must not be a link (rloo.runtime.confine)."""
+        confine(self.folder, folder=True)
         while self.fd is None:
             fd = open_lock_file(self.path, os.O_RDWR | os.O_CREAT)
             if not try_flock(fd, fcntl.LOCK_EX):
@@ -95,6 +99,7 @@ class _Lock:
                 os.close(fd)
                 continue
             self.fd = fd
+        self.roots = hold_root(self.folder)
         stale = _read_holder(self.path, wait=0)
         if stale and stale.get("pid") != os.getpid():
             print(f"note: took over the lock of {_describe(stale)}, which is no longer running", file=sys.stderr)
@@ -119,6 +124,7 @@ class _Lock:
             pass
         os.close(self.fd)
         self.fd = None
+        release_root(self.roots)
 
 
 def try_flock(fd: int, mode: int, tries: int = 10) -> bool:

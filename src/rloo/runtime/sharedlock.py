@@ -12,6 +12,7 @@ import fcntl
 import os
 from pathlib import Path
 
+from rloo.runtime.confine import hold_root, release_root
 from rloo.runtime.runlock import LOCK_NAME, RunFolderBusy, open_lock_file, try_flock
 
 
@@ -38,6 +39,7 @@ class SharedFolder:
                 f"{self.folder} is in use by {who} (rloo compare); wait for it to finish or choose another "
                 f"output_dir (nothing was deleted)"
             )
+        self.roots = hold_root(self.folder)
 
     def share(self) -> None:
         """Let other processes join (after an exclusive start)."""
@@ -48,6 +50,7 @@ class SharedFolder:
         if refused and self.created:
             self.path.unlink(missing_ok=True)
         os.close(self.fd)
+        release_root(self.roots)
 
 
 def _holders(fd: int) -> list[int]:

@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 from rloo.errors import ConfigError, RlooError
+from rloo.runtime.confine import confine
 
 SAMPLE_COLUMNS = ("prompt", "completion", "score", "kl", "advantage")
 
@@ -32,7 +33,8 @@ class TensorBoardTracker:
         from torch.utils.tensorboard import SummaryWriter  # import is slow; only when used
 
         # purge_step hides events a resumed run is about to log again
-        self.writer = SummaryWriter(log_dir=str(out_dir / "tensorboard"), purge_step=purge_step)
+        log_dir = confine(out_dir / "tensorboard", folder=True)  # never a link out of the run folder
+        self.writer = SummaryWriter(log_dir=str(log_dir), purge_step=purge_step)
 
     def scalars(self, step: int, metrics: dict[str, float]) -> None:
         for k, v in metrics.items():
@@ -55,7 +57,7 @@ class WandbTracker:
         try:
             self.run = wandb.init(
                 project=os.environ.get("WANDB_PROJECT", "rloo"),
-                dir=str(out_dir),
+                dir=str(confine(out_dir / "wandb", folder=True).parent),
                 name=name,
                 config=config or {},
                 reinit="finish_previous",

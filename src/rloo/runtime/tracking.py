@@ -13,6 +13,7 @@ from tqdm.auto import tqdm
 
 from rloo.config import normalize_report_to
 from rloo.runtime.atomic import WriteError, describe_write_failure, open_append
+from rloo.runtime.confine import make_folder
 from rloo.runtime.progress_text import PlainProgress
 from rloo.runtime.trackers import start_trackers
 
@@ -33,7 +34,7 @@ class MetricsLogger:
         report_to: str | list[str] = "tensorboard",
         config: dict | None = None,
     ):
-        out_dir.mkdir(parents=True, exist_ok=True)
+        make_folder(out_dir)
         self.path = out_dir / "metrics.jsonl"
         self._file = open_append(self.path)
         names = normalize_report_to(report_to) if tensorboard else []

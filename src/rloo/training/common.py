@@ -16,9 +16,17 @@ from rloo.core.accumulation import micro_batches, micro_shares
 from rloo.errors import RlooError, option
 from rloo.runtime.atomic import atomic_write_text
 from rloo.runtime.checkpoint import check_resume_config
+from rloo.runtime.confine import make_folder
 from rloo.runtime.fingerprint import refuse_inputs_inside
 from rloo.runtime.precision import refresh_casts_after_step
-from rloo.runtime.runfolder import empty_run_folder, is_bookkeeping_only, kind_of, run_kind, write_marker
+from rloo.runtime.runfolder import (
+    empty_run_folder,
+    is_bookkeeping_only,
+    kind_of,
+    refuse_linked_folders,
+    run_kind,
+    write_marker,
+)
 from rloo.runtime.runlock import LOCK_NAME, lock_now
 from rloo.runtime.tracking import say
 
@@ -48,7 +56,7 @@ def prepare_output_dir(cfg, resume: bool = False, overwrite: bool = False, can_r
     # half-written contents; the contents are judged again once this process holds the lock.
     if not (out / LOCK_NAME).exists():
         _refuse_foreign(out, _held_run(out, current, kind), kind)
-    out.mkdir(parents=True, exist_ok=True)
+    make_folder(out)
     lock_now(out)
     held = _held_run(out, current, kind)
     _refuse_foreign(out, held, kind)
@@ -69,6 +77,7 @@ def prepare_output_dir(cfg, resume: bool = False, overwrite: bool = False, can_r
             else f"pass {option('overwrite')} to replace it"
         )
         raise RlooError(f"{out} already holds {what}; {how}, or choose another output_dir")
+    refuse_linked_folders(out, kind)  # after an overwrite: none are left (it unlinks them)
     write_marker(out, kind)
     atomic_write_text(out / "config.yaml", yaml.safe_dump(current, sort_keys=False))
     return out
@@ -78,12 +87,13 @@ def prepare_plain_folder(out: Path, kind: str, overwrite: bool) -> Path:
     """The output folder of a command without a config.yaml of its own (`rloo bench`): created and
     locked; emptied with `overwrite` (rloo.runtime.runfolder), refused when it holds anything else."""
     refuse_a_file(out)
-    out.mkdir(parents=True, exist_ok=True)
+    make_folder(out)
     lock_now(out)
     if overwrite:
         empty_run_folder(out, kind)
     elif kind_of(out) != kind and not is_bookkeeping_only(out):
         _refuse_foreign(out, "foreign", kind)
+    refuse_linked_folders(out, kind)
     write_marker(out, kind)
     return out
 
