@@ -17,7 +17,7 @@ from rloo.errors import RlooError, option
 from rloo.runtime.atomic import atomic_write_text
 from rloo.runtime.checkpoint import check_resume_config
 from rloo.runtime.fingerprint import refuse_inputs_inside
-from rloo.runtime.precision import refresh_casts_after_step
+from rloo.runtime.precision import recorded_precision, refresh_casts_after_step
 from rloo.runtime.runfolder import empty_run_folder, is_bookkeeping_only, kind_of, run_kind, write_marker
 from rloo.runtime.runlock import LOCK_NAME, lock_now
 from rloo.runtime.tracking import say
@@ -70,8 +70,17 @@ def prepare_output_dir(cfg, resume: bool = False, overwrite: bool = False, can_r
         )
         raise RlooError(f"{out} already holds {what}; {how}, or choose another output_dir")
     write_marker(out, kind)
-    atomic_write_text(out / "config.yaml", yaml.safe_dump(current, sort_keys=False))
+    atomic_write_text(out / "config.yaml", precision_comment() + yaml.safe_dump(current, sort_keys=False))
     return out
+
+
+def precision_comment() -> str:
+    """The first line of a stage's config.yaml: what its `dtype` computed in on this machine, and why
+    (rloo.runtime.precision.recorded_precision); a comment, so the file still loads as the settings."""
+    chosen = recorded_precision()
+    if chosen is None:
+        return ""
+    return f"# precision: {chosen['dtype']} ({chosen['reason']}); how dtype ran on this machine, not a setting\n"
 
 
 def prepare_plain_folder(out: Path, kind: str, overwrite: bool) -> Path:
