@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rloo.runtime.cpukind import auto_bf16, cpu_flags, cpu_kind, parse_flags
+from rloo.runtime.cpukind import auto_bf16, cpu_flags, cpu_kind, exactness_note, parse_flags
 
 AVX2_AMD = frozenset({"sse4_2", "avx", "avx2", "fma"})
 AVX512_AMD_BF16 = AVX2_AMD | {"avx512f", "avx512bw", "avx512_bf16"}
@@ -46,3 +46,16 @@ def test_this_machine_is_read_from_proc_cpuinfo():
         assert flags is None
     elif Path("/proc/cpuinfo").is_file():
         assert flags == parse_flags(Path("/proc/cpuinfo").read_text())
+
+
+def test_what_a_resume_says_about_exactness():
+    """Bit for bit (no line) with one thread anywhere, or the run's thread count on a kind where more
+    threads were measured bitwise; one line otherwise, naming the way to bitwise repeats."""
+    assert exactness_note(1, 1, "amx_bf16") is None
+    assert exactness_note(2, 2, "avx512_bf16") is None
+    assert exactness_note(2, None, "avx512_bf16") is None  # a checkpoint from before threads were recorded
+    for kind in ("amx_bf16", "avx512", "avx2", "unknown"):
+        note = exactness_note(2, 2, kind)
+        assert note and kind in note and "OMP_NUM_THREADS=1" in note and "\n" not in note
+    changed = exactness_note(2, 1, "avx512_bf16")
+    assert changed and "the run used 1" in changed and "OMP_NUM_THREADS=1" in changed

@@ -79,3 +79,25 @@ def auto_bf16(flags: frozenset[str] | None, env: Mapping[str, str] | None = None
     if "avx512_bf16" in flags:
         return True, f"avx512_bf16 without amx_bf16 in the CPU flags: {AVX512_BF16_MEASURED}"
     return False, "neither avx512_bf16 nor amx_bf16 in the CPU flags: bf16 would be emulated"
+
+
+# Kinds where two identical runs with more than one thread were measured bit for bit equal (with MKL's
+# reproducibility mode, MKL_CBWR, which rloo sets; tests/reliability/test_determinism_threads.py);
+# one thread repeats on every kind.
+THREADS_BITWISE_MEASURED = ("avx512_bf16",)
+
+
+def exactness_note(threads: int, saved_threads: int | None, kind: str) -> str | None:
+    """What a resume with `threads` intra-op threads on a CPU of `kind` can promise against the run it
+    continues (which used `saved_threads`, None: not recorded): None when bit for bit, else one line."""
+    if saved_threads is not None and saved_threads != threads:
+        return (
+            f"resuming with {threads} thread(s) where the run used {saved_threads}: reductions split "
+            f"differently, so it continues to float rounding, not bit for bit (OMP_NUM_THREADS={saved_threads})"
+        )
+    if threads == 1 or kind in THREADS_BITWISE_MEASURED:
+        return None
+    return (
+        f"resuming with {threads} threads on a CPU of kind {kind}, where bitwise repeats with more than one "
+        "thread are not measured: exact to float rounding, bit for bit only with OMP_NUM_THREADS=1"
+    )
