@@ -32,8 +32,8 @@ from rloo.rollout.settings import decoding, sampling_settings
 from rloo.runtime import distributed
 from rloo.runtime.checkpoint import Checkpointer, check_resume_config, truncate_metrics
 from rloo.runtime.checkpoint_verify import latest_checkpoint, load_ring, load_state
-from rloo.runtime.cpukind import cpu_flags, cpu_kind, exactness_note
 from rloo.runtime.child import can_send
+from rloo.runtime.cpukind import cpu_flags, cpu_kind, exactness_note
 from rloo.runtime.distributed import unwrap
 from rloo.runtime.fingerprint import check_inputs_unchanged, fingerprints
 from rloo.runtime.paramguard import ParamGuard
