@@ -57,11 +57,22 @@ def test_lagged_run_logs_lag_and_ratios(tiny_model_dir, tmp_path, monkeypatch, t
 
 
 def test_a_run_whose_importance_weights_vanish_says_so_once(tiny_model_dir, tmp_path, monkeypatch, capsys):
-    """mis with C a hair above 1 masks every lagged sample (a ratio is not exactly 1 after an
-    update): is/weight_mean stays 0, the update with it, and after `VanishingWeights.patience` steps
-    the run says so in one line, once (docs/async.md: the failure measured at lr 1e-3, N = 16)."""
+    """A lagged run whose every importance weight is 0 (mis drops each sample) logs is/weight_mean 0 at
+    every step and, after `VanishingWeights.patience` steps, says so in one line, once (docs/async.md:
+    the failure measured at lr 1e-3, N = 16). The weights vanish by construction, not by rounding: the
+    behaviour log-probs the update sees are the trained policy's plus 1 nat per token (a sampler that
+    gave each sampled token e times the probability), so rho_i = e^-|y_i| <= 1/e < 1/C for C = 2 on
+    every sequence (each has >= 1 real token: its EOS at least). The ratios and weights are still the
+    real `importance_weights` of the real update; only its behaviour input is moved."""
+    import rloo.algorithms.offpolicy as offpolicy
     import rloo.rollout.producer as producer
 
+    real = offpolicy.importance_weights
+
+    def far_behaviour(logprobs, behaviour_logprobs, mask, correction, clip):
+        return real(logprobs, logprobs.detach() + 1.0, mask, correction, clip)
+
+    monkeypatch.setattr(offpolicy, "importance_weights", far_behaviour)
     monkeypatch.setattr(producer.torch, "get_num_threads", lambda: 1)  # the in-process lag: no producer
     cfg = RLConfig(
         policy=str(tiny_model_dir),
@@ -76,14 +87,14 @@ def test_a_run_whose_importance_weights_vanish_says_so_once(tiny_model_dir, tmp_
         save_every=None,
         max_staleness=1,
         is_correction="mis",
-        is_clip=1.0 + 1e-9,
+        is_clip=2.0,
     )
     history = [h for h in train(cfg, prompts=PROMPTS, reward_fn=_reward_short).history if "loss/policy" in h]
-    weights = [h["is/weight_mean"] for h in history]
-    assert weights[1:] == [0.0] * 6  # lagged batches (at lag 0 a sample's two passes may agree exactly)
-    streak_start = 1 if weights[0] < 0.05 else 2
+    assert [h["is/lag"] for h in history] == [0.0] + [1.0] * 6
+    assert all(h["is/masked"] == 1.0 and h["is/ratio_max"] < 1 / cfg.is_clip for h in history), history
+    assert [h["is/weight_mean"] for h in history] == [0.0] * 7
     lines = [line for line in capsys.readouterr().err.splitlines() if "importance weights have been ~0" in line]
-    assert len(lines) == 1 and lines[0].startswith(f"warning: step {streak_start + 4}:"), (weights, lines)
+    assert len(lines) == 1 and lines[0].startswith("warning: step 5:"), lines  # patience 5 from step 1
 
 
 def test_the_vanishing_weights_warning_waits_for_a_streak_and_speaks_once(monkeypatch):

@@ -8,6 +8,7 @@ import shutil
 import signal
 
 import pytest
+import torch
 
 import rloo.algorithms.rloo as rl
 import rloo.runtime.tracking as tracking
@@ -114,6 +115,22 @@ def test_resume_refuses_structural_changes(reference, tiny_model_dir, tmp_path):
     shutil.copytree(reference, out)
     with pytest.raises(RlooError, match=r"cannot resume with different k \(k: 2 -> 3\)"):
         train(_cfg(tiny_model_dir, out, k=3), prompts=PROMPTS, reward_fn=reward_short, resume=True)
+
+
+def test_resume_with_another_thread_count_says_it_is_not_bit_for_bit(reference, tiny_model_dir, tmp_path, capsys):
+    """Reductions split by thread: a checkpoint records the run's count, and a resume with another
+    says in one line that it continues to float rounding only (docs/cli.md, "What is deterministic")."""
+    out = tmp_path / "run"
+    _copy_without_newest(reference, out)
+    saved = load_state(latest_checkpoint(out))["threads"]
+    assert saved == torch.get_num_threads()
+    torch.set_num_threads(saved + 1)
+    try:
+        train(_cfg(tiny_model_dir, out), prompts=PROMPTS, reward_fn=reward_short, resume=True)
+    finally:
+        torch.set_num_threads(saved)
+    lines = [x for x in capsys.readouterr().err.splitlines() if "not bit for bit" in x]
+    assert len(lines) == 1 and f"with {saved + 1} thread(s) where the run used {saved}" in lines[0], lines
 
 
 def test_resume_with_a_new_lr_uses_it(reference, tiny_model_dir, tmp_path, capsys):

@@ -9,14 +9,14 @@ import torch
 
 from rloo.errors import RlooError
 from rloo.runtime import precision
-from rloo.runtime.precision import Precision, choose_bf16, cpu_bf16_isa, resolve_precision, update_fraction
+from rloo.runtime.precision import Precision, choose_bf16, resolve_precision, update_fraction
 
 
 @pytest.fixture(autouse=True)
 def _isa_unknown(monkeypatch):
-    """These tests inject the probe's timings; the instruction-set check that comes first would answer
-    on an x86 CPU without bf16 before any timing (tested on its own below), so it says "cannot tell"."""
-    monkeypatch.setattr(precision, "cpu_bf16_isa", lambda: None)
+    """These tests inject the probe's timings; the instruction-set rule that comes first would answer
+    on x86 before any timing (tested on its own below), so the flags say "cannot tell"."""
+    monkeypatch.setattr(precision, "cpu_flags", lambda: None)
 
 
 def test_probe_rule_from_injected_timings():
@@ -179,54 +179,54 @@ def test_decoding_stages_need_a_wider_model_for_bf16(monkeypatch):
         assert getattr(stage, "min_bf16_width", None) == MIN_BF16_WIDTH_SAMPLING, stage
 
 
-def test_an_x86_cpu_without_bf16_instructions_is_not_timed(monkeypatch, capsys):
-    """No AVX512_BF16/AMX: `auto` is float32 without the probe's timings (and its thread switch), so it runs
-    exactly the code `dtype=float32` runs; the log says why, once, for every stage."""
+@pytest.mark.parametrize(
+    "flags,bf16,reason",
+    [
+        ({"avx2", "fma"}, False, "neither avx512_bf16 nor amx_bf16"),
+        ({"avx2", "avx512f"}, False, "neither avx512_bf16 nor amx_bf16"),
+        ({"avx512f", "avx512_bf16"}, True, "avx512_bf16 without amx_bf16"),
+        ({"avx512f", "avx512_bf16", "amx_tile", "amx_bf16"}, True, "amx_bf16"),
+    ],
+)
+def test_an_x86_cpu_is_decided_by_its_flags_without_timing(monkeypatch, capsys, flags, bf16, reason):
+    """On x86 the instruction set decides, never a timing, so a loaded machine cannot flip a run's
+    numbers (7 identical runs once chose bf16 five times and fp32 twice); the reason is logged once
+    and is the precision's `why` (what a run folder records)."""
     monkeypatch.delenv("RLOO_AUTO_DTYPE", raising=False)
-    monkeypatch.setattr(precision, "cpu_bf16_isa", lambda: False)
-    monkeypatch.setattr(precision, "time_matmuls", lambda *a, **k: pytest.fail("timed a CPU without bf16"))
+    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset(flags))
+    monkeypatch.setattr(precision, "time_matmuls", lambda *a, **k: pytest.fail("timed an x86 CPU"))
     precision.cpu_bf16_probe.cache_clear()
     precision._narrow_model_note.cache_clear()
     try:
         wide = resolve_precision("auto", "cpu", width=4096)
-        assert wide == Precision("cpu", torch.float32, None, "no bf16 instructions on this CPU")
-        assert resolve_precision("auto", "cpu", width=128, min_width=256).compute is None
-        assert resolve_precision("auto", "cpu").compute is None
+        assert resolve_precision("auto", "cpu", width=128, min_width=256).compute is None  # narrow for decoding
     finally:
         precision.cpu_bf16_probe.cache_clear()
+    assert (wide.weights, wide.compute) == (torch.float32, torch.bfloat16 if bf16 else None)
+    assert reason in wide.why, wide.why
     err = capsys.readouterr().err
-    assert err.count("precision:") == 1 and "no bf16 matmul instructions" in err and "float32" in err, err
+    assert err.count(reason) == 1 and "CPU matmul" not in err, err
 
 
-@pytest.mark.parametrize("isa", [True, None])
-def test_a_cpu_with_bf16_instructions_or_unknown_is_timed(monkeypatch, isa):
-    """AVX512_BF16 or AMX present (or an architecture torch cannot check): the probe's timing decides, as
-    instructions alone do not say bf16 is faster (docs/precision.md)."""
-    calls = []
+def test_where_the_flags_cannot_tell_the_median_of_alternated_timings_decides(monkeypatch):
+    """Another architecture (or oneDNN capped by ONEDNN_MAX_CPU_ISA): timed, alternating fp32 and bf16,
+    and decided by the medians, so one preempted try (here bf16's 0.5 s) does not flip the choice."""
     monkeypatch.delenv("RLOO_AUTO_DTYPE", raising=False)
-    monkeypatch.setattr(precision, "cpu_bf16_isa", lambda: isa)
-    monkeypatch.setattr(precision, "time_matmuls", lambda *a, **k: calls.append(1) or (10e-3, 9e-3))
+    monkeypatch.setattr(precision, "cpu_flags", lambda: None)
+    bf16_ticks = iter([4e-4, 4e-4, 4e-4, 0.5] + [4e-4] * 20)  # warm-up, 2 tries, one preempted, the rest
+    order = []
+    monkeypatch.setattr(
+        precision,
+        "_time_once",
+        lambda a, b: order.append(a.dtype) or (1e-3 if a.dtype == torch.float32 else next(bf16_ticks)),
+    )
     precision.cpu_bf16_probe.cache_clear()
     try:
-        assert resolve_precision("auto", "cpu", width=4096).compute is None  # 1.1x: below MIN_SPEEDUP
+        chosen = resolve_precision("auto", "cpu", width=4096)
     finally:
         precision.cpu_bf16_probe.cache_clear()
-    assert calls == [1]
-
-
-def test_the_instruction_check_matches_this_cpu():
-    """On x86 the check reads the CPU (not ATEN_CPU_CAPABILITY): where /proc/cpuinfo lists the flags, the
-    two agree; elsewhere it says it cannot tell."""
-    import platform
-    from pathlib import Path
-
-    got = cpu_bf16_isa()  # the real check (imported before the fixture replaces the module's name)
-    info = Path("/proc/cpuinfo")
-    if platform.machine().lower() not in ("x86_64", "amd64"):
-        assert got is None
-    elif info.is_file():
-        flags = set(info.read_text().split())
-        assert got == bool(flags & {"avx512_bf16", "amx_tile"}), (got, flags & {"avx512_bf16", "amx_tile"})
+    assert chosen.compute == torch.bfloat16 and "probe: bf16 matmul 2.50x fp32" in chosen.why, chosen.why
+    assert order[2:6] == [torch.float32, torch.bfloat16, torch.bfloat16, torch.float32]  # alternated
 
 
 # ---- the CUDA branch, run on a CPU (issue 34) ------------------------------------------------
@@ -264,3 +264,31 @@ def test_float16_is_refused_in_one_line():
     with pytest.raises(RlooError, match="loss scaling"):  # ConfigError, one line
         RLConfig(policy="p", dtype="float16")
     assert "\n" not in FLOAT16_REFUSED
+
+
+def test_a_run_folder_records_what_dtype_ran_in_and_why(tmp_path, monkeypatch):
+    """config.yaml's first line says what `dtype=auto` computed in and why (a comment: the file still
+    loads as the run's settings); a stage nested in another records its own choice."""
+    from pathlib import Path
+
+    from rloo.config import ArchConfig, SFTConfig, load_config
+    from rloo.runtime.precision import stage_precision
+    from rloo.training.common import prepare_output_dir
+
+    monkeypatch.delenv("RLOO_AUTO_DTYPE", raising=False)
+    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"avx512f", "avx512_bf16", "amx_bf16"}))
+    precision.cpu_bf16_probe.cache_clear()
+    stage = stage_precision(prepare_output_dir)
+    wide = SFTConfig(output_dir=tmp_path / "wide", arch=ArchConfig(hidden_size=128))
+    narrow = SFTConfig(output_dir=tmp_path / "narrow", arch=ArchConfig(hidden_size=64))
+    outer = wide.model_copy(update={"output_dir": tmp_path / "outer"})
+    try:
+        outs = [stage(wide), stage_precision(lambda cfg: (stage(narrow), prepare_output_dir(cfg))[1])(outer)]
+    finally:
+        precision.cpu_bf16_probe.cache_clear()
+    outs = [Path(out) for out in outs]
+    first = [(out / "config.yaml").read_text().splitlines()[0] for out in (*outs, tmp_path / "narrow")]
+    assert first[0].startswith("# precision: bfloat16 (amx_bf16 in the CPU flags"), first
+    assert first[1] == first[0]  # the outer stage's record, after the nested one ended
+    assert first[2].startswith("# precision: float32 (model width 64 < 128)"), first
+    assert load_config(SFTConfig, outs[0] / "config.yaml") == wide

@@ -63,7 +63,8 @@ class _Run(Strict):
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         default="auto",
         description="Compute precision (rloo.runtime.precision), fp32 master weights always: auto is bf16 autocast "
-        "on GPU; on CPU bf16 autocast when a probe finds bf16 matmul >= 1.5x fp32, else float32. float16: refused.",
+        "on GPU; on CPU bf16 autocast where the CPU has AMX-BF16 or AVX512_BF16 (its flags decide), else float32. "
+        "float16: refused.",
     )
     gradient_checkpointing: bool = Field(default=False, description="Recompute activations in backward to save memory.")
     trust_remote_code: bool = Field(

@@ -204,6 +204,7 @@ class Checkpointer:
             "guard": self.guard.state_dict() if self.guard is not None else {},
             "algorithm": self.algo.state_dict() if self.algo is not None else {},
             "config": json.dumps(self.cfg.model_dump(mode="json")),
+            "threads": torch.get_num_threads(),  # a resume with another count is not bit for bit
         }
         older = self.ring.older_versions(snap["step"], self.policy) if self.ring is not None else None
         return save_checkpoint(

@@ -8,13 +8,15 @@
   (what CUDA had until issue 34) lose most AdamW updates at fine-tuning learning rates: an update
   below half a bf16 ulp of the weight (2^-9 relative) rounds away (`update_fraction`).
 - `float16` is refused: it needs loss scaling, which rloo does not do.
-- `auto`: bf16 autocast over fp32 masters on CUDA; on CPU bf16 autocast where it pays: the CPU
-  must have fast bf16 (a short probe, `cpu_bf16_probe`, once per process: one bf16 and one fp32 matmul, bf16 at least
-  `MIN_SPEEDUP` times faster; an x86 CPU without AVX512_BF16 or AMX emulates bf16 ~30x slower and is
-  not timed, `cpu_bf16_isa`) and the model must be at
-  least `MIN_BF16_WIDTH` wide (narrower, autocast's casts cost what bf16 saves: measured), or
-  `MIN_BF16_WIDTH_SAMPLING` in the stages dominated by decoding (online RL, evaluation). The
-  decision is logged once.
+- `auto`: bf16 autocast over fp32 master weights on CUDA; on CPU bf16 autocast where it pays, decided
+  from the CPU's instruction set (`rloo.runtime.cpukind.auto_bf16`: AMX-BF16 or AVX512_BF16 -> bf16,
+  neither -> fp32, where bf16 is emulated), not from a timing, so a loaded machine cannot change a run's
+  numbers; only where the flags cannot tell (another architecture, oneDNN capped) a short matmul
+  timing decides (`cpu_bf16_probe`: alternated repetitions, medians, bf16 at least `MIN_SPEEDUP`x).
+  The model must also be at least `MIN_BF16_WIDTH` wide (narrower, autocast's casts cost what bf16
+  saves: measured), or `MIN_BF16_WIDTH_SAMPLING` in the stages dominated by decoding (online RL,
+  evaluation). The decision and its reason are logged once and written into each stage's config.yaml
+  (`Precision.why`, `recorded_precision`).
   `RLOO_AUTO_DTYPE=float32|bfloat16` in the environment fixes what `auto` means on CPU without
   probing (the test suite pins float32 this way, see tests/conftest.py).
 
@@ -29,11 +31,12 @@ advantages and loss reductions only see those fp32 tensors (autocast casts only 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import json
 import math
 import os
-import platform
+import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,14 +45,15 @@ import torch
 
 from rloo.config.base import FLOAT16_REFUSED
 from rloo.errors import RlooError
+from rloo.runtime.cpukind import auto_bf16, cpu_flags
 from rloo.runtime.tracking import say
 
 MIN_SPEEDUP = 1.5
-# (tokens, in, out) of the probe's matmul: a projection of a 512-wide model on 128 tokens, 67 MFLOP:
-# under 1 ms in fp32 at the ~100 GFLOP/s of two modern cores, and ~70 ms per bf16 try on an
-# AVX2-only CPU (~1 GFLOP/s), where the probe stops after the first.
+# (tokens, in, out) of the probe's matmul (only where the CPU flags cannot tell): a projection of a
+# 512-wide model on 128 tokens, 67 MFLOP: under 1 ms in fp32 at the ~100 GFLOP/s of two modern cores,
+# ~70 ms per bf16 try where bf16 is emulated (~1 GFLOP/s), where the probe stops after 3 pairs.
 PROBE_SHAPE = (128, 512, 512)
-PROBE_REPS = 5
+PROBE_REPS = 9
 # Models narrower than this keep fp32 under auto. Measured with attention in fp32 (rloo.modeling.attention;
 # docs/precision.md): at width 128 bf16 autocast made the demo faster (0.74x its fp32 wall time, ABBA),
 # at width 64 slower (`rloo compare --quick`, 1.07x). Before attention moved to fp32, bf16 had been
@@ -104,70 +108,53 @@ def _time_once(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def time_matmuls(shape=PROBE_SHAPE, reps: int = PROBE_REPS) -> tuple[float, float]:
-    """(fp32 s, bf16 s): the fastest of `reps` alternating timings of one (m,k)@(k,n) matmul each.
-    The minimum, not the median: on a loaded machine preemption only ever adds time. Stops early
-    once bf16 is slower than fp32 (an AVX2-only CPU: each bf16 matmul there takes ~0.3 s)."""
+    """(fp32 s, bf16 s): the medians of `reps` alternated timings of one (m,k)@(k,n) matmul each (a
+    median: one preempted try moves neither). Stops after 3 pairs once bf16's median is slower than
+    fp32's (an emulated bf16 takes ~0.3 s a matmul)."""
     m, k, n = shape
     gen = torch.Generator().manual_seed(0)
     a, b = torch.randn(m, k, generator=gen), torch.randn(k, n, generator=gen)
     a16, b16 = a.bfloat16(), b.bfloat16()
     _time_once(a, b), _time_once(a16, b16)  # warm-up: kernel selection, oneDNN's JIT
     fp32, bf16 = [], []
-    for _ in range(reps):
-        fp32.append(_time_once(a, b))
-        bf16.append(_time_once(a16, b16))
-        if min(bf16) > min(fp32):
+    for i in range(reps):
+        pair = ((a, b, fp32), (a16, b16, bf16))
+        for x, y, times in pair if i % 2 == 0 else pair[::-1]:
+            times.append(_time_once(x, y))
+        if i >= 2 and statistics.median(bf16) > statistics.median(fp32):
             break
-    return min(fp32), min(bf16)
+    return statistics.median(fp32), statistics.median(bf16)
 
 
-def cpu_bf16_isa() -> bool | None:
-    """Whether this CPU has bf16 matmul instructions: on x86 AVX512_BF16 or AMX (what oneDNN's fast bf16
-    kernels need); None where torch cannot tell (other architectures, a torch without the check), and
-    the probe decides. Without them bf16 is emulated (~0.03x fp32 on the AVX2-only kind: docs/bench.md)."""
-    cpu = getattr(torch, "cpu", None)
-    checks = [getattr(cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
-    if platform.machine().lower() not in ("x86_64", "amd64") or not all(callable(c) for c in checks):
-        return None
-    return any(c() for c in checks)  # type: ignore[misc]  # callable: checked above
-
-
-@functools.cache
-def cpu_bf16_probe() -> dict:
-    """Once per process: {"fp32_ms", "bf16_ms", "speedup", "bf16": bool, "why": str}; the decision is logged.
-    An x86 CPU without bf16 instructions (`cpu_bf16_isa`) is not timed: fp32, so that `auto` there runs
-    exactly the code `float32` runs (the timings are then None)."""
-    if cpu_bf16_isa() is False:
-        say(
-            "precision: this CPU has no bf16 matmul instructions (x86 without AVX512_BF16 or AMX): "
-            "dtype=auto uses float32 (not timed)"
-        )
-        return {
-            "fp32_ms": None,
-            "bf16_ms": None,
-            "speedup": None,
-            "bf16": False,
-            "why": "no bf16 instructions on this CPU",
-        }
+def _timed_decision(why_not_flags: str) -> tuple[bool, str, str]:
+    """(bf16?, why, note) from `time_matmuls` on one thread: the core's bf16 rate against its fp32 rate
+    (with 2 threads on a loaded machine a region waits for its descheduled thread)."""
     threads = torch.get_num_threads()
-    # One thread: the question is the core's bf16 rate against its fp32 rate; on a loaded machine a
-    # 2-thread region waits for its descheduled thread, which once read bf16 at 0.06x here.
     torch.set_num_threads(1)
     try:
         fp32_s, bf16_s = time_matmuls()
     finally:
         torch.set_num_threads(threads)
-    out = {"fp32_ms": 1e3 * fp32_s, "bf16_ms": 1e3 * bf16_s, "speedup": fp32_s / bf16_s}
-    out["bf16"] = choose_bf16(fp32_s, bf16_s)
-    out["why"] = f"probe: bf16 matmul {out['speedup']:.2f}x fp32"
-    m, k, n = PROBE_SHAPE
-    say(
-        f"precision: CPU matmul {m}x{k}x{n} fp32 {out['fp32_ms']:.2f} ms, bf16 {out['bf16_ms']:.2f} ms "
-        f"({out['speedup']:.2f}x); dtype=auto uses {'bf16 autocast' if out['bf16'] else 'float32'} "
-        f"(bf16 needs >= {MIN_SPEEDUP}x) for models of width >= {MIN_BF16_WIDTH} "
-        f"(>= {MIN_BF16_WIDTH_SAMPLING} in the decoding-bound RL and evaluation stages)"
+    bf16, (m, k, n) = choose_bf16(fp32_s, bf16_s), PROBE_SHAPE
+    why = f"{why_not_flags}; probe: bf16 matmul {fp32_s / bf16_s:.2f}x fp32 (needs >= {MIN_SPEEDUP}x)"
+    timing = f"CPU matmul {m}x{k}x{n} fp32 {1e3 * fp32_s:.2f} ms, bf16 {1e3 * bf16_s:.2f} ms; "
+    return bf16, why, timing
+
+
+@functools.cache
+def cpu_bf16_probe() -> dict:
+    """Once per process: {"bf16": bool, "why": str}, dtype=auto's CPU decision (`cpukind.auto_bf16`,
+    timed only where the flags cannot tell), logged in one line."""
+    bf16, why = auto_bf16(cpu_flags())
+    timing = ""
+    if bf16 is None:
+        bf16, why, timing = _timed_decision(why)
+    widths = (
+        f" for models of width >= {MIN_BF16_WIDTH} (>= {MIN_BF16_WIDTH_SAMPLING} in the decoding-bound RL "
+        "and evaluation stages)"
     )
-    return out
+    say(f"precision: {timing}dtype=auto uses {'bf16 autocast' + widths if bf16 else 'float32'} on this CPU: {why}")
+    return {"bf16": bf16, "why": why}
 
 
 @functools.cache
@@ -266,6 +253,17 @@ def model_width(cfg) -> int | None:
     return None
 
 
+# the precision of the innermost running stage (stages nest: a compare cell's train inside compare)
+_STAGE_PRECISION: contextvars.ContextVar[Precision | None] = contextvars.ContextVar("stage_precision", default=None)
+
+
+def recorded_precision() -> dict | None:
+    """{"dtype": what the matmuls run in, "reason": why} of the stage running now (None outside one):
+    what a run folder records beside its settings (rloo.training.common.prepare_run_dir)."""
+    p = _STAGE_PRECISION.get()
+    return None if p is None else {"dtype": p.name, "reason": p.why}
+
+
 def stage_precision(fn=None, *, min_width: int = MIN_BF16_WIDTH):
     """Decorator for a stage `fn(cfg, ...)`: runs it under the autocast of cfg.dtype on cfg.device.
     `@stage_precision(min_width=MIN_BF16_WIDTH_SAMPLING)` for a stage dominated by decoding."""
@@ -273,8 +271,13 @@ def stage_precision(fn=None, *, min_width: int = MIN_BF16_WIDTH):
     def wrap(stage):
         @functools.wraps(stage)
         def run(cfg, *args, **kwargs):
-            with resolve_precision(cfg.dtype, cfg.device, model_width(cfg), min_width).autocast():
-                return stage(cfg, *args, **kwargs)
+            chosen = resolve_precision(cfg.dtype, cfg.device, model_width(cfg), min_width)
+            token = _STAGE_PRECISION.set(chosen)
+            try:
+                with chosen.autocast():
+                    return stage(cfg, *args, **kwargs)
+            finally:
+                _STAGE_PRECISION.reset(token)
 
         run.min_bf16_width = min_width  # type: ignore[attr-defined]  # what the stage asks (functools.wraps keeps it)
         return run

@@ -18,7 +18,7 @@ from rloo.runtime.atomic import atomic_write_text
 from rloo.runtime.checkpoint import check_resume_config
 from rloo.runtime.confine import make_folder
 from rloo.runtime.fingerprint import refuse_inputs_inside
-from rloo.runtime.precision import refresh_casts_after_step
+from rloo.runtime.precision import recorded_precision, refresh_casts_after_step
 from rloo.runtime.runfolder import (
     empty_run_folder,
     is_bookkeeping_only,
@@ -79,8 +79,17 @@ def prepare_output_dir(cfg, resume: bool = False, overwrite: bool = False, can_r
         raise RlooError(f"{out} already holds {what}; {how}, or choose another output_dir")
     refuse_linked_folders(out, kind)  # after an overwrite: none are left (it unlinks them)
     write_marker(out, kind)
-    atomic_write_text(out / "config.yaml", yaml.safe_dump(current, sort_keys=False))
+    atomic_write_text(out / "config.yaml", precision_comment() + yaml.safe_dump(current, sort_keys=False))
     return out
+
+
+def precision_comment() -> str:
+    """The first line of a stage's config.yaml: what its `dtype` computed in on this machine, and why
+    (rloo.runtime.precision.recorded_precision); a comment, so the file still loads as the settings."""
+    chosen = recorded_precision()
+    if chosen is None:
+        return ""
+    return f"# precision: {chosen['dtype']} ({chosen['reason']}); how dtype ran on this machine, not a setting\n"
 
 
 def prepare_plain_folder(out: Path, kind: str, overwrite: bool) -> Path:

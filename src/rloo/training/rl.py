@@ -33,6 +33,7 @@ from rloo.runtime import distributed
 from rloo.runtime.checkpoint import Checkpointer, check_resume_config, truncate_metrics
 from rloo.runtime.checkpoint_verify import latest_checkpoint, load_ring, load_state
 from rloo.runtime.child import can_send
+from rloo.runtime.cpukind import cpu_flags, cpu_kind, exactness_note
 from rloo.runtime.distributed import unwrap
 from rloo.runtime.fingerprint import check_inputs_unchanged, fingerprints
 from rloo.runtime.paramguard import ParamGuard
@@ -150,6 +151,9 @@ def _train(cfg, dist, prompts, reward_fn, resume, overwrite) -> RLResult:
     if state is not None:
         start = ck.restore(state)
         say(f"resuming from {ckpt} at step {start}")
+        note = exactness_note(torch.get_num_threads(), state.get("threads"), cpu_kind(cpu_flags()))
+        if note:
+            say(note)
     elif resume:
         truncate_metrics(out, 0)  # records of a run killed before its first checkpoint
     if cfg.max_staleness:  # samples (and scores) with the weights of N updates ago (docs/async.md)
