@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test test-oldest oldest-lock lint bench clean
+.PHONY: demo test test-all test-oldest oldest-lock lint bench clean
 
 # The CPU build of torch, installed first so that rloo's `torch>=2.9` is already met and pip does not
 # pull a multi-GB CUDA build. GPU users install their CUDA torch first instead (docs/install.md).
@@ -33,8 +33,12 @@ $(OLDEST_STAMP): .ci/oldest-requirements.txt pyproject.toml
 	$(OLDEST_VENV)/bin/python -m pip check
 	touch $(OLDEST_STAMP)
 
+# The quick suite, as `make test`: a slow test is a longer run of paths that a quick one also takes (the
+# full gradient matrix, more kill points, --quick's sizes; docs/architecture.md, Tests), and the one
+# about versions (test_install) builds venvs of its own, so on the oldest versions the slow tier would
+# add ~10 minutes of CI, not a floor that only it could catch.
 test-oldest: $(OLDEST_STAMP)
-	$(OLDEST_VENV)/bin/python -m pytest $(ARGS)
+	$(OLDEST_VENV)/bin/python -m pytest --durations=25 $(ARGS)
 
 # Re-resolve .ci/oldest-requirements.txt after changing a floor: the lowest version of each direct
 # requirement that resolves (uv's lowest-direct), for this CI's Python and platform.
@@ -48,8 +52,13 @@ oldest-lock: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/rloo pipeline output_dir=runs/demo --overwrite $(ARGS)
 
+# The quick suite (pyproject's addopts leave out `slow`), the slowest 25 tests listed so that a slower
+# one shows; `make test-all`: every test, the slow tier too (what .ci/run runs).
 test: $(STAMP)
-	$(PY) -m pytest $(ARGS)
+	$(PY) -m pytest --durations=25 $(ARGS)
+
+test-all: $(STAMP)
+	$(PY) -m pytest -m "" --durations=25 $(ARGS)
 
 # The habits that keep the layout (docs/architecture.md): style, the import-layer contract
 # (pyproject.toml [tool.importlinter]), and types on core/, algorithms/, config/.

@@ -63,8 +63,9 @@ def versions() -> dict:
     return out
 
 
-def cuda_tests(timeout: float) -> dict:
-    """The suite's CUDA-marked tests, run by pytest in a child process; outcomes from its JUnit XML."""
+def cuda_tests(timeout: float, paths: list[str] | None = None) -> dict:
+    """The suite's CUDA-marked tests (under `paths`, default the whole tests folder), run by pytest in a
+    child process; outcomes from its JUnit XML."""
     import xml.etree.ElementTree as ET
 
     xml = Path(os.environ.get("TMPDIR", "/tmp")) / f"gpu_check_{os.getpid()}.xml"
@@ -79,7 +80,7 @@ def cuda_tests(timeout: float) -> dict:
         "-p",
         "no:cacheprovider",
         f"--junitxml={xml}",
-        str(ROOT / "tests"),
+        *(paths or [str(ROOT / "tests")]),
     ]
     t0 = time.perf_counter()
     try:
@@ -177,6 +178,8 @@ def main(argv=None) -> int:
     ap.add_argument("--no-trl", action="store_true", help="rloo only (TRL or datasets not installed)")
     ap.add_argument("--steps", type=int, default=3, help="timed steps per trainer and shape")
     ap.add_argument("--test-timeout", type=float, default=PART_LIMITS["cuda_tests"])
+    # the suite's test of the dry run names one file: collecting every test module again took ~20 s of it
+    ap.add_argument("--tests", nargs="+", default=None, help="cuda_tests: test paths (default: all of tests/)")
     ap.add_argument("--budget", type=float, default=540, help="seconds for all parts together")
     ap.add_argument("--assets", type=Path, default=None, help="where models are built (default: in $TMPDIR)")
     ap.add_argument("--parts", default=",".join(PART_LIMITS), help="comma-separated subset of the parts")
@@ -215,7 +218,7 @@ def main(argv=None) -> int:
         limit = min(limits[name], left)
         log(f"gpu_check: {name} (limit {limit:.0f} s)")
         if name == "cuda_tests":
-            res = cuda_tests(limit)
+            res = cuda_tests(limit, args.tests)
             out["cuda_tests"] = res
         elif name == "bench":
             try:

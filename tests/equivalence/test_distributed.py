@@ -4,8 +4,6 @@ with the same global batch, with DDP and with FSDP2 (fully_shard)."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -31,50 +29,9 @@ def _step1(run: Path) -> dict:
     return json.loads((run / "metrics.jsonl").read_text().splitlines()[0])
 
 
-def _sharp_attention_copy(model_dir: Path, out: Path, factor: float = 8.0) -> Path:
-    """The model with its query and key projections scaled by `factor`: a freshly initialised model
-    attends almost uniformly, so which keys a row reads barely changes its tokens (checked: grouped
-    attention reading the wrong prompt's keys moved this test's parameters by 2e-7, within its
-    tolerance); with sharper attention it changes them."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    model = AutoModelForCausalLM.from_pretrained(model_dir)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith(("q_proj.weight", "k_proj.weight")):
-                p.mul_(factor)
-    model.save_pretrained(out)
-    AutoTokenizer.from_pretrained(model_dir).save_pretrained(out)
-    return out
-
-
-def _torchrun(model_dir: Path, out: Path, modes: str, flags: list[str], threads: int = 1) -> None:
-    """`dist_worker.py` under `torchrun --nproc_per_node 2` (gloo), `threads` intra-op threads each."""
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2] / "src"), str(HELPERS)]),
-        "OMP_NUM_THREADS": str(threads),
-    }
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node",
-        "2",
-        "--standalone",  # torchrun binds a free port itself: no window for another process to take it
-        str(HELPERS / "dist_worker.py"),
-        str(model_dir),
-        str(out),
-        modes,
-        *flags,
-    ]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-
-
-def _assert_same_steps(model_dir: Path, tmp_path: Path, modes: tuple[str, ...], lag: int = 0) -> None:
-    """The runs tmp_path/two/<mode> (2 processes) took the steps of tmp_path/one/ddp (1 process)."""
-    one, start = _params(tmp_path / "one" / "ddp"), load_file(str(model_dir / "model.safetensors"))
+def _assert_same_steps(model_dir: Path, one_root: Path, two_root: Path, modes: tuple[str, ...], lag: int = 0) -> None:
+    """The runs two_root/<mode> (2 processes) took the steps of one_root/ddp (1 process)."""
+    one, start = _params(one_root / "ddp"), load_file(str(model_dir / "model.safetensors"))
     moved = max((one[k] - start[k]).abs().max().item() for k in one)
     # One process computes the update's log-probs with its shared-prompt fast path, the wrapped
     # (DDP/FSDP) processes with the plain pass and an all-reduce (grouped: their sampling and reference
@@ -82,7 +39,7 @@ def _assert_same_steps(model_dir: Path, tmp_path: Path, modes: tuple[str, ...], 
     # rounding. The steps are SGD (dist_worker), so after S steps the parameters differ by at most
     # S * (lr * |gradient difference| + rounding of the update into the parameter), each step's
     # difference also entering the next gradient; allowed: a factor 2 per step for that.
-    cfg = dist_worker.config(str(model_dir), tmp_path, "ddp", lag=lag)
+    cfg = dist_worker.config(str(model_dir), one_root, "ddp", lag=lag)
     grad_bound = tolerance(None, TINY_MODEL_BACKWARD, scale=cfg.max_grad_norm)  # clipped: |g_i| <= max_grad_norm
     param_bound = tolerance(None, ELEMENTWISE, scale=max(v.abs().max().item() for v in start.values()))
     tol = 2**cfg.steps * cfg.steps * (cfg.lr * grad_bound + param_bound)
@@ -94,62 +51,72 @@ def _assert_same_steps(model_dir: Path, tmp_path: Path, modes: tuple[str, ...], 
     # torch 2.7-2.8 once gathered, and the parameter check alone passed. So the pre-clip norm of step 1
     # is compared too: |‖a‖ - ‖b‖| <= ‖a - b‖, with each entry's rounding bounded relative to the
     # gradient's size.
-    norm_one = _step1(tmp_path / "one" / "ddp")["grad/norm"]
+    norm_one = _step1(one_root / "ddp")["grad/norm"]
     norm_tol = tolerance(None, TINY_MODEL_BACKWARD, scale=norm_one)
     for mode in modes:
-        norm_two = _step1(tmp_path / "two" / mode)["grad/norm"]
+        norm_two = _step1(two_root / mode)["grad/norm"]
         assert abs(norm_two - norm_one) <= norm_tol, f"{mode}: step-1 gradient norm {norm_two} vs {norm_one}"
-        two = _params(tmp_path / "two" / mode)
+        two = _params(two_root / mode)
         assert two.keys() == one.keys()
         worst = max((two[k] - one[k]).abs().max().item() for k in one)
         assert worst <= tol, f"{mode}: parameters differ by {worst:.2e} (bound {tol:.2e}) from the one-process run"
 
 
+def _job(name: str):
+    return pytest.param(name, marks=pytest.mark.two_process_jobs(name), id=name)
+
+
 @pytest.mark.equivalence
-@pytest.mark.parametrize(
-    "grouped,micro", [(False, False), (True, False), (False, True)], ids=["expanded", "grouped", "micro"]
-)
-def test_two_processes_match_one(tiny_model_dir, tmp_path, grouped, micro):
-    """grouped: the two processes run grouped attention wherever it can run (in sampling under the
-    wrappers, and in the reference's shared pass); the one-process reference does not. micro: the two
-    processes accumulate their update over micro-batches of one prompt (DDP's no_sync, FSDP2's
-    set_requires_gradient_sync(False) for the first; rloo.runtime.distributed.gradient_sync); the
-    one-process reference takes the whole batch in one pass."""
-    if grouped:
-        tiny_model_dir = _sharp_attention_copy(tiny_model_dir, tmp_path / "sharp")
-    flags = [*(["grouped"] if grouped else []), *(["micro"] if micro else [])]
-    _torchrun(tiny_model_dir, tmp_path / "two", "ddp,fsdp", flags)
-    if grouped:
-        calls = [int((tmp_path / "two" / f"grouped_calls.{r}").read_text()) for r in range(2)]
+@pytest.mark.parametrize("job", [_job("expanded"), _job("grouped"), _job("micro")])
+def test_two_processes_match_one(two_process_runs, tmp_path, job):
+    """The two processes' runs of this job (tests/equivalence/conftest.py: all jobs in one torchrun
+    launch) against one process. grouped: the two processes run grouped attention wherever it can run
+    (in sampling under the wrappers, and in the reference's shared pass), on a copy of the model with
+    sharper attention; the one-process reference does not. micro: the two processes accumulate their
+    update over micro-batches of one prompt (DDP's no_sync, FSDP2's set_requires_gradient_sync(False)
+    for the first; rloo.runtime.distributed.gradient_sync); the one-process reference takes the whole
+    batch in one pass."""
+    model_dir, two = two_process_runs[job]
+    if job == "grouped":
+        calls = [int((two / f"grouped_calls.{r}").read_text()) for r in range(2)]
         assert min(calls) > 0, f"grouped attention did not run in every process: {calls} calls"
-    dist_worker.run(str(tiny_model_dir), str(tmp_path / "one"), ["ddp"])  # WORLD_SIZE unset: one process
-    _assert_same_steps(tiny_model_dir, tmp_path, ("ddp", "fsdp"))
+    dist_worker.run(str(model_dir), str(tmp_path / "one"), ["ddp"])  # WORLD_SIZE unset: one process
+    _assert_same_steps(model_dir, tmp_path / "one", two, ("ddp", "fsdp"))
 
 
-@pytest.mark.equivalence
-@pytest.mark.parametrize(
-    "lag,threads",
-    # the producer case (17 s) in the slow tier: the default suite's budget; its sharding is also
-    # exercised by tests/reliability/test_async_processes.py's torchrun case, which fails on a mismatch
-    [(1, 1), pytest.param(2, 2, marks=pytest.mark.slow)],
-    ids=["lagged-in-process", "producer"],
-)
-def test_two_processes_match_one_at_lag(tiny_model_dir, tmp_path, lag, threads):
-    """rl.max_staleness = N under torchrun: each process samples its share of the global batch with
-    the weights of N updates ago (1 thread: in the process, rloo.rollout.lagged; 2 threads: its own
-    producer process beside it) and the importance-weighted update (eq. A1, 4, A2) is averaged by
-    DDP: the same steps as one process at the same lag, with the same threads."""
-    _torchrun(tiny_model_dir, tmp_path / "two", "ddp", [f"lag={lag}"], threads)
+def _lag_case(tmp_path: Path, model_dir: Path, two: Path, lag: int, threads: int) -> None:
+    """rl.max_staleness = lag: the two processes' run `two` against one process at the same lag."""
     # the lag was real: batch t's is/lag (the mean over the two processes) is min(t, N)
-    lags = [json.loads(line)["is/lag"] for line in (tmp_path / "two" / "ddp" / "metrics.jsonl").open()]
+    lags = [json.loads(line)["is/lag"] for line in (two / "ddp" / "metrics.jsonl").open()]
     assert lags == [min(t, lag) for t in range(3)], lags
     before = torch.get_num_threads()
     torch.set_num_threads(threads)  # the same sampler kind, and thread count, as each of the two processes
     try:
-        dist_worker.run(str(tiny_model_dir), str(tmp_path / "one"), ["ddp"], lag=lag)
+        dist_worker.run(str(model_dir), str(tmp_path / "one"), ["ddp"], lag=lag)
     finally:
         torch.set_num_threads(before)
-    _assert_same_steps(tiny_model_dir, tmp_path, ("ddp",), lag=lag)
+    _assert_same_steps(model_dir, tmp_path / "one", two, ("ddp",), lag=lag)
+
+
+@pytest.mark.equivalence
+@pytest.mark.two_process_jobs("lagged-in-process")
+def test_two_processes_match_one_at_lag(two_process_runs, tmp_path):
+    """rl.max_staleness = N under torchrun: each process samples its share of the global batch with
+    the weights of N updates ago (1 thread: in the process, rloo.rollout.lagged) and the
+    importance-weighted update (eq. A1, 4, A2) is averaged by DDP: the same steps as one process at
+    the same lag, with the same threads."""
+    model_dir, two = two_process_runs["lagged-in-process"]
+    _lag_case(tmp_path, model_dir, two, lag=1, threads=1)
+
+
+@pytest.mark.equivalence
+# the producer case (17 s) in the slow tier: the default suite's budget; its sharding is also
+# exercised by tests/reliability/test_async_processes.py's torchrun case, which fails on a mismatch
+@pytest.mark.slow
+def test_two_processes_match_one_at_lag_with_producers(tiny_model_dir, tmp_path):
+    """As above at N = 2 with 2 threads: each trainer process has its own producer process beside it."""
+    dist_worker.torchrun([{"model": tiny_model_dir, "out": tmp_path / "two", "modes": ["ddp"], "flags": ["lag=2"]}], 2)
+    _lag_case(tmp_path, tiny_model_dir, tmp_path / "two", lag=2, threads=2)
 
 
 def test_shard_keeps_groups_and_global_rows():
@@ -192,16 +159,19 @@ def test_inverse_cdf_sampling_matches_probabilities():
 
 
 @pytest.mark.equivalence
-@pytest.mark.slow  # three launches, 24 s: the one-process exact resume at lag runs in the default suite
+@pytest.mark.slow  # two launches, 24 s: the one-process exact resume at lag runs in the default suite
 def test_resume_at_lag_under_torchrun_is_exact(tiny_model_dir, tmp_path):
     """rl.max_staleness = 2 under torchrun (1 thread: each process lags in itself), a run of 2 steps
     extended to 4 with --resume from its step-2 checkpoint (which holds the older weight versions,
     written by rank 0 and read by both processes) ends with the weights, bit for bit, of a run of 4
     steps that never stopped."""
-    _torchrun(tiny_model_dir, tmp_path / "whole", "ddp", ["lag=2", "steps=4", "save_every=2"])
-    _torchrun(tiny_model_dir, tmp_path / "parts", "ddp", ["lag=2", "steps=2", "save_every=2"])
+
+    def job(out: str, *flags: str) -> dict:
+        return {"model": tiny_model_dir, "out": tmp_path / out, "modes": ["ddp"], "flags": ["lag=2", *flags]}
+
+    dist_worker.torchrun([job("whole", "steps=4", "save_every=2"), job("parts", "steps=2", "save_every=2")])
     assert (tmp_path / "parts" / "ddp" / "checkpoints").is_dir()
-    _torchrun(tiny_model_dir, tmp_path / "parts", "ddp", ["lag=2", "steps=4", "save_every=2", "resume"])
+    dist_worker.torchrun([job("parts", "steps=4", "save_every=2", "resume")])  # a fresh launch resumes
     whole, parts = _params(tmp_path / "whole" / "ddp"), _params(tmp_path / "parts" / "ddp")
     start = load_file(str(tiny_model_dir / "model.safetensors"))
     assert any(not torch.equal(whole[k], start[k]) for k in whole), "the run did not move: proves nothing"

@@ -8,15 +8,13 @@ stays on in the update and the same checks fail (so they can fail).
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-from helpers.tiny_archs import save_tiny_lm, tiny_lm
+from helpers.tiny_archs import tiny_lm
 from rloo import RLConfig, train
 from rloo.config import AlgorithmSettings
 from rloo.modeling.dropout import disable_dropout, has_dropout
@@ -27,11 +25,6 @@ import dropout_dist_worker  # noqa: E402
 
 EPS = torch.finfo(torch.float32).eps
 PROMPTS = ["post : job rent tl;dr :", "post : exam tl;dr :", "post : loan sister car mom tl;dr :", "post : tl;dr :"]
-
-
-@pytest.fixture(scope="module")
-def gpt2_dropout(tmp_path_factory):
-    return save_tiny_lm(tmp_path_factory.mktemp("gpt2d") / "model", "gpt2", dropout=0.1)
 
 
 def _reward(prompts, completions):
@@ -91,37 +84,19 @@ def _step1(run: Path) -> dict:
     return json.loads((run / "metrics.jsonl").read_text().splitlines()[0])
 
 
-def test_two_processes_match_one_with_dropout_in_config(gpt2_dropout, tmp_path):
+@pytest.mark.two_process_jobs("dropout")
+def test_two_processes_match_one_with_dropout_in_config(two_process_runs, gpt2_dropout, tmp_path):
     """Step 1 of tests/equivalence/test_distributed.py's run (same prompts, k, lr) on a GPT-2 with dropout:
     DDP and FSDP over 2 processes give one process's loss and gradient norm. Compared at step 1,
     before AdamW (whose first update is about lr * sign(g)) can turn rounding-level differences of
     near-zero gradient entries into lr-sized weight differences. Tolerance: relative 1e-5, as for
     gradient checkpointing (tests/equivalence/test_checkpointing_shared.py): the same float32 math in another
     order (the plain pass instead of the shared one, an all-reduce of two halves)."""
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2] / "src"), str(HELPERS)]),
-        "OMP_NUM_THREADS": "1",
-    }
-    modes = ["ddp", "fsdp", "ddp-gc"]
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node",
-        "2",
-        "--standalone",  # torchrun binds a free port itself: no window for another process to take it
-        str(HELPERS / "dropout_dist_worker.py"),
-        str(gpt2_dropout),
-        str(tmp_path / "two"),
-        ",".join(modes),
-    ]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    _, runs = two_process_runs["dropout"]  # the tier's one torchrun launch (tests/equivalence/conftest.py)
     dropout_dist_worker.run(str(gpt2_dropout), str(tmp_path / "one"), ["ddp"])
     one = _step1(tmp_path / "one" / "ddp")
     assert one["grad/norm"] > 0
-    for mode in modes:
-        two = _step1(tmp_path / "two" / mode)
+    for mode in ("ddp", "fsdp", "ddp-gc"):
+        two = _step1(runs / mode)
         for key in ("loss/policy", "grad/norm", "reward/score"):
             assert two[key] == pytest.approx(one[key], rel=1e-5, abs=1e-6), (mode, key, two[key], one[key])

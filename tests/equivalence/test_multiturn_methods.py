@@ -16,12 +16,14 @@ same reference over every real token (observations counted) gives another gradie
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 from tests.equivalence.test_multiturn import BETA, PROMPTS, EchoEnv, K, Tok, _plain_logprobs, _rows, spec
 
 from helpers.grads import GradRecorder
-from helpers.tiny_archs import ARCHS, tiny_lm
+from helpers.tiny_archs import arch_per_row, tiny_lm
 from rloo.algorithms.agents import episode_reward
 from rloo.algorithms.base import Models
 from rloo.algorithms.registry import make_algorithm
@@ -86,9 +88,12 @@ def _max_diff(a: dict, b: dict) -> float:
     return max(float((a[n] - b[n]).abs().max()) for n in b)
 
 
-@pytest.mark.parametrize("share", [True, False])
-@pytest.mark.parametrize("method", sorted(REFERENCES))
-@pytest.mark.parametrize("arch", ARCHS)
+# every method with and without the shared prompt, the architectures spread over those rows (6 cases,
+# not 24: only modeling/ depends on the architecture)
+CASES = arch_per_row(list(itertools.product(sorted(REFERENCES), [True, False])))
+
+
+@pytest.mark.parametrize("method,share,arch", CASES)
 def test_episode_gradient_equals_plain_reference(arch, method, share):
     """The step's first gradient on episodes is the reference's over the policy's tokens, and not
     the one that also counts the environment's tokens (so the mask is what the test checks)."""

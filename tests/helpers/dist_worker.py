@@ -111,25 +111,57 @@ def run(
             train(cfg, prompts=PROMPTS, reward_fn=reward_short, resume=resume)
 
 
+def run_job(job: dict) -> None:
+    """One entry of a launch's job list: {"worker": "dist" | "dropout", "model", "out", "modes", "flags"},
+    flags as `torchrun()` takes them (grouped, micro, resume, name=integer settings)."""
+    if job.get("worker", "dist") == "dropout":
+        import dropout_dist_worker
+
+        dropout_dist_worker.run(job["model"], job["out"], job["modes"])
+        return
+    flags = job.get("flags", [])
+    ints = {k: int(v) for k, v in (f.split("=") for f in flags if "=" in f)}
+    lag = ints.pop("lag", 0)
+    run(job["model"], job["out"], job["modes"], "grouped" in flags, "micro" in flags, lag, "resume" in flags, **ints)
+
+
+def torchrun(jobs: list[dict], threads: int = 1) -> None:
+    """The jobs, in order, in ONE `torchrun --nproc_per_node 2` launch (gloo) of this file, `threads`
+    intra-op threads each: a launch costs two interpreters importing torch and rloo and a rendezvous,
+    more than a tiny run, so the suite starts one per world size rather than one per test."""
+    import json
+    import os
+    import subprocess
+    import tempfile
+
+    here = Path(__file__).parent
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(here.parent.parent / "src"), str(here)]),
+        "OMP_NUM_THREADS": str(threads),
+    }
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump([{**j, "model": str(j["model"]), "out": str(j["out"])} for j in jobs], f)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
+    # --standalone: torchrun binds a free port itself, no window for another process to take it
+    cmd += ["--standalone", str(here / "dist_worker.py"), f.name]
+    try:
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    finally:
+        os.unlink(f.name)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
 if __name__ == "__main__":
+    import json
+
     import torch.distributed as dist
 
-    # one process group for both runs: train() joins a group it did not create and leaves it
+    # one process group for every run: train() joins a group it did not create and leaves it
     # alone (re-creating gloo groups back to back in one launch is flaky)
     dist.init_process_group("gloo")
     try:
-        flags = sys.argv[4:]  # grouped, micro, resume, and name=integer settings (lag=, steps=, save_every=)
-        ints = {k: int(v) for k, v in (f.split("=") for f in flags if "=" in f)}
-        lag = ints.pop("lag", 0)
-        run(
-            sys.argv[1],
-            sys.argv[2],
-            sys.argv[3].split(","),
-            "grouped" in flags,
-            "micro" in flags,
-            lag,
-            "resume" in flags,
-            **ints,
-        )
+        for job in json.loads(Path(sys.argv[1]).read_text()):
+            run_job(job)
     finally:
         dist.destroy_process_group()

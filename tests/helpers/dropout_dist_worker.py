@@ -1,10 +1,10 @@
 """Like dist_worker, but ONE step, float32 weights and optional gradient checkpointing: run by
-tests/equivalence/test_dropout.py under torchrun (2 processes) and in-process (the one-process reference).
+tests/equivalence/test_dropout.py under torchrun (2 processes: a job of dist_worker.torchrun's launch)
+and in-process (the one-process reference).
 Modes: ddp, fsdp, ddp-gc, fsdp-gc (gc: gradient_checkpointing=true)."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import dist_worker
@@ -19,13 +19,3 @@ def run(model_dir: str, out_root: str, modes: list[str]) -> None:
             update={"dtype": "float32", "gradient_checkpointing": gc == "gc", "steps": 1}
         )
         train(cfg, prompts=dist_worker.PROMPTS, reward_fn=dist_worker.reward_short)
-
-
-if __name__ == "__main__":
-    import torch.distributed as dist
-
-    dist.init_process_group("gloo")
-    try:
-        run(sys.argv[1], sys.argv[2], sys.argv[3].split(","))
-    finally:
-        dist.destroy_process_group()

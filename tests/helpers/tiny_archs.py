@@ -139,3 +139,12 @@ def seeded_sample(model, ids, mask, *, k: int = 4, max_new_tokens: int = 8, **kw
     return sampler.sample(
         model, ids, mask, max_new_tokens=max_new_tokens, eos_id=EOS, pad_id=PAD, k=k, generator=gen, **kw
     )
+
+
+def arch_per_row(rows: list[tuple]) -> list[tuple]:
+    """Each row of a method-level product with an architecture appended, cycling through ARCHS: every
+    row's maths runs once, every architecture at least once (len(rows) >= len(ARCHS)). Only modeling/
+    depends on the architecture, and its paths are crossed with every other factor in
+    tests/equivalence/test_gradient_matrix.py; a full product with ARCHS ran each method's maths 4 times."""
+    assert len(rows) >= len(ARCHS), "fewer rows than architectures: some would go untested"
+    return [(*row, ARCHS[i % len(ARCHS)]) for i, row in enumerate(rows)]

@@ -109,9 +109,11 @@ def test_matmul_peak_skips_sizes_that_would_outlast_its_budget():
 
 
 def test_bench_times_rloo_at_each_staleness_beside_trl(tmp_path):
-    """`rloo bench staleness=[0,1,2]`: one rloo trainer per max_staleness (its producer in a process of its
+    """`rloo bench staleness=[0,2]`: one rloo trainer per max_staleness (its producer in a process of its
     own), a row and a ratio to TRL for each, and N = 0's step over N > 0's. No timing asserts. TRL runs
-    when installed (the `bench` extra); the rows and N = 0 ratios are checked either way."""
+    when installed (the `bench` extra); the rows and N = 0 ratios are checked either way. N = 1 (a
+    third trainer and producer, a third of this test's time) is benchmarks/gpu_check.py's async_steps
+    timing, whose dry run (tests/integration/test_gpu_check.py) checks its lags of 1."""
     trl = importlib.util.find_spec("trl") is not None
     lines = []
     out = bench_shape(
@@ -127,13 +129,13 @@ def test_bench_times_rloo_at_each_staleness_beside_trl(tmp_path):
         threads=2,
         peak=1e11,
         trainers=["rloo", "trl"] if trl else ["rloo"],
-        staleness=[0, 1, 2],
+        staleness=[0, 2],
         log=lines.append,
     )
     res = out["results"]
-    assert set(res) == {"rloo", "rloo-n1", "rloo-n2"} | ({"trl"} if trl else set())
+    assert set(res) == {"rloo", "rloo-n2"} | ({"trl"} if trl else set())
     assert out["warmup"] == 3  # the queue fills (N_max + 1 steps) before any step is timed
-    for name, n in (("rloo", 0), ("rloo-n1", 1), ("rloo-n2", 2)):
+    for name, n in (("rloo", 0), ("rloo-n2", 2)):
         r = res[name]
         assert r["max_staleness"] == n and len(r["times_s"]) == 2 and r["median_s"] > 0
         if n:  # the batch lags by N updates; the trainer's wait for it is part of the step
@@ -141,9 +143,9 @@ def test_bench_times_rloo_at_each_staleness_beside_trl(tmp_path):
             assert "time/trainer_wait" in r["phases_s"]
             assert out["async_speedups"][name] > 0
     if trl:
-        assert set(out["speedups"]) == {"rloo", "rloo-n1", "rloo-n2"} and out["speedup"] == out["speedups"]["rloo"]
+        assert set(out["speedups"]) == {"rloo", "rloo-n2"} and out["speedup"] == out["speedups"]["rloo"]
         table = bench.format_table({"machine": {}, "matmul_peak_gflops": 1.0, "shapes": [out]})
-        assert all(f"rloo-n{n}" in table and "N=0's step" in table for n in (1, 2))
+        assert "rloo-n2" in table and "N=0's step" in table
     assert len(lines) == len(res) * 5
 
 

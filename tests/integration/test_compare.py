@@ -7,33 +7,13 @@ import time
 
 import pytest
 
+from helpers.tiny import TINY_STUDY
 from rloo.cli import main
 from rloo.config import CompareConfig, PipelineConfig
 from rloo.experiments.compare import METHODS, compare, method_config
 from rloo.experiments.compare_tables import mean_ci
 
-TINY = dict(
-    sft={
-        "num_examples": 64,
-        "epochs": 1,
-        "batch_size": 32,
-        "arch": {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "intermediate_size": 64},
-    },
-    reward={"num_pairs": 64, "eval_pairs": 16, "epochs": 1, "batch_size": 32},
-    rl={
-        "steps": 2,
-        "batch_size": 2,
-        "k": 4,
-        "max_new_tokens": 5,
-        "eval_every": 1,
-        "eval_prompts": 8,
-        "save_every": None,
-        "algo": {"dpo_batch_size": 32},
-    },
-    eval={"num_prompts": 8, "batch_size": 8},
-    variance_batches=2,
-    variance_samples=8,
-)
+TINY = TINY_STUDY  # tests/helpers/tiny.py: the study sizes every tier shares
 
 
 def test_mean_ci_on_numbers():

@@ -8,9 +8,9 @@ import json
 import shutil
 
 import pytest
-from tests.integration.test_compare import TINY
 
 import rloo.experiments.compare as compare_mod
+from helpers.tiny import TINY_STUDY as TINY
 from rloo.config import CompareConfig
 from rloo.errors import RlooError
 from rloo.experiments.compare import compare

@@ -10,9 +10,9 @@ import os
 from types import SimpleNamespace
 
 import yaml
-from tests.integration.test_compare import TINY
 
 import rloo.experiments.compare as compare_mod
+from helpers.tiny import TINY_STUDY as TINY
 from rloo.config import CompareConfig
 from rloo.experiments.compare import compare
 from rloo.experiments.compare_folder import same_settings

@@ -17,6 +17,7 @@ import torch
 import yaml
 
 import rloo
+from helpers.tiny import TINY_STUDY, as_overrides
 from rloo.algorithms import REGISTRY
 from rloo.cli import main
 from rloo.config import METHOD_SPECS
@@ -171,17 +172,21 @@ def test_the_cli_loads_a_method_with_plugin_for_train_and_compare_quick(tiny_mod
     assert train.returncode == 0, train.stderr[-3000:]
     steps = [r for r in _records(tmp_path / "run") if "toy/baseline" in r]
     assert len(steps) == 2 and all(r["toy/baseline"] == 0.5 * r["toy/mean"] for r in steps)
-    # `rloo compare --quick` (its tiny settings) on the plugin's method and its variant, one task, no
-    # variance study; the shared section holds the plugin's own setting
+    # `rloo compare --quick` on the plugin's method and its variant, one task, no variance study, at the
+    # suite's tiny study sizes (explicit settings win over --quick's; --quick's own run took 2 minutes
+    # and is `make test-all`'s test_compare_quick_finishes_within_ten_minutes); the shared section holds
+    # the plugin's own setting
+    tiny = {k: v for k, v in TINY_STUDY.items() if not k.startswith("variance")}
+    tiny["rl"] = {k: v for k, v in tiny["rl"].items() if k != "algorithm_settings"}
     quick = ["--quick", "--plugin", "toy_method", "methods=[toy_pg,toy_pg_k3]", "tasks=[summarize]"]
     quick += ["variance_batches=0", "rl.algorithm_settings.baseline_share=0.25", "output_dir=cmp"]
-    compare = _rloo(["compare", *quick], tmp_path)
+    compare = _rloo(["compare", *quick, *as_overrides(tiny)], tmp_path)
     assert compare.returncode == 0, compare.stderr[-3000:]
     results = json.loads((tmp_path / "cmp" / "report" / "results.json").read_text())["summarize"]
     assert {"toy_pg", "toy_pg_k3"} <= set(results)
     for run, kl in (("toy_pg", "k1"), ("toy_pg_k3", "k3")):
         saved = yaml.safe_load((tmp_path / "cmp" / "runs" / "summarize" / "seed-0" / run / "config.yaml").read_text())
-        assert saved["steps"] == 12 and saved["algorithm"] == "toy_pg"  # --quick's rl.steps
+        assert saved["steps"] == TINY_STUDY["rl"]["steps"] and saved["algorithm"] == "toy_pg"
         assert saved["algorithm_settings"] == {"kl_estimator": kl, "baseline_share": 0.25}
 
 

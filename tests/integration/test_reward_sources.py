@@ -81,6 +81,9 @@ def test_weighted_sum_of_sources():
     assert r(Roll).tolist() == [2 * 2 + 1, 2 * 1 + 1]
     assert r.part_metrics() == {"reward/part/length": 1.5, "reward/part/one": 1.0}
     assert r.score_texts(Roll.prompts, Roll.completions).tolist() == [5.0, 3.0]
+    # a weight on a source after the first (a sum that dropped the later weights passed the lines above)
+    later = WeightedReward({"length": length, "one": one}, {"one": 3.0})
+    assert later(Roll).tolist() == [2 + 3.0, 1 + 3.0]
 
 
 def test_judges(tmp_path, monkeypatch):

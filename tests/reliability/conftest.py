@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from tests.integration.test_compare import TINY
 
+from helpers.tiny import TINY_STUDY as TINY
 from rloo import RLConfig, train
 from rloo.cli import main
 from rloo.config import CompareConfig
@@ -41,7 +41,7 @@ def reference(tiny_model_dir, tmp_path_factory):
 
 
 def tiny_study_config(out, **kw) -> CompareConfig:
-    """`rloo compare` at the tiny settings of tests/integration/test_compare.py: one method, one
+    """`rloo compare` at the suite's tiny study settings (tests/helpers/tiny.py): one method, one
     task, one seed, the gradient variance (so a weak SFT model) included."""
     return CompareConfig(**({"methods": ["rloo"], "tasks": ["summarize"], "seeds": [0], "output_dir": out} | TINY | kw))
 
