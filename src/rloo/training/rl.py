@@ -19,7 +19,7 @@ from rloo.data.chat_turns import chat_frame, end_ids
 from rloo.data.preflight import check_config
 from rloo.data.prompts import PromptStream
 from rloo.envs import EnvSpec
-from rloo.envs.calculator import env_factory
+from rloo.envs.factory import env_factory
 from rloo.errors import RlooError, option
 from rloo.modeling.dropout import maybe_disable_dropout
 from rloo.modeling.loading import enable_gradient_checkpointing, frozen, load_policy, load_reward_model, model_options
