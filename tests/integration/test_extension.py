@@ -18,7 +18,7 @@ import yaml
 
 import rloo
 from helpers.tiny import TINY_STUDY, as_overrides
-from rloo.algorithms import REGISTRY
+from rloo.algorithms import STEPS
 from rloo.cli import main
 from rloo.config import METHOD_SPECS
 
@@ -104,7 +104,7 @@ TRAIN += ["eval.batch_size=4", "save_every=null"]
 def plugin(tmp_path, monkeypatch):
     """Writes a module into a folder on sys.path and imports it; the method table and the registry
     are restored afterwards, so no other test sees what it added."""
-    specs, registry, added = dict(METHOD_SPECS), dict(REGISTRY), []
+    specs, steps, added = dict(METHOD_SPECS), dict(STEPS), []
     monkeypatch.syspath_prepend(str(tmp_path))
 
     def write(name: str, text: str):
@@ -115,8 +115,8 @@ def plugin(tmp_path, monkeypatch):
     yield write
     METHOD_SPECS.clear()
     METHOD_SPECS.update(specs)
-    REGISTRY.clear()
-    REGISTRY.update(registry)
+    STEPS.clear()
+    STEPS.update(steps)
     for name in added:
         sys.modules.pop(name, None)
 

@@ -4,6 +4,7 @@ import collections
 
 import pytest
 
+from rloo.config import TASK_SPECS
 from rloo.tasks import get_task, has_checker
 from rloo.tasks.arithmetic import (
     KINDS,
@@ -73,7 +74,7 @@ def test_task_is_scored_by_its_checker():
     for ex in task.examples("train", 200):
         assert task.gold_score(ex.prompt, ex.reference) == check(ex.prompt, ex.reference)
         assert task.gold_score(ex.prompt, task.ideal_response(ex.prompt)) == 1.0
-    module, fn = task.reward_fn.split(":")
+    module, fn = TASK_SPECS["arithmetic"].checker.split(":")
     assert fn == "reward" and module == "rloo.tasks.arithmetic"
 
 

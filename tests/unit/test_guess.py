@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from rloo.envs import Step, make_env
-from rloo.envs.calculator import env_factory
+from rloo.envs.factory import env_factory
 from rloo.rollout.multiturn import Limits, episodes
 from rloo.tasks import get_task
 from rloo.tasks.guess import (

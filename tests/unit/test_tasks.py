@@ -8,11 +8,13 @@ import random
 import pytest
 from transformers import AutoTokenizer
 
-from rloo.tasks import TASKS, Example, Task, get_task, has_checker, task_stats, win_rate
+from rloo.tasks import Example, Task, get_task, has_checker, plays_episodes, task_stats, tasks, win_rate
 from rloo.tasks.base import DEFAULT_LABEL_TEMPERATURE, SPLITS, sigmoid
 from rloo.tasks.dialogue import BENIGN_TOPICS, HARMFUL_TOPICS, DialogueTask, find_topic
 from rloo.tasks.summarize import SummarizeTask
 from rloo.tasks.tokenizer import build_tokenizer
+
+TASKS = tasks()  # the built-in ones (the task table, rloo.config.TASK_SPECS)
 
 
 @pytest.fixture(params=TASKS)
@@ -21,7 +23,7 @@ def task(request) -> Task:
 
 
 def _graded(name: str) -> bool:
-    return not has_checker(get_task(name)) and not getattr(get_task(name), "has_env", False)
+    return not has_checker(get_task(name)) and not plays_episodes(get_task(name))
 
 
 @pytest.fixture(params=[t for t in TASKS if _graded(t)])

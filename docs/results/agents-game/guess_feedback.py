@@ -16,7 +16,7 @@ import argparse
 import torch
 
 from rloo.envs import make_env
-from rloo.envs.calculator import env_factory
+from rloo.envs.factory import env_factory
 from rloo.modeling.loading import load_policy
 from rloo.rollout.multiturn import Limits, episodes
 from rloo.tasks import get_task

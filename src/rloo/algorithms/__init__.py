@@ -1,7 +1,8 @@
 """The RL methods. Each is an Algorithm (algorithms/base.py): a step plus, when it keeps something
 between batches, a state the checkpoint saves; the loop in rloo.training.loop is shared.
 `make_algorithm(cfg, models)` picks one by `cfg.algorithm` from the registry (algorithms/registry.py);
-`add_method(spec, step)` adds one (its rloo.config.MethodSpec table entry and its step).
+`add_method(spec, step)` adds one (its rloo.config.MethodSpec table entry and its step; a spec that
+names an advantage and a loss of rloo.core.estimators needs no step: algorithms/clipped_group.py).
 DPO is offline: rloo.training.dpo.
 
     algorithm    advantage                                   loss
@@ -17,7 +18,7 @@ DPO is offline: rloo.training.dpo.
 """
 
 from rloo.algorithms.base import Algorithm, Models, Stateless, guarded_step, score_rollout
-from rloo.algorithms.registry import REGISTRY, add_method, make_algorithm, supports_distributed
+from rloo.algorithms.registry import REGISTRY, STEPS, add_method, make_algorithm, supports_distributed
 
 __all__ = [
     "Algorithm",
@@ -26,6 +27,7 @@ __all__ = [
     "guarded_step",
     "score_rollout",
     "REGISTRY",
+    "STEPS",
     "add_method",
     "make_algorithm",
     "supports_distributed",

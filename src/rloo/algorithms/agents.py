@@ -14,6 +14,7 @@ import torch
 from rloo.config import RLConfig
 from rloo.envs import EnvSpec, make_env
 from rloo.errors import EnvError
+from rloo.rollout.capabilities import EpisodeRollout
 from rloo.rollout.multiturn import Limits, Trajectories, episodes
 from rloo.runtime.distributed import unwrap
 
@@ -23,7 +24,7 @@ class EpisodeReward:
     environment reward (N,)."""
 
     def __call__(self, roll) -> torch.Tensor:
-        rewards = getattr(roll, "env_rewards", None)
+        rewards = roll.env_rewards if isinstance(roll, EpisodeRollout) else None
         if rewards is None:
             raise EnvError("episode_reward scores multi-turn episodes only; this rollout has no environment rewards")
         return rewards

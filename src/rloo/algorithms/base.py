@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol, cast
+from typing import Protocol, cast, runtime_checkable
 
 import torch
 from torch import Tensor
@@ -23,11 +23,11 @@ from rloo.modeling.forward import completion_logprobs
 from rloo.modeling.forward_shared import completion_logprobs_shared
 from rloo.rewards import RewardSource
 from rloo.rollout import Rollout
+from rloo.rollout.capabilities import PreScoredRollout, Sampler
 from rloo.runtime.distributed import gradient_sync
 
 # (policy, prompts, rows=None) -> Rollout: vLLM, or the lagged samplers of rl.max_staleness (rows: see
 # rloo.runtime.distributed.Dist.shard)
-Sampler = Callable[..., Rollout]
 
 
 @dataclass
@@ -89,6 +89,21 @@ class Algorithm(Protocol):
     def state_dict(self) -> dict: ...
 
     def load_state_dict(self, state: dict) -> None: ...
+
+
+class ValueModel(Protocol):
+    """A learned value function's trainable parameters and its own optimizer."""
+
+    params: list[torch.nn.Parameter]
+    opt: torch.optim.Optimizer
+
+
+@runtime_checkable
+class LearnsValues(Protocol):
+    """An algorithm that trains a value model beside the policy (ppo, vanilla_pg): the loop's weight
+    guard watches its parameters and optimizer too."""
+
+    value: ValueModel
 
 
 class Stateless:
@@ -167,7 +182,7 @@ def score_rollout(models: Models, roll: Rollout, cfg: RLConfig) -> tuple[Tensor,
     """Reward-source scores (N,) with the truncation penalty applied, and reference log-probs (N,T);
     those the rollout producer computed with `Scoring` where the batch carries them (`scored`)."""
     assert models.scorer is not None, "an online method needs a reward source"
-    scored = getattr(roll, "scored", None)  # rloo.rollout.producer.ScoredRollout
+    scored = roll.scored if isinstance(roll, PreScoredRollout) else None  # rloo.rollout.producer.ScoredRollout
     if scored is not None:
         return scored
     return Scoring(models.scorer, models.ref, cfg)(roll)

@@ -21,6 +21,7 @@ from rloo.core.losses import policy_gradient_loss
 from rloo.errors import EnvError, RewardError
 from rloo.modeling.forward import completion_logprobs
 from rloo.rollout import Rollout, rollout
+from rloo.rollout.capabilities import EpisodeRollout
 from rloo.rollout.multiturn import policy_tokens
 from rloo.rollout.settings import sampling_settings
 from rloo.runtime.distributed import is_wrapped, unwrap
@@ -260,14 +261,14 @@ def rollout_stats(
     return step_stats(roll, scores, kl, rewards, grad_norm, not skipped, roll.group_size) | timer.laps
 
 
-def step_stats(roll, scores, kl, rewards, grad_norm: float, finite: bool, k: int) -> dict[str, float]:
+def step_stats(roll: Rollout, scores, kl, rewards, grad_norm: float, finite: bool, k: int) -> dict[str, float]:
     """The logged numbers of one step besides the loss's own and the phase times; lengths count the
     policy's tokens (a multi-turn episode's tool output is not the policy's), and an episode's
     rollout adds its environment's stats."""
     lengths = policy_tokens(roll).sum(-1).float()
     return (
         group_stats(scores, k)
-        | getattr(roll, "env_stats", {})
+        | (roll.env_stats if isinstance(roll, EpisodeRollout) else {})
         | {
             "reward/score": scored_mean(scores),
             "reward/kl": kl.mean().item(),

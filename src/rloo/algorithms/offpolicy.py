@@ -21,19 +21,12 @@ from torch import Tensor
 
 from rloo.algorithms.base import Models, rollout_logprobs
 from rloo.config import RLConfig
-from rloo.core.advantages import leave_one_out, leave_one_out_valid
+from rloo.core.advantages import loo_advantages
 from rloo.core.importance import importance_weights, kl_outside_loss, weighted_policy_gradient_loss
 from rloo.core.kl import shaped_reward
 from rloo.rollout import Rollout
 
 Stats = dict[str, Tensor]
-
-
-def loo_advantages(rewards: torch.Tensor, valid: torch.Tensor, k: int) -> torch.Tensor:
-    """Eq. 4 on (N,) rewards in groups of k; a None score (valid False) gets 0 and leaves the baselines."""
-    grouped = rewards.view(-1, k)
-    advantages = leave_one_out(grouped) if valid.all() else leave_one_out_valid(grouped, valid.view(-1, k))
-    return advantages.view(-1)
 
 
 def _correction(cfg: RLConfig) -> str:

@@ -1,25 +1,29 @@
-"""One registry: algorithm name (rloo.config.METHOD_SPECS, the method table where the names are
-written) -> how to build it, and whether it may run under torchrun (declared here, by the
-algorithm, so rloo.runtime.distributed never needs to know which methods exist). `add_method` is
-the extension point: one table entry and one step, from any module."""
+"""The steps that train the methods of the table (rloo.config.METHOD_SPECS, where each method is
+declared once): STEPS maps a step's name (MethodSpec.step) to how to build it and whether it may run
+under torchrun (declared here, by the step, so rloo.runtime.distributed never needs to know which
+methods exist). REGISTRY is the table read through STEPS: method name -> its step's Entry.
+
+A method that names an advantage and a loss (rloo.core.estimators) is trained by the shared
+clipped-group step and needs no step of its own. `add_method` is the extension point: one table
+entry, and a step or a build unless it names an advantage and a loss, from any module."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, replace
+from functools import partial
 
 from rloo.algorithms import rloo as rloo_module
 from rloo.algorithms.base import Algorithm, Models, Stateless
-from rloo.algorithms.dr_grpo import dr_grpo_step
-from rloo.algorithms.grpo import grpo_step
+from rloo.algorithms.clipped_group import clipped_group_step
 from rloo.algorithms.ppo import PPO
 from rloo.algorithms.raft import raft_step
 from rloo.algorithms.reinforce import Reinforce
-from rloo.algorithms.reinforce_pp import reinforce_pp_step
 from rloo.algorithms.rloo_ablations import is_plain_rloo, rloo_ablation_step
 from rloo.config import MethodSpec, RLConfig
+from rloo.config.methods import CLIPPED_GROUP, METHOD_SPECS, names
 from rloo.config.methods import add_method as add_spec
-from rloo.config.methods import names
+from rloo.core.estimators import ADVANTAGES, LOSSES
 from rloo.errors import RlooError
 
 
@@ -46,18 +50,61 @@ def _rloo_distributed(cfg: RLConfig) -> bool:
     return is_plain_rloo(cfg)  # at max_staleness > 0 each process samples its share (rloo.rollout.producer)
 
 
-REGISTRY: dict[str, Entry] = {
+def _clipped_group(cfg: RLConfig, models: Models) -> Algorithm:
+    return Stateless(partial(clipped_group_step, METHOD_SPECS[cfg.algorithm]))
+
+
+# by step name; a method's own step is named as the method (MethodSpec.step's default)
+STEPS: dict[str, Entry] = {
     "rloo": Entry(_rloo, distributed=_rloo_distributed),
     "reinforce": Entry(lambda cfg, models: Reinforce(cfg)),
     "vanilla_pg": Entry(lambda cfg, models: PPO(cfg, models, vanilla=True)),
     "ppo": Entry(lambda cfg, models: PPO(cfg, models)),
-    "grpo": Entry(lambda cfg, models: Stateless(grpo_step)),
     "raft": Entry(lambda cfg, models: Stateless(raft_step)),
-    "dr_grpo": Entry(lambda cfg, models: Stateless(dr_grpo_step)),
-    "reinforce_pp": Entry(lambda cfg, models: Stateless(reinforce_pp_step)),
+    CLIPPED_GROUP: Entry(_clipped_group),
 }
-if set(REGISTRY) != set(names(online=True)):  # the table's online methods and the code must be the same
-    raise ImportError(f"algorithm registry {sorted(REGISTRY)} != the method table's {sorted(names(online=True))}")
+
+
+class _Registry(Mapping[str, Entry]):
+    """The online methods of the table, each with its step's Entry (a live view: a method added later
+    is in it)."""
+
+    def __getitem__(self, name: str) -> Entry:
+        spec = METHOD_SPECS.get(name)
+        if spec is None or not spec.online or spec.step not in STEPS:
+            raise KeyError(name)
+        return STEPS[spec.step]  # type: ignore[index]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(n for n in names(online=True) if METHOD_SPECS[n].step in STEPS)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+REGISTRY: Mapping[str, Entry] = _Registry()
+
+
+def check_spec(spec: MethodSpec) -> None:
+    """ValueError unless the spec's step, advantage and loss are registered."""
+    _check_estimators(spec)
+    if spec.step not in STEPS:
+        raise ValueError(f"{spec.name}: no step {spec.step!r} (name an advantage and a loss, or give a step)")
+
+
+def _check_estimators(spec: MethodSpec) -> None:
+    if spec.advantage is not None and spec.advantage not in ADVANTAGES:
+        raise ValueError(f"{spec.name}: no advantage estimator {spec.advantage!r}; registered: {', '.join(ADVANTAGES)}")
+    if spec.loss is not None and spec.loss not in LOSSES:
+        raise ValueError(f"{spec.name}: no loss {spec.loss!r}; registered: {', '.join(LOSSES)}")
+
+
+for _spec in METHOD_SPECS.values():  # the table's online methods and the code must agree, at import
+    if _spec.online:
+        try:
+            check_spec(_spec)
+        except ValueError as e:
+            raise ImportError(f"the method table and rloo.algorithms disagree: {e}") from None
 
 
 def add_method(
@@ -68,21 +115,29 @@ def add_method(
     distributed: Callable[[RLConfig], bool] = _never,
 ) -> None:
     """Add an online method: its table entry (rloo.config.methods.MethodSpec: its own settings,
-    groups, comparison variants) and its code, either a stateless `step(models, opt, prompts, cfg,
-    gen) -> StepResult` or `build(cfg, models) -> Algorithm` (a class with state, as `Reinforce`),
-    which reads its settings as `cfg.algorithm_settings.<key>`. After it, `algorithm=<spec.name>`
-    trains through `rloo train` and `rloo compare` runs it (from the command line: --plugin, the
-    module that calls this)."""
-    if (step is None) == (build is None):
+    groups, comparison variants) and its code: either nothing, when the spec names an advantage and
+    a loss (rloo.core.estimators; the shared clipped-group step trains it), or a stateless
+    `step(models, opt, prompts, cfg, gen) -> StepResult`, or `build(cfg, models) -> Algorithm` (a
+    class with state, as `Reinforce`), which reads its settings as `cfg.algorithm_settings.<key>`.
+    After it, `algorithm=<spec.name>` trains through `rloo train` and `rloo compare` runs it (from
+    the command line: --plugin, the module that calls this)."""
+    if step is not None and build is not None:
         raise ValueError("add_method takes a step or a build, not both")
     if not spec.online:
         raise ValueError(f"{spec.name}: add_method adds online methods (offline ones need their own loop)")
-    if build is None:
-        assert step is not None
-        stateless = step
-        build = lambda cfg, models: Stateless(stateless)  # noqa: E731
+    if spec.name == CLIPPED_GROUP:
+        raise ValueError(f"{CLIPPED_GROUP!r} names the shared step; choose another name")
+    if step is not None or build is not None:
+        if build is None:
+            assert step is not None
+            stateless = step
+            build = lambda cfg, models: Stateless(stateless)  # noqa: E731
+        _check_estimators(spec)
+        add_spec(replace(spec, step=spec.name))  # its own step, whatever advantage and loss it names
+        STEPS[spec.name] = Entry(build, distributed)
+        return
+    check_spec(spec)
     add_spec(spec)
-    REGISTRY[spec.name] = Entry(build, distributed)
 
 
 def make_algorithm(cfg: RLConfig, models: Models) -> Algorithm:

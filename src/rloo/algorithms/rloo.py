@@ -23,9 +23,9 @@ from rloo.algorithms.common import (
     step_stats,
     update_logprobs,
 )
-from rloo.algorithms.offpolicy import loo_advantages, off_policy_loss
+from rloo.algorithms.offpolicy import off_policy_loss
 from rloo.config import RLConfig
-from rloo.core.advantages import unscored
+from rloo.core.advantages import loo_advantages, unscored
 from rloo.core.kl import shaped_reward
 from rloo.rollout.multiturn import policy_tokens
 

@@ -5,6 +5,8 @@ use it. `from rloo.config import RLConfig` is the stable import path; the module
     base.py      Strict, the base of every section (unknown keys and bad values: one-line ConfigError;
                  inf/nan and bool/str -> number are errors), the tracker names of report_to
     confcheck.py reading YAML (duplicate keys, binary files) and the no-coercion check of Strict
+    tasks.py     the task table (a TaskSpec per task: its class, checker, environment, pipeline
+                 defaults); every list of tasks is derived from it
     methods.py   the method table (a MethodSpec per method: its settings model, groups, comparison
                  variants); every list of methods is derived from it
     method_settings.py  the built-in methods' own settings, and AlgorithmSettings (every built-in key: the
@@ -17,7 +19,7 @@ use it. `from rloo.config import RLConfig` is the stable import path; the module
     loading.py   YAML + key=value overrides -> a config; one-line errors; --help-config
 """
 
-from rloo.config.agents import ENV_TASKS, EnvSettings
+from rloo.config.agents import EnvSettings
 from rloo.config.base import MAX_BETA, MAX_GRAD_NORM, MAX_LR, TRACKERS, Strict, normalize_report_to
 from rloo.config.dataset import FIELDS, DatasetSettings
 from rloo.config.loading import (
@@ -36,7 +38,6 @@ from rloo.config.sections import (
     GROUP_ALGORITHMS,
     OFFLINE_ALGORITHMS,
     ONLINE_ALGORITHMS,
-    TASK_NAMES,
     Algorithm,
     ArchConfig,
     EvalSettings,
@@ -46,8 +47,6 @@ from rloo.config.sections import (
     SFTSettings,
 )
 from rloo.config.stages import (
-    CHECKER_TASKS,
-    TASK_PIPELINE_DEFAULTS,
     EvalConfig,
     PipelineConfig,
     PipelineRewardSettings,
@@ -55,11 +54,11 @@ from rloo.config.stages import (
     RLConfig,
     SFTConfig,
 )
+from rloo.config.tasks import DEFAULT_TASK, TASK_SPECS, TaskSpec, add_task
 from rloo.config.tools import COMPARE_METHODS, BenchConfig, CompareConfig
 
 __all__ = [
     "ProduceConfig",
-    "ENV_TASKS",
     "EnvSettings",
     "Strict",
     "MAX_BETA",
@@ -79,9 +78,10 @@ __all__ = [
     "GROUP_ALGORITHMS",
     "OFFLINE_ALGORITHMS",
     "ONLINE_ALGORITHMS",
-    "TASK_NAMES",
-    "CHECKER_TASKS",
-    "TASK_PIPELINE_DEFAULTS",
+    "DEFAULT_TASK",
+    "TASK_SPECS",
+    "TaskSpec",
+    "add_task",
     "Algorithm",
     "AlgorithmSettings",
     "ArchConfig",

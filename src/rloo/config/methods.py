@@ -62,9 +62,19 @@ class MethodSpec:
     multi_turn: bool = False  # trains on env= episodes with the policy-token mask (docs/agents.md)
     tuned: tuple[str, str] = ("lr", "beta")  # the (learning rate, KL coefficient) `rloo compare` tunes
     variants: dict[str, dict] = field(default_factory=dict)  # more `rloo compare` runs: name -> rl overrides
+    # its advantage estimator and policy loss, by their names in rloo.core.estimators (ADVANTAGES,
+    # LOSSES); with both named and no step of its own, the shared clipped-group step trains it
+    advantage: str | None = None
+    loss: str | None = None
+    # the step that trains it, by its name in rloo.algorithms.registry.STEPS: by default CLIPPED_GROUP
+    # when advantage and loss are named, else its own name (a step of its own, as rloo's or ppo's)
+    step: str | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "settings", as_settings_model(self.name, self.settings))
+        if self.step is None:
+            shared = self.advantage is not None and self.loss is not None
+            object.__setattr__(self, "step", CLIPPED_GROUP if shared else self.name)
 
     @property
     def settings_model(self) -> type[Strict]:
@@ -80,6 +90,7 @@ class MethodSpec:
 
 
 _GROUP = "{} needs k >= 2 samples per prompt ({})"
+CLIPPED_GROUP = "clipped_group"  # the shared step of the methods that name an advantage and a loss
 
 METHOD_SPECS: dict[str, MethodSpec] = {
     s.name: s
@@ -122,6 +133,8 @@ METHOD_SPECS: dict[str, MethodSpec] = {
             several_updates=True,
             off_policy=True,
             multi_turn=True,
+            advantage="group_normalized",
+            loss="clip_k3",
         ),
         MethodSpec("raft", "", KLEstimatorSettings, off_policy=True, importance=False, multi_turn=True),
         MethodSpec(
@@ -139,9 +152,18 @@ METHOD_SPECS: dict[str, MethodSpec] = {
             unscored=True,
             several_updates=True,
             off_policy=True,
+            advantage="group_mean",
+            loss="clip_k3_constant_length",
         ),
         MethodSpec(
-            "reinforce_pp", "batch-level baseline", GRPOSettings, unscored=True, several_updates=True, off_policy=True
+            "reinforce_pp",
+            "batch-level baseline",
+            GRPOSettings,
+            unscored=True,
+            several_updates=True,
+            off_policy=True,
+            advantage="batch_whitened_returns",
+            loss="clip",
         ),
     )
 }

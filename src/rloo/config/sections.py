@@ -40,8 +40,6 @@ from rloo.config.method_choice import MethodChoice
 from rloo.config.methods import METHOD_SPECS, names
 from rloo.config.offpolicy import check_off_policy
 
-TASK_NAMES = ("summarize", "dialogue", "arithmetic", "calculator", "guess")
-
 
 class ArchConfig(Strict):
     """Shape of the small Llama built from scratch when no model path is given."""

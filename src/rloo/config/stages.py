@@ -7,40 +7,14 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from rloo.config.agents import ENV_PIPELINE_DEFAULTS, ENV_TASKS, EnvSettings
+from rloo.config.agents import EnvSettings
 from rloo.config.base import Strict, check_device_name, normalize_report_to, refuse_float16
 from rloo.config.dataset import DatasetSettings
 from rloo.config.generation import check_rl_generation
 from rloo.config.method_choice import shared_settings
 from rloo.config.methods import METHOD_SPECS, capable, one_of, why_not_multi_turn
 from rloo.config.sections import EvalSettings, RewardSettings, RLSettings, SFTSettings
-
-CHECKER_TASKS: dict[str, str] = {"arithmetic": "rloo.tasks.arithmetic:reward"}
-"""Tasks scored by a checker, and the checker as a reward_fn: no reward model, the checker is the
-reward and the gold judge, and evaluation reports pass@k (rloo.tasks.arithmetic)."""
-
-# `rloo pipeline task=arithmetic` defaults, laid under the user's settings (PipelineConfig):
-# longer SFT (the model has to learn to add, not only a format), no reward model, responses up to 24
-# tokens (a worked chain is 17), beta = 0 (the checker cannot be over-optimized; the KL is logged),
-# k = 8 so that fewer groups are all right or all wrong, pass@k on 200 distinct held-out problems.
-TASK_PIPELINE_DEFAULTS: dict[str, dict] = {
-    "arithmetic": {
-        "max_response_tokens": 24,
-        "sft": {"epochs": 12},
-        "rl": {
-            "k": 8,
-            "batch_size": 16,
-            "beta": 0.0,
-            "lr": 1e-4,
-            "steps": 250,
-            "max_new_tokens": 24,
-            "eval_every": 50,
-            "eval_prompts": 64,
-        },
-        "eval": {"num_prompts": 200, "pass_samples": 16},
-    },
-    **ENV_PIPELINE_DEFAULTS,  # calculator, guess: tasks played as episodes (config/agents.py)
-}
+from rloo.config.tasks import DEFAULT_TASK, TASK_SPECS, check_task, described_tasks, episode_tasks
 
 
 def _under(base: dict, extra: dict) -> dict:
@@ -52,8 +26,8 @@ def _under(base: dict, extra: dict) -> dict:
 
 
 class _Run(Strict):
-    task: Literal["summarize", "dialogue", "arithmetic", "calculator", "guess"] = Field(
-        default="summarize", description="Built-in task."
+    task: str = Field(
+        default=DEFAULT_TASK, description="Built-in task (rloo.config.TASK_SPECS): " + described_tasks() + "."
     )
     seed: int = Field(default=0, description="Seeds data, initialization and sampling.")
     output_dir: Path = Field(default=Path("runs/default"), description="Where everything of this run is written.")
@@ -84,6 +58,7 @@ class _Run(Strict):
         return v
 
     _device = field_validator("device")(classmethod(lambda cls, v: check_device_name(v)))
+    _task = field_validator("task")(classmethod(lambda cls, v: check_task(v)))
 
     @field_validator("dtype")
     @classmethod
@@ -118,7 +93,9 @@ class RLConfig(_Run, RLSettings):
     env: str | None = Field(
         default=None,
         description="Train on multi-turn episodes of an environment (docs/agents.md): a built-in one "
-        "(calculator, guess) or your class `path/to/file.py:Class` / `module:Class`, called with the tokenizer; "
+        "("
+        + ", ".join(episode_tasks())
+        + ") or your class `path/to/file.py:Class` / `module:Class`, called with the tokenizer; "
         "the environment gives the reward (the methods whose MethodSpec sets multi_turn, docs/agents.md).",
     )
     env_settings: EnvSettings = Field(default_factory=EnvSettings, description="Limits of one episode (with env).")
@@ -188,7 +165,8 @@ class PipelineConfig(_Run):
     rl: PipelineRLSettings = Field(default_factory=PipelineRLSettings)
     eval: EvalSettings = Field(default_factory=EvalSettings)
     env_settings: EnvSettings = Field(
-        default_factory=EnvSettings, description="Limits of one episode (tasks played as episodes: calculator, guess)."
+        default_factory=EnvSettings,
+        description="Limits of one episode (tasks played as episodes: " + ", ".join(episode_tasks()) + ").",
     )
 
     @field_validator("rl", mode="before")
@@ -218,15 +196,16 @@ class PipelineConfig(_Run):
     @model_validator(mode="before")
     @classmethod
     def _task_defaults(cls, data: Any) -> Any:
-        """A task's own defaults (TASK_PIPELINE_DEFAULTS, e.g. arithmetic's) under the given values."""
-        if not isinstance(data, dict) or data.get("task") not in TASK_PIPELINE_DEFAULTS:
+        """A task's own defaults (TaskSpec.pipeline, e.g. arithmetic's) under the given values."""
+        if not isinstance(data, dict) or data.get("task") not in TASK_SPECS:
             return data
-        return _under(TASK_PIPELINE_DEFAULTS[data["task"]], data)
+        return _under(TASK_SPECS[data["task"]].pipeline, data)
 
     def trains_reward_model(self) -> bool:
         """Whether the pipeline has a reward-model stage: not for a checker task, nor when rl.reward_fn
         is the only reward (no reward.dataset and no 'reward_model' weight asking for one)."""
-        if self.task in CHECKER_TASKS or self.task in ENV_TASKS:
+        spec = TASK_SPECS[self.task]
+        if spec.checker is not None or spec.env is not None:
             return False
         return self.rl.reward_fn is None or self.reward.dataset is not None or "reward_model" in self.rl.reward_weights
 
@@ -281,11 +260,12 @@ class PipelineConfig(_Run):
 
     def _rewards(self) -> dict[str, Any]:
         """The RL stage's reward sources: a checker task's checker, rl.reward_fn, the reward model."""
-        if self.task in ENV_TASKS:  # the environment gives the reward
+        spec = TASK_SPECS[self.task]
+        if spec.env is not None:  # the environment gives the reward
             return {"env": self.task, "env_settings": self.env_settings, "reward_fn": None, "reward_model": None}
         reward: dict[str, Any] = {"reward_fn": self.rl.reward_fn, "reward_model": None}
-        if self.task in CHECKER_TASKS and self.rl.reward_fn is None:
-            reward["reward_fn"] = CHECKER_TASKS[self.task]  # the checker is the reward
+        if spec.checker is not None and self.rl.reward_fn is None:
+            reward["reward_fn"] = spec.checker  # the checker is the reward
         if self.trains_reward_model():
             reward["reward_model"] = str(self.output_dir / "reward" / "model")
         return reward

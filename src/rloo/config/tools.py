@@ -11,7 +11,7 @@ from rloo.config.agents import episode_default_methods, episode_study_refusal
 from rloo.config.base import MAX_BETA, MAX_LR, Strict, check_device_name, refuse_float16
 from rloo.config.methods import compare_variants, one_of, several_updates_variants, spec_of_variant
 from rloo.config.sections import EvalSettings, RewardSettings, SFTSettings, SharedRLSettings
-from rloo.config.stages import CHECKER_TASKS
+from rloo.config.tasks import TASK_SPECS, check_task, episode_tasks
 
 
 class BenchConfig(Strict):
@@ -173,10 +173,14 @@ class CompareConfig(Strict):
         description="Methods to compare: " + ", ".join(COMPARE_METHODS) + " (default: all; for episode tasks the "
         "methods that train on episodes, docs/agents.md).",
     )
-    tasks: list[Literal["summarize", "dialogue", "arithmetic", "calculator", "guess"]] = Field(
-        default=["summarize", "dialogue"],
-        description="Built-in tasks: text tasks, or tasks played as episodes (calculator, guess; not both in one "
-        "study; docs/compare.md).",
+    tasks: list[str] = Field(
+        # the tasks judged by a reward model (no checker, no environment): summarize and dialogue
+        default_factory=lambda: [n for n, s in TASK_SPECS.items() if s.checker is None and s.env is None],
+        description="Built-in tasks ("
+        + ", ".join(TASK_SPECS)
+        + "): text tasks, or tasks played as episodes ("
+        + ", ".join(episode_tasks())
+        + "; not both in one study; docs/compare.md).",
     )
     seeds: list[int] = Field(
         default=[0, 1, 2], description="One SFT model, reward model and run of each method per seed."
@@ -234,6 +238,11 @@ class CompareConfig(Strict):
             raise ValueError(f"unknown method(s) {bad}; choose from {', '.join(known)}")
         return v
 
+    @field_validator("tasks")
+    @classmethod
+    def _known_tasks(cls, v: list[str]) -> list[str]:
+        return [check_task(t) for t in v]
+
     @field_validator("equal_kl", "equal_compute")
     @classmethod
     def _positive(cls, v: list[float]) -> list[float]:
@@ -270,7 +279,7 @@ class CompareConfig(Strict):
 
     @model_validator(mode="after")
     def _offline_needs_pairs(self):
-        checked = [t for t in self.tasks if t in CHECKER_TASKS]
+        checked = [t for t in self.tasks if TASK_SPECS[t].checker is not None]
         offline = [m for m in self.methods if not spec_of_variant(m).online]
         if offline and checked:
             raise ValueError(

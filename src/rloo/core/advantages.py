@@ -187,6 +187,14 @@ def leave_one_out_valid(rewards: Tensor, valid: Tensor) -> Tensor:
     return torch.where(valid & (others > 0), r - baseline, torch.zeros_like(r))
 
 
+def loo_advantages(rewards: Tensor, valid: Tensor, k: int) -> Tensor:
+    """Eq. 4 on (N,) rewards in rows of groups of k -> (N,); a None score (valid False) gets 0 and leaves
+    the baselines (``leave_one_out_valid``), else ``leave_one_out``."""
+    grouped = rewards.view(-1, k)
+    advantages = leave_one_out(grouped) if valid.all() else leave_one_out_valid(grouped, valid.view(-1, k))
+    return advantages.view(-1)
+
+
 def group_mean_advantages(rewards: Tensor, valid: Tensor | None = None) -> Tensor:
     """Dr. GRPO advantages (Liu et al. 2025, "Understanding R1-Zero-Like Training: A Critical
     Perspective", sec. 3.2): A_i = R_i - mean of its group, *without* GRPO's division by the

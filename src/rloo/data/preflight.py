@@ -13,9 +13,8 @@ import os
 from pathlib import Path
 
 from rloo.config import (
-    CHECKER_TASKS,
-    ENV_TASKS,
     METHOD_SPECS,
+    TASK_SPECS,
     EvalConfig,
     PipelineConfig,
     RewardConfig,
@@ -23,6 +22,7 @@ from rloo.config import (
     SFTConfig,
     normalize_report_to,
 )
+from rloo.config.tasks import episode_tasks
 from rloo.data.datasets import read_records
 from rloo.data.split import check_sides, eval_records, split_records, train_eval_records, train_records
 from rloo.errors import ConfigError, RlooError
@@ -116,7 +116,7 @@ def _check_sizes(cfg) -> None:
         check_memory(
             shape, cfg.device, f"{rl_keys} = {rl.batch_size} x {rl.k}", -(-rl.batch_size * rl.k // world), tokens, True
         )
-    if cfg.task in CHECKER_TASKS:  # pass@k samples pass_samples per problem at once
+    if TASK_SPECS[cfg.task].checker is not None:  # pass@k samples pass_samples per problem at once
         key = ev_keys.replace("batch_size", "pass_samples")
         check_memory(shape, cfg.device, f"{key}={ev.pass_samples}", max(ev.batch_size, ev.pass_samples), tokens, False)
 
@@ -146,7 +146,7 @@ def _looks_like_file(split: str) -> bool:
 
 def _check_reward_source(cfg, reward_fn) -> None:
     if getattr(cfg, "env", None) is not None:  # the environment is the reward: its class must load
-        if cfg.env not in ENV_TASKS:
+        if cfg.env not in episode_tasks():  # a built-in one is a task's (TaskSpec.env)
             load_callable(cfg.env, "environment")
         return
     specs = [cfg.reward_fn] if isinstance(cfg.reward_fn, str) else list(cfg.reward_fn or [])

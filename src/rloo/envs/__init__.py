@@ -1,4 +1,5 @@
-"""Multi-turn environments: the episode protocol, tools, and loading a user's environment class.
+"""Multi-turn environments: the episode protocol, tools, the built-in ones (each a task's, named in
+the task table) and loading a user's environment class (factory.py).
 
 An environment is a reward source that also answers with observations (docs/agents.md). It sits
 beside `rewards/`; the multi-turn sampler (rloo.rollout.multiturn) drives it and the algorithms
@@ -18,6 +19,7 @@ from rloo.envs.base import (
     stop_ids,
     turn_text,
 )
+from rloo.envs.factory import env_factory
 from rloo.envs.tools import ToolEnv, call_tool, parse_call
 
 __all__ = [
@@ -31,6 +33,7 @@ __all__ = [
     "call_tool",
     "checked_reset",
     "checked_step",
+    "env_factory",
     "make_env",
     "parse_call",
     "stop_ids",

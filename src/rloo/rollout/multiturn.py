@@ -30,6 +30,7 @@ from rloo.data.chat_turns import ChatFrame
 from rloo.data.collate import position_ids
 from rloo.modeling.forward import lm_logits
 from rloo.modeling.kvcache import append_columns, cache_kwarg, prefill_prompts, row_cache
+from rloo.rollout.capabilities import EpisodeRollout
 from rloo.rollout.draw import _next_token, uniforms
 from rloo.rollout.episode_steps import Episode, Limits, answer, block, compact
 from rloo.rollout.sampler import Rollout, _decoding_cache
@@ -52,7 +53,7 @@ class Trajectories(Rollout):
 
 def policy_tokens(roll: Rollout) -> Tensor:
     """The tokens a step trains on (N,T): the policy's in a multi-turn rollout, else the completion's."""
-    mask = getattr(roll, "policy_mask", None)
+    mask = roll.policy_mask if isinstance(roll, EpisodeRollout) else None
     return roll.completion_mask if mask is None else mask
 
 

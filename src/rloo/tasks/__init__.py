@@ -13,6 +13,8 @@ of policy responses against the references, judged by the gold judge.
 
 from __future__ import annotations
 
+from rloo.config.tasks import DEFAULT_TASK, TASK_SPECS, TaskSpec, check_task, task_names
+from rloo.runtime.user_code import load_callable
 from rloo.tasks.arithmetic import ArithmeticTask
 from rloo.tasks.base import (
     DEFAULT_LABEL_TEMPERATURE,
@@ -27,41 +29,43 @@ from rloo.tasks.dialogue import DialogueTask
 from rloo.tasks.guess import GuessTask
 from rloo.tasks.summarize import SummarizeTask
 
-TASKS: tuple[str, ...] = ("summarize", "dialogue", "arithmetic", "calculator", "guess")
+
+def get_task(name: str = DEFAULT_TASK) -> Task:
+    """A fresh task by name, built from its class in the task table (rloo.config.TASK_SPECS; tasks are
+    stateless, so instances are interchangeable)."""
+    spec = TASK_SPECS[check_task(name)]
+    cls = load_callable(spec.task, f"task {name}'s class") if isinstance(spec.task, str) else spec.task
+    return cls()
 
 
-def get_task(name: str = "summarize") -> Task:
-    """A fresh task by name (tasks are stateless, so instances are interchangeable)."""
-    if name == "summarize":
-        return SummarizeTask()
-    if name == "dialogue":
-        return DialogueTask()
-    if name == "arithmetic":
-        return ArithmeticTask()
-    if name == "calculator":
-        return CalculatorTask()
-    if name == "guess":
-        return GuessTask()
-    raise ValueError(f"unknown task {name!r}; available: {', '.join(TASKS)}")
+def _spec(task) -> TaskSpec | None:
+    return TASK_SPECS.get(getattr(task, "name", ""))
 
 
 def has_checker(task) -> bool:
-    """Whether a task is scored by a checker (reward = checker, no reward model, pass@k eval)."""
-    return bool(getattr(task, "has_checker", False))
+    """Whether a task's gold judge is a checker (1 solved, 0 not: pass@k eval; TaskSpec.judge)."""
+    spec = _spec(task)
+    return spec is not None and spec.judge == "checker"
 
 
 def plays_episodes(task) -> bool:
-    """Whether a task is played as multi-turn episodes with its environment (calculator, guess): the
+    """Whether a task is played as multi-turn episodes with its environment (TaskSpec.env): the
     environment gives the reward (no reward model), and the task is judged by its success rate over
     episodes (rloo.eval.episodes), not by a win rate of single completions."""
-    return bool(getattr(task, "has_env", False))
+    spec = _spec(task)
+    return spec is not None and spec.env is not None
+
+
+def tasks() -> tuple[str, ...]:
+    """The tasks' names in table order (a task added by add_task included)."""
+    return task_names()
 
 
 __all__ = [
     "ArithmeticTask",
+    "CalculatorTask",
     "DEFAULT_LABEL_TEMPERATURE",
     "SPLITS",
-    "TASKS",
     "DialogueTask",
     "GuessTask",
     "Example",
@@ -71,5 +75,6 @@ __all__ = [
     "has_checker",
     "plays_episodes",
     "task_stats",
+    "tasks",
     "win_rate",
 ]

@@ -32,7 +32,6 @@ from collections.abc import Sequence
 from functools import lru_cache
 from itertools import product
 
-from rloo.config import CHECKER_TASKS, TASK_PIPELINE_DEFAULTS
 from rloo.tasks.base import Example, SyntheticTask, check_split, stable_hash
 
 DIGITS: tuple[str, ...] = tuple("0123456789")
@@ -42,9 +41,6 @@ SCAFFOLD: tuple[str, ...] = ("q", ":", "=", ANSWER)
 
 KINDS: dict[str, float] = {"add1": 0.25, "add2": 0.35, "mul": 0.20, "chain": 0.20}
 EVAL_BUCKETS = 10  # a problem is held out for eval when stable_hash(expression) % EVAL_BUCKETS == 0
-
-# `rloo pipeline task=arithmetic` defaults: written in the config layer (rloo.config.stages).
-PIPELINE_DEFAULTS: dict = TASK_PIPELINE_DEFAULTS["arithmetic"]
 
 # Reference generator: probability that a reference's final answer is wrong, per kind (the harder,
 # the more often), and that it shows its work.
@@ -206,9 +202,6 @@ class ArithmeticTask(SyntheticTask):
     name = "arithmetic"
     max_prompt_words = 2 + 7 + 1  # "q :" + the longest expression (2-digit + 1-digit, or a chain) + "="
     max_response_words = 20
-    has_checker = True
-    reward_fn = CHECKER_TASKS["arithmetic"]
-    pipeline_defaults = PIPELINE_DEFAULTS
 
     def sample_prompt(self, rng: random.Random, held_out: bool) -> str:
         kinds, weights = zip(*KINDS.items(), strict=False)

@@ -60,8 +60,6 @@ class CalculatorTask(SyntheticTask):
     name = "calculator"
     max_prompt_words = 2 + 6 + 1
     max_response_words = 9 + 4 + 4  # call ... end, out + 3 digits, ans + 3 digits
-    has_checker = True
-    has_env = True
     success_threshold = 1.0  # the checker's right answer (rloo.eval.episodes)
 
     def sample_prompt(self, rng: random.Random, held_out: bool) -> str:

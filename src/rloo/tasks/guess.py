@@ -109,8 +109,6 @@ class GuessTask(SyntheticTask):
     name = "guess"
     max_prompt_words = 6
     max_response_words = 3 * GUESS_TURNS
-    has_checker = False
-    has_env = True
     success_threshold = 1e-9  # a won game scores > 0 (rloo.eval.episodes)
 
     def sample_prompt(self, rng: random.Random, held_out: bool) -> str:

@@ -20,6 +20,7 @@ from rloo.errors import Interrupted, NonFiniteError, RewardError, RlooError, how
 from rloo.eval.plots import plot_training
 from rloo.modeling.loading import save_pretrained_atomic
 from rloo.modeling.lora import for_saving
+from rloo.rollout.capabilities import ReportsMetrics
 from rloo.runtime.checkpoint import Checkpointer
 from rloo.runtime.distributed import unwrap
 from rloo.runtime.paramguard import ParamGuard
@@ -88,7 +89,9 @@ def loop(cfg, dist, models, state: LoopState, eval_set, start: int) -> RLResult:
                 except RlooError as e:  # raised before the update, so `pre` still matches the weights
                     raise _failed_step(ck, pre, step + 1, e) from e
                 checked = check_update(state.param_guard, dist, result.skipped)
-                parts = scorer.part_metrics() | getattr(models.sampler, "part_metrics", dict)()
+                parts = scorer.part_metrics() | (
+                    models.sampler.part_metrics() if isinstance(models.sampler, ReportsMetrics) else {}
+                )
                 result.stats = dist.mean_metrics(result.stats | checked | parts)
                 if models.sampler is not None:  # keep vLLM's copy of the weights on-policy
                     models.sampler.sync(unwrap(models.policy))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import time
 
-from rloo.config import ENV_TASKS, PipelineConfig
+from rloo.config import TASK_SPECS, PipelineConfig
 from rloo.data.preflight import check_config
 from rloo.data.split import eval_records
 from rloo.errors import pipeline_rerun, rerun_continues
@@ -43,7 +43,7 @@ def _pipeline(cfg: PipelineConfig, overwrite: bool) -> dict:
     say(f"[1/4] SFT of {cfg.model or 'a small Llama'} on {data} -> {sft_cfg.output_dir}")
     sft(sft_cfg, overwrite=True)
     times["sft"], t = time.perf_counter() - t, time.perf_counter()
-    if cfg.task in ENV_TASKS:
+    if TASK_SPECS[cfg.task].env is not None:
         return _episodes_pipeline(cfg, rl_cfg, ev_cfg, out, times, t)
     if not cfg.trains_reward_model():
         whose = f"{cfg.task}'s checker" if cfg.rl.reward_fn is None else "rl.reward_fn"

@@ -13,19 +13,20 @@ import torch
 
 from rloo.algorithms import make_algorithm, supports_distributed
 from rloo.algorithms.agents import episode_reward, sample_episodes
-from rloo.algorithms.base import Models, Scoring
+from rloo.algorithms.base import LearnsValues, Models, Scoring
 from rloo.config import OFFLINE_ALGORITHMS, RLConfig, upgrade_saved_config
 from rloo.data.chat_turns import chat_frame, end_ids
 from rloo.data.preflight import check_config
 from rloo.data.prompts import PromptStream
 from rloo.envs import EnvSpec
-from rloo.envs.calculator import env_factory
+from rloo.envs.factory import env_factory
 from rloo.errors import RlooError, option
 from rloo.modeling.dropout import maybe_disable_dropout
 from rloo.modeling.loading import enable_gradient_checkpointing, frozen, load_policy, load_reward_model, model_options
 from rloo.modeling.lora import AdapterDisabled, add_lora
 from rloo.rewards import build_reward
 from rloo.rollout import rollout
+from rloo.rollout.capabilities import Closable
 from rloo.rollout.decoding import off_policy_note
 from rloo.rollout.producer import stale_sampler
 from rloo.rollout.settings import decoding, sampling_settings
@@ -122,7 +123,7 @@ def _train(cfg, dist, prompts, reward_fn, resume, overwrite) -> RLResult:
     sched = warmup_constant(opt, cfg.warmup_steps)
     algo = make_algorithm(cfg, models)  # the method's step, and its state (value model, baseline)
     writes, skip_note = dist.checkpoint_role()
-    value = getattr(algo, "value", None)  # ppo/vanilla_pg: the value model is guarded with the policy
+    value = algo.value if isinstance(algo, LearnsValues) else None  # guarded with the policy
     # the starting norm comes from the checkpoint when resuming (the loaded weights are not the start)
     param_guard = ParamGuard(
         [*models.policy.parameters(), *(value.params if value is not None else [])],
@@ -164,7 +165,7 @@ def _train(cfg, dist, prompts, reward_fn, resume, overwrite) -> RLResult:
     try:
         return loop(cfg, dist, models, LoopState(algo, opt, sched, gen, stream, ck, param_guard), eval_set, start)
     finally:
-        if hasattr(models.sampler, "close"):  # the rollout producer's process ends with the run
+        if isinstance(models.sampler, Closable):  # the rollout producer's process ends with the run
             models.sampler.close()
 
 

@@ -1,0 +1,54 @@
+"""What a generation backend and a rollout may offer beyond the required, as protocols: the loop and
+the steps ask `isinstance(x, Protocol)` (a run-time check of the members) instead of guessing with
+getattr, and the type checker holds each implementation to the signatures written here."""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+import torch
+from torch import Tensor
+
+from rloo.rollout.sampler import Rollout
+
+
+class Sampler(Protocol):
+    """A generation backend (rloo.rollout.vllm, the asynchronous producer, its in-process lag): K
+    completions per prompt in the layout of rloo.rollout.sampler, and a copy of the trained weights
+    taken after each step. `rows`: this process's rows of the global batch under torchrun."""
+
+    def __call__(self, policy: torch.nn.Module, prompts: list[str], rows=None) -> Rollout: ...
+
+    def sync(self, policy: torch.nn.Module) -> None: ...
+
+
+@runtime_checkable
+class ReportsMetrics(Protocol):
+    """A backend with numbers of its own to log after each step (the producer's queue and lag)."""
+
+    def part_metrics(self) -> dict[str, float]: ...
+
+
+@runtime_checkable
+class Closable(Protocol):
+    """A backend holding a process or a connection that ends with the run."""
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class EpisodeRollout(Protocol):
+    """A rollout of multi-turn episodes (rloo.rollout.multiturn.Trajectories): the policy's tokens
+    among the environment's (N,T) bool, each episode's summed environment reward (N,), its stats."""
+
+    policy_mask: Tensor | None
+    env_rewards: Tensor | None
+    env_stats: dict[str, float]
+
+
+@runtime_checkable
+class PreScoredRollout(Protocol):
+    """A rollout the producer scored where it sampled (rloo.rollout.producer.ScoredRollout): (scores
+    (N,), reference log-probs (N,T)), or None."""
+
+    scored: tuple[Tensor, Tensor] | None
