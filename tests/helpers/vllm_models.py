@@ -44,7 +44,7 @@ def logit_bound(policy, ids: torch.Tensor, u: float, factor: float) -> float:
     """u * factor * S, S = max over positions and tokens v of sum_j |h_j W_vj| (h the final hidden
     state, W the head; tests/equivalence/test_precision.py's scale of a logit's rounding error),
     measured in fp32 on the sequence `ids` (1, L)."""
-    with torch.no_grad(), torch.autocast("cpu", enabled=False):
+    with torch.no_grad(), torch.autocast(ids.device.type, enabled=False):
         h = policy(ids, output_hidden_states=True).hidden_states[-1][0].float()
     w = policy.get_output_embeddings().weight.detach().float()
     return u * factor * float((h.abs() @ w.abs().T).max())
@@ -53,7 +53,7 @@ def logit_bound(policy, ids: torch.Tensor, u: float, factor: float) -> float:
 def greedy(policy, prompt: list[int], steps: int, autocast) -> tuple[list[int], list[float]]:
     """The policy's own greedy tokens after `prompt` (EOS ignored), under `autocast` (the trainer's
     precision), with each step's margin between the best and the second-best logit."""
-    ids = torch.tensor([prompt])
+    ids = torch.tensor([prompt], device=policy.device)
     tokens, margins = [], []
     for _ in range(steps):
         with torch.no_grad(), autocast:
