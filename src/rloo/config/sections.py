@@ -234,7 +234,12 @@ class RLSettings(MethodChoice):
     generation: Literal["sampler", "vllm"] = Field(
         default="sampler", description="Rollout backend: rloo's sampler or vLLM (on the trainer's device, CPU or GPU)."
     )
-    vllm_gpu_memory_utilization: float = Field(default=0.3, gt=0, lt=1, description="GPU memory share vLLM may take (its KV cache is sized for one step's rows).")
+    vllm_gpu_memory_utilization: float = Field(
+        default=0.3,
+        gt=0,
+        lt=1,
+        description="GPU memory share vLLM may take (its KV cache is sized for one step's rows).",
+    )
     # -- asynchronous / off-policy RL (docs/async.md; rloo.core.importance) --
     max_staleness: int = Field(
         default=0,
