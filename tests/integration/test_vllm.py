@@ -370,3 +370,16 @@ def test_vllm_missing_or_mismatched_is_one_line(monkeypatch):
             import_vllm()
         assert "\n" not in str(e.value)
         monkeypatch.setattr(builtins, "__import__", real)
+
+
+def test_rloo_train_without_vllm_is_one_line_exit_2(tiny_model_dir, tmp_path, capsys, monkeypatch):
+    """The CLI: generation=vllm where vLLM is absent stops in one line, exit 2, before the run folder."""
+    from rloo.cli import main
+
+    monkeypatch.setitem(sys.modules, "vllm", None)
+    out = tmp_path / "out"
+    args = [f"policy={tiny_model_dir}", f"output_dir={out}", "generation=vllm", "reward_fn=math:fsum", "steps=1"]
+    rc = main(["train", *args, "report_to=none"])
+    errors = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
+    assert rc == 2 and len(errors) == 1 and errors[0].startswith("rloo train: error: generation=vllm needs vLLM")
+    assert not out.exists()
