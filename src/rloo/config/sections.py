@@ -230,9 +230,14 @@ class RLSettings(MethodChoice):
         default="ddp", description="Under torchrun: ddp replicates the policy, fsdp shards it (FSDP2, fully_shard)."
     )
     generation: Literal["sampler", "vllm"] = Field(
-        default="sampler", description="Rollout backend: rloo's sampler or vLLM (GPU)."
+        default="sampler", description="Rollout backend: rloo's sampler or vLLM (on the trainer's device, CPU or GPU)."
     )
-    vllm_gpu_memory_utilization: float = Field(default=0.3, gt=0, lt=1, description="GPU memory share vLLM may take.")
+    vllm_gpu_memory_utilization: float = Field(
+        default=0.3,
+        gt=0,
+        lt=1,
+        description="GPU memory share vLLM may take (its KV cache is sized for one step's rows).",
+    )
     # -- asynchronous / off-policy RL (docs/async.md; rloo.core.importance) --
     max_staleness: int = Field(
         default=0,

@@ -47,7 +47,7 @@ class LaggedSampler:
         (a resumed run's checkpoint without them: one from before exact resume)."""
         return max(self.version - self.lag, self.ring.oldest())
 
-    def __call__(self, policy: torch.nn.Module, prompts: list[str], rows=None) -> Rollout:
+    def __call__(self, policy: torch.nn.Module, prompts: list[str], rows=None, generator=None) -> Rollout:
         """`rows`: this process's rows of the global batch (torchrun; `rollout`): the same tokens on any
         number of processes."""
         v = self.behaviour_version()

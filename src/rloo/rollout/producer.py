@@ -180,7 +180,7 @@ class ProducerSampler:
     def pid(self) -> int | None:
         return self.child.pid
 
-    def __call__(self, policy: torch.nn.Module, prompts: list[str], rows=None) -> Rollout:
+    def __call__(self, policy: torch.nn.Module, prompts: list[str], rows=None, generator=None) -> Rollout:
         """The next batch: `prompts` (and `rows`, which the producer derives itself from the `dist` it
         was given) are what the trainer expects it to hold."""
         t0 = time.perf_counter()

