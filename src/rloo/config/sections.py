@@ -203,8 +203,9 @@ class RLSettings(MethodChoice):
 
     @property
     def ring_lag(self) -> int:
-        """The weight ring keeps ring_lag + 1 versions (rloo.runtime.weights): min(N, steps), since the
-        last of `steps` batches is sampled with version max(0, steps - 1 - N), no older one is needed."""
+        """The weight ring keeps ring_lag + 1 versions (rloo.runtime.weights): min(N, steps), since batch
+        t < steps needs versions max(0, t - N) .. t, at most min(N, steps) + 1 of them (N = 30000 on a
+        2-step run allocated 30001 copies)."""
         return min(self.max_staleness, self.steps)
 
     sample_every: int = Field(

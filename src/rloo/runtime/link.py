@@ -41,7 +41,9 @@ class LinkTaken(RlooError):
 
 
 JOINED = "rloo/producer-joined"  # the store key the producer adds 1 to on joining
-HANDSHAKE_S = 30.0  # a listener that accepts but does not answer as a rendezvous within this is refused
+# A listener that accepts but does not answer as a rendezvous within this (or connect_timeout, if
+# shorter) is refused; so is a peer that joined but does not complete the group.
+HANDSHAKE_S = 30.0
 
 
 class Link:
@@ -57,13 +59,14 @@ class Link:
         try:
             if rank != 0:
                 wait_for_listener(ip, port, family, wait)
-            self.store = _bounded(lambda: _store(ip, port, rank == 0, connect_timeout), min(HANDSHAKE_S, wait.left()))
+            handshake = min(HANDSHAKE_S, connect_timeout)
+            self.store = _bounded(lambda: _store(ip, port, rank == 0, connect_timeout), handshake)
             if rank == 0:
                 while not self.store.check([JOINED]):
                     wait.tick()
             elif self.store.add(JOINED, 1) > 1:
                 raise LinkTaken(f"the trainer at {address} already has its rollout producer (one per run)")
-            self.group = _bounded(lambda: dist.ProcessGroupGloo(self.store, rank, 2, WAIT), HANDSHAKE_S)
+            self.group = _bounded(lambda: dist.ProcessGroupGloo(self.store, rank, 2, WAIT), handshake)
         except NobodyThere as e:
             raise LinkTimeout(str(e)) from None
         except (RuntimeError, OSError) as e:  # DistStoreError is a RuntimeError
