@@ -4,8 +4,8 @@ for the other side, bounded and in Python so SIGINT/SIGTERM stop them at once.
 
 `check_trainer_address` (the trainer's preflight): the name resolves; it is an address of this
 machine (the trainer listens there; binding a socket to it sends nothing); the port is free.
-`resolve` alone serves the producer, which connects from elsewhere. No traffic leaves the machine
-here: resolution asks the system resolver, the other checks only bind local sockets."""
+`resolve` alone serves the producer, which connects from elsewhere. The checks send nothing but the
+name lookup (the system resolver): they only bind local sockets. `wait_for_listener` connects."""
 
 from __future__ import annotations
 
