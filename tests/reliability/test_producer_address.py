@@ -133,7 +133,7 @@ def test_a_second_producer_is_told_the_trainer_has_one(tiny_model_dir, tmp_path)
     address = f"127.0.0.1:{_port()}"
     out = tmp_path / "run"
     trainer = _trainer(tiny_model_dir, out, address, steps=200)
-    first = _producer(tmp_path / "producer.txt", address)
+    first, second = _producer(tmp_path / "producer.txt", address), None
     try:
         _wait_for_steps(out, trainer, 1)
         second = _producer(tmp_path / "producer-2.txt", address, "connect_timeout_s=30")
@@ -142,7 +142,9 @@ def test_a_second_producer_is_told_the_trainer_has_one(tiny_model_dir, tmp_path)
         assert trainer.wait(120) == 128 + signal.SIGTERM
         assert first.wait(60) == 0
     finally:
-        trainer.kill(), first.kill()
+        for proc in (trainer, first, second):
+            if proc is not None:
+                proc.kill()
     assert _last_line(tmp_path / "producer-2.txt") == (
         f"rloo produce: error: the trainer at {address} already has its rollout producer (one per run)"
     )
