@@ -77,6 +77,25 @@ TABLE = [
     ("pipeline", ["task=arithmetic", "eval.pass_samples=100000"], "eval.pass_samples: Input should be less"),
     ("train", ["policy={model}", RW, "temperature=1e-30"], "temperature: Input should be greater than or equal"),
     ("eval", ["policy={model}", "temperature=1e-30"], "temperature: Input should be greater than or equal"),
+    # round four: a producer address that cannot be the trainer's, and the bound on max_staleness
+    *[
+        ("train", ["policy={model}", RW, "max_staleness=1", f"producer_address={address}"], needle)
+        for address, needle in [
+            ("256.1.1.1:29511", "producer_address: 256.1.1.1 is not an IPv4 address"),
+            ("nonexistent.invalid:29511", "the host 'nonexistent.invalid' does not resolve"),
+            ("a b:29511", "producer_address: a space or control character is not part of a host name"),
+            ("http://localhost:29511", "producer_address: no scheme such as http:// before the host"),
+            ("h" * 300 + ":29511", "producer_address: the host name is 300 characters long"),
+            ("localhost:29511:1", "producer_address: one colon, before the port"),
+        ]
+    ],
+    ("pipeline", ["rl.max_staleness=1", "rl.producer_address=nonexistent.invalid:1"], "rl.producer_address=nonexist"),
+    (
+        "train",
+        ["policy={model}", RW, "max_staleness=1025"],
+        "max_staleness: Input should be less than or equal to 1024",
+    ),
+    ("train", ["policy={model}", RW, "producer_connect_timeout_s=0"], "producer_connect_timeout_s: Input should be"),
 ]
 
 

@@ -158,6 +158,8 @@ def test_a_trainer_whose_port_is_taken_says_so_in_one_line(tiny_model_dir, tmp_p
         taken.listen()
         address = f"127.0.0.1:{taken.getsockname()[1]}"
         assert _trainer(tiny_model_dir, tmp_path / "run", address).wait(120) == 2
+    port = address.rsplit(":", 1)[1]
     assert _last_line(tmp_path / "run-trainer.txt") == (
-        f"rloo train: error: no rollout producer joined at {address} (producer_address): the port is in use"
+        f"rloo train: error: producer_address={address}: port {port} is in use on this machine; choose another port"
     )
+    assert not (tmp_path / "run").exists()  # refused before anything is written

@@ -22,7 +22,7 @@ class EnvSettings(Strict):
         default=32, ge=1, description="Tokens after the prompt at most: the policy's turns and the observations."
     )
     step_timeout_s: float = Field(
-        default=10.0, gt=0, description="One environment step longer than this stops the run (one line)."
+        default=10.0, gt=0, description="One environment reset or step longer than this stops the run (one line)."
     )
     tool_timeout_s: float = Field(
         default=1.0, gt=0, description="Built-in tools: a call longer than this answers with an error record."

@@ -10,6 +10,7 @@ from typing import get_args
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
+from rloo.config.address import check_address, split_address  # noqa: F401 - re-exported
 from rloo.config.confcheck import reject_coercions
 from rloo.errors import ConfigError
 
@@ -30,6 +31,12 @@ MIN_TEMPERATURE = 0.01
 # Samples per prompt (k, eval.pass_samples): the leave-one-out baseline's and pass@8's variance
 # stop shrinking usefully long before this; k=100000 started a run that grew past memory.
 MAX_SAMPLES = 4096
+# Updates a batch's sampling weights may lag (rl.max_staleness): the importance weights of a policy
+# this many updates old are long past use, and the weight ring keeps up to N + 1 copies of the
+# policy (max_staleness=1000000000 was accepted and allocated without end).
+MAX_STALENESS = 1024
+# Seconds either end of the producer link waits for the other (a day: beyond it, a forgotten run).
+MAX_CONNECT_S = 86400.0
 
 
 def describe_validation_error(e: ValidationError, cls: type) -> str:
@@ -111,20 +118,6 @@ def check_device_name(v: str) -> str:
     inside a stage."""
     if not re.fullmatch(r"(cpu|cuda|mps|xpu)(:\d+)?", v):
         raise ValueError("device must be cpu, cuda, cuda:N, mps or xpu")
-    return v
-
-
-def split_address(address: str) -> tuple[str, int]:
-    """'host:port' -> (host, port); ValueError saying what is expected."""
-    host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError("expected HOST:PORT (e.g. 10.0.0.2:29511)")
-    return host, int(port)
-
-
-def check_address(v: str | None) -> str | None:
-    if v is not None:
-        split_address(v)
     return v
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator
 
-from rloo.config.base import Strict, check_address
+from rloo.config.base import MAX_CONNECT_S, Strict, check_address
 
 
 class ProduceConfig(Strict):
@@ -17,5 +17,8 @@ class ProduceConfig(Strict):
         default=None, ge=1, description="torch threads for sampling (null: torch's default, this machine's cores)."
     )
     connect_timeout_s: float = Field(
-        default=600.0, gt=0, description="Seconds to wait for the trainer to be there (it may start later)."
+        default=600.0,
+        gt=0,
+        le=MAX_CONNECT_S,
+        description="Seconds to wait for the trainer to be there (it may start later); then one line, exit 2.",
     )

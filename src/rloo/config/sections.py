@@ -11,10 +11,12 @@ from pydantic import Field, field_validator, model_validator
 
 from rloo.config.base import (
     MAX_BETA,
+    MAX_CONNECT_S,
     MAX_GRAD_NORM,
     MAX_LR,
     MAX_SAMPLES,
     MAX_SCORE,
+    MAX_STALENESS,
     MAX_WEIGHT_DECAY,
     Strict,
     check_address,
@@ -197,6 +199,13 @@ class RLSettings(MethodChoice):
             return None
         return self.is_correction or ("tis" if METHOD_SPECS[self.algorithm].importance else "none")
 
+    @property
+    def ring_lag(self) -> int:
+        """The weight ring keeps ring_lag + 1 versions (rloo.runtime.weights): min(N, steps), since batch
+        t < steps needs versions max(0, t - N) .. t, at most min(N, steps) + 1 of them (N = 30000 on a
+        2-step run allocated 30001 copies)."""
+        return min(self.max_staleness, self.steps)
+
     sample_every: int = Field(
         default=50,
         ge=1,
@@ -242,9 +251,10 @@ class RLSettings(MethodChoice):
     max_staleness: int = Field(
         default=0,
         ge=0,
+        le=MAX_STALENESS,
         description="Updates a batch's sampling weights may lag the trained ones (N); 0: synchronous, as "
         "in the paper. Online methods (dpo is offline); N > 0 corrects with importance weights (is_correction; "
-        "raft trains on the lagged samples as they are).",
+        "raft trains on the lagged samples as they are). The run keeps min(N, steps) + 1 copies of the policy.",
     )
     is_correction: Literal["tis", "mis", "tis_token", "mis_token", "none"] | None = Field(
         default=None,
@@ -265,6 +275,12 @@ class RLSettings(MethodChoice):
         "machine (`rloo produce address=HOST:PORT` there; docs/async.md); null: a producer process here.",
     )
     _address = field_validator("producer_address")(classmethod(lambda cls, v: check_address(v)))
+    producer_connect_timeout_s: float = Field(
+        default=600.0,
+        gt=0,
+        le=MAX_CONNECT_S,
+        description="producer_address: seconds the trainer waits for `rloo produce` to join (then one line, exit 2).",
+    )
     reward_weights: dict[str, float] = Field(
         default_factory=dict,
         description="Weights when several reward sources are given: keys "

@@ -19,6 +19,7 @@ from rloo.config import (
     PipelineConfig,
     RewardConfig,
     RLConfig,
+    RLSettings,
     SFTConfig,
     normalize_report_to,
 )
@@ -26,8 +27,9 @@ from rloo.config.tasks import episode_tasks
 from rloo.data.datasets import read_records
 from rloo.data.split import check_sides, eval_records, split_records, train_eval_records, train_records
 from rloo.errors import ConfigError, RlooError
+from rloo.runtime.address import check_trainer_address
 from rloo.runtime.names import check_local, check_name
-from rloo.runtime.sizes import check_generation, check_memory, shape_of
+from rloo.runtime.sizes import check_generation, check_memory, check_ring_memory, shape_of
 from rloo.runtime.trackers import check_wandb_installed
 from rloo.runtime.user_code import load_callable
 from rloo.runtime.weightfiles import check_weight_files
@@ -65,6 +67,7 @@ def check_config(cfg, *, reward_fn=None) -> None:
     if isinstance(cfg, PipelineConfig):
         _check_pipeline(cfg)
     _check_sizes(cfg)
+    _check_async(cfg)
     _check_output_dir(Path(cfg.output_dir))
     if not isinstance(cfg, PipelineConfig) and getattr(cfg, "dataset", None) is not None:  # last: the slowest
         _check_stage_data(cfg)
@@ -119,6 +122,17 @@ def _check_sizes(cfg) -> None:
     if TASK_SPECS[cfg.task].checker is not None:  # pass@k samples pass_samples per problem at once
         key = ev_keys.replace("batch_size", "pass_samples")
         check_memory(shape, cfg.device, f"{key}={ev.pass_samples}", max(ev.batch_size, ev.pass_samples), tokens, False)
+
+
+def _check_async(cfg) -> None:
+    """An asynchronous run's weight ring fits in memory; its producer address is this machine's, free."""
+    rl, prefix = (cfg.rl, "rl.") if isinstance(cfg, PipelineConfig) else (cfg, "")
+    if not isinstance(rl, RLSettings) or not rl.max_staleness:
+        return
+    if isinstance(cfg, RLConfig):  # the ring's versions and the sampler's copy
+        check_ring_memory(cfg.policy, cfg.device, f"max_staleness={cfg.max_staleness}", cfg.ring_lag + 2)
+    if rl.producer_address is not None:
+        check_trainer_address(rl.producer_address, f"{prefix}producer_address")
 
 
 def _model_names(cfg):

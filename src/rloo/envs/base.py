@@ -55,7 +55,7 @@ class EnvSpec:
     max_total_tokens: trajectory tokens after the prompt (the policy's and the observations')
     at most. An episode that reaches a limit before `done` is truncated (rloo's
     `truncation_penalty`, when set, replaces its reward, as for a response without EOS).
-    step_timeout_s: one `step` call longer than this stops the run with an EnvError.
+    step_timeout_s: one `reset` or `step` call longer than this stops the run with an EnvError.
     chat: the policy tokenizer's chat template around the turns (rloo.data.chat_turns), or None."""
 
     factory: EnvFactory

@@ -43,6 +43,25 @@ class Limits:
     step_timeout_s: float
 
 
+def reset_all(eps: list[Episode], prompts: list[str], k: int, lim: Limits) -> list[list[int]]:
+    """Each environment's reset(prompt) (row i plays prompts[i // k]), one after the other as before
+    (a reset may draw from shared state), each bounded by step_timeout_s as a step is: a reset that
+    never returns stops the run with one line instead of hanging it."""
+    starts = []
+    for i, ep in enumerate(eps):
+        status, value = call_all([lambda e=ep, p=prompts[i // k]: e.env.reset(p)], lim.step_timeout_s)[0]
+        if status == "timeout":
+            raise EnvError(f"environment {_name(ep)}.reset took longer than step_timeout_s={lim.step_timeout_s:g} s")
+        if status == "raised":
+            raise value  # type: ignore[misc] - CheckedEnv raised an EnvError (one line)
+        starts.append(value)
+    return starts
+
+
+def _name(ep: Episode) -> str:
+    return type(getattr(ep.env, "env", ep.env)).__name__
+
+
 def answer(eps: list[Episode], rows: list[int], lim: Limits, chat: ChatFrame | None) -> None:
     """The environments' answers to the turns that just ended, called concurrently; an observation
     is queued (in the chat template's next user turn with `chat`), or the episode ends (done, or
@@ -51,8 +70,7 @@ def answer(eps: list[Episode], rows: list[int], lim: Limits, chat: ChatFrame | N
     for i, (status, value) in zip(rows, results, strict=True):
         ep = eps[i]
         if status == "timeout":
-            name = type(getattr(ep.env, "env", ep.env)).__name__
-            raise EnvError(f"environment {name}.step took longer than step_timeout_s={lim.step_timeout_s:g} s")
+            raise EnvError(f"environment {_name(ep)}.step took longer than step_timeout_s={lim.step_timeout_s:g} s")
         if status == "raised":
             raise value  # type: ignore[misc] - CheckedEnv raised an EnvError (one line)
         obs = value.observation if chat is None else chat.observation(ep.turn, value.observation)  # type: ignore[union-attr]

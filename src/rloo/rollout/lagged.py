@@ -39,7 +39,7 @@ class LaggedSampler:
         # steps the trainer has made (= the next batch's index); a resumed run starts at its step
         # with its checkpoint's older versions (WeightRing.older_versions)
         self.version = version
-        self.ring = WeightRing(policy, self.lag, version=version)
+        self.ring = WeightRing(policy, cfg.ring_lag, version=version)
         self.ring.refill(older or {}, policy, version)
 
     def behaviour_version(self) -> int:

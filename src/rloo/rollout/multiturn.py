@@ -32,7 +32,7 @@ from rloo.modeling.forward import lm_logits
 from rloo.modeling.kvcache import append_columns, cache_kwarg, prefill_prompts, row_cache
 from rloo.rollout.capabilities import EpisodeRollout
 from rloo.rollout.draw import _next_token, uniforms
-from rloo.rollout.episode_steps import Episode, Limits, answer, block, compact
+from rloo.rollout.episode_steps import Episode, Limits, answer, block, compact, reset_all
 from rloo.rollout.sampler import Rollout, _decoding_cache
 
 __all__ = ["Limits", "Trajectories", "episodes", "policy_tokens"]
@@ -107,7 +107,7 @@ def episodes(
     tests/equivalence/test_multiturn.py)."""
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
     eps = [Episode(env) for env in envs]
-    starts = [ep.env.reset(prompts[i // k]) for i, ep in enumerate(eps)]
+    starts = reset_all(eps, prompts, k, lim)
     starts = starts if chat is None else [chat.first(s) for s in starts]
     cut = sum(len(s) > max_prompt_len for s in starts)
     was_training = model.training

@@ -15,7 +15,6 @@ producer also scores each batch (reward model or function, reference log-probs) 
 from __future__ import annotations
 
 import copy
-import itertools
 import time
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -29,6 +28,7 @@ from rloo.rollout.lagged import LaggedSampler, shadow_copy
 from rloo.rollout.remote import TAG_BATCH, TAG_CONTROL, ReceivedVersions, RemoteProducer
 from rloo.rollout.sampler import Rollout, rollout
 from rloo.rollout.settings import sampling_settings
+from rloo.runtime.address import resolve
 from rloo.runtime.child import ChildProcess, die_with_parent, put_until, wait_until
 from rloo.runtime.distributed import Dist, unwrap
 from rloo.runtime.link import Link, LinkClosed
@@ -47,9 +47,6 @@ class ScoredRollout(Rollout):
 
 def scored_rollout(roll: Rollout, score) -> ScoredRollout:
     return ScoredRollout(**{f.name: getattr(roll, f.name) for f in fields(roll)}, scored=score(roll))
-
-
-CONNECT_S = 600.0  # how long the trainer waits for `rloo produce` to join
 
 
 def thread_split(total: int) -> tuple[int, int]:
@@ -83,7 +80,7 @@ def produce(job: Job, ring, wait, put) -> None:
     if job.score is not None and job.score.ref is None:  # LoRA: pi_ref is the policy with its adapters off
         job.score.ref = AdapterDisabled(job.model)
     oldest = ring.oldest()  # read before the trainer's first publish
-    for j in itertools.count(job.start):
+    for j in range(job.start, cfg.steps):  # the run's batches, no more (N may exceed the steps left)
         version = max(oldest, j - cfg.max_staleness)
         t0 = time.perf_counter()
         if not wait(version):
@@ -100,6 +97,7 @@ def produce(job: Job, ring, wait, put) -> None:
             parts |= job.score.part_metrics() | {"time/producer_score": time.perf_counter() - t2}
         if not put(("batch", j, version, parts, roll)):
             return
+    wait(cfg.steps + 1)  # a version never published: stay (the trainer still takes the batches) until told to stop
 
 
 def _produce(parent_pid, stop, out, job: Job, ring: WeightRing, threads: int):
@@ -120,6 +118,7 @@ def _produce(parent_pid, stop, out, job: Job, ring: WeightRing, threads: int):
 def serve(address: str, threads: int | None, connect_timeout: float) -> None:
     """`rloo produce`: join the trainer at `address` (rl.producer_address), sample (and score) its
     batches until it stops (rloo.rollout.remote). `threads`: None keeps torch's default."""
+    resolve(address, "address")  # a name that does not resolve: one line now, not a wait
     threads = threads or torch.get_num_threads()
     torch.set_num_threads(threads)
     say(f"connecting to the trainer at {address} (waiting up to {connect_timeout:g} s)")
@@ -162,17 +161,19 @@ class ProducerSampler:
     ):
         self.k, self.version, self.next_batch = cfg.k, start, start
         remote = cfg.producer_address is not None
-        self.ring = WeightRing(policy, cfg.max_staleness, shared=not remote, version=start)
+        self.ring = WeightRing(policy, cfg.ring_lag, shared=not remote, version=start)
         self.ring.refill(older or {}, policy, start)
         self.threads_before = torch.get_num_threads()
         # the stream is copied at the trainer's position: both draw the same prompts in the same order
         job = Job(cfg, shadow_copy(policy), tokenizer, copy.deepcopy(stream), start, score, dist or Dist())
         if remote:
-            self.remote = self.child = RemoteProducer(cfg.producer_address, job, self.ring, policy, CONNECT_S)
+            self.remote = self.child = RemoteProducer(
+                cfg.producer_address, job, self.ring, policy, cfg.producer_connect_timeout_s
+            )
         else:
             self.remote, (producer, trainer) = None, thread_split(self.threads_before)
             args = (job, self.ring, producer)
-            self.child = ChildProcess(_produce, args, name="rollout producer", queue_size=max(1, cfg.max_staleness))
+            self.child = ChildProcess(_produce, args, name="rollout producer", queue_size=max(1, cfg.ring_lag))
             torch.set_num_threads(trainer)
         self.trainer_wait, self.producer_parts = 0.0, {}  # seconds waited for the last batch; its producer metrics
 

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import torch
 
+from rloo.errors import option
 from rloo.runtime.child import ChildDied
-from rloo.runtime.link import Link, LinkClosed
+from rloo.runtime.link import Link, LinkClosed, LinkTimeout
 from rloo.runtime.tracking import say
 
 TAG_CONTROL, TAG_WEIGHTS, TAG_BATCH = 0, 1, 2
@@ -39,6 +40,11 @@ class RemoteProducer:
         self.address, self.ring, self.lag = address, ring, ring.size - 1
         try:
             self.link = Link(address, 0, connect_timeout)
+        except LinkTimeout:
+            raise ChildDied(
+                f"no rollout producer joined at {address} within {connect_timeout:g} s (producer_connect_timeout_s); "
+                f"start `rloo produce address={address}` on its machine, then rerun with {option('resume')}"
+            ) from None
         except LinkClosed as e:
             raise ChildDied(f"no rollout producer joined at {address} (producer_address): {e}") from e
         say(f"rollout producer connected at {address}")

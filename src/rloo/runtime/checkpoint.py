@@ -49,6 +49,7 @@ from rloo.runtime.checkpoint_verify import (  # noqa: F401 - the rest re-exporte
 )
 from rloo.runtime.confine import make_folder
 from rloo.runtime.resumecheck import check_resume_config, prompts_digest  # noqa: F401 - re-exported
+from rloo.runtime.ringcheck import ring_metadata
 from rloo.runtime.rng import rng_state, set_rng_state  # noqa: F401 - re-exported
 from rloo.runtime.tracking import say_once
 from rloo.runtime.weights import WeightRing
@@ -67,7 +68,7 @@ def save_checkpoint(run_dir: Path, step: int, model, tokenizer, state: dict, kee
         tmp.mkdir()
         write_model(model, tokenizer, tmp / "model")
         write_state({**state, "step": step}, tmp / "state.pt")
-        write_ring(ring or {}, tmp / RING)
+        write_ring(ring or {}, tmp / RING, ring_metadata(model))
         manifest = sync_and_hash(tmp)
         with open(tmp / MARKER, "x") as fh:  # "x": a fresh file, never through a link
             fh.write(json.dumps({"step": step, "files": manifest}))
@@ -97,11 +98,12 @@ def write_state(state: dict, path: Path) -> None:
     torch.save(state, path)
 
 
-def write_ring(versions: dict[int, dict[str, torch.Tensor]], folder: Path) -> None:
-    """One safetensors file per weight version (`ring_file`); nothing for a synchronous run."""
+def write_ring(versions: dict[int, dict[str, torch.Tensor]], folder: Path, metadata: dict | None = None) -> None:
+    """One safetensors file per weight version (`ring_file`) with `metadata` (the policy's
+    configuration, rloo.runtime.ringcheck); nothing for a synchronous run."""
     for v, tensors in versions.items():
         folder.mkdir(exist_ok=True)
-        save_file({n: t.contiguous() for n, t in tensors.items()}, str(ring_file(folder, v)))
+        save_file({n: t.contiguous() for n, t in tensors.items()}, str(ring_file(folder, v)), metadata=metadata)
 
 
 def _replace_dir(src: Path, dst: Path) -> None:
@@ -196,7 +198,9 @@ class Checkpointer:
             return None
         if snap["counters"]["updates"] != self.counters["updates"]:
             raise AssertionError("the weights changed since this snapshot; it cannot be saved with them")
+        older = self.ring.older_versions(snap["step"], self.policy) if self.ring is not None else None
         state = snap | {
+            "ring_versions": sorted(older) if older is not None else None,  # what ring/ holds (ringcheck)
             "optimizer": self.opt.state_dict(),
             "prompts_sha": self.prompts_sha,
             "inputs": self.inputs,
@@ -206,7 +210,6 @@ class Checkpointer:
             "config": json.dumps(self.cfg.model_dump(mode="json")),
             "threads": torch.get_num_threads(),  # a resume with another count is not bit for bit
         }
-        older = self.ring.older_versions(snap["step"], self.policy) if self.ring is not None else None
         return save_checkpoint(
             self.out, snap["step"], self.policy, self.tokenizer, state, keep=self.cfg.keep_checkpoints, ring=older
         )

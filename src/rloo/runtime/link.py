@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import datetime
 import io
-import socket
-import time
 
 import torch
 import torch.distributed as dist
 
-from rloo.config.base import split_address
 from rloo.errors import RlooError
+from rloo.runtime.address import NobodyThere, Waiting, resolve, wait_for_listener
+from rloo.runtime.threads import call_all
 
 # A wait longer than this is an error: the trainer's update, eval and checkpoint between two
 # weight versions, or the producer's batch, must fit in it (a peer that died is seen at once).
@@ -33,36 +32,43 @@ class LinkClosed(RlooError):
     """The other process went away (or never came)."""
 
 
-def wait_for_listener(host: str, port: int, timeout: float) -> None:
-    """Block until something accepts connections at host:port (the trainer's store), or LinkClosed.
-    Done here rather than by the store's client, whose retries log C++ tracebacks to stderr."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            socket.create_connection((host, port), timeout=max(0.1, min(1.0, deadline - time.monotonic()))).close()
-            return
-        except OSError as e:
-            if time.monotonic() >= deadline:
-                raise LinkClosed(f"nothing answered within {timeout:g} s: {e.strerror or e}") from e
-            time.sleep(0.2)
+class LinkTimeout(LinkClosed):
+    """Nobody came at the address within the time allowed."""
+
+
+class LinkTaken(RlooError):
+    """The trainer at the address already has its producer (a second `rloo produce` for one run)."""
+
+
+JOINED = "rloo/producer-joined"  # the store key the producer adds 1 to on joining
+# A listener that accepts but does not answer as a rendezvous within this (or connect_timeout, if
+# shorter) is refused; so is a peer that joined but does not complete the group.
+HANDSHAKE_S = 30.0
 
 
 class Link:
+    """The link's two ends: rank 0 listens at `address` and waits up to `connect_timeout` seconds for
+    rank 1, which waits as long for rank 0 to listen. Every wait runs in Python (bounded; a signal
+    stops it at once); the native rendezvous calls run in a helper thread with a deadline, since they
+    return to Python only at their own timeout (a listener that never answers: never)."""
+
     def __init__(self, address: str, rank: int, connect_timeout: float):
-        host, port = split_address(address)
         self.address, self.peer = address, 1 - rank
-        if rank != 0:
-            wait_for_listener(host, port, connect_timeout)
+        ip, port, family = resolve(address, "producer_address" if rank == 0 else "address")
+        wait = Waiting(f"the {'rollout producer' if rank == 0 else 'trainer'} at {address}", connect_timeout)
         try:
-            self.store = dist.TCPStore(
-                host,
-                port,
-                2,
-                rank == 0,
-                timeout=datetime.timedelta(seconds=connect_timeout),
-                wait_for_workers=True,
-            )
-            self.group = dist.ProcessGroupGloo(self.store, rank, 2, WAIT)
+            if rank != 0:
+                wait_for_listener(ip, port, family, wait)
+            handshake = min(HANDSHAKE_S, connect_timeout)
+            self.store = _bounded(lambda: _store(ip, port, rank == 0, connect_timeout), handshake)
+            if rank == 0:
+                while not self.store.check([JOINED]):
+                    wait.tick()
+            elif self.store.add(JOINED, 1) > 1:
+                raise LinkTaken(f"the trainer at {address} already has its rollout producer (one per run)")
+            self.group = _bounded(lambda: dist.ProcessGroupGloo(self.store, rank, 2, WAIT), handshake)
+        except NobodyThere as e:
+            raise LinkTimeout(str(e)) from None
         except (RuntimeError, OSError) as e:  # DistStoreError is a RuntimeError
             raise LinkClosed(_reason(e)) from e
 
@@ -119,3 +125,20 @@ def _reason(e: Exception) -> str:
         if known in text.lower():
             return said
     return text[:200]
+
+
+def _store(ip: str, port: int, listen: bool, timeout: float):
+    """The rendezvous store at ip:port, hosted here (`listen`) or joined; no worker counting (the
+    trainer waits for JOINED itself, in Python)."""
+    return dist.TCPStore(ip, port, None, listen, timeout=datetime.timedelta(seconds=timeout), wait_for_workers=False)
+
+
+def _bounded(fn, timeout: float):
+    """fn() in a helper thread, waited for at most `timeout` s (a signal interrupts the wait); a call
+    still running then is left behind (it holds no lock of ours) and NobodyThere raised."""
+    status, value = call_all([fn], timeout)[0]
+    if status == "raised":
+        raise value  # type: ignore[misc]
+    if status == "timeout":
+        raise NobodyThere(f"something listens there but did not answer as an rloo rendezvous within {timeout:g} s")
+    return value

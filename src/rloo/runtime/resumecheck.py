@@ -23,6 +23,7 @@ EXACT_KEYS = (
     "max_skipped_steps",
     "max_param_growth",
     "device",
+    "producer_connect_timeout_s",
 )
 
 
@@ -36,18 +37,19 @@ def check_prompts_unchanged(state: dict, prompts: list[str], from_api: bool) -> 
     )
 
 
-def describe_changes(changed: list[str], at_step: int, steps: int) -> list[str]:
+def describe_changes(changed: list[str], at_step: int, steps: int, exact: bool = True) -> list[str]:
     """Lines telling the user what a resume with changed settings does; refuses `steps` below the
-    checkpoint's step. `changed`: 'key: old -> new' from check_resume_config."""
+    checkpoint's step. `changed`: 'key: old -> new' from check_resume_config; `exact=False`: the
+    continuation is not exact whatever changed (an asynchronous checkpoint without its older versions)."""
     if steps < at_step:
         raise RlooError(
             f"cannot resume: the newest checkpoint is at step {at_step}, past steps={steps}; pass steps >= {at_step}"
         )
-    exact = [c for c in changed if c.split(":")[0] in EXACT_KEYS]
-    other = [c for c in changed if c not in exact]
+    same = [c for c in changed if c.split(":")[0] in EXACT_KEYS and exact]
+    other = [c for c in changed if c not in same]
     lines = []
-    if exact:
-        lines.append("resuming with changed settings (still an exact continuation): " + "; ".join(exact))
+    if same:
+        lines.append("resuming with changed settings (still an exact continuation): " + "; ".join(same))
     if other:
         lines.append("resuming with changed settings (not an exact continuation): " + "; ".join(other))
     return lines

@@ -96,3 +96,32 @@ def check_memory(shape: Shape | None, device: str, keys: str, rows: int, tokens:
             f"({'sampling and training' if train else 'sampling'}), more than the {free / 2**30:.1f} GiB free on "
             f"{device}; lower them"
         )
+
+
+def weights_bytes(model: str | None) -> int | None:
+    """Bytes of a local model folder's safetensors files: one copy of its weights at their saved
+    dtype (a lower bound of its state in memory); None for a Hub name or another format."""
+    files = list(Path(model).glob("*.safetensors")) if model is not None else []
+    try:
+        return sum(f.stat().st_size for f in files) or None
+    except OSError:
+        return None
+
+
+# The weight ring may take at most this share of the memory free now: the models, optimizer and
+# batches need the rest.
+RING_SHARE = 0.5
+
+
+def check_ring_memory(model: str | None, device: str, key: str, copies: int) -> None:
+    """rl.max_staleness > 0 keeps `copies` copies of the policy's weights (the ring's versions and the
+    sampler's own); refuse when they exceed RING_SHARE of what `device` has free."""
+    size = weights_bytes(model)
+    free = free_memory(device) if size is not None else None
+    if free is None or size is None or copies * size <= RING_SHARE * free:
+        return
+    raise ConfigError(
+        f"{key}: the asynchronous run keeps {copies} copies of the policy's weights ({size / 2**20:.1f} MiB "
+        f"each), {copies * size / 2**30:.1f} GiB, more than half the {free / 2**30:.1f} GiB free on {device}; "
+        "lower it"
+    )

@@ -5,7 +5,8 @@ updates) lives in slot v % (N+1). The batch of step t is sampled with version ma
 the slot of version t - N is overwritten only by version t + 1, which the trainer publishes after
 consuming batch t, so the sampler has always read it before (no lock needed). With `shared=True`
 the copies live in shared memory, so a producer process started with torch.multiprocessing sees
-every publish without a copy through a pipe.
+every publish without a copy through a pipe. The samplers size the ring by `RLSettings.ring_lag`,
+min(N, steps): a run of fewer steps than N never needs N + 1 versions.
 
 Exact resume: a checkpoint at step t holds the versions its next N batches are sampled with besides
 the policy itself (`older_versions`: max(0, t - N) .. t - 1, only the entries a version can differ

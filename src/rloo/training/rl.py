@@ -40,6 +40,7 @@ from rloo.runtime.fingerprint import check_inputs_unchanged, fingerprints
 from rloo.runtime.paramguard import ParamGuard
 from rloo.runtime.precision import MIN_BF16_WIDTH_SAMPLING, stage_precision
 from rloo.runtime.resumecheck import check_optimizer_matches, check_prompts_unchanged, describe_changes
+from rloo.runtime.ringcheck import check_ring, config_change, config_dict, ring_window
 from rloo.runtime.runlock import holds_run_folder
 from rloo.runtime.tracking import say
 from rloo.tasks import get_task
@@ -95,13 +96,20 @@ def _train(cfg, dist, prompts, reward_fn, resume, overwrite) -> RLResult:
         say(note)
     gen = seed_everything(cfg.seed)
     task = get_task(cfg.task)
-    ckpt, state = _resume_point(cfg) if resume else (None, None)
+    ckpt, state, changed = _resume_point(cfg) if resume else (None, None, [])
     inputs = fingerprints(cfg)  # content of policy, reward model, dataset: a resume must see the same
     if state is not None:
         check_inputs_unchanged(state.get("inputs"), inputs)
     models = load_models(cfg, reward_fn, policy_path=str(ckpt / "model") if ckpt else None)
+    older = None  # an asynchronous run's older weight versions, for an exact resume
     if state is not None:  # before the run folder is touched
         check_optimizer_matches(state["optimizer"], [p for p in models.policy.parameters() if p.requires_grad], ckpt)
+        older, note = _checked_ring(cfg, ckpt, state, models)
+        for line in [
+            *describe_changes(changed, state["step"], cfg.steps, exact=note is None),
+            *([note] if note else []),
+        ]:
+            say(line)  # after the checks: no claim of an exact continuation before a refusal
     if prompts is None and dist.is_main:
         note_builtin_task(cfg, models.tokenizer, task, cfg.policy)
     # the steps the prompt list was made for: those of the run's start, kept across extensions
@@ -158,7 +166,6 @@ def _train(cfg, dist, prompts, reward_fn, resume, overwrite) -> RLResult:
     elif resume:
         truncate_metrics(out, 0)  # records of a run killed before its first checkpoint
     if cfg.max_staleness:  # samples (and scores) with the weights of N updates ago (docs/async.md)
-        older = load_ring(ckpt) if ckpt is not None else None  # the versions of an exact resume
         sampler = stale_sampler(cfg, models, stream, start, producer_scoring(models, cfg), older, dist)
         del older  # copied into the ring: not held for the whole run
         models.sampler, ck.ring = sampler, sampler.ring  # each checkpoint holds its next N batches' versions
@@ -185,13 +192,34 @@ def _resume_point(cfg: RLConfig):
     ckpt = latest_checkpoint(cfg.output_dir)
     if ckpt is None:
         say(f"{option('resume')}: no whole checkpoint in {Path(cfg.output_dir) / 'checkpoints'}; starting from step 0")
-        return None, None
+        return None, None, []
     state = load_state(ckpt)
     saved = upgrade_saved_config(json.loads(state["config"]))  # a checkpoint from before a rename
     changed = check_resume_config(saved, cfg.model_dump(mode="json"))
-    for line in describe_changes(changed, state["step"], cfg.steps):
-        say(line)
-    return ckpt, state
+    describe_changes(changed, state["step"], cfg.steps)  # refuses steps below the checkpoint's, before a model loads
+    return ckpt, state, changed
+
+
+def _checked_ring(cfg: RLConfig, ckpt: Path, state: dict, models: Models):
+    """(the checkpoint's older weight versions at max_staleness > 0 (None at 0), a line saying the
+    continuation is not exact or None), refused in one line when they, or the checkpoint's model,
+    are not this run's (rloo.runtime.ringcheck)."""
+    policy = unwrap(models.policy)
+    if cfg.lora is None and (change := config_change(config_dict(models.ref), config_dict(policy))):
+        raise RlooError(
+            f"cannot resume from {ckpt}: its model's configuration is not that of policy={cfg.policy} ({change}); "
+            f"the checkpoint's model is not the one it was trained with"
+        )
+    if not cfg.max_staleness:
+        return None, None
+    saved = upgrade_saved_config(json.loads(state["config"]))
+    try:
+        older = load_ring(ckpt)
+    except Exception as e:  # noqa: BLE001 - whatever is wrong with the files, one line
+        raise RlooError(f"cannot resume from {ckpt}: its ring/ does not load ({type(e).__name__})") from e
+    window = ring_window(state["step"], saved.get("max_staleness") or 0, cfg.max_staleness)
+    dtype_may_change = saved.get("dtype") != cfg.dtype
+    return older, check_ring(ckpt, older, policy, window, state.get("ring_versions"), dtype_may_change)
 
 
 def load_models(cfg: RLConfig, reward_fn=None, policy_path: str | None = None) -> Models:
