@@ -15,9 +15,13 @@ from rloo.rollout.sampler import Rollout
 class Sampler(Protocol):
     """A generation backend (rloo.rollout.vllm, the asynchronous producer, its in-process lag): K
     completions per prompt in the layout of rloo.rollout.sampler, and a copy of the trained weights
-    taken after each step. `rows`: this process's rows of the global batch under torchrun."""
+    taken after each step. `rows`: this process's rows of the global batch under torchrun; `generator`:
+    the run's generator, which seeds an engine's requests where it draws its own numbers (vLLM: exact
+    resume); a backend that samples with the weights' own stream ignores it."""
 
-    def __call__(self, policy: torch.nn.Module, prompts: list[str], rows=None) -> Rollout: ...
+    def __call__(
+        self, policy: torch.nn.Module, prompts: list[str], rows=None, generator: torch.Generator | None = None
+    ) -> Rollout: ...
 
     def sync(self, policy: torch.nn.Module) -> None: ...
 
