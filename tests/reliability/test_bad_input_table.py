@@ -518,3 +518,27 @@ def test_a_read_only_file_system_is_not_called_full(tmp_path, monkeypatch):
     e = OSError(errno.EROFS, "Read-only file system", str(tmp_path / "x"))
     what = atomic.describe_write_failure(e, tmp_path)
     assert what.startswith("read-only file system") and "no space" not in what, what
+
+
+@pytest.mark.parametrize("record", LOCK_RECORDS.values(), ids=list(LOCK_RECORDS))
+def test_a_dead_holders_malformed_lock_record_is_taken_over(record, tmp_path, capsys):
+    """A lock record no live process holds (as `--resume` finds one) is taken over whatever it holds
+    and named safely (before: AttributeError/TypeError/OverflowError in describing it)."""
+    from rloo.runtime.runlock import LOCK_NAME, run_folder
+
+    (tmp_path / LOCK_NAME).write_text(record)
+    with run_folder(tmp_path):
+        assert json.loads((tmp_path / LOCK_NAME).read_text())["pid"] == os.getpid()
+    err = capsys.readouterr().err.strip()
+    assert err == "note: took over the lock of a process whose lock record is unreadable, which is no longer running"
+
+
+def test_a_real_ctrl_c_while_a_plugin_loads_is_still_sigint(tmp_path, capsys):
+    """A plugin's own KeyboardInterrupt is one error line (TABLE4); a SIGINT that arrives while it
+    loads still stops the command as SIGINT does: exit 130 and its line."""
+    plugin = tmp_path / "slow_plugin.py"
+    plugin.write_text("import os, signal, time\nos.kill(os.getpid(), signal.SIGINT)\ntime.sleep(5)\n")
+    rc = main(["train", "policy=x", RW, f"output_dir={tmp_path / 'out'}", "--plugin", str(plugin)])
+    assert rc == 130
+    assert capsys.readouterr().err.strip().startswith("rloo train: interrupted by SIGINT")
+    assert not (tmp_path / "out").exists()
