@@ -542,3 +542,29 @@ def test_a_real_ctrl_c_while_a_plugin_loads_is_still_sigint(tmp_path, capsys):
     assert rc == 130
     assert capsys.readouterr().err.strip().startswith("rloo train: interrupted by SIGINT")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_precision_note_does_not_precede_a_one_line_error(inputs, tmp_path, monkeypatch, capsys):
+    """dtype=auto's note on a narrow model was printed before the stage's refusal (two lines)."""
+    from rloo.runtime import precision
+
+    monkeypatch.delenv("RLOO_AUTO_DTYPE", raising=False)
+    precision._narrow_model_note.cache_clear()  # said once per process: an earlier test may have said it
+    (tmp_path / "theirs").mkdir()
+    (tmp_path / "theirs" / "notes.txt").write_text("the user's")  # refused inside the stage, after the note
+    rc = main(["train", f"policy={inputs['model']}", RW, "dtype=auto", f"output_dir={tmp_path / 'theirs'}"])
+    _one_line(rc, capsys.readouterr().err.strip(), "rloo train: error: ", "does not hold an rloo train run")
+
+
+def test_held_notes_come_before_the_next_line_or_not_at_all(capsys):
+    from rloo.runtime.tracking import hold_notes, note, say
+
+    with hold_notes():
+        note("precision: a")
+        assert capsys.readouterr().err == ""
+        say("step 1")
+    with pytest.raises(RuntimeError), hold_notes():
+        note("precision: b")
+        raise RuntimeError("refused")
+    note("precision: c")  # outside the CLI's block: at once
+    assert capsys.readouterr().err == "precision: a\nstep 1\nprecision: c\n"

@@ -42,7 +42,7 @@ import torch
 
 from rloo.config.base import FLOAT16_REFUSED
 from rloo.errors import RlooError
-from rloo.runtime.tracking import say
+from rloo.runtime.tracking import note
 
 MIN_SPEEDUP = 1.5
 # (tokens, in, out) of the probe's matmul: a projection of a 512-wide model on 128 tokens, 67 MFLOP:
@@ -138,7 +138,7 @@ def cpu_bf16_probe() -> dict:
     An x86 CPU without bf16 instructions (`cpu_bf16_isa`) is not timed: fp32, so that `auto` there runs
     exactly the code `float32` runs (the timings are then None)."""
     if cpu_bf16_isa() is False:
-        say(
+        note(
             "precision: this CPU has no bf16 matmul instructions (x86 without AVX512_BF16 or AMX): "
             "dtype=auto uses float32 (not timed)"
         )
@@ -161,7 +161,7 @@ def cpu_bf16_probe() -> dict:
     out["bf16"] = choose_bf16(fp32_s, bf16_s)
     out["why"] = f"probe: bf16 matmul {out['speedup']:.2f}x fp32"
     m, k, n = PROBE_SHAPE
-    say(
+    note(
         f"precision: CPU matmul {m}x{k}x{n} fp32 {out['fp32_ms']:.2f} ms, bf16 {out['bf16_ms']:.2f} ms "
         f"({out['speedup']:.2f}x); dtype=auto uses {'bf16 autocast' if out['bf16'] else 'float32'} "
         f"(bf16 needs >= {MIN_SPEEDUP}x) for models of width >= {MIN_BF16_WIDTH} "
@@ -172,7 +172,7 @@ def cpu_bf16_probe() -> dict:
 
 @functools.cache
 def _narrow_model_note(width: int, min_width: int) -> None:
-    say(
+    note(
         f"precision: model width {width} < {min_width}: dtype=auto uses float32 in this stage "
         f"(bf16 autocast pays from {min_width})"
     )
