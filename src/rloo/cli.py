@@ -34,6 +34,7 @@ from rloo.runtime.atomic import describe_write_failure
 from rloo.runtime.runfolder import refuse_linked_folders
 from rloo.runtime.runlock import refuse_if_busy
 from rloo.runtime.signals import signals_stop_now
+from rloo.runtime.tracking import hold_notes
 
 EXAMPLES = {
     "pipeline": "rloo pipeline                      # the whole pipeline on the default task\n"
@@ -215,7 +216,8 @@ def main(argv: list[str] | None = None) -> int:
 
             check_config(cfg)  # before the heavy imports below: a typo costs a second, not a model load
         # error messages name --resume/--overwrite, not resume=/overwrite=; SIGTERM stops as SIGINT does
-        with cli_options(), signals_stop_now():
+        # notes on how the command runs (dtype=auto's choice) wait for its first line: a refusal stays one line
+        with cli_options(), signals_stop_now(), hold_notes():
             run(cfg, args)
     except Interrupted as e:  # Ctrl-C / SIGTERM with a checkpoint written: asked for, not an error
         print(f"rloo {args.command}: interrupted: {_one_line(e)}", file=sys.stderr)

@@ -77,7 +77,7 @@ TABLE = [
     ("pipeline", ["task=arithmetic", "eval.pass_samples=100000"], "eval.pass_samples: Input should be less"),
     ("train", ["policy={model}", RW, "temperature=1e-30"], "temperature: Input should be greater than or equal"),
     ("eval", ["policy={model}", "temperature=1e-30"], "temperature: Input should be greater than or equal"),
-    # round four: a producer address that cannot be the trainer's, and the bound on max_staleness
+    # a producer address that cannot be the trainer's, and the bound on max_staleness
     *[
         ("train", ["policy={model}", RW, "max_staleness=1", f"producer_address={address}"], needle)
         for address, needle in [
@@ -379,3 +379,211 @@ def test_quick_keeps_the_settings_the_user_gave(capsys):
     assert (quick.seeds, quick.variance_batches, quick.rl.steps) == ([1, 2], 3, 5)
     assert (quick.rl.k, quick.variance_samples) == (QUICK["rl"]["k"], QUICK["variance_samples"])  # the rest is quick
     assert "--quick: keeping your rl.steps=5, variance_batches=3, seeds=[1, 2]" in capsys.readouterr().err
+
+
+# -- malformed values, lock records, plugins, results and rewards ------------------
+
+# (command, arguments, what the one line must contain); besides the table's inputs: {held-<name>} a
+# run folder whose lock a live holder keeps with the malformed record <name>, {study-<case>}
+# a finished comparison whose rloo/result.json is cut off, a list, or a link, and the user files of
+# the `table4_inputs` fixture ({exit0}, {exit3}, {kbi}, {huge}, {conv-<case>})
+LOCK_RECORDS = {"list": "[1,2]", "int": "5", "str": '"str"', "text": '{"started":"x"}'} | {
+    "big": '{"started":1e300}',
+    "neg": '{"started":-1e20}',
+}
+TABLE4 = [
+    # item 2: a value that is not YAML, every command that parses overrides
+    ("train", ["policy={model}", RW, "seed=["], "override seed='[' is not a valid YAML value"),
+    ("sft", ["task={{"], "override task='{{' is not a valid YAML value"),
+    ("compare", ["tasks=[summarize"], "override tasks='[summarize' is not a valid YAML value"),
+    ("eval", ["policy={model}", "num_prompts=*a"], "override num_prompts='*a' is not a valid YAML value"),
+    ("train", ["policy={model}", RW, "seed=\t1"], "override seed='\\t1' is not a valid YAML value"),
+    ("train", ["policy={model}", RW, "producer_address=[::1]:29511"], "override producer_address='[::1]:29511'"),
+    ("train", ["policy={model}", RW, "stop={{a:"], "override stop='{{a:' is not a valid YAML value"),
+    # item 3: a live holder whose lock record is malformed: refused, named safely
+    *[
+        ("train", ["policy={model}", RW, f"output_dir={{held-{n}}}", "--resume"], "a process whose lock record is unre")
+        for n in LOCK_RECORDS
+    ],
+    ("compare", ["output_dir={held-study}", "--overwrite"], "in use by a process whose lock record is unreadable"),
+    # item 7: LoRA targets
+    ("train", ["policy={model}", RW, "lora.target_modules=[]"], "lora.target_modules: name at least one module"),
+    ("sft", ["lora.target_modules=[]"], "lora.target_modules: name at least one module"),
+    ("train", ["policy={model}", RW, "lora.target_modules=nonexistent"], "the names it can target: down_proj, "),
+    # item 9: a plugin that exits, raises KeyboardInterrupt, or is a folder
+    ("train", ["policy={model}", RW, "--plugin", "{exit0}"], "plugin '{exit0}' called sys.exit(0) while loading"),
+    ("train", ["policy={model}", RW, "--plugin", "{exit3}"], "plugin '{exit3}' called sys.exit(3) while loading"),
+    ("compare", ["--plugin", "{kbi}"], "plugin '{kbi}' raised KeyboardInterrupt while loading"),
+    ("train", ["policy={model}", RW, "--plugin", "nsplugin"], "plugin 'nsplugin' is a folder (a namespace package)"),
+    # item 10: a finished comparison whose result is cut off, not an object, or a link
+    *[
+        ("compare", ["--config", f"{{study-{case}}}/config.yaml", f"output_dir={{study-{case}}}"], needle)
+        for case, needle in (("cut", "is not valid JSON"), ("list", "holds a list"), ("link", "is a symbolic link"))
+    ],
+    # conversational data: a string as `messages`, a message without text, a role no template knows
+    ("sft", ["model={model}", "dataset.path={conv-str}"], "field 'messages' must be a list of {{role, content}}"),
+    ("sft", ["model={model}", "dataset.path={conv-null}"], "field 'messages': message 0 has content None, expected"),
+    ("sft", ["model={model}", "dataset.path={conv-role}"], "field 'messages': message 0 has role 'human'; expected"),
+    # item 11: a reward past float's range (found by the check before the run, which samples k
+    # completions: the fewest and shortest, for speed)
+    ("train", ["policy={model}", "reward_fn={huge}:fn", "k=2", "max_new_tokens=2"], "fn returned a score too large"),
+]
+
+
+def _hold(folder: Path, record: str, stack) -> str:
+    """`folder` with a lock file holding `record`, flock-held as a live run holds it (another open
+    file description in this process conflicts with the CLI's as another process's would)."""
+    import fcntl
+
+    folder.mkdir(parents=True, exist_ok=True)
+    fh = stack.enter_context(open(folder / ".rloo.lock", "w"))
+    fh.write(record)
+    fh.flush()
+    fcntl.flock(fh, fcntl.LOCK_EX)
+    return str(folder)
+
+
+def _study(folder: Path, result: str | None) -> str:
+    """A comparison's folder as a finished one leaves it, as far as a rerun reads before any model
+    loads: its marker, config.yaml, and a cell's sft and rloo result.json (`result`; None: a link)."""
+    from rloo.experiments.compare_folder import _dump
+    from rloo.runtime.runfolder import write_marker
+
+    from .conftest import tiny_study_config
+
+    cell = folder / "runs" / "summarize" / "seed-0"
+    for run in ("sft", "rloo"):
+        (cell / run).mkdir(parents=True)
+        (cell / run / "result.json").write_text('{"win_rate": 0.5, "split": "eval", "settings": {}}')
+    (folder / "config.yaml").write_text(_dump(tiny_study_config(folder)))
+    write_marker(folder, "compare")
+    if result is None:
+        (cell / "rloo" / "result.json").unlink()
+        (cell / "rloo" / "result.json").symlink_to(cell / "sft" / "result.json")
+    else:
+        (cell / "rloo" / "result.json").write_text(result)
+    return str(folder)
+
+
+@pytest.fixture
+def table4_inputs(inputs, tmp_path):
+    """The inputs of TABLE4 under tmp_path/in4 (with the table's), current folder tmp_path."""
+    import sys
+    from contextlib import ExitStack
+
+    from rloo.runtime.runfolder import write_marker
+
+    d = tmp_path / "in4"
+    d.mkdir()
+    files = {"exit0": "import sys\nsys.exit(0)\n", "exit3": "import sys\nsys.exit(3)\n"} | {
+        "kbi": "raise KeyboardInterrupt\n",
+        "huge": "def fn(prompts, completions):\n    return [1.0] + [10**400] * (len(completions) - 1)\n",
+    }
+    for name, text in files.items():
+        (d / f"{name}.py").write_text(text)
+    reply = {"role": "assistant", "content": "hi"}
+    conv = {"str": "hello there", "null": [{"role": "user", "content": None}, reply]}
+    conv["role"] = [{"role": "human", "content": "a"}, reply]
+    for name, messages in conv.items():
+        (d / f"conv-{name}.jsonl").write_text(json.dumps({"messages": messages}) + "\n")
+    (tmp_path / "nsplugin").mkdir()  # a folder without __init__.py, named as a module
+    with ExitStack() as stack:
+        held = {f"held-{n}": _hold(d / f"held-{n}", r, stack) for n, r in LOCK_RECORDS.items()}
+        _hold(d / "held-study" / "runs" / "summarize" / "seed-0", "[1,2]", stack)
+        write_marker(d / "held-study", "compare")
+        studies = {f"study-{c}": _study(d / c, r) for c, r in (("cut", '{"win'), ("list", "[1, 2]"), ("link", None))}
+        convs = {f"conv-{n}": str(d / f"conv-{n}.jsonl") for n in conv}
+        yield (
+            inputs
+            | {n: str(d / f"{n}.py") for n in files}
+            | held
+            | studies
+            | convs
+            | {"held-study": str(d / "held-study")}
+        )
+    sys.modules.pop("nsplugin", None)
+
+
+# rows found only once a model is loaded (its module names; the reward of its samples), or whose
+# first run in a session imports Hugging Face `datasets` (a data file is read through it): 30 s
+SLOW = ("lora.target_modules=nonexistent", "reward_fn={huge}:fn", "dataset.path=")
+
+
+@pytest.mark.parametrize("command, args, needle", TABLE4, ids=[f"{c}-{'-'.join(a)[-40:]}" for c, a, _ in TABLE4])
+def test_malformed_values_locks_plugins_results_and_rewards(command, args, needle, table4_inputs, tmp_path, capsys):
+    """As the table above, and no file's bytes change (a lock record, a result, a plugin)."""
+    limit = 30 if any(a.startswith(slow) for a in args for slow in SLOW) else 3
+    args = [a.format(**table4_inputs) for a in args]
+    if not any(a.startswith("output_dir=") for a in args):
+        args.append(f"output_dir={table4_inputs['out']}")
+    before, files = _tree(tmp_path), _files(tmp_path)
+    t = time.perf_counter()
+    rc = main([command, *args])
+    seconds = time.perf_counter() - t
+    _one_line(rc, capsys.readouterr().err.strip(), f"rloo {command}: error: ", needle.format(**table4_inputs))
+    assert _tree(tmp_path) == before and _files(tmp_path) == files, "nothing is created or changed"
+    assert seconds < limit, f"took {seconds:.1f}s"
+
+
+def test_a_read_only_file_system_is_not_called_full(tmp_path, monkeypatch):
+    """A read-only file system reports no free space (statvfs), so a failed write there was told as
+    "no space left on device"; EROFS is said as what it is."""
+    import errno
+    import shutil as sh
+
+    from rloo.runtime import atomic
+
+    monkeypatch.setattr(sh, "disk_usage", lambda p: sh._ntuple_diskusage(1 << 30, 1 << 30, 0))
+    e = OSError(errno.EROFS, "Read-only file system", str(tmp_path / "x"))
+    what = atomic.describe_write_failure(e, tmp_path)
+    assert what.startswith("read-only file system") and "no space" not in what, what
+
+
+@pytest.mark.parametrize("record", LOCK_RECORDS.values(), ids=list(LOCK_RECORDS))
+def test_a_dead_holders_malformed_lock_record_is_taken_over(record, tmp_path, capsys):
+    """A lock record no live process holds (as `--resume` finds one) is taken over whatever it holds
+    and named safely (before: AttributeError/TypeError/OverflowError in describing it)."""
+    from rloo.runtime.runlock import LOCK_NAME, run_folder
+
+    (tmp_path / LOCK_NAME).write_text(record)
+    with run_folder(tmp_path):
+        assert json.loads((tmp_path / LOCK_NAME).read_text())["pid"] == os.getpid()
+    err = capsys.readouterr().err.strip()
+    assert err == "note: took over the lock of a process whose lock record is unreadable, which is no longer running"
+
+
+def test_a_real_ctrl_c_while_a_plugin_loads_is_still_sigint(tmp_path, capsys):
+    """A plugin's own KeyboardInterrupt is one error line (TABLE4); a SIGINT that arrives while it
+    loads still stops the command as SIGINT does: exit 130 and its line."""
+    plugin = tmp_path / "slow_plugin.py"
+    plugin.write_text("import os, signal, time\nos.kill(os.getpid(), signal.SIGINT)\ntime.sleep(5)\n")
+    rc = main(["train", "policy=x", RW, f"output_dir={tmp_path / 'out'}", "--plugin", str(plugin)])
+    assert rc == 130
+    assert capsys.readouterr().err.strip().startswith("rloo train: interrupted by SIGINT")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_precision_note_does_not_precede_a_one_line_error(inputs, tmp_path, monkeypatch, capsys):
+    """dtype=auto's note on a narrow model was printed before the stage's refusal (two lines)."""
+    from rloo.runtime import precision
+
+    monkeypatch.delenv("RLOO_AUTO_DTYPE", raising=False)
+    precision._narrow_model_note.cache_clear()  # said once per process: an earlier test may have said it
+    (tmp_path / "theirs").mkdir()
+    (tmp_path / "theirs" / "notes.txt").write_text("the user's")  # refused inside the stage, after the note
+    rc = main(["train", f"policy={inputs['model']}", RW, "dtype=auto", f"output_dir={tmp_path / 'theirs'}"])
+    _one_line(rc, capsys.readouterr().err.strip(), "rloo train: error: ", "does not hold an rloo train run")
+
+
+def test_held_notes_come_before_the_next_line_or_not_at_all(capsys):
+    from rloo.runtime.tracking import hold_notes, note, say
+
+    with hold_notes():
+        note("precision: a")
+        assert capsys.readouterr().err == ""
+        say("step 1")
+    with pytest.raises(RuntimeError), hold_notes():
+        note("precision: b")
+        raise RuntimeError("refused")
+    note("precision: c")  # outside the CLI's block: at once
+    assert capsys.readouterr().err == "precision: a\nstep 1\nprecision: c\n"

@@ -33,8 +33,22 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
             node = node.setdefault(p, {})
             if not isinstance(node, dict):
                 raise ConfigError(f"override {item!r} conflicts with another override of {p!r}")
-        node[parts[-1]] = yaml.safe_load(raw) if raw.strip() else None
+        node[parts[-1]] = _value(key.strip(), raw)
     return out
+
+
+def _value(key: str, raw: str) -> Any:
+    """The YAML value of override `key=raw` (empty: None), or a one-line ConfigError naming both."""
+    if not raw.strip():
+        return None
+    try:
+        return yaml.safe_load(raw)
+    except yaml.YAMLError as e:
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(
+            f"override {key}={raw!r} is not a valid YAML value ({problem}); fix it, or quote it to pass it as "
+            f"text: {key}=\"'...'\""
+        ) from None
 
 
 def _merge(base: dict, extra: dict) -> dict:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from rloo.config.base import Strict
 
@@ -23,6 +23,14 @@ class LoraSettings(Strict):
         description="merged: a plain model (loads without peft); adapter: adapter weights only (rloo's "
         "stages load them merged into their base).",
     )
+
+    @field_validator("target_modules")
+    @classmethod
+    def _some_modules(cls, v: list[str] | str) -> list[str] | str:
+        # PEFT would wrap no module (or fail deep inside) for an empty list or name
+        if not v or any(not str(name).strip() for name in ([v] if isinstance(v, str) else v)):
+            raise ValueError("name at least one module to adapt (e.g. [q_proj,v_proj]), or 'all-linear'")
+        return v
 
 
 MICRO_BATCH_RULE = (

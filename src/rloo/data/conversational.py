@@ -77,13 +77,27 @@ def _turns(row, fields, column, columns) -> tuple[list[dict], dict[str, list[dic
     return chosen, replies
 
 
+# the roles chat templates know; another (ShareGPT's "human"/"gpt") would be rendered as a user turn
+KNOWN_ROLES = ("system", "user", "assistant", "tool")
+
+
 def _messages(value, field: str) -> list[dict]:
-    if isinstance(value, str):  # text next to message lists: one user turn, or the assistant's reply
+    if isinstance(value, str) and field != "messages":  # text next to message lists: a user turn or the reply
         return [{"role": "user" if field == "prompt" else "assistant", "content": value}]
     if not is_messages(value):
         raise RlooError(
             f"conversational field {field!r} must be a list of {{role, content}} messages, got {value!r:.80}"
         )
+    for i, m in enumerate(value):
+        if m["role"] not in KNOWN_ROLES:
+            raise RlooError(
+                f"conversational field {field!r}: message {i} has role {m['role']!r:.40}; expected one of "
+                f"{', '.join(KNOWN_ROLES)}"
+            )
+        if not isinstance(m["content"], str):  # None would be rendered as the text "None"
+            raise RlooError(
+                f"conversational field {field!r}: message {i} has content {m['content']!r:.40}, expected text"
+            )
     return [{"role": m["role"], "content": m["content"]} for m in value]
 
 

@@ -120,11 +120,26 @@ def checked_step(env, turn: list[int], vocab_size: int) -> Step:
         raise EnvError(f"environment {_name(env)}.step returned {type(out).__name__}, expected rloo.envs.Step")
     obs = token_ids(out.observation, env, "step", vocab_size)
     r = out.reward
-    if r is not None and (isinstance(r, bool) or not isinstance(r, numbers.Real) or not math.isfinite(float(r))):
-        raise EnvError(f"environment {_name(env)}.step returned reward {r!r}, expected a finite number or None")
+    if r is not None and (isinstance(r, bool) or not isinstance(r, numbers.Real) or not _fits(r)):
+        shown = f"an integer of {r.bit_length()} bits" if isinstance(r, int) and r.bit_length() > 128 else repr(r)[:80]
+        raise EnvError(
+            f"environment {_name(env)}.step returned reward {shown}, expected a finite number (within float32's "
+            "range) or None"
+        )
     if not isinstance(out.done, bool):
         raise EnvError(f"environment {_name(env)}.step returned done={out.done!r}, expected True or False")
     return Step(obs, None if r is None else float(r), out.done)
+
+
+_F32_MAX = 3.4028234663852886e38  # torch.finfo(torch.float32).max: the episode rewards' dtype
+
+
+def _fits(r: numbers.Real) -> bool:
+    """Whether reward r is finite as a float32 (an int like 10**400 fits no float; 1e39 is inf in float32)."""
+    try:
+        return math.isfinite(float(r)) and abs(float(r)) <= _F32_MAX
+    except OverflowError:
+        return False
 
 
 def stop_ids(env, vocab_size: int) -> frozenset[int]:

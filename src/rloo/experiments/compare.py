@@ -33,7 +33,7 @@ from rloo.experiments.compare_eval import text_judge
 from rloo.experiments.compare_folder import claim, open_study, wait_for_models
 from rloo.experiments.compare_report import write_report
 from rloo.experiments.gradvar import variance_cell
-from rloo.experiments.tuning import base_of, choose, trial_variants, tuning_done, tuning_root, untuned_name
+from rloo.experiments.tuning import base_of, choose, read_result, trial_variants, tuning_done, tuning_root, untuned_name
 from rloo.modeling.loading import load_policy
 from rloo.runtime.atomic import atomic_write_text
 from rloo.runtime.precision import stage_precision
@@ -156,7 +156,7 @@ def run_cell(
     if not sft_file.exists():
         sft_res = cell.evaluate(cell.sft, None) | {"split": split}
         atomic_write_text(sft_file, json.dumps(sft_res))  # another process may read it meanwhile
-    sft_res = json.loads(sft_file.read_text())
+    sft_res = read_result(sft_file)
     for name, (method, settings) in variants.items():
         out = root / name
         if (out / "result.json").exists():
@@ -181,27 +181,31 @@ def _samples(cfg: CompareConfig, method: str) -> int:
     return 0 if not spec_of_variant(method).online else cfg.rl.steps * cfg.rl.batch_size * cfg.rl.k
 
 
-@stage_precision
 def compare(cfg: CompareConfig, *, overwrite: bool = False) -> Path:
     """Run (or continue) the comparison and write the report; returns the report folder."""
     if cfg.quick:
         cfg = quick_config(cfg)
-    out = Path(cfg.output_dir)
-    study = open_study(cfg, overwrite)
+    study = open_study(cfg, overwrite)  # its refusals come at once: before the precision probe and any model
     try:
         t0 = time.perf_counter()
-        # an interrupted stage or run says to rerun this command: the rerun skips the finished runs
-        # and starts the unfinished ones over (run_cell trains them with overwrite=True)
-        with rerun_continues(study_rerun()):
-            for task_name in cfg.tasks if cfg.tuning.trials else []:  # 1. every method's trials (tuning seeds)
-                _tuning_cells(cfg, out, task_name)
-            for task_name in cfg.tasks:  # 2. the reported seeds, at the chosen settings when tuned
-                _reported_cells(cfg, out, task_name)
-        report = write_report(cfg, out)
+        report = _run_study(cfg)
     finally:
         study.close()
     say(f"compare: report in {report} ({time.perf_counter() - t0:.0f}s this invocation)")
     return report
+
+
+@stage_precision
+def _run_study(cfg: CompareConfig) -> Path:
+    out = Path(cfg.output_dir)
+    # an interrupted stage or run says to rerun this command: the rerun skips the finished runs
+    # and starts the unfinished ones over (run_cell trains them with overwrite=True)
+    with rerun_continues(study_rerun()):
+        for task_name in cfg.tasks if cfg.tuning.trials else []:  # 1. every method's trials (tuning seeds)
+            _tuning_cells(cfg, out, task_name)
+        for task_name in cfg.tasks:  # 2. the reported seeds, at the chosen settings when tuned
+            _reported_cells(cfg, out, task_name)
+    return write_report(cfg, out)
 
 
 def _reported_cells(cfg: CompareConfig, out: Path, task_name: str) -> None:

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from rloo.config import CompareConfig, load_config
 from rloo.errors import RlooError
-from rloo.experiments.tuning import report_names, trial_variants, tuning_done, view_names
+from rloo.experiments.tuning import read_result, report_names, trial_variants, tuning_done, view_names
 from rloo.runtime.atomic import atomic_write_bytes, atomic_write_text
 from rloo.runtime.runfolder import is_bookkeeping_only, write_marker
 from rloo.runtime.runlock import is_busy
@@ -69,7 +69,7 @@ def cell_done(out: Path, cell: Path, cfg: CompareConfig) -> bool:
 
 
 def _at_updates(result: Path, upd: tuple[int, int]) -> bool:
-    a = json.loads(result.read_text()).get("settings", {}).get("algorithm_settings", {})
+    a = read_result(result).get("settings", {}).get("algorithm_settings", {})
     return (a.get("ppo_epochs"), a.get("num_minibatches")) == upd
 
 

@@ -19,6 +19,7 @@ import yaml
 
 from rloo.config import CompareConfig, load_config
 from rloo.errors import ConfigError, RlooError, option
+from rloo.experiments.tuning import read_result
 from rloo.runtime.atomic import atomic_write_text
 from rloo.runtime.confine import make_folder
 from rloo.runtime.runfolder import empty_run_folder, is_bookkeeping_only, kind_of, refuse_linked_folders, write_marker
@@ -52,6 +53,8 @@ def open_study(cfg: CompareConfig, overwrite: bool) -> SharedFolder:
             raise RlooError(
                 f"{out} holds a comparison with other settings; pass {option('overwrite')} or choose another output_dir"
             )
+        for result in sorted(out.glob("*/*/seed-*/*/result.json")):  # runs/ and tuning/ cells
+            read_result(result)  # a damaged or linked result refuses the rerun now, before any model loads
         if study.exclusive:  # the only writer of the marker and config (a process joining later reads them)
             write_marker(out, "compare")
             if not saved.exists():

@@ -23,7 +23,7 @@ from rloo.experiments.compare_tables import (  # noqa: F401 - mean_ci re-exporte
     results_table,
     variance_table,
 )
-from rloo.experiments.tuning import report_names, updates_of, view_names
+from rloo.experiments.tuning import read_result, report_names, updates_of, view_names
 from rloo.runtime.atomic import atomic_write_text
 from rloo.runtime.confine import make_folder
 from rloo.runtime.tracking import read_metrics
@@ -45,7 +45,7 @@ def collect(cfg, out: Path) -> dict:
             for name in ["sft", *report_names(cfg)]:
                 d = _run_dir(root, name, views)
                 if (d / "result.json").exists():
-                    r = json.loads((d / "result.json").read_text())
+                    r = read_result(d / "result.json")
                     r["metrics"] = read_metrics(d / "metrics.jsonl") if name != "sft" else []
                     r["seed"] = seed
                     data[task].setdefault(name, []).append(r)
@@ -59,7 +59,7 @@ def _run_dir(root: Path, name: str, views: dict) -> Path:
         return root / name
     method, upd = views[name]
     f = root / method / "result.json"
-    same = f.exists() and updates_of(json.loads(f.read_text()).get("settings", {})) == upd
+    same = f.exists() and updates_of(read_result(f).get("settings", {})) == upd
     return root / method if same else root / name
 
 

@@ -9,15 +9,50 @@ reads only those validation results: the trial with the highest mean score over 
 
 from __future__ import annotations
 
+import errno
 import itertools
 import json
+import os
 import random
+import stat
 from pathlib import Path
 
 from rloo.config.methods import spec_of_variant
 from rloo.config.tools import TuningSettings
+from rloo.errors import RlooError, option
 from rloo.runtime.atomic import atomic_write_text
 from rloo.runtime.confine import make_folder
+
+
+def read_result(path: Path) -> dict:
+    """A run's result.json as `rloo compare` wrote it (atomically, last: the run is done once it is
+    there). One RlooError line naming the file when it is a link, not a regular file, not JSON or not
+    an object: a result damaged or edited by hand is neither guessed from nor replaced."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)  # never read through a link
+    except OSError as e:
+        if e.errno != errno.ELOOP:
+            raise
+        raise _damaged(path, "it is a symbolic link, which rloo never reads or writes through") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise _damaged(path, "it is not a regular file")
+        with os.fdopen(os.dup(fd), "rb") as fh:
+            data = json.loads(fh.read().decode())
+    except (ValueError, RecursionError) as e:  # UnicodeDecodeError, JSONDecodeError: cut off or edited
+        raise _damaged(path, f"it is not valid JSON ({str(e).splitlines()[0][:80]})") from None
+    finally:
+        os.close(fd)
+    if not isinstance(data, dict):
+        raise _damaged(path, f"it holds a {type(data).__name__}, not the object rloo writes")
+    return data
+
+
+def _damaged(path: Path, why: str) -> RlooError:
+    return RlooError(
+        f"the run result {path} cannot be used: {why}; remove it to make that run again, or rerun with "
+        f"{option('overwrite')} to start the study over (nothing was changed)"
+    )
 
 
 def trial_settings(tuning: TuningSettings, method: str) -> list[dict]:
@@ -111,10 +146,7 @@ def choose(out: Path, tuning: TuningSettings, methods: list[str], task: str) -> 
     for m in methods:
         trials = trial_settings(tuning, m)
         res = [
-            [
-                json.loads((tuning_root(out, task, s) / trial_name(m, i) / "result.json").read_text())
-                for s in tuning.seeds
-            ]
+            [read_result(tuning_root(out, task, s) / trial_name(m, i) / "result.json") for s in tuning.seeds]
             for i in range(len(trials))
         ]
         if any(r.get("split") != "valid" for rs in res for r in rs):  # a run judged on other prompts
@@ -144,7 +176,7 @@ def choose(out: Path, tuning: TuningSettings, methods: list[str], task: str) -> 
 
 
 def _result(out: Path, task: str, seed: int, name: str) -> dict:
-    return json.loads((tuning_root(out, task, seed) / name / "result.json").read_text())
+    return read_result(tuning_root(out, task, seed) / name / "result.json")
 
 
 def describe(settings: dict) -> str:

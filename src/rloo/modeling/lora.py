@@ -40,7 +40,22 @@ def add_lora(model, settings: LoraSettings, adapter_path: str | Path | None = No
         task_type="SEQ_CLS" if score_head else "CAUSAL_LM",
         modules_to_save=["score"] if score_head else None,
     )
-    return use_fp32_heads(_absolute_base(peft.get_peft_model(model, cfg)))
+    try:
+        wrapped = peft.get_peft_model(model, cfg)
+    except ValueError:  # PEFT's NoMatchingPeftModuleError and its other refusals of the targets
+        raise RlooError(
+            f"lora.target_modules={settings.target_modules!r} names no module of this model that LoRA can "
+            f"adapt; the names it can target: {', '.join(targetable_names(model))} (or 'all-linear')"
+        ) from None
+    return use_fp32_heads(_absolute_base(wrapped))
+
+
+def targetable_names(model: torch.nn.Module) -> list[str]:
+    """The last parts of the names of `model`'s modules LoRA can adapt (linear, embedding and
+    convolution layers: q_proj, lm_head, ...), the names `lora.target_modules` lists."""
+    kinds = (torch.nn.Linear, torch.nn.Embedding, torch.nn.Conv1d, torch.nn.Conv2d)
+    names = {n.rsplit(".", 1)[-1] for n, m in model.named_modules() if n and isinstance(m, kinds)}
+    return sorted(names)
 
 
 def is_adapter_folder(path: str | Path) -> bool:

@@ -50,22 +50,47 @@ class FunctionReward:
             raise RewardError(
                 f"reward function {self.name} returned {len(values)} scores for {len(completions)} completions"
             )
-        out = []
-        for v in values:
-            if isinstance(v, torch.Tensor) and v.numel() == 1:
-                v = v.item()
-            if v is None:  # "could not score": NaN marks it (see rloo.core.advantages.unscored)
-                out.append(math.nan)
-                continue
-            if isinstance(v, bool) or not isinstance(v, numbers.Real):
-                raise RewardError(f"reward function {self.name} returned a non-number: {v!r}")
-            if not math.isfinite(float(v)):
-                raise RewardError(f"reward function {self.name} returned a non-finite score: {v!r}")
-            out.append(float(v))
-        return torch.tensor(out, dtype=torch.float32)
+        return torch.tensor([_score(v, self.name, i) for i, v in enumerate(values)], dtype=torch.float32)
 
     def part_metrics(self) -> dict[str, float]:
         return {}
+
+
+_F32_MAX = torch.finfo(torch.float32).max
+
+
+def _score(v, name: str, i: int) -> float:
+    """Score `i` of reward function `name` as a float (None: NaN, "could not score", see
+    rloo.core.advantages.unscored); a RewardError naming the index for a non-number, NaN/inf, or a
+    number no float32 score holds (an int like 10**400 that no float fits, or 1e39: inf in float32)."""
+    if isinstance(v, torch.Tensor) and v.numel() == 1:
+        v = v.item()
+    if v is None:
+        return math.nan
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
+        raise RewardError(f"reward function {name} returned a non-number at index {i}: {_shown(v)}")
+    try:
+        x = float(v)
+    except OverflowError:  # a Python int past float's range
+        raise RewardError(
+            f"reward function {name} returned a score too large for a float at index {i}: {_shown(v)}"
+        ) from None
+    if not math.isfinite(x):
+        raise RewardError(f"reward function {name} returned a non-finite score at index {i}: {_shown(v)}")
+    if abs(x) > _F32_MAX:  # a finite float64 that the float32 scores would hold as inf
+        raise RewardError(
+            f"reward function {name} returned a score too large for a float32 score (beyond ±{_F32_MAX:.3g}) "
+            f"at index {i}: {_shown(v)}"
+        )
+    return x
+
+
+def _shown(v) -> str:
+    """v for a one-line message: a huge int by its size, anything else by a repr cut to 80 characters."""
+    if isinstance(v, int) and abs(v) > 10**30:  # str() of a 5000-digit int raises (Python's digit limit)
+        return f"an integer of about {int(v.bit_length() * math.log10(2)) + 1} digits"
+    text = repr(v)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _score_list(out, name: str) -> list:

@@ -31,6 +31,8 @@ def describe_write_failure(e: BaseException, folder: Path) -> str:
         if str(e)
         else type(e).__name__
     )
+    if isinstance(e, OSError) and e.errno == errno.EROFS:  # it reports no free space too: say what it is
+        return f"read-only file system ({text}); choose an output_dir on a writable one"
     full = (
         (isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT))
         or "os error 28" in str(e)

@@ -46,7 +46,7 @@ import torch
 from rloo.config.base import FLOAT16_REFUSED
 from rloo.errors import RlooError
 from rloo.runtime.cpukind import auto_bf16, cpu_flags
-from rloo.runtime.tracking import say
+from rloo.runtime.tracking import note
 
 MIN_SPEEDUP = 1.5
 # (tokens, in, out) of the probe's matmul (only where the CPU flags cannot tell): a projection of a
@@ -153,13 +153,13 @@ def cpu_bf16_probe() -> dict:
         f" for models of width >= {MIN_BF16_WIDTH} (>= {MIN_BF16_WIDTH_SAMPLING} in the decoding-bound RL "
         "and evaluation stages)"
     )
-    say(f"precision: {timing}dtype=auto uses {'bf16 autocast' + widths if bf16 else 'float32'} on this CPU: {why}")
+    note(f"precision: {timing}dtype=auto uses {'bf16 autocast' + widths if bf16 else 'float32'} on this CPU: {why}")
     return {"bf16": bf16, "why": why}
 
 
 @functools.cache
 def _narrow_model_note(width: int, min_width: int) -> None:
-    say(
+    note(
         f"precision: model width {width} < {min_width}: dtype=auto uses float32 in this stage "
         f"(bf16 autocast pays from {min_width})"
     )

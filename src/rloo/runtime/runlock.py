@@ -101,7 +101,7 @@ class _Lock:
             self.fd = fd
         self.roots = hold_root(self.folder)
         stale = _read_holder(self.path, wait=0)
-        if stale and stale.get("pid") != os.getpid():
+        if stale is not None and _fields(stale).get("pid") != os.getpid():
             print(f"note: took over the lock of {_describe(stale)}, which is no longer running", file=sys.stderr)
         record = json.dumps(
             {
@@ -146,23 +146,29 @@ def _busy(folder: Path, path: Path) -> RunFolderBusy:
     )
 
 
-def _read_holder(path: Path, wait: float = 1.0) -> dict | None:
-    """The holder's record; a holder that has just taken the lock may not have written it yet."""
+def _read_holder(path: Path, wait: float = 1.0) -> object | None:
+    """The holder's record as parsed (any JSON value: the file is anyone's to edit), UNREADABLE when
+    it holds text that is not JSON, None when empty or missing; a holder that has just taken the
+    lock may not have written it yet, so an empty or partial record is read again for `wait` s."""
     deadline = time.monotonic() + wait
     while True:
+        raw = b""
         try:
             fd = os.open(path, os.O_RDONLY | _SAFE)  # never read through a planted link
             try:
-                text = os.read(fd, 4096).decode()
+                raw = os.read(fd, 4096)
             finally:
                 os.close(fd)
-            if text.strip():
-                return json.loads(text)
-        except (OSError, ValueError):
+            if raw.strip():
+                return json.loads(raw.decode())
+        except (OSError, ValueError, RecursionError):  # RecursionError: "[[[[..." nested too deep
             pass
         if time.monotonic() >= deadline:
-            return None
+            return UNREADABLE if raw.strip() else None
         time.sleep(0.05)
+
+
+UNREADABLE = object()  # a lock record that is not JSON
 
 
 def describe_holder(folder) -> str:
@@ -170,11 +176,34 @@ def describe_holder(folder) -> str:
     return _describe(_read_holder(Path(folder) / LOCK_NAME))
 
 
-def _describe(holder: dict | None) -> str:
-    if not holder:
+def _describe(holder: object | None) -> str:
+    """The holder in words. Whether it is live is the kernel's flock, never this record: a record
+    that is not the object rloo writes is named as unreadable, not guessed from."""
+    if holder is None:
         return "another process (it has not recorded its PID yet)"
-    started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(holder.get("started", 0)))
-    return f"process {holder.get('pid')} on {holder.get('host')} ({holder.get('command', 'rloo')}, started {started})"
+    fields = _fields(holder)
+    if not fields:
+        return "a process whose lock record is unreadable"
+    return f"process {fields['pid']} on {fields['host']} ({fields['command']}, started {fields['started']})"
+
+
+def _fields(holder: object) -> dict:
+    """{pid, host, command, started (local time, in words)} of a record as rloo writes it, {} for
+    anything else (a list, a number, a string pid, a start time no clock can show, ...)."""
+    if not isinstance(holder, dict):
+        return {}
+    pid, host, started = holder.get("pid"), holder.get("host"), holder.get("started")
+    command = holder.get("command", "rloo")
+    if not (type(pid) is int and isinstance(host, str) and isinstance(command, str)):
+        return {}
+    if not isinstance(started, (int, float)) or isinstance(started, bool):
+        return {}
+    try:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started))
+    except (OverflowError, OSError, ValueError):  # 1e300, -1e20, NaN: no date
+        return {}
+    # whitespace (a newline in a hand-edited host) would break the one-line message
+    return {"pid": pid, "host": " ".join(host.split()), "command": " ".join(command.split())[:200], "started": when}
 
 
 _ACTIVE: dict[str, list] = {}  # resolved folder -> [lock, nesting depth]

@@ -75,3 +75,22 @@ def signals_stop_now():
         yield
     finally:
         signal.signal(signal.SIGTERM, old)
+
+
+def _sigint_stops_now(signum, frame):
+    raise StopNow(signum)
+
+
+@contextlib.contextmanager
+def sigint_stops_now():
+    """Within this block SIGINT raises StopNow (in the main thread; elsewhere a no-op), so that a plain
+    KeyboardInterrupt raised inside is the code's own, not a Ctrl-C (the user's modules, loaded by
+    rloo.runtime.user_code, are told apart from a real signal this way)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGINT, _sigint_stops_now)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)

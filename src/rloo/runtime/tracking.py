@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -114,6 +115,8 @@ def progress(total: int, desc: str, initial: int = 0, disable: bool = False, pla
     """A progress bar on stderr when it is a terminal; otherwise (CI, a log file) plain lines with an
     ETA every tenth of the run (rloo.runtime.progress_text), or nothing when not `plain_lines` (a loop that
     prints its own). `disable`: quiet (processes other than rank 0)."""
+    if not disable and is_main_process():
+        _say_held_notes()  # a terminal's bar is drawn by tqdm, not by say
     if disable or not sys.stderr.isatty():
         if plain_lines and not disable:
             return PlainProgress(total, desc, say, initial)
@@ -124,7 +127,40 @@ def progress(total: int, desc: str, initial: int = 0, disable: bool = False, pla
 def say(msg: str) -> None:
     """A progress/info line on stderr; under torchrun only rank 0 speaks (errors are printed apart)."""
     if is_main_process():
+        _say_held_notes()
         print(msg, file=sys.stderr, flush=True)
+
+
+# Notes held while the CLI runs a command (`hold_notes`); None: say them at once
+_held_notes: list[str] | None = None
+
+
+def note(msg: str) -> None:
+    """A line about how the command will run (dtype=auto's choice) that matters only if it does run:
+    under `hold_notes` it is said just before the next line, and dropped when the command stops on
+    an error first, so that a refusal stays the only line on stderr."""
+    if _held_notes is None:
+        say(msg)
+    elif is_main_process():
+        _held_notes.append(msg)
+
+
+def _say_held_notes() -> None:
+    while _held_notes:
+        print(_held_notes.pop(0), file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def hold_notes():
+    """Within this block `note` lines wait for the next `say` (or progress bar, or the block's end)
+    and are dropped if the block raises before one (the CLI then prints its one error line)."""
+    global _held_notes
+    _held_notes = []
+    try:
+        yield
+        _say_held_notes()
+    finally:
+        _held_notes = None
 
 
 def is_main_process() -> bool:

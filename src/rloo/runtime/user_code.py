@@ -17,8 +17,9 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from rloo.errors import RlooError
+from rloo.errors import RlooError, StopNow
 from rloo.runtime.names import missing_path_error
+from rloo.runtime.signals import sigint_stops_now
 
 
 def is_file_spec(target: str) -> bool:
@@ -59,7 +60,24 @@ def load_module(target: str, what: str = "plugin"):
         return _load_file(target, target, what)
     if not all(part.isidentifier() for part in target.split(".")):
         raise RlooError(f"{what} {target!r} must be given as path/to/file.py or a module name (my_methods)")
-    return _import(target, target, what, instead="path/to/file.py")
+    module = _import(target, target, what, instead="path/to/file.py")
+    if getattr(module, "__file__", None) is None:  # a folder without __init__.py: it would run nothing
+        raise RlooError(
+            f"{what} {target!r} is a folder (a namespace package), not a Python module, so it would run "
+            f"nothing; name a file in it: {target}/file.py"
+        )
+    return module
+
+
+def _stopped(e: BaseException, what: str, spec: str) -> BaseException:
+    """The line for the user's module that called sys.exit or raised KeyboardInterrupt itself while
+    loading; a real Ctrl-C (StopNow under `sigint_stops_now`) or any other BaseException as it was."""
+    if isinstance(e, StopNow) or not isinstance(e, (SystemExit, KeyboardInterrupt)):
+        return e
+    if isinstance(e, SystemExit):
+        code = "" if e.code is None else repr(e.code)
+        return RlooError(f"{what} {spec!r} called sys.exit({code}) while loading; it must not exit (nothing was run)")
+    return RlooError(f"{what} {spec!r} raised KeyboardInterrupt while loading (no signal was received)")
 
 
 def _import(module: str, spec: str, what: str, instead: str = "path/to/file.py:function"):
@@ -67,7 +85,10 @@ def _import(module: str, spec: str, what: str, instead: str = "path/to/file.py:f
     if cwd not in sys.path and "" not in sys.path:
         sys.path.insert(0, cwd)  # what `python -m` does; the rloo CLI entry point does not
     try:
-        return importlib.import_module(module)
+        with sigint_stops_now():
+            return importlib.import_module(module)
+    except (SystemExit, KeyboardInterrupt) as e:
+        raise _stopped(e, what, spec) from None
     except ModuleNotFoundError as e:
         if e.name is not None and module != e.name and not module.startswith(e.name + "."):
             # the module was found; one it imports was not
@@ -95,7 +116,9 @@ _FILE_MODULE_PREFIX = "_rloo_user_"
 def _load_file(target: str, spec: str, what: str):
     path = Path(target).expanduser().resolve()
     if path.is_dir():
-        raise RlooError(f"{what} {spec!r}: {target!r} is a folder, not a Python file; name the file: {target}/file.py")
+        raise RlooError(
+            f"{what} {spec!r}: {target!r} is a folder, not a Python file; name the file: {target.rstrip('/')}/file.py"
+        )
     if not path.is_file():
         raise missing_path_error(target, f"{what} file")
     # one module per file: the same file named twice is loaded once
@@ -108,8 +131,11 @@ def _load_file(target: str, spec: str, what: str):
     module = importlib.util.module_from_spec(loader_spec)
     sys.modules[mod_name] = module
     try:
-        loader_spec.loader.exec_module(module)
-    except Exception as e:  # noqa: BLE001 - the user's file failed to run: say where and why, in one line
-        del sys.modules[mod_name]
-        raise RlooError(f"{what} {spec!r}: running {target} raised {type(e).__name__}: {e}") from e
+        with sigint_stops_now():
+            loader_spec.loader.exec_module(module)
+    except BaseException as e:
+        del sys.modules[mod_name]  # a module that did not finish loading is not kept
+        if isinstance(e, Exception):  # the user's file failed to run: say where and why, in one line
+            raise RlooError(f"{what} {spec!r}: running {target} raised {type(e).__name__}: {e}") from e
+        raise _stopped(e, what, spec) from None
     return module
