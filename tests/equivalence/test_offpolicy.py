@@ -126,7 +126,7 @@ def test_corrected_gradient_matches_the_per_sequence_reference(tiny_model_dir, t
         for p in behaviour.parameters():
             p.add_(0.05 * torch.randn(p.shape, generator=g))
 
-    def sample_with_mu(policy, prompts, rows=None):
+    def sample_with_mu(policy, prompts, rows=None, generator=None):
         kw = dict(max_prompt_len=cfg.max_prompt_tokens, max_new_tokens=cfg.max_new_tokens, share_prompt=share)
         return rollout(behaviour, models.tokenizer, prompts, K, generator=torch.Generator().manual_seed(0), **kw)
 

@@ -235,13 +235,19 @@ class _CountingSampler:
     def __init__(self, cfg, tokenizer):
         self.cfg, self.tokenizer, self.calls, self.syncs = cfg, tokenizer, 0, 0
 
-    def __call__(self, policy, prompts, rows=None):
+    def __call__(self, policy, prompts, rows=None, generator=None):
         from rloo.rollout import rollout
 
         self.calls += 1
         c = self.cfg
         return rollout(
-            policy, self.tokenizer, prompts, c.k, max_prompt_len=c.max_prompt_tokens, max_new_tokens=c.max_new_tokens
+            policy,
+            self.tokenizer,
+            prompts,
+            c.k,
+            max_prompt_len=c.max_prompt_tokens,
+            max_new_tokens=c.max_new_tokens,
+            generator=generator,
         )
 
     def sync(self, policy):

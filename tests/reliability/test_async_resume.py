@@ -36,8 +36,8 @@ def _record_batches(monkeypatch, threads: int, batches: list) -> None:
     monkeypatch.setattr(producer.torch, "get_num_threads", lambda: threads)
     for cls in (producer.ProducerSampler, producer.LaggedSampler):
 
-        def call(self, policy, prompts, rows=None, f=cls.__call__):
-            roll = f(self, policy, prompts, rows=rows)
+        def call(self, policy, prompts, rows=None, generator=None, f=cls.__call__):
+            roll = f(self, policy, prompts, rows=rows, generator=generator)
             batches.append((roll.completion_ids.clone(), roll.logprobs.detach().clone()))
             return roll
 
