@@ -74,7 +74,7 @@ demo: $(STAMP)
 	$(VENV)/bin/rloo pipeline output_dir=runs/demo --overwrite $(ARGS)
 
 # The quick suite (pyproject's addopts leave out `slow`), the slowest 25 tests listed so that a slower
-# one shows; `make test-all`: every test, the slow tier too (what .ci/run runs).
+# one shows; `make test-all`: every test, the slow tier too (.ci/run runs `make test` until the slow tier has been run green).
 test: $(STAMP)
 	$(PY) -m pytest --durations=25 $(ARGS)
 
