@@ -64,33 +64,27 @@ def _stop_now(signum, frame):
 
 
 @contextlib.contextmanager
-def signals_stop_now():
-    """Within this block SIGTERM raises StopNow (a KeyboardInterrupt, as SIGINT raises one) in the
-    main thread, so `finally` blocks run and the CLI prints its line; outside the main thread, a no-op."""
+def _raising_stop_now(signum: int):
+    """Within this block signal `signum` raises StopNow in the main thread; elsewhere a no-op (Python
+    installs handlers only there)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    old = signal.signal(signal.SIGTERM, _stop_now)
+    old = signal.signal(signum, _stop_now)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, old)
+        signal.signal(signum, old)
 
 
-def _sigint_stops_now(signum, frame):
-    raise StopNow(signum)
+def signals_stop_now():
+    """Within this block SIGTERM raises StopNow (a KeyboardInterrupt, as SIGINT raises one) in the
+    main thread, so `finally` blocks run and the CLI prints its line; outside the main thread, a no-op."""
+    return _raising_stop_now(signal.SIGTERM)
 
 
-@contextlib.contextmanager
 def sigint_stops_now():
     """Within this block SIGINT raises StopNow (in the main thread; elsewhere a no-op), so that a plain
     KeyboardInterrupt raised inside is the code's own, not a Ctrl-C (the user's modules, loaded by
     rloo.runtime.user_code, are told apart from a real signal this way)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    old = signal.signal(signal.SIGINT, _sigint_stops_now)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, old)
+    return _raising_stop_now(signal.SIGINT)
