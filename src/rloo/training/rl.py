@@ -101,15 +101,7 @@ def _train(cfg, dist, prompts, reward_fn, resume, overwrite) -> RLResult:
     if state is not None:
         check_inputs_unchanged(state.get("inputs"), inputs)
     models = load_models(cfg, reward_fn, policy_path=str(ckpt / "model") if ckpt else None)
-    older = None  # an asynchronous run's older weight versions, for an exact resume
-    if state is not None:  # before the run folder is touched
-        check_optimizer_matches(state["optimizer"], [p for p in models.policy.parameters() if p.requires_grad], ckpt)
-        older, note = _checked_ring(cfg, ckpt, state, models)
-        for line in [
-            *describe_changes(changed, state["step"], cfg.steps, exact=note is None),
-            *([note] if note else []),
-        ]:
-            say(line)  # after the checks: no claim of an exact continuation before a refusal
+    older = None if state is None else _checked_resume(cfg, ckpt, state, changed, models)
     if prompts is None and dist.is_main:
         note_builtin_task(cfg, models.tokenizer, task, cfg.policy)
     # the steps the prompt list was made for: those of the run's start, kept across extensions
@@ -174,6 +166,17 @@ def _train(cfg, dist, prompts, reward_fn, resume, overwrite) -> RLResult:
     finally:
         if isinstance(models.sampler, Closable):  # the rollout producer's process ends with the run
             models.sampler.close()
+
+
+def _checked_resume(cfg, ckpt, state, changed, models):
+    """A resume's checks that need the loaded policy (its optimizer state, an asynchronous run's older
+    weight versions), before the run folder is touched; then the changed settings, said after the checks
+    so that nothing claims an exact continuation before a refusal. Returns the older versions (or None)."""
+    check_optimizer_matches(state["optimizer"], [p for p in models.policy.parameters() if p.requires_grad], ckpt)
+    older, note = _checked_ring(cfg, ckpt, state, models)
+    for line in [*describe_changes(changed, state["step"], cfg.steps, exact=note is None), *([note] if note else [])]:
+        say(line)
+    return older
 
 
 def producer_scoring(models: Models, cfg: RLConfig) -> Scoring | None:
