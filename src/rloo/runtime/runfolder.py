@@ -74,6 +74,7 @@ _STAGE = dict.fromkeys(BOOKKEEPING | {"config.yaml", "metrics.jsonl"}, FILE) | {
     "wandb": TREE,
 }
 _MODELS = {"model": MODEL, "model.tmp": MODEL, "model.old": MODEL}
+_CHECKPOINTS = {"checkpoints": {"step-*": _CKPT, ".tmp-step-*": _CKPT, ".old-step-*": _CKPT}}
 _CELL = {LOCK_NAME: FILE, "gradient_variance.json": FILE} | {
     "sft": _run("sft"),
     "reward": _run("reward"),
@@ -82,12 +83,12 @@ _CELL = {LOCK_NAME: FILE, "gradient_variance.json": FILE} | {
 }
 _PLOTS = "frontier.png learning_curves.png ppo_clip_fraction.png overoptimization.png".split()
 LAYOUTS: dict[str, dict] = {
-    "sft": _STAGE | _MODELS | {"result.json": FILE},  # result.json: rloo compare's evaluation of it
-    "reward": _STAGE | _MODELS | {"pairs.jsonl": FILE, "accuracy.json": FILE},
+    "sft": _STAGE | _MODELS | _CHECKPOINTS | {"result.json": FILE},  # result.json: rloo compare's evaluation of it
+    "reward": _STAGE | _MODELS | _CHECKPOINTS | {"pairs.jsonl": FILE, "accuracy.json": FILE},
     "train": _STAGE
     | _MODELS
+    | _CHECKPOINTS
     | {
-        "checkpoints": {"step-*": _CKPT, ".tmp-step-*": _CKPT, ".old-step-*": _CKPT},
         "plots": dict.fromkeys(["reward.png", "kl.png", "win_rate.png"], FILE),
         "result.json": FILE,
     },
