@@ -1,13 +1,13 @@
 """`rloo pipeline --resume`: the pipeline continues at the stage and step where it stopped.
 
-  - the pipeline's settings must be those it was started with (its config.yaml): any change is
-    refused in one line, as RL's resume refuses one that changes what its state means;
-  - a finished stage is kept: its folder holds a run of its kind whose config.yaml is the stage's
-    config now (else refused in one line) and its final outputs (`FINAL`), its model files whole;
-  - the interrupted stage continues from its newest whole checkpoint (bit for bit, as on its own:
-    rloo.training.supervised for SFT and the reward model, rloo.training.rl for RL);
-  - the stages after it run; the evaluation, the last stage, always runs again (it is deterministic
-    and writes the summary the pipeline reads back).
+- the pipeline's settings must be those it was started with (its config.yaml): any change is
+  refused in one line, as RL's resume refuses one that changes what its state means;
+- a finished stage is kept: its folder holds a run of its kind whose config.yaml is the stage's
+  config now (else refused in one line) and its final outputs (`FINAL`), its model files whole;
+- the interrupted stage continues from its newest whole checkpoint (bit for bit, as on its own:
+  rloo.training.supervised for SFT and the reward model, rloo.training.rl for RL);
+- the stages after it run; the evaluation, the last stage, always runs again (it is deterministic
+  and writes the summary the pipeline reads back).
 """
 
 from __future__ import annotations
@@ -64,8 +64,8 @@ def finished(stage_cfg) -> bool:
     out, kind = Path(stage_cfg.output_dir), run_kind(stage_cfg)
     if not out.is_dir() or kind_of(out) != kind or not all((out / f).exists() for f in FINAL[kind]):
         return False
-    held = _saved_config(out)
-    changed = ["config.yaml unreadable"] if held is None else check_resume_config(held, stage_cfg.model_dump(mode="json"))
+    held, current = _saved_config(out), stage_cfg.model_dump(mode="json")
+    changed = ["config.yaml unreadable"] if held is None else check_resume_config(held, current)
     if changed:
         raise RlooError(
             f"cannot resume: the finished stage in {out} was run with other settings ({'; '.join(changed)}); "
@@ -76,9 +76,10 @@ def finished(stage_cfg) -> bool:
 
 
 def run_stage(train: Callable, stage_cfg, resume: bool, kept: Callable | None = None):
-    """Run one stage of the pipeline: from its start (a new pipeline), or with `resume` kept when
-    finished (`kept(out)` reads back the result the pipeline uses; None: it uses none), continued from its newest checkpoint when it was
-    interrupted, started when it never was (DPO, which has no checkpoints, starts over)."""
+    """Run one stage of the pipeline: from its start (a new pipeline), or with `resume`: kept when
+    finished (`kept(out)` reads back the result the pipeline uses; None: it uses none), continued
+    from its newest checkpoint when it was interrupted, started when it never was (DPO, which has
+    no checkpoints, starts over)."""
     out = Path(stage_cfg.output_dir)
     if resume and finished(stage_cfg):
         say(f"  finished in {out}: kept")
