@@ -194,3 +194,43 @@ def test_pipeline_resume_refuses_changed_settings(pipeline_reference, tmp_path):
         f"rloo pipeline: error: cannot resume the pipeline in {out} with changed settings (rl.steps: 2 -> 3); "
         "use its original settings, or pass --overwrite to start it over"
     )
+
+
+def test_lora_sft_resumes_exactly_and_its_folder_can_be_overwritten(tiny_model_dir, tmp_path, monkeypatch):
+    """LoRA: a checkpoint holds the adapters (PEFT's save_pretrained, with its README.md model card);
+    the resume loads them into the stage's own adapters. `--overwrite` of such a folder was refused:
+    the model card was not among the files rloo writes (rloo.runtime.runfolder)."""
+    import os
+
+    import rloo.runtime.tracking as tracking
+    from rloo.config import SFTConfig
+    from rloo.errors import Interrupted
+    from rloo.training.sft import sft
+
+    torch.set_num_threads(1)  # bitwise: one thread (the suite's fixture sets the count back)
+    lora = {"r": 4, "target_modules": "all-linear"}
+
+    def cfg(out):
+        return SFTConfig(
+            output_dir=out, model=str(tiny_model_dir), num_examples=96, epochs=2, batch_size=32,
+            save_every=2, lora=lora, report_to="none",
+        )  # fmt: skip
+
+    sft(cfg(tmp_path / "ref"))
+    real, calls = tracking.MetricsLogger.log, [0]
+
+    def log(self, step, metrics):
+        real(self, step, metrics)
+        calls[0] += 1
+        if calls[0] == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(tracking.MetricsLogger, "log", log)
+    with pytest.raises(Interrupted, match="sft stopped at step 3/6 and saved"):
+        sft(cfg(tmp_path / "run"))
+    monkeypatch.undo()
+    assert (tmp_path / "run" / "checkpoints" / "step-000003" / "model" / "adapter_model.safetensors").exists()
+    sft(cfg(tmp_path / "run"), resume=True)
+    assert_same_params(tmp_path / "ref" / "model", tmp_path / "run" / "model")
+    sft(cfg(tmp_path / "run"), overwrite=True)  # the checkpoints' adapter folders are rloo's own
+    assert_same_params(tmp_path / "ref" / "model", tmp_path / "run" / "model")

@@ -65,7 +65,7 @@ _MODEL_FILES = (
     "config.json generation_config.json model.safetensors model-*-of-*.safetensors model.safetensors.index.json "
     "tokenizer.json tokenizer_config.json special_tokens_map.json added_tokens.json vocab.json vocab.txt "
     "merges.txt tokenizer.model spiece.model chat_template.jinja chat_template.json adapter_config.json "
-    "adapter_model.safetensors"
+    "adapter_model.safetensors README.md"  # README.md: the model card PEFT's save_pretrained writes with adapters
 ).split()
 MODEL = dict.fromkeys(_MODEL_FILES, FILE)
 _CKPT = {"model": MODEL, "state.pt": FILE, "COMPLETE": FILE, "ring": {"version-*.safetensors": FILE}}
