@@ -157,7 +157,9 @@ def pipeline_reference(tmp_path_factory):
     return out
 
 
-@pytest.mark.parametrize("fault", ["term-log@3", "kill-log@4"])
+# term-log@3: SIGTERM after the reward model's step 1 (its checkpoint written by the stop); kill-log@4:
+# SIGKILL after its step 2's record, before step 2's checkpoint (step 1's, save_every=1, is the newest)
+@pytest.mark.parametrize("fault", [pytest.param("term-log@3", marks=pytest.mark.slow), "kill-log@4"])
 def test_pipeline_stopped_in_the_reward_stage_resumes_to_the_same_models(fault, pipeline_reference, tmp_path):
     out = tmp_path / "run"
     rc, text = run_cli(_pipeline(out), tmp_path / "log0.txt", fault)
