@@ -131,6 +131,19 @@ def _train(run: StageRun, log, loss_of) -> None:
         bar.close()
 
 
+def _reward_model(cfg: RewardConfig):
+    """(the model to train: a one-output head on cfg.model or the SFT model, with LoRA adapters when
+    asked, its score head then trained in full; its tokenizer)."""
+    model, tokenizer = load_reward_model(cfg.model or cfg.sft_model, **model_options(cfg))
+    model.config.pad_token_id = tokenizer.pad_token_id
+    maybe_disable_dropout(model, cfg.disable_dropout)
+    if cfg.lora is not None:
+        model = add_lora(model, cfg.lora, score_head=True)
+    if cfg.gradient_checkpointing:
+        enable_gradient_checkpointing(model)
+    return model, tokenizer
+
+
 def _pairs(cfg: RewardConfig, task, gen, state: dict | None):
     """(train pairs, held-out pairs) of the simulated labeler: from the resumed checkpoint (sampled
     once, with the generator the checkpoint restores), else sampled now (`policy_pairs` of them
@@ -153,13 +166,7 @@ def train_reward(cfg: RewardConfig, *, resume: bool = False, overwrite: bool = F
     task = get_task(cfg.task)
     gen = seed_everything(cfg.seed)
     ckpt, state = resume_point(cfg) if resume else (None, None)
-    model, tokenizer = load_reward_model(cfg.model or cfg.sft_model, **model_options(cfg))
-    model.config.pad_token_id = tokenizer.pad_token_id
-    maybe_disable_dropout(model, cfg.disable_dropout)
-    if cfg.lora is not None:  # adapters, and the one-output score head trained in full
-        model = add_lora(model, cfg.lora, score_head=True)
-    if cfg.gradient_checkpointing:
-        enable_gradient_checkpointing(model)
+    model, tokenizer = _reward_model(cfg)
     net = trained_network(model)  # what the scoring passes call (the adapters in place under LoRA)
     # 1. preference pairs, the last eval_pairs held out (a dataset: its eval split or held-out rows,
     #    rloo.data.split, loaded before anything is written so that a bad dataset leaves no run folder;
