@@ -73,13 +73,13 @@ OVERRIDE_EXAMPLES = {
 def _run_sft(cfg, args):
     from rloo.training.sft import sft
 
-    sft(cfg, overwrite=args.overwrite)
+    sft(cfg, resume=args.resume, overwrite=args.overwrite)
 
 
 def _run_reward(cfg, args):
     from rloo.training.reward import train_reward
 
-    train_reward(cfg, overwrite=args.overwrite)
+    train_reward(cfg, resume=args.resume, overwrite=args.overwrite)
 
 
 def _run_train(cfg, args):
@@ -97,7 +97,7 @@ def _run_eval(cfg, args):
 def _run_pipeline(cfg, args):
     from rloo.training.pipeline import pipeline
 
-    pipeline(cfg, overwrite=args.overwrite)
+    pipeline(cfg, resume=args.resume, overwrite=args.overwrite)
 
 
 def _run_bench(cfg, args):
@@ -135,12 +135,25 @@ COMMANDS = {
 def _train_rerun(cfg) -> str:
     if cfg is not None and cfg.algorithm in OFFLINE_ALGORITHMS:  # dpo: no checkpoints
         return how_to_continue(False)
+    return _resume_rerun(cfg)
+
+
+def _resume_rerun(cfg) -> str:
     return f"rerun with {option('resume')} to continue from the newest checkpoint (step 0 if none)"
 
 
 # How a command stopped at once by a signal (outside a training step, or by a second signal)
 # continues, given its config (None before it was read); other commands: how_to_continue(False)
-RERUN = {"compare": lambda cfg: study_rerun(), "pipeline": lambda cfg: pipeline_rerun(), "train": _train_rerun}
+RERUN = {
+    "compare": lambda cfg: study_rerun(),
+    "pipeline": lambda cfg: pipeline_rerun(),
+    "train": _train_rerun,
+    "sft": _resume_rerun,
+    "reward": _resume_rerun,
+}
+# The commands that continue from their checkpoints (a pipeline: its finished stages kept, the
+# interrupted one from its newest checkpoint)
+RESUMABLE = ("pipeline", "sft", "reward", "train")
 
 
 PREFLIGHT = ("pipeline", "sft", "reward", "train", "eval")
@@ -166,8 +179,13 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--overwrite", action="store_true", help="replace a previous run in output_dir")
         sp.add_argument("--debug", action="store_true", help="show full tracebacks")
         sp.add_argument("--help-config", action="store_true", help="list every config key with its default")
-        if name == "train":
-            sp.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in output_dir")
+        if name in RESUMABLE:
+            what = (
+                "continue: finished stages are kept, the interrupted one continues from its newest checkpoint"
+                if name == "pipeline"
+                else "continue from the newest checkpoint in output_dir"
+            )
+            sp.add_argument("--resume", action="store_true", help=what)
         if name == "compare":
             sp.add_argument("--quick", action="store_true", help="tiny settings: every method in minutes")
         if name in PLUGINS:

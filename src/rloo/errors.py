@@ -65,15 +65,17 @@ def cli_options():
 
 
 # How an interrupted stage continues depends on who runs it: a command of its own (`rloo train
-# --resume`), or a study or pipeline that runs it again from its start (set with `rerun_continues`).
-_rerun_hint: contextvars.ContextVar[str | None] = contextvars.ContextVar("rloo_rerun_hint", default=None)
+# --resume`), a study that runs it again from its start (`rloo compare`), or a pipeline that resumes
+# it (`rloo pipeline --resume`); set with `rerun_continues`: (hint, whether the caller resumes).
+_rerun_hint: contextvars.ContextVar[tuple[str, bool] | None] = contextvars.ContextVar("rloo_rerun_hint", default=None)
 
 
 @contextlib.contextmanager
-def rerun_continues(hint: str):
-    """Within this block an interrupted stage says `hint` for how to continue (`rloo compare`: rerun
-    the same command), and saves no checkpoint its rerun would not read."""
-    token = _rerun_hint.set(hint)
+def rerun_continues(hint: str, resumes: bool = False):
+    """Within this block an interrupted stage says `hint` for how to continue. A caller that reruns
+    its stages from the start (`rloo compare`) saves no checkpoint its rerun would not read; one
+    that `resumes` them (`rloo pipeline --resume`) lets each stage save its checkpoint as on its own."""
+    token = _rerun_hint.set((hint, resumes))
     try:
         yield
     finally:
@@ -81,8 +83,16 @@ def rerun_continues(hint: str):
 
 
 def rerun_hint() -> str | None:
-    """The hint a study or pipeline set (`rerun_continues`); None when the stage runs on its own."""
-    return _rerun_hint.get()
+    """The hint of a caller that reruns its stages from the start (`rerun_continues`): then a stage
+    saves no checkpoint; None when the stage runs on its own or under a caller that resumes it."""
+    held = _rerun_hint.get()
+    return held[0] if held is not None and not held[1] else None
+
+
+def more_stages_follow() -> bool:
+    """Whether a study or pipeline runs this stage (`rerun_continues`): a signal that came after the
+    stage's last step must then stop the process, not let the caller start its next stage."""
+    return _rerun_hint.get() is not None
 
 
 def study_rerun() -> str:
@@ -92,16 +102,17 @@ def study_rerun() -> str:
 
 
 def pipeline_rerun() -> str:
-    """How an interrupted `rloo pipeline` continues: it has no resume; its stages start over."""
-    return f"rerun the same command with {option('overwrite')} to start the pipeline over"
+    """How an interrupted `rloo pipeline` continues (rloo.training.pipeline): finished stages are
+    kept, the interrupted one continues from its newest checkpoint."""
+    return f"continue with the same command plus {option('resume')}"
 
 
 def how_to_continue(resumable: bool) -> str:
     """After an interrupt: the caller's `rerun_continues` hint, else --resume for a stage that
     saved a checkpoint (`resumable`), else --overwrite (the stage starts over)."""
-    hint = _rerun_hint.get()
-    if hint is not None:
-        return hint
+    held = _rerun_hint.get()
+    if held is not None:
+        return held[0]
     if resumable:
         return f"continue with the same command plus {option('resume')}"
     return f"rerun the same command with {option('overwrite')} to start it over"

@@ -17,6 +17,7 @@ Faults (`kind@step`), each raised by the process against itself at a determinist
   kill-log@n   SIGKILL right after the n-th metrics record of the process, whichever stage wrote it
                (SFT, reward model, RL: `rloo compare`'s cells at a chosen point)
   term-log@n   SIGTERM at the same point
+  int-log@n    SIGINT at the same point
   pause@s      after logging step s, write `<log>.paused` and sleep 4 s (a run that is surely
                mid-way while a second process tries the same folder)
 """
@@ -125,10 +126,10 @@ def _install(kind: str, at: str, log: str = "") -> None:
                 time.sleep(4)
 
         tracking.MetricsLogger.log = log_then_pause
-    elif kind in ("kill-log", "term-log"):  # a signal right after the at-th metrics record of any stage
+    elif kind in ("kill-log", "term-log", "int-log"):  # a signal right after the at-th metrics record of any stage
         real_log = tracking.MetricsLogger.log
         calls = [0]
-        sig = signal.SIGKILL if kind == "kill-log" else signal.SIGTERM
+        sig = {"kill-log": signal.SIGKILL, "term-log": signal.SIGTERM, "int-log": signal.SIGINT}[kind]
 
         def log_then_die(self, step, metrics):
             real_log(self, step, metrics)

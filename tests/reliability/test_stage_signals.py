@@ -1,7 +1,8 @@
-"""SIGTERM during a stage without checkpoints (SFT, reward model) or during an RL run under `rloo
-compare`: one line that says what stopped and how to continue, exit code 143 (128 + SIGTERM), as
+"""SIGTERM during an SFT or reward-model stage or during an RL run under `rloo compare`: one line
+that says what stopped, what was saved and how to continue, exit code 143 (128 + SIGTERM), as
 `rloo train`'s own interrupt (tests/reliability/test_kill.py). Before these, SIGTERM in an SFT or
-reward-model stage ended the process with no line at all (Python's default for SIGTERM)."""
+reward-model stage ended the process with no line at all (Python's default for SIGTERM). Resuming
+those stages bit for bit: tests/reliability/test_stage_resume.py."""
 
 from __future__ import annotations
 
@@ -30,18 +31,19 @@ def _last_line(text: str) -> str:
     return text.strip().splitlines()[-1]
 
 
-def test_sigterm_in_rloo_sft_says_start_over_with_overwrite(tmp_path):
+def test_sigterm_in_rloo_sft_saves_and_says_resume(tmp_path):
     out = tmp_path / "sft"
     argv = ["sft", f"output_dir={out}", *TINY_SFT]
     rc, text = run_cli(argv, tmp_path / "log.txt", "term-log@1")  # after the first of its 2 steps
     assert rc == TERM, text
     assert _last_line(text) == (
-        "rloo sft: interrupted: SIGTERM received; sft stopped at step 1/2; nothing saved (sft has no "
-        "checkpoints): rerun the same command with --overwrite to start it over"
+        f"rloo sft: interrupted: SIGTERM received; sft stopped at step 1/2 and saved {out}/checkpoints/step-000001; "
+        "continue with the same command plus --resume"
     ), text
     assert not (out / "model").exists()
-    rc, text = run_cli([*argv, "--overwrite"], tmp_path / "log2.txt")  # what the line says works
+    rc, text = run_cli([*argv, "--resume"], tmp_path / "log2.txt")  # what the line says works
     assert rc == 0 and (out / "model").is_dir(), text
+    assert f"resuming sft from {out}/checkpoints/step-000001 at step 1" in text
 
 
 def _study(tmp_path: Path) -> list[str]:
@@ -55,16 +57,13 @@ def test_sigterm_in_compare_stages_says_rerun(tmp_path):
     argv = _study(tmp_path)
     rc, text = run_cli(argv, tmp_path / "sft.txt", "term-log@1")
     assert rc == TERM, text
-    assert _last_line(text) == (
-        f"rloo compare: interrupted: SIGTERM received; sft stopped at step 1/2; nothing saved (sft has no "
-        f"checkpoints): {STUDY}"
-    ), text
+    assert _last_line(text) == f"rloo compare: interrupted: SIGTERM received; sft stopped at step 1/2; {STUDY}", text
     rc, text = run_cli(argv, tmp_path / "reward.txt", "term-log@3")  # the rerun: SFT again, then 1 RM step
     assert rc == TERM, text
     assert _last_line(text) == (
-        f"rloo compare: interrupted: SIGTERM received; reward model stopped at step 1/2; nothing saved "
-        f"(reward model has no checkpoints): {STUDY}"
+        f"rloo compare: interrupted: SIGTERM received; reward model stopped at step 1/2; {STUDY}"
     ), text
+    assert not list((tmp_path / "cmp").rglob("checkpoints/step-*")), "a study reruns its stages: nothing to save"
 
 
 def test_sigterm_in_rl_run_of_compare_says_rerun_not_resume(tmp_path):
@@ -88,8 +87,7 @@ def test_sigterm_after_the_last_step_stops_the_study(tmp_path):
     rc, text = run_cli(argv, tmp_path / "rm-eval.txt", "term-log@5")
     assert rc == TERM, text
     assert _last_line(text) == (
-        f"rloo compare: interrupted: SIGTERM received; reward model stopped at step 2/2; nothing saved "
-        f"(reward model has no checkpoints): {STUDY}"
+        f"rloo compare: interrupted: SIGTERM received; reward model stopped at step 2/2; {STUDY}"
     ), text
     rc, text = run_cli(argv, tmp_path / "rl-eval.txt", "term-log@8")
     assert rc == TERM, text
@@ -121,8 +119,8 @@ def test_sigterm_outside_a_training_step_is_one_line(monkeypatch, tmp_path, caps
 
 
 def test_a_stop_at_once_says_how_each_command_continues():
-    """The CLI's line for a stop outside a training step: --resume only where a checkpoint can be
-    read back (online `rloo train`), not for dpo (offline, no checkpoints), eval or pipeline."""
+    """The CLI's line for a stop outside a training step: --resume where a checkpoint can be read
+    back (online `rloo train`, sft, reward, pipeline), not for dpo (offline, no checkpoints) or eval."""
     from rloo.cli import _stopped_at_once
     from rloo.config import RLConfig
 
@@ -134,8 +132,12 @@ def test_a_stop_at_once_says_how_each_command_continues():
     assert _stopped_at_once("train", dpo, 143) == f"interrupted by SIGTERM; {overwrite}"
     assert _stopped_at_once("eval", None, 143) == f"interrupted by SIGTERM; {overwrite}"
     assert _stopped_at_once("pipeline", None, 143) == (
-        "interrupted by SIGTERM; rerun the same command with --overwrite to start the pipeline over"
+        "interrupted by SIGTERM; continue with the same command plus --resume"
     )
+    for stage in ("sft", "reward"):
+        assert _stopped_at_once(stage, None, 130) == (
+            "interrupted by SIGINT; rerun with --resume to continue from the newest checkpoint (step 0 if none)"
+        )
     assert _stopped_at_once("compare", None, 143) == f"interrupted by SIGTERM; {STUDY}"
 
 

@@ -41,6 +41,7 @@ from rloo.config.memory import (
 from rloo.config.method_choice import MethodChoice
 from rloo.config.methods import METHOD_SPECS, names
 from rloo.config.offpolicy import check_off_policy
+from rloo.config.saving import SupervisedSaving
 
 
 class ArchConfig(Strict):
@@ -53,7 +54,7 @@ class ArchConfig(Strict):
     max_position_embeddings: int = Field(default=128, gt=0, description="Longest prompt + response.")
 
 
-class SFTSettings(SupervisedMemory):
+class SFTSettings(SupervisedMemory, SupervisedSaving):
     """Hyperparameters of supervised fine-tuning on the task's reference responses."""
 
     num_examples: int = Field(default=6000, ge=1, description="Prompt/reference pairs generated for SFT.")
@@ -75,7 +76,7 @@ class SFTSettings(SupervisedMemory):
         return self
 
 
-class RewardSettings(SupervisedMemory):
+class RewardSettings(SupervisedMemory, SupervisedSaving):
     """Hyperparameters of reward-model training with the Bradley-Terry loss."""
 
     num_pairs: int = Field(default=6000, ge=1, description="Preference pairs labeled by the simulated labeler.")

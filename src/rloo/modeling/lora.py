@@ -7,6 +7,7 @@ import inspect
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_file
 
 from rloo.config import LoraSettings
 from rloo.errors import RlooError
@@ -131,3 +132,26 @@ def for_saving(model, settings: LoraSettings | None):
     if settings is None or not is_lora(model) or settings.save == "adapter":
         return model
     return model.merge_and_unload()
+
+
+def load_saved_weights(model, folder: str | Path) -> None:
+    """Put the weights `model.save_pretrained(folder)` wrote (a checkpoint's model/) back into `model`,
+    built as the stage builds it, in place: a resumed stage keeps its own objects (the optimizer holds
+    their parameters). A LoRA model takes its adapters (and a reward model's score head); a plain one
+    every tensor, those tied to another one (an LM head tied to the embeddings) excepted."""
+    files = sorted(Path(folder).glob("*.safetensors"))
+    saved: dict[str, torch.Tensor] = {}
+    for f in files:
+        saved |= load_file(str(f))
+    if is_lora(model):
+        result = _peft().set_peft_model_state_dict(model, saved)
+        unexpected = list(getattr(result, "unexpected_keys", []))
+        if unexpected or not saved:
+            raise RlooError(f"cannot resume from {folder}: its adapters are not those of this model")
+        return
+    missing, unexpected = model.load_state_dict(saved, strict=False)
+    present = {t.data_ptr() for n, t in model.state_dict().items() if n not in missing}
+    untied = [n for n in missing if model.state_dict()[n].data_ptr() not in present]
+    if unexpected or untied:
+        what = f"{len(untied)} tensors missing" if untied else f"{len(unexpected)} tensors not in this model"
+        raise RlooError(f"cannot resume from {folder}: its weights are not those of this model ({what})")

@@ -117,6 +117,18 @@ def _replace_dir(src: Path, dst: Path) -> None:
     remove_tree(trash)
 
 
+def restore_optimizer(opt, sched, state: dict, lr: float) -> None:
+    """Load a checkpoint's optimizer and LambdaLR schedule into `opt` and `sched`. lr may have been
+    changed on resume (e.g. lowered after the non-finite guard): the schedule's base comes from the
+    config (`lr`), its progress from the checkpoint."""
+    opt.load_state_dict(state["optimizer"])
+    sched.load_state_dict(state["scheduler"])
+    sched.base_lrs = [lr for _ in sched.base_lrs]
+    for group, base, f in zip(opt.param_groups, sched.base_lrs, sched.lr_lambdas, strict=False):
+        group["lr"] = base * f(sched.last_epoch)
+    sched._last_lr = [g["lr"] for g in opt.param_groups]
+
+
 # ---- the online loop's state -----------------------------------------------------------------
 
 
@@ -226,14 +238,7 @@ class Checkpointer:
                 "cannot resume: the training prompts differ from the ones this run was started "
                 f"with; pass the same prompts, or {option('overwrite')} to start a new run"
             )
-        self.opt.load_state_dict(state["optimizer"])
-        self.sched.load_state_dict(state["scheduler"])
-        # lr may have been changed on resume (e.g. lowered after the non-finite guard): the
-        # scheduler's base comes from the config, its progress from the checkpoint.
-        self.sched.base_lrs = [self.cfg.lr for _ in self.sched.base_lrs]
-        for group, base, f in zip(self.opt.param_groups, self.sched.base_lrs, self.sched.lr_lambdas, strict=False):
-            group["lr"] = base * f(self.sched.last_epoch)
-        self.sched._last_lr = [g["lr"] for g in self.opt.param_groups]
+        restore_optimizer(self.opt, self.sched, state, self.cfg.lr)
         set_rng_state(state["rng"], self.gen)
         if self.algo is not None:
             self.algo.load_state_dict(state.get("algorithm", {}))

@@ -65,7 +65,7 @@ _MODEL_FILES = (
     "config.json generation_config.json model.safetensors model-*-of-*.safetensors model.safetensors.index.json "
     "tokenizer.json tokenizer_config.json special_tokens_map.json added_tokens.json vocab.json vocab.txt "
     "merges.txt tokenizer.model spiece.model chat_template.jinja chat_template.json adapter_config.json "
-    "adapter_model.safetensors"
+    "adapter_model.safetensors README.md"  # README.md: the model card PEFT's save_pretrained writes with adapters
 ).split()
 MODEL = dict.fromkeys(_MODEL_FILES, FILE)
 _CKPT = {"model": MODEL, "state.pt": FILE, "COMPLETE": FILE, "ring": {"version-*.safetensors": FILE}}
@@ -74,6 +74,7 @@ _STAGE = dict.fromkeys(BOOKKEEPING | {"config.yaml", "metrics.jsonl"}, FILE) | {
     "wandb": TREE,
 }
 _MODELS = {"model": MODEL, "model.tmp": MODEL, "model.old": MODEL}
+_CHECKPOINTS = {"checkpoints": {"step-*": _CKPT, ".tmp-step-*": _CKPT, ".old-step-*": _CKPT}}
 _CELL = {LOCK_NAME: FILE, "gradient_variance.json": FILE} | {
     "sft": _run("sft"),
     "reward": _run("reward"),
@@ -82,12 +83,12 @@ _CELL = {LOCK_NAME: FILE, "gradient_variance.json": FILE} | {
 }
 _PLOTS = "frontier.png learning_curves.png ppo_clip_fraction.png overoptimization.png".split()
 LAYOUTS: dict[str, dict] = {
-    "sft": _STAGE | _MODELS | {"result.json": FILE},  # result.json: rloo compare's evaluation of it
-    "reward": _STAGE | _MODELS | {"pairs.jsonl": FILE, "accuracy.json": FILE},
+    "sft": _STAGE | _MODELS | _CHECKPOINTS | {"result.json": FILE},  # result.json: rloo compare's evaluation of it
+    "reward": _STAGE | _MODELS | _CHECKPOINTS | {"pairs.jsonl": FILE, "accuracy.json": FILE},
     "train": _STAGE
     | _MODELS
+    | _CHECKPOINTS
     | {
-        "checkpoints": {"step-*": _CKPT, ".tmp-step-*": _CKPT, ".old-step-*": _CKPT},
         "plots": dict.fromkeys(["reward.png", "kl.png", "win_rate.png"], FILE),
         "result.json": FILE,
     },

@@ -2,9 +2,10 @@
 continue (the CLI prints it; exit code 128 + the signal's number: 130 for SIGINT, 143 for SIGTERM).
 
   - `StopFlag`: inside a training loop a signal only sets a flag; the loop stops after the step it
-    is in (the RL loop with a checkpoint, rloo.training.loop; the SFT and reward-model stages, which
-    have none, with `stage_interrupted`). A second signal stops at once (StopNow), and so does one
-    that came after the last step, once the stage is done, under `rloo compare` or `rloo pipeline`.
+    is in with a checkpoint (the RL loop, rloo.training.loop; the SFT and reward-model stages,
+    rloo.training.supervised; DPO, which has none, says so: `stage_interrupted`). A second signal
+    stops at once (StopNow), and so does one that came after the last step, once the stage is done,
+    under `rloo compare` or `rloo pipeline`.
   - `signals_stop_now`: everywhere else (loading, judging, a study between its runs) SIGTERM stops at
     once as SIGINT does (KeyboardInterrupt), instead of Python's default for it, a silent exit.
 """
@@ -14,8 +15,9 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
+from pathlib import Path
 
-from rloo.errors import Interrupted, StopNow, how_to_continue, rerun_hint
+from rloo.errors import Interrupted, StopNow, how_to_continue, more_stages_follow, rerun_hint
 from rloo.runtime.tracking import say
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -49,13 +51,18 @@ class StopFlag:
         # A signal the loop did not act on (it came after the last step's check: the final eval or
         # save) ends the run normally; under a study or pipeline, whose next stage or run would
         # ignore it, it then stops the process as a second signal would (the caller's rerun hint).
-        if exc_type is None and self.signum is not None and rerun_hint() is not None:
+        if exc_type is None and self.signum is not None and more_stages_follow():
             raise StopNow(self.signum)
 
 
-def stage_interrupted(stage: str, signum: int, step: int, total: int) -> Interrupted:
-    """The stop of a stage without checkpoints (SFT, reward model) after its step `step` of `total`."""
+def stage_interrupted(stage: str, signum: int, step: int, total: int, saved: Path | None = None) -> Interrupted:
+    """The stop of a stage after its step `step` of `total`: with the checkpoint `saved`, or none
+    (under `rloo compare`, which reruns it from its start; DPO, which has no checkpoints)."""
     stopped = f"{signal.Signals(signum).name} received; {stage} stopped at step {step}/{total}"
+    if saved is not None:
+        return Interrupted(f"{stopped} and saved {saved}; {how_to_continue(True)}", signum)
+    if rerun_hint() is not None:
+        return Interrupted(f"{stopped}; {how_to_continue(True)}", signum)
     return Interrupted(f"{stopped}; nothing saved ({stage} has no checkpoints): {how_to_continue(False)}", signum)
 
 

@@ -84,17 +84,26 @@ def check_update(guard: ParamGuard, dist, skipped: bool) -> dict:
 
 
 class StageGuard:
-    """The same guard for a stage without checkpoints (SFT, reward model, DPO): `guarded_step`
-    skips an update whose loss or gradient is not finite, `ParamGuard` undoes one that left
-    non-finite or exploding weights or optimizer state. `max_skipped_steps` in a row stop the stage
-    (it is short and rerun, so no checkpoint is written); a stage in which no step updated saves
-    no model (`finish`). Costs what RL's guard costs: 3x the trainable parameters' bytes."""
+    """The same guard for a supervised stage (SFT, reward model, DPO): `guarded_step` skips an
+    update whose loss or gradient is not finite, `ParamGuard` undoes one that left non-finite or
+    exploding weights or optimizer state. `max_skipped_steps` in a row stop the stage (no checkpoint
+    of the streak is written: the stage's newest periodic one is from before it, or it is rerun); a
+    stage in which no step updated saves no model (`finish`). Its counters and starting norm go into
+    the stage's checkpoints (`state_dict`). Costs what RL's guard costs: 3x the trainable parameters' bytes."""
 
     def __init__(self, stage: str, params, opt, max_skipped_steps: int = 5, growth: float = 10.0):
-        self.stage, self.max_skipped_steps = stage, max_skipped_steps
+        self.stage, self.max_skipped_steps, self.growth = stage, max_skipped_steps, growth
         self.params = [p for p in params if p.requires_grad]
         self.opt, self.params_guard = opt, ParamGuard(self.params, opt, growth)
         self.updates = self.in_row = self.total = 0
+
+    def state_dict(self) -> dict:
+        return {"updates": self.updates, "in_row": self.in_row, "total": self.total, "norm0": self.params_guard.norm0}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue a resumed stage's counts, and its growth limit from the norm at its start."""
+        self.updates, self.in_row, self.total = state["updates"], state["in_row"], state["total"]
+        self.params_guard = ParamGuard(self.params, self.opt, self.growth, norm0=state["norm0"])
 
     def step(self, loss, step: int, max_grad_norm: float = 1.0) -> tuple[float, bool]:
         """One guarded update for step `step` (1-based): (gradient norm, updated)."""

@@ -19,32 +19,35 @@ from rloo.runtime.tracking import say
 from rloo.training.agents import evaluate_agents
 from rloo.training.common import prepare_output_dir
 from rloo.training.evaluate import evaluate
+from rloo.training.pipeline_resume import check_pipeline_resume, kept_reward, kept_rl, run_stage
 from rloo.training.reward import train_reward
 from rloo.training.rl import train
 from rloo.training.sft import sft
 
 
 @holds_run_folder
-def pipeline(cfg: PipelineConfig, *, overwrite: bool = False) -> dict:
+def pipeline(cfg: PipelineConfig, *, resume: bool = False, overwrite: bool = False) -> dict:
     """Run the four stages in order; returns the summary also written to summary.json. The whole
     config (names, data columns, reward and judge) is checked before any stage starts or any file
-    is written (rloo.data.preflight). An interrupted stage says how to start over (no resume)."""
-    with rerun_continues(pipeline_rerun()):
-        return _pipeline(cfg, overwrite)
+    is written (rloo.data.preflight). An interrupted stage writes its checkpoint; `resume` keeps
+    the finished stages and continues the interrupted one from it (rloo.training.pipeline_resume)."""
+    with rerun_continues(pipeline_rerun(), resumes=True):
+        return _pipeline(cfg, resume, overwrite)
 
 
-def _pipeline(cfg: PipelineConfig, overwrite: bool) -> dict:
+def _pipeline(cfg: PipelineConfig, resume: bool, overwrite: bool) -> dict:
     check_config(cfg)
     sft_cfg, rm_cfg, rl_cfg, ev_cfg = cfg.stage_configs()
-    out = prepare_output_dir(cfg, overwrite=overwrite)
+    resume = resume and check_pipeline_resume(cfg)  # before anything is written
+    out = prepare_output_dir(cfg, resume=resume, overwrite=overwrite, can_resume=True)
     times = {}
     t = time.perf_counter()
     data = cfg.dataset.path if cfg.dataset is not None else cfg.task
     say(f"[1/4] SFT of {cfg.model or 'a small Llama'} on {data} -> {sft_cfg.output_dir}")
-    sft(sft_cfg, overwrite=True)
+    run_stage(sft, sft_cfg, resume)
     times["sft"], t = time.perf_counter() - t, time.perf_counter()
     if TASK_SPECS[cfg.task].env is not None:
-        return _episodes_pipeline(cfg, rl_cfg, ev_cfg, out, times, t)
+        return _episodes_pipeline(cfg, rl_cfg, ev_cfg, out, times, t, resume)
     if not cfg.trains_reward_model():
         whose = f"{cfg.task}'s checker" if cfg.rl.reward_fn is None else "rl.reward_fn"
         say(f"[2/4] no reward model: {whose} is the reward ({_names(rl_cfg.reward_fn)})")
@@ -52,10 +55,10 @@ def _pipeline(cfg: PipelineConfig, overwrite: bool) -> dict:
     else:
         pref = rm_cfg.dataset.path if rm_cfg.dataset is not None else f"{cfg.task} labeler pairs"
         say(f"[2/4] reward model from {rm_cfg.model or 'the SFT model'} on {pref} -> {rm_cfg.output_dir}")
-        rm = train_reward(rm_cfg, overwrite=True)
+        rm = run_stage(train_reward, rm_cfg, resume, kept_reward)
         times["reward"], t = time.perf_counter() - t, time.perf_counter()
     say(f"[3/4] {cfg.rl.algorithm} for {cfg.rl.steps} steps, k={cfg.rl.k}, beta={cfg.rl.beta} -> {rl_cfg.output_dir}")
-    rl = train(rl_cfg, overwrite=True)
+    rl = run_stage(train, rl_cfg, resume, kept_rl)
     times["rl"], t = time.perf_counter() - t, time.perf_counter()
     say(f"[4/4] evaluation on {_eval_count(cfg)} held-out prompts -> {ev_cfg.output_dir}")
     results = evaluate(ev_cfg, overwrite=True)
@@ -92,13 +95,13 @@ def _names(specs: str | list[str]) -> str:
     return specs if isinstance(specs, str) else ", ".join(specs)
 
 
-def _episodes_pipeline(cfg: PipelineConfig, rl_cfg, ev_cfg, out, times: dict, t: float) -> dict:
+def _episodes_pipeline(cfg: PipelineConfig, rl_cfg, ev_cfg, out, times: dict, t: float, resume: bool) -> dict:
     """Stages 2-4 of a task played as episodes (calculator, guess): no reward model (the environment's
     checker is the reward), RLOO on whole episodes, then both policies play held-out episodes."""
     say(f"[2/4] no reward model: the {rl_cfg.env} environment gives the reward (docs/agents.md)")
     run = f"{cfg.rl.steps} steps, k={cfg.rl.k}, beta={cfg.rl.beta}"
     say(f"[3/4] {rl_cfg.algorithm} on episodes for {run} -> {rl_cfg.output_dir}")
-    rl = train(rl_cfg, overwrite=True)
+    rl = run_stage(train, rl_cfg, resume, kept_rl)
     times["rl"], t = time.perf_counter() - t, time.perf_counter()
     say(f"[4/4] episodes on {cfg.eval.num_prompts} held-out prompts -> {ev_cfg.output_dir}")
     results = evaluate_agents(ev_cfg, rl_cfg)

@@ -27,10 +27,11 @@ from rloo.modeling.loading import (
 from rloo.modeling.lora import add_lora, for_saving, trained_network
 from rloo.rollout import rollout
 from rloo.runtime.atomic import atomic_write_text
+from rloo.runtime.fingerprint import fingerprints
 from rloo.runtime.precision import stage_precision
+from rloo.runtime.resumecheck import prompts_digest
 from rloo.runtime.runlock import holds_run_folder
-from rloo.runtime.signals import StopFlag, stage_interrupted
-from rloo.runtime.tracking import MetricsLogger, progress, say
+from rloo.runtime.tracking import progress, say
 from rloo.tasks import get_task
 from rloo.training.common import (
     adamw,
@@ -43,6 +44,7 @@ from rloo.training.common import (
     warmup_cosine,
 )
 from rloo.training.guard import StageGuard
+from rloo.training.supervised import StageRun, check_stage_resume, resume_point, steps_of, trainable
 
 
 @dataclass
@@ -109,77 +111,108 @@ def evaluate_reward_model(model, tokenizer, task, pairs, cfg, device) -> tuple[f
     return agree_label / len(pairs), (agree_gold / max(1, n_gold) if task is not None else None)
 
 
+def _train(run: StageRun, log, loss_of) -> None:
+    """The Bradley-Terry steps from `run`'s position to its end, logged to `log`. `loss_of(idx)`:
+    (loss, stats) of pairs idx."""
+    cfg = run.cfg
+    bar = progress(run.total, "reward model", initial=run.step)
+    run.model.train()
+    try:
+        for idx in run.batches():
+            # one pass, or micro-batches of pairs (the Bradley-Terry loss is a mean over pairs)
+            loss, stats = batch_loss(idx, cfg.micro_batch_size, loss_of)
+            supervised_step(run.guard, run.opt, run.sched, loss, run.step + 1)
+            value, stats = after_step(loss, stats)
+            log.log(run.step + 1, {"loss/rm": value, **stats})
+            bar.set_postfix(loss=f"{value:.3f}", acc=f"{stats['rm/accuracy']:.2f}")
+            bar.update()
+            run.end_step()  # a checkpoint every save_every steps, and on SIGINT/SIGTERM
+    finally:
+        bar.close()
+
+
+def _reward_model(cfg: RewardConfig):
+    """(the model to train: a one-output head on cfg.model or the SFT model, with LoRA adapters when
+    asked, its score head then trained in full; its tokenizer)."""
+    model, tokenizer = load_reward_model(cfg.model or cfg.sft_model, **model_options(cfg))
+    model.config.pad_token_id = tokenizer.pad_token_id
+    maybe_disable_dropout(model, cfg.disable_dropout)
+    if cfg.lora is not None:
+        model = add_lora(model, cfg.lora, score_head=True)
+    if cfg.gradient_checkpointing:
+        enable_gradient_checkpointing(model)
+    return model, tokenizer
+
+
+def _pairs(cfg: RewardConfig, task, gen, state: dict | None):
+    """(train pairs, held-out pairs) of the simulated labeler: from the resumed checkpoint (sampled
+    once, with the generator the checkpoint restores), else sampled now (`policy_pairs` of them
+    from the SFT model)."""
+    if state is not None:
+        saved = json.loads(state["extra"])["pairs"]
+        return [tuple(p) for p in saved["train"]], [tuple(p) for p in saved["held_out"]]
+    sampler = policy_sampler(cfg.sft_model, cfg, gen) if cfg.policy_pairs > 0 else None
+    pairs = preference_pairs(task, cfg.num_pairs + cfg.eval_pairs, cfg.seed, sampler, cfg.policy_pairs)
+    return pairs[: cfg.num_pairs], pairs[cfg.num_pairs :]
+
+
 @holds_run_folder
 @stage_precision
-def train_reward(cfg: RewardConfig, *, overwrite: bool = False) -> RewardResult:
-    """Train r_psi(x, y) from the SFT model: loss = -log sigmoid(r(x, y_c) - r(x, y_r))."""
+def train_reward(cfg: RewardConfig, *, resume: bool = False, overwrite: bool = False) -> RewardResult:
+    """Train r_psi(x, y) from the SFT model: loss = -log sigmoid(r(x, y_c) - r(x, y_r)). `resume`
+    continues from the newest whole checkpoint in `cfg.output_dir`, bit for bit."""
     check_config(cfg)
     device = check_device(cfg.device)
     task = get_task(cfg.task)
     gen = seed_everything(cfg.seed)
-    model, tokenizer = load_reward_model(cfg.model or cfg.sft_model, **model_options(cfg))
-    model.config.pad_token_id = tokenizer.pad_token_id
-    maybe_disable_dropout(model, cfg.disable_dropout)
-    if cfg.lora is not None:  # adapters, and the one-output score head trained in full
-        model = add_lora(model, cfg.lora, score_head=True)
-    if cfg.gradient_checkpointing:
-        enable_gradient_checkpointing(model)
+    ckpt, state = resume_point(cfg) if resume else (None, None)
+    model, tokenizer = _reward_model(cfg)
     net = trained_network(model)  # what the scoring passes call (the adapters in place under LoRA)
     # 1. preference pairs, the last eval_pairs held out (a dataset: its eval split or held-out rows,
-    #    rloo.data.split, loaded before anything is written so that a bad dataset leaves no run folder)
+    #    rloo.data.split, loaded before anything is written so that a bad dataset leaves no run folder;
+    #    sampled ones come from the checkpoint when resuming)
     if cfg.dataset is not None:
         train_recs, held_recs = train_eval_records(
             cfg.dataset, ("prompt", "chosen", "rejected"), cfg.eval_pairs, tokenizer=tokenizer
         )
         train_pairs, held_out = ([(r.prompt, r.chosen, r.rejected) for r in rs] for rs in (train_recs, held_recs))
         task = None
-    out = prepare_output_dir(cfg, overwrite=overwrite)
-    if cfg.dataset is None:
-        sampler = policy_sampler(cfg.sft_model, cfg, gen) if cfg.policy_pairs > 0 else None
-        pairs = preference_pairs(task, cfg.num_pairs + cfg.eval_pairs, cfg.seed, sampler, cfg.policy_pairs)
-        train_pairs, held_out = pairs[: cfg.num_pairs], pairs[cfg.num_pairs :]
+    elif state is not None:
+        train_pairs, held_out = _pairs(cfg, task, gen, state)
+    inputs = fingerprints(cfg)
+    if state is not None:  # every refusal before the run folder is touched
+        n = steps_of(cfg, len(train_pairs))
+        check_stage_resume(cfg, ckpt, state, n, _digest(train_pairs), inputs, trainable(model))
+    out = prepare_output_dir(cfg, resume=resume, overwrite=overwrite, can_resume=True)
+    if cfg.dataset is None and state is None:
+        train_pairs, held_out = _pairs(cfg, task, gen, None)
     # kept so that DPO can train on exactly these pairs (rloo.training.dpo)
     atomic_write_text(out / "pairs.jsonl", "".join(json.dumps(p) + "\n" for p in train_pairs))
     prompts, comps = encode_pairs(tokenizer, train_pairs, cfg)
-    # 2. Bradley-Terry training
-    total = cfg.epochs * -(-len(train_pairs) // cfg.batch_size)
+    # 2. Bradley-Terry training, from the newest checkpoint with `resume` (rloo.training.supervised)
     opt = adamw(model.parameters(), cfg.lr)
+    total = steps_of(cfg, len(train_pairs))
     sched = warmup_cosine(opt, total, warmup=max(1, total // 20))
     guard = StageGuard("reward", model.parameters(), opt)
-    log, bar, step = (
-        MetricsLogger(out, report_to=cfg.report_to, config=cfg.model_dump(mode="json")),
-        progress(total, "reward model"),
-        0,
+    run = StageRun(
+        "reward model", cfg, out, model, tokenizer, opt, sched, gen, guard, len(train_pairs), _digest(train_pairs)
     )
+    run.inputs = inputs
+    if cfg.dataset is None:  # sampled: a resume reads them back rather than sampling again
+        run.extra["pairs"] = {"train": train_pairs, "held_out": held_out}
+    run.start(ckpt, state, resume)
     share = _shares_prompts(net, cfg)
+    log = run.logger()
     try:  # closed however the stage ends (a signal, an error): no TensorBoard writer thread left running
-        with StopFlag("stopping the reward model after this step") as stop:
-            for _ in range(cfg.epochs):
-                model.train()
-                for idx in batches(len(train_pairs), cfg.batch_size, gen):
-                    # one pass, or micro-batches of pairs (the Bradley-Terry loss is a mean over pairs)
-                    loss, stats = batch_loss(
-                        idx,
-                        cfg.micro_batch_size,
-                        lambda i: bradley_terry_loss(*_score(net, prompts, comps, i, device, share)),
-                    )
-                    step += 1
-                    supervised_step(guard, opt, sched, loss, step)
-                    value, stats = after_step(loss, stats)
-                    log.log(step, {"loss/rm": value, **stats})
-                    bar.set_postfix(loss=f"{value:.3f}", acc=f"{stats['rm/accuracy']:.2f}")
-                    bar.update()
-                    if stop.signum is not None:
-                        raise stage_interrupted("reward model", stop.signum, step, total)
-            bar.close()
+        with run.stop:
+            _train(run, log, lambda i: bradley_terry_loss(*_score(net, prompts, comps, i, device, share)))
             # 3. held-out accuracy against the labeler and against the gold judge
             acc_label, acc_gold = evaluate_reward_model(net, tokenizer, task, held_out, cfg, device)
             gold_metric = {"eval/accuracy_vs_gold": acc_gold} if acc_gold is not None else {}
-            log.log(step, {"eval/accuracy_vs_labeler": acc_label} | gold_metric)
-            if stop.signum is not None:  # arrived during the held-out evaluation
-                raise stage_interrupted("reward model", stop.signum, step, total)
+            log.log(run.step, {"eval/accuracy_vs_labeler": acc_label} | gold_metric)
+            if run.stop.signum is not None:  # arrived during the held-out evaluation: saved at the last step
+                raise run.interrupted()
     finally:
-        bar.close()
         log.close()
     guard.finish()
     save_pretrained_atomic(for_saving(model, cfg.lora), tokenizer, out / "model")  # as sft and RL save
@@ -187,3 +220,8 @@ def train_reward(cfg: RewardConfig, *, overwrite: bool = False) -> RewardResult:
     gold = f", {acc_gold:.3f} vs gold judge" if acc_gold is not None else ""
     say(f"reward: held-out pairwise accuracy {acc_label:.3f} vs {'labeler' if task else 'dataset labels'}{gold}")
     return RewardResult(out / "model", acc_label, acc_gold)
+
+
+def _digest(pairs) -> str:
+    """The training pairs' digest a resume compares (rloo.runtime.resumecheck.prompts_digest)."""
+    return prompts_digest([x for p in pairs for x in p])

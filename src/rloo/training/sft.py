@@ -7,7 +7,7 @@ from pathlib import Path
 
 from rloo.config import SFTConfig
 from rloo.core.losses import sft_loss
-from rloo.data.collate import batches, encode_completions, encode_prompts, trim_left, trim_right
+from rloo.data.collate import encode_completions, encode_prompts, trim_left, trim_right
 from rloo.data.preflight import check_config
 from rloo.data.split import train_records
 from rloo.errors import RlooError
@@ -21,10 +21,11 @@ from rloo.modeling.loading import (
     save_pretrained_atomic,
 )
 from rloo.modeling.lora import add_lora, for_saving
+from rloo.runtime.fingerprint import fingerprints
 from rloo.runtime.precision import stage_precision
+from rloo.runtime.resumecheck import prompts_digest
 from rloo.runtime.runlock import holds_run_folder
-from rloo.runtime.signals import StopFlag, stage_interrupted
-from rloo.runtime.tracking import MetricsLogger, progress, say
+from rloo.runtime.tracking import progress, say
 from rloo.tasks import Example, get_task
 from rloo.tasks.tokenizer import build_tokenizer
 from rloo.training.common import (
@@ -39,6 +40,7 @@ from rloo.training.common import (
     warmup_cosine,
 )
 from rloo.training.guard import StageGuard
+from rloo.training.supervised import StageRun, check_stage_resume, resume_point, steps_of, trainable
 
 
 @dataclass
@@ -55,14 +57,39 @@ def _loss(model, prompts, targets, idx, device):
     return sft_loss(lp, c_mask.to(device))
 
 
+def _train(run: StageRun, loss_of, mask) -> None:
+    """The SFT steps from `run`'s position to its end. `loss_of(idx)`: (sft_loss, stats) of rows idx."""
+    cfg, opt = run.cfg, run.opt
+    log, bar = run.logger(), progress(run.total, "sft", initial=run.step)
+    run.model.train()
+    try:  # closed however the loop ends (a signal, an error): no TensorBoard writer thread left running
+        with run.stop:
+            for idx in run.batches():
+                # one pass, or micro-batches weighted by their target tokens (sft_loss is a token mean)
+                loss, stats = batch_loss(idx, cfg.micro_batch_size, loss_of, mask)
+                lr = supervised_step(run.guard, opt, run.sched, loss, run.step + 1)
+                value, stats = after_step(loss, stats)
+                ema = run.extra.get("loss_ema")
+                run.extra["loss_ema"] = loss_ema = value if ema is None else 0.95 * ema + 0.05 * value
+                log.log(run.step + 1, {**stats, "lr": lr})
+                bar.set_postfix(loss=f"{loss_ema:.3f}")
+                bar.update()
+                run.end_step()  # a checkpoint every save_every steps, and on SIGINT/SIGTERM
+    finally:
+        bar.close()
+        log.close()
+
+
 @holds_run_folder
 @stage_precision
-def sft(cfg: SFTConfig, *, overwrite: bool = False) -> SFTResult:
-    """Fine-tune a causal LM on (prompt, reference) pairs; loss on response tokens only."""
+def sft(cfg: SFTConfig, *, resume: bool = False, overwrite: bool = False) -> SFTResult:
+    """Fine-tune a causal LM on (prompt, reference) pairs; loss on response tokens only. `resume`
+    continues from the newest whole checkpoint in `cfg.output_dir`, bit for bit."""
     check_config(cfg)
     device = check_device(cfg.device)
     task = get_task(cfg.task)
     gen = seed_everything(cfg.seed)
+    ckpt, state = resume_point(cfg) if resume else (None, None)
     # 1. tokenizer and model: loaded by path, or built for the task
     tokenizer = load_tokenizer(cfg.tokenizer, cfg.trust_remote_code) if cfg.tokenizer else None
     if cfg.lora is not None and cfg.lora.save == "adapter" and not cfg.model:
@@ -92,44 +119,24 @@ def sft(cfg: SFTConfig, *, overwrite: bool = False) -> SFTResult:
         ]
     else:
         examples = task.examples("sft", cfg.num_examples, seed=cfg.seed)
-    out = prepare_output_dir(cfg, overwrite=overwrite)
+    data_sha, inputs = prompts_digest([x for e in examples for x in (e.prompt, e.reference)]), fingerprints(cfg)
+    if state is not None:  # every refusal before the run folder is touched
+        check_stage_resume(cfg, ckpt, state, steps_of(cfg, len(examples)), data_sha, inputs, trainable(model))
+    out = prepare_output_dir(cfg, resume=resume, overwrite=overwrite, can_resume=True)
     prompts, _ = encode_prompts(tokenizer, [e.prompt for e in examples], cfg.max_prompt_tokens)
     targets = encode_completions(tokenizer, [e.reference for e in examples], cfg.max_response_tokens)
-    # 3. train
-    steps_per_epoch = -(-len(examples) // cfg.batch_size)
-    total = cfg.epochs * steps_per_epoch
+    # 3. train, from the newest checkpoint with `resume` (rloo.training.supervised)
     opt = adamw(model.parameters(), cfg.lr, cfg.weight_decay)
+    total = steps_of(cfg, len(examples))
     sched = warmup_cosine(opt, total, warmup=max(1, total // 20))
     guard = StageGuard("sft", model.parameters(), opt)
-    log, bar, step, loss_ema = (
-        MetricsLogger(out, report_to=cfg.report_to, config=cfg.model_dump(mode="json")),
-        progress(total, "sft"),
-        0,
-        None,
-    )
-    model.train()
-    try:  # closed however the loop ends (a signal, an error): no TensorBoard writer thread left running
-        with StopFlag("stopping sft after this step") as stop:
-            for _ in range(cfg.epochs):
-                for idx in batches(len(examples), cfg.batch_size, gen):
-                    # one pass, or micro-batches weighted by their target tokens (sft_loss is a token mean)
-                    loss, stats = batch_loss(
-                        idx, cfg.micro_batch_size, lambda i: _loss(model, prompts, targets, i, device), targets.mask
-                    )
-                    step += 1
-                    lr = supervised_step(guard, opt, sched, loss, step)
-                    value, stats = after_step(loss, stats)
-                    loss_ema = value if loss_ema is None else 0.95 * loss_ema + 0.05 * value
-                    log.log(step, {**stats, "lr": lr})
-                    bar.set_postfix(loss=f"{loss_ema:.3f}")
-                    bar.update()
-                    if stop.signum is not None:
-                        raise stage_interrupted("sft", stop.signum, step, total)
-    finally:
-        bar.close()
-        log.close()
+    run = StageRun("sft", cfg, out, model, tokenizer, opt, sched, gen, guard, len(examples), data_sha)
+    run.inputs = inputs
+    run.start(ckpt, state, resume)
+    _train(run, lambda i: _loss(model, prompts, targets, i, device), targets.mask)
     guard.finish()
     # as RL saves: full weights, or with LoRA the adapters merged in (lora.save=merged) or alone
     save_pretrained_atomic(for_saving(model, cfg.lora), tokenizer, out / "model")
-    say(f"sft: saved {out / 'model'} (loss {loss_ema:.3f} after {step} steps)")
+    loss_ema = run.extra["loss_ema"]
+    say(f"sft: saved {out / 'model'} (loss {loss_ema:.3f} after {run.step} steps)")
     return SFTResult(out / "model", float(loss_ema))

@@ -1,0 +1,99 @@
+"""`rloo pipeline --resume`: the pipeline continues at the stage and step where it stopped.
+
+- the pipeline's settings must be those it was started with (its config.yaml): any change is
+  refused in one line, as RL's resume refuses one that changes what its state means;
+- a finished stage is kept: its folder holds a run of its kind whose config.yaml is the stage's
+  config now (else refused in one line) and its final outputs (`FINAL`), its model files whole;
+- the interrupted stage continues from its newest whole checkpoint (bit for bit, as on its own:
+  rloo.training.supervised for SFT and the reward model, rloo.training.rl for RL);
+- the stages after it run; the evaluation, the last stage, always runs again (it is deterministic
+  and writes the summary the pipeline reads back).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import yaml
+
+from rloo.config import OFFLINE_ALGORITHMS, upgrade_saved_config
+from rloo.errors import RlooError, option
+from rloo.runtime.resumecheck import check_resume_config
+from rloo.runtime.runfolder import is_bookkeeping_only, kind_of, run_kind
+from rloo.runtime.tracking import say
+from rloo.runtime.weightfiles import check_weight_files
+from rloo.training.loop import RLResult
+from rloo.training.reward import RewardResult
+
+# What a stage writes last, once its training is over: a folder holding these is a finished stage
+FINAL = {"sft": ("model",), "reward": ("model", "accuracy.json"), "train": ("model",)}
+PLOTS = ("reward.png", "kl.png", "win_rate.png")  # rloo.eval.plots.plot_training's files, in its order
+
+
+def _saved_config(folder: Path) -> dict | None:
+    try:
+        held = yaml.safe_load((Path(folder) / "config.yaml").read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+    return upgrade_saved_config(held) if isinstance(held, dict) else None
+
+
+def check_pipeline_resume(cfg) -> bool:
+    """Whether `cfg.output_dir` holds a pipeline to continue; RlooError (one line, nothing written)
+    when its settings were others."""
+    out = Path(cfg.output_dir)
+    held = _saved_config(out)
+    if held is None:
+        say(f"{option('resume')}: no pipeline in {out}; starting from its first stage")
+        return False
+    # check_resume_config: 'key: old -> new' of every other setting (refusing, in its own line, those
+    # no resume may change); a pipeline's stages read all of them, so any change is refused
+    changed = check_resume_config(held, cfg.model_dump(mode="json"))
+    if changed:
+        raise RlooError(
+            f"cannot resume the pipeline in {out} with changed settings ({'; '.join(changed)}); use its "
+            f"original settings, or pass {option('overwrite')} to start it over"
+        )
+    return True
+
+
+def finished(stage_cfg) -> bool:
+    """Whether the stage of `stage_cfg` is complete in its folder (see the module's docstring)."""
+    out, kind = Path(stage_cfg.output_dir), run_kind(stage_cfg)
+    if not out.is_dir() or kind_of(out) != kind or not all((out / f).exists() for f in FINAL[kind]):
+        return False
+    held, current = _saved_config(out), stage_cfg.model_dump(mode="json")
+    changed = ["config.yaml unreadable"] if held is None else check_resume_config(held, current)
+    if changed:
+        raise RlooError(
+            f"cannot resume: the finished stage in {out} was run with other settings ({'; '.join(changed)}); "
+            f"pass {option('overwrite')} to start the pipeline over"
+        )
+    check_weight_files(str(out / "model"), f"the finished stage in {out}: model")
+    return True
+
+
+def run_stage(train: Callable, stage_cfg, resume: bool, kept: Callable | None = None):
+    """Run one stage of the pipeline: from its start (a new pipeline), or with `resume`: kept when
+    finished (`kept(out)` reads back the result the pipeline uses; None: it uses none), continued
+    from its newest checkpoint when it was interrupted, started when it never was (DPO, which has
+    no checkpoints, starts over)."""
+    out = Path(stage_cfg.output_dir)
+    if resume and finished(stage_cfg):
+        say(f"  finished in {out}: kept")
+        return kept(out) if kept is not None else None
+    started = out.is_dir() and not is_bookkeeping_only(out)
+    if resume and started and getattr(stage_cfg, "algorithm", None) not in OFFLINE_ALGORITHMS:
+        return train(stage_cfg, resume=True)
+    return train(stage_cfg, overwrite=True)
+
+
+def kept_reward(out: Path) -> RewardResult:
+    acc = json.loads((out / "accuracy.json").read_text())
+    return RewardResult(out / "model", acc["vs_labeler"], acc["vs_gold"])
+
+
+def kept_rl(out: Path) -> RLResult:
+    return RLResult(out / "model", plots=[out / "plots" / p for p in PLOTS if (out / "plots" / p).exists()])
