@@ -8,7 +8,8 @@ from typing import Literal
 from pydantic import Field
 
 from rloo.config.base import Strict
-from rloo.config.methods import capable, one_of, spec_of_variant, why_not_multi_turn
+from rloo.config.generation import multi_turn_refusal
+from rloo.config.methods import METHOD_SPECS, capable, one_of, spec_of_variant, why_not_multi_turn
 from rloo.config.tasks import episode_tasks
 
 
@@ -73,3 +74,23 @@ def episode_study_refusal(tasks: Sequence[str], methods: Sequence[str], tuning_t
     if tuning_trials:
         return f"tuning.trials: tuning picks by win rate, which {', '.join(episodic)} (episodes) do not have; set 0"
     return None
+
+
+def pipeline_env_refusal(rl, ev, reward_dataset) -> str | None:
+    """The one-line reason `rloo pipeline env=...` refuses its sections, or None: the environment gives
+    the reward (no rl.reward_fn, no reward.dataset), a method that trains on episodes, and no
+    per-completion generation key in rl. or eval. (a turn ends at the environment's stop ids)."""
+    if rl.reward_fn or reward_dataset is not None:
+        return "env= gives the reward: leave rl.reward_fn and reward.dataset unset"
+    if not (spec := METHOD_SPECS[rl.algorithm]).multi_turn:
+        why = f": {why_not_multi_turn(spec)} (docs/agents.md)" if spec.value_model else ""
+        return f"env= trains with rl.algorithm={one_of(capable('multi_turn'))} only, got {rl.algorithm}{why}"
+    return multi_turn_refusal(rl, "rl.") or multi_turn_refusal(ev, "eval.")
+
+
+def eval_env_refusal(ev) -> str | None:
+    """The one-line reason `rloo eval env=...` refuses its keys, or None: the environment judges (no
+    reward_model, no judge) and no per-completion generation key."""
+    if ev.reward_model is not None or ev.judge is not None:
+        return "env= gives the reward and judges the episodes: leave reward_model and judge unset"
+    return multi_turn_refusal(ev)

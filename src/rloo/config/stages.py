@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from rloo.config.agents import EnvSettings
+from rloo.config.agents import EnvSettings, eval_env_refusal, pipeline_env_refusal
 from rloo.config.base import Strict, check_device_name, normalize_report_to, refuse_float16
 from rloo.config.dataset import DatasetSettings
 from rloo.config.generation import check_rl_generation
@@ -117,7 +117,7 @@ class RLConfig(_Run, RLSettings):
 
 
 class EvalConfig(_Run, EvalSettings):
-    """`rloo eval`: win rate against the references, judged by the task's gold judge."""
+    """`rloo eval`: win rate against the references, judged by the task's gold judge (with env=: episodes)."""
 
     policy: str = Field(default=..., description="Path of the policy to evaluate.")
     baseline: str | None = Field(default=None, description="Second policy shown side by side (the SFT model).")
@@ -126,6 +126,18 @@ class EvalConfig(_Run, EvalSettings):
     max_new_tokens: int = Field(
         default=16, ge=1, description="Response length limit (the pipeline uses rl.max_new_tokens)."
     )
+    env: str | None = Field(
+        default=None,
+        description=f"Play episodes instead (docs/agents.md): {', '.join(episode_tasks())} or your `file.py:Class` / "
+        "`module:Class`; success rate, turns, tool calls over pass_samples episodes per held-out prompt.",
+    )
+    env_settings: EnvSettings = Field(default_factory=EnvSettings, description="Limits of one episode (with env).")
+
+    @model_validator(mode="after")
+    def _env_alone(self):
+        if self.env is not None and (why := eval_env_refusal(self)):
+            raise ValueError(why)
+        return self
 
 
 class PipelineRewardSettings(RewardSettings):
@@ -164,9 +176,14 @@ class PipelineConfig(_Run):
     reward: PipelineRewardSettings = Field(default_factory=PipelineRewardSettings)
     rl: PipelineRLSettings = Field(default_factory=PipelineRLSettings)
     eval: EvalSettings = Field(default_factory=EvalSettings)
+    env: str | None = Field(
+        default=None,
+        description="RL on episodes of your `path/to/file.py:Class` / `module:Class` (docs/agents.md): the environment "
+        f"gives the reward (no reward-model stage); the evaluation plays episodes. {', '.join(episode_tasks())}: own.",
+    )
     env_settings: EnvSettings = Field(
         default_factory=EnvSettings,
-        description="Limits of one episode (tasks played as episodes: " + ", ".join(episode_tasks()) + ").",
+        description="Limits of one episode (env=, and tasks played as episodes: " + ", ".join(episode_tasks()) + ").",
     )
 
     @field_validator("rl", mode="before")
@@ -179,6 +196,12 @@ class PipelineConfig(_Run):
         if not v.checks_own_settings:  # a section shared by several methods: the chosen one's settings
             data["algorithm_settings"] = shared_settings(v.algorithm, v.algorithm_settings)
         return data
+
+    @model_validator(mode="after")
+    def _env_gives_the_reward(self):
+        if self.env is not None and (why := pipeline_env_refusal(self.rl, self.eval, self.reward.dataset)):
+            raise ValueError(why)
+        return self
 
     @field_validator("reward", mode="before")
     @classmethod
@@ -205,9 +228,13 @@ class PipelineConfig(_Run):
         """Whether the pipeline has a reward-model stage: not for a checker task, nor when rl.reward_fn
         is the only reward (no reward.dataset and no 'reward_model' weight asking for one)."""
         spec = TASK_SPECS[self.task]
-        if spec.checker is not None or spec.env is not None:
+        if spec.checker is not None or self.episode_env() is not None:
             return False
         return self.rl.reward_fn is None or self.reward.dataset is not None or "reward_model" in self.rl.reward_weights
+
+    def episode_env(self) -> str | None:
+        """The `env=` the RL stage plays episodes of: env=, or a task played as episodes (its name: calculator)."""
+        return self.env or (self.task if TASK_SPECS[self.task].env is not None else None)
 
     def stage_configs(self) -> tuple[SFTConfig, RewardConfig, RLConfig, EvalConfig]:
         """The four stage configs this pipeline runs, with their paths derived from output_dir."""
@@ -255,14 +282,15 @@ class PipelineConfig(_Run):
             baseline=str(out / "sft" / "model"),
             reward_model=reward.get("reward_model"),
             max_new_tokens=self.rl.max_new_tokens,
+            **({"env": reward["env"], "env_settings": self.env_settings} if "env" in reward else {}),
         )
         return sft, rm, rl, ev
 
     def _rewards(self) -> dict[str, Any]:
         """The RL stage's reward sources: a checker task's checker, rl.reward_fn, the reward model."""
         spec = TASK_SPECS[self.task]
-        if spec.env is not None:  # the environment gives the reward
-            return {"env": self.task, "env_settings": self.env_settings, "reward_fn": None, "reward_model": None}
+        if (env := self.episode_env()) is not None:  # the environment gives the reward
+            return {"env": env, "env_settings": self.env_settings, "reward_fn": None, "reward_model": None}
         reward: dict[str, Any] = {"reward_fn": self.rl.reward_fn, "reward_model": None}
         if spec.checker is not None and self.rl.reward_fn is None:
             reward["reward_fn"] = spec.checker  # the checker is the reward

@@ -59,6 +59,8 @@ def check_config(cfg, *, reward_fn=None) -> None:
         )
     if isinstance(cfg, RLConfig):
         _check_reward_source(cfg, reward_fn)
+    if isinstance(cfg, (EvalConfig, PipelineConfig)):
+        _check_env(cfg)
     if isinstance(cfg, (RLConfig, EvalConfig, PipelineConfig)):
         check_judge(cfg)
         ev = getattr(cfg, "eval", cfg)
@@ -82,8 +84,8 @@ def _check_stage_data(cfg) -> None:
         train_eval_records(ds, ("prompt", "chosen", "rejected"), 1)
     elif isinstance(cfg, RLConfig):
         train_eval_records(ds, ("prompt",), 1)
-    elif isinstance(cfg, EvalConfig):
-        eval_records(ds, ("prompt", "completion"), 1)
+    elif isinstance(cfg, EvalConfig):  # episodes need no reference completions
+        eval_records(ds, ("prompt",) if cfg.env is not None else ("prompt", "completion"), 1)
 
 
 def _check_output_dir(out: Path) -> None:
@@ -158,10 +160,16 @@ def _looks_like_file(split: str) -> bool:
     return "/" in split or "." in split
 
 
+def _check_env(cfg) -> bool:
+    """Whether `cfg` plays episodes (env=); a user's environment class must load."""
+    env = getattr(cfg, "env", None)
+    if env is not None and env not in episode_tasks():  # a built-in one is a task's (TaskSpec.env)
+        load_callable(env, "environment")
+    return env is not None
+
+
 def _check_reward_source(cfg, reward_fn) -> None:
-    if getattr(cfg, "env", None) is not None:  # the environment is the reward: its class must load
-        if cfg.env not in episode_tasks():  # a built-in one is a task's (TaskSpec.env)
-            load_callable(cfg.env, "environment")
+    if _check_env(cfg):  # the environment is the reward
         return
     specs = [cfg.reward_fn] if isinstance(cfg.reward_fn, str) else list(cfg.reward_fn or [])
     if cfg.reward_model is None and not specs and reward_fn is None and METHOD_SPECS[cfg.algorithm].online:
@@ -194,7 +202,7 @@ def check_judge(cfg) -> None:
             raise ConfigError("judge 'reward_model' needs a reward model: set reward_model=PATH")
     elif spec is not None:
         load_callable(spec, "judge")
-    elif isinstance(cfg, EvalConfig) and cfg.dataset is not None and not has_rm:
+    elif isinstance(cfg, EvalConfig) and cfg.dataset is not None and not has_rm and cfg.env is None:
         raise ConfigError(
             "nothing to judge the responses with: on a dataset, set judge=module:function "
             "(or path/to/file.py:function), or reward_model=PATH to judge with a reward model"

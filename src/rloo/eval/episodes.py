@@ -31,10 +31,45 @@ class EpisodeEval:
     no_tool_pass: float | None  # success rate of those episodes (answers from memory); None if there are none
     truncated: float  # share of episodes cut by a limit
     policy_tokens: float  # per episode
-    examples: list[str] = field(default_factory=list)  # a few trajectories as text
+    examples: list[str] = field(default_factory=list)  # a few trajectories as text, the environment's marked
+    episodes: list[dict] = field(default_factory=list, repr=False)  # every episode (`episode_record`), prompt order
 
     def summary(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k not in ("counts", "examples")}
+        return {k: v for k, v in self.__dict__.items() if k not in ("counts", "examples", "episodes")}
+
+
+# How the environment's text (observations) is shown inside a printed or saved episode
+ENV_MARK = "[env: {}]"
+
+
+def marked_text(tokenizer, ids: list[int], policy: list[bool]) -> str:
+    """An episode's text after the prompt with each run of observation tokens (policy False) shown as
+    `[env: ...]`, the policy's own text as it is; special tokens dropped, as in `Rollout.completions`.
+    ids, policy: the episode's real tokens only, in order."""
+    parts, start = [], 0
+    for i in range(1, len(ids) + 1):
+        if i == len(ids) or policy[i] != policy[start]:
+            text = tokenizer.decode(ids[start:i], skip_special_tokens=True).strip()
+            if text or not policy[start]:
+                parts.append(text if policy[start] else ENV_MARK.format(text))
+            start = i
+    return " ".join(parts)
+
+
+def episode_record(tokenizer, roll, row: int, success: bool) -> dict:
+    """One episode of a multi-turn rollout as a JSON-friendly dict: prompt, the marked text
+    (`marked_text`), reward, success, turns, truncated."""
+    real = roll.completion_mask[row].tolist()
+    ids = [t for t, r in zip(roll.completion_ids[row].tolist(), real, strict=True) if r]
+    pol = [p for p, r in zip(roll.policy_mask[row].tolist(), real, strict=True) if r]
+    return {
+        "prompt": roll.prompts[row],
+        "episode": marked_text(tokenizer, ids, pol),
+        "reward": float(roll.env_rewards[row]),
+        "success": success,
+        "turns": int(roll.turns[row]),
+        "truncated": bool(roll.truncated[row]),
+    }
 
 
 @torch.no_grad()
@@ -57,7 +92,7 @@ def evaluate_episodes(
     gen = torch.Generator().manual_seed(seed)
     vocab = policy.get_input_embeddings().weight.shape[0]
     per = max(1, batch_size // n)
-    counts, turns, calls, cut, toks, examples = [], 0.0, 0.0, 0.0, 0.0, []
+    counts, turns, calls, cut, toks, records = [], 0.0, 0.0, 0.0, 0.0, []
     reward, plain, plain_ok = 0.0, 0, 0  # summed reward; episodes without a tool call, and those won
     for i in range(0, len(prompts), per):
         chunk = prompts[i : i + per]
@@ -88,7 +123,7 @@ def evaluate_episodes(
         plain_ok += sum(t and bool(w) for t, w in zip(no_tool, ok.view(-1).tolist(), strict=True))
         cut += float(roll.truncated.float().sum())
         toks += float(roll.policy_mask.sum())
-        examples += [f"{p} -> {c}" for p, c in zip(roll.prompts[:2], roll.completions[:2], strict=True)]
+        records += [episode_record(tokenizer, roll, j, w) for j, w in enumerate(ok.view(-1).tolist())]
     total = len(prompts) * n
     return EpisodeEval(
         n=n,
@@ -101,5 +136,6 @@ def evaluate_episodes(
         no_tool_pass=plain_ok / plain if plain else None,
         truncated=cut / total,
         policy_tokens=toks / total,
-        examples=examples[:4],
+        examples=[f"{r['prompt']} -> {r['episode']}" for r in records[::n][:4]],
+        episodes=records,
     )

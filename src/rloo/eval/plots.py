@@ -15,6 +15,12 @@ def _series(records: list[dict], key: str) -> tuple[list[int], list[float]]:
     return [p[0] for p in pts], [p[1] for p in pts]
 
 
+def score_keys(records: list[dict]) -> list[str]:
+    """The judge's score metrics present (rloo.eval.judge.score_key: eval/gold, eval/judge_<kind>)."""
+    keys = {k for r in records for k in r if k == "eval/gold" or k.startswith("eval/judge_")}
+    return sorted(keys)
+
+
 def _smooth(ys: list[float], window: int) -> list[float]:
     out, acc = [], []
     for y in ys:
@@ -24,8 +30,10 @@ def _smooth(ys: list[float], window: int) -> list[float]:
 
 
 def plot_training(metrics_path: Path, out_dir: Path, title: str = "", judge: str = "gold judge") -> list[Path]:
-    """reward.png, kl.png and win_rate.png from a run's metrics.jsonl; returns the files written.
-    `judge` names who produced the win rate (the eval set's judge)."""
+    """reward.png, kl.png, win_rate.png and judge_score.png from a run's metrics.jsonl; returns the
+    files written. `judge` names who produced the win rate and the score (the eval set's judge). The
+    score's plot is the one that moves: a win rate against references is 0 on every eval while the
+    policy's responses score below every reference, however much the score rises."""
     # imported here, not at the top: the file backend must be chosen before pyplot loads, and
     # only when plotting (importing this module must not change a notebook's backend)
     import matplotlib
@@ -39,6 +47,7 @@ def plot_training(metrics_path: Path, out_dir: Path, title: str = "", judge: str
         ("reward.png", ["reward/score", "reward/total"], "reward"),
         ("kl.png", ["reward/kl"], "KL(pi || pi_ref) per response"),
         ("win_rate.png", ["eval/win_rate"], f"win rate vs references ({judge})"),
+        ("judge_score.png", score_keys(records), f"mean score ({judge})"),
     ]
     written = []
     for fname, keys, ylabel in panels:

@@ -22,7 +22,9 @@ def _plt():
 
 
 def _evals(records: list[dict]) -> list[dict]:
-    return [r for r in records if r.get("eval/gold") is not None]
+    """The periodic-eval records: those with a judge's score, `eval/gold` (a task's gold judge) or
+    `eval/judge_<kind>` (eval.judge=reward_model or a function; the gold curves then stay empty)."""
+    return [r for r in records if any(k == "eval/gold" or k.startswith("eval/judge_") for k in r)]
 
 
 def _mean_curve(runs: list[dict], key: str, xkey=lambda r: r["step"]):

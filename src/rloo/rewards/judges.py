@@ -22,10 +22,11 @@ from rloo.rewards.sources import FunctionReward, load_function
 
 class Judge:
     """judge.score(rollout) -> one float per response; judge.score_texts(prompts, texts) for text
-    (the references); judge(prompt, response) -> float."""
+    (the references); judge(prompt, response) -> float. `kind`: gold (a built-in task's gold judge),
+    reward_model or function; it names the judge's metric (rloo.eval.judge.score_key)."""
 
-    def __init__(self, name: str, score_texts: Callable, score_rollout: Callable | None = None):
-        self.name, self._texts, self._rollout = name, score_texts, score_rollout
+    def __init__(self, name: str, score_texts: Callable, score_rollout: Callable | None = None, kind: str = "function"):
+        self.name, self._texts, self._rollout, self.kind = name, score_texts, score_rollout, kind
 
     def score_texts(self, prompts: list[str], responses: list[str]) -> list[float]:
         return [float(v) for v in self._texts(list(prompts), list(responses))]
@@ -44,13 +45,15 @@ class Judge:
 
 def task_judge(task) -> Judge:
     return Judge(
-        f"gold judge ({task.name})", lambda ps, cs: [task.gold_score(p, c) for p, c in zip(ps, cs, strict=False)]
+        f"gold judge ({task.name})",
+        lambda ps, cs: [task.gold_score(p, c) for p, c in zip(ps, cs, strict=False)],
+        kind="gold",
     )
 
 
 def scorer_judge(scorer, name: str) -> Judge:
     """A judge from a reward source: `scorer(rollout)` for samples, `scorer.score_texts` for text."""
-    return Judge(name, scorer.score_texts, score_rollout=scorer if callable(scorer) else None)
+    return Judge(name, scorer.score_texts, score_rollout=scorer if callable(scorer) else None, kind="reward_model")
 
 
 def make_judge(

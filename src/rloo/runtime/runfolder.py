@@ -89,10 +89,10 @@ LAYOUTS: dict[str, dict] = {
     | _MODELS
     | _CHECKPOINTS
     | {
-        "plots": dict.fromkeys(["reward.png", "kl.png", "win_rate.png"], FILE),
+        "plots": dict.fromkeys(["reward.png", "kl.png", "win_rate.png", "judge_score.png"], FILE),
         "result.json": FILE,
     },
-    "eval": _STAGE | {"summary.json": FILE, "report.md": FILE},
+    "eval": _STAGE | {"summary.json": FILE, "report.md": FILE, "samples.jsonl": FILE, "results.json": FILE},
     "pipeline": dict.fromkeys(BOOKKEEPING | {"config.yaml", "summary.json"}, FILE)
     | {"sft": _run("sft"), "reward": _run("reward"), "rl": _run("train"), "eval": _run("eval")},
     "compare": dict.fromkeys(BOOKKEEPING | {"config.yaml"}, FILE)

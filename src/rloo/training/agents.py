@@ -1,41 +1,49 @@
-"""The evaluation stage of `rloo pipeline` on a task played as episodes (calculator, guess): the SFT and the
-RL policy each play the same held-out prompts, `eval.pass_samples` episodes each (seeded), and the
-summary reports pass@1 (success rate), turns and tool calls per episode, and the paired pass@1
-difference with its 95% interval (one seed: the interval is over problems, not over seeds)."""
+"""`rloo eval env=...` and the evaluation stage of `rloo pipeline` on episodes (a task played as
+episodes: calculator, guess; or the user's `env=file.py:Class`): the policy and the baseline (the SFT
+model) each play the same held-out prompts, `pass_samples` episodes each (seeded), and the evaluation
+reports pass@1 (success rate), turns and tool calls per episode, and the paired pass@1 difference
+with its 95% interval (one seed: the interval is over prompts, not over seeds). It writes
+results.json (the summary), report.md and samples.jsonl (every episode, the environment's text marked
+`[env: ...]`).
+
+Success is an episode reward >= a threshold: a built-in task's `success_threshold`, else the
+environment class's own `success_threshold` attribute when it has one, else 1."""
 
 from __future__ import annotations
 
 import json
 
-from rloo.config import EvalConfig, RLConfig
-from rloo.config.generation import multi_turn_refusal
-from rloo.errors import RlooError
-from rloo.eval.episodes import evaluate_episodes
+from rloo.config import EvalConfig
+from rloo.config.tasks import episode_tasks
+from rloo.data.split import eval_records
+from rloo.eval.episodes import ENV_MARK, EpisodeEval, evaluate_episodes
 from rloo.eval.passk import paired_pass_difference
 from rloo.modeling.loading import load_policy, model_options
 from rloo.runtime.atomic import atomic_write_text
 from rloo.runtime.tracking import say
+from rloo.runtime.user_code import load_callable
 from rloo.tasks import get_task
 from rloo.training.common import prepare_output_dir
 from rloo.training.rl import env_spec
 
 
-def evaluate_agents(ev: EvalConfig, rl: RLConfig) -> dict:
-    """SFT (ev.baseline) vs RL (ev.policy) on ev.num_prompts held-out prompts; writes eval/results.json."""
-    if why := multi_turn_refusal(ev, "eval."):
-        raise RlooError(why)
-    out = prepare_output_dir(ev, overwrite=True)
-    task = get_task(ev.task)
-    prompts = [e.prompt for e in task.examples("eval", ev.num_prompts, seed=ev.seed)]
-    results = {}
-    for name, path in (("baseline", ev.baseline), ("policy", ev.policy)):
-        assert path is not None
+def evaluate_agents(ev: EvalConfig, *, overwrite: bool = False, name: str = "policy", base: str = "baseline") -> dict:
+    """ev.policy (and ev.baseline) play episodes of ev.env on ev.num_prompts held-out prompts: the
+    dataset's held-out rows, or the task's eval split. `name`: the policy's name in printed lines
+    (the pipeline's method), `base` the baseline's (the pipeline's SFT). Returns the summary it writes
+    to results.json."""
+    assert ev.env is not None
+    prompts = _prompts(ev)
+    out = prepare_output_dir(ev, overwrite=overwrite)
+    names = {"baseline": ev.baseline} if ev.baseline else {}
+    results: dict[str, EpisodeEval] = {}
+    for who, path in (names | {"policy": ev.policy}).items():
         model, tokenizer = load_policy(path, **model_options(ev))
         model.eval()
-        results[name] = evaluate_episodes(
+        results[who] = evaluate_episodes(
             model,
             tokenizer,
-            env_spec(rl, tokenizer),
+            env_spec(ev, tokenizer),
             prompts,
             n=ev.pass_samples,
             seed=ev.seed,
@@ -44,26 +52,79 @@ def evaluate_agents(ev: EvalConfig, rl: RLConfig) -> dict:
             top_k=ev.top_k,
             max_prompt_len=ev.max_prompt_tokens,
             batch_size=ev.batch_size,
-            threshold=getattr(task, "success_threshold", 1.0),
+            threshold=success_threshold(ev),
         )
-    diff, half = paired_pass_difference(results["policy"].counts, results["baseline"].counts, ev.pass_samples, 1)
-    summary = {name: r.summary() | {"examples": r.examples} for name, r in results.items()}
-    summary["difference"] = {"pass@1": {"diff": diff, "ci95": half}}
+    summary: dict = {"env": ev.env} | {who: r.summary() | {"examples": r.examples} for who, r in results.items()}
+    lines = [f"episodes of {ev.env} on {len(prompts)} held-out prompts ({ev.pass_samples} each, seed {ev.seed}):"]
+    if "baseline" in results:
+        pol = results["policy"]
+        diff, half = paired_pass_difference(pol.counts, results["baseline"].counts, ev.pass_samples, 1)
+        summary["difference"] = {"pass@1": {"diff": diff, "ci95": half}}
+        lines += _paired_lines(results["baseline"], pol, diff, half, (base, name))
+    else:
+        lines += _single_lines(results["policy"])
+    lines += [f"  {name}: {x}" for x in results["policy"].examples[:2]]
+    rows = episode_rows(prompts, results)
+    atomic_write_text(out / "samples.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
     atomic_write_text(out / "results.json", json.dumps(summary, indent=2))
-    base, pol = results["baseline"], results["policy"]
-    say(f"\nepisodes on {len(prompts)} held-out prompts ({ev.pass_samples} each, seed {ev.seed}):")
-    say(
-        f"  success rate (pass@1): SFT {base.pass_at_1:.3f} -> {rl.algorithm} {pol.pass_at_1:.3f} "
-        f"({100 * diff:+.1f} points, paired 95% CI {100 * (diff - half):+.1f} to {100 * (diff + half):+.1f})"
-    )
-    say(
+    marks = f"Text the environment wrote is shown as {ENV_MARK.format('...')}; every episode: samples.jsonl."
+    atomic_write_text(out / "report.md", "# Episodes\n\n" + "\n".join(lines) + f"\n\n{marks}\n")
+    say("\n" + "\n".join(lines))
+    return summary
+
+
+def _prompts(ev: EvalConfig) -> list[str]:
+    if ev.dataset is not None:  # the held-out rows no stage trained on (rloo.data.split)
+        return [r.prompt for r in eval_records(ev.dataset, ("prompt",), ev.num_prompts)]
+    return [e.prompt for e in get_task(ev.task).examples("eval", ev.num_prompts, seed=ev.seed)]
+
+
+def success_threshold(ev: EvalConfig) -> float:
+    """The episode reward that counts as solved (the module docstring)."""
+    assert ev.env is not None
+    if ev.env in episode_tasks():
+        return getattr(get_task(ev.env), "success_threshold", 1.0)
+    return float(getattr(load_callable(ev.env, "environment"), "success_threshold", 1.0))
+
+
+def _paired_lines(base: EpisodeEval, pol: EpisodeEval, diff: float, half: float, names: tuple[str, str]) -> list[str]:
+    lines = [
+        f"  success rate (pass@1): {names[0]} {base.pass_at_1:.3f} -> {names[1]} {pol.pass_at_1:.3f} "
+        f"({100 * diff:+.1f} points, paired 95% CI {100 * (diff - half):+.1f} to {100 * (diff + half):+.1f})",
         f"  per episode: turns {base.turns:.2f} -> {pol.turns:.2f}, tool calls {base.tool_calls:.2f} -> "
         f"{pol.tool_calls:.2f}, truncated {base.truncated:.3f} -> {pol.truncated:.3f}, reward {base.reward:.3f} -> "
-        f"{pol.reward:.3f}"
-    )
+        f"{pol.reward:.3f}",
+    ]
     if base.no_tool_pass is not None and base.no_tool_share < 1:
         share = f"{base.no_tool_share:.2f} of them"
-        say(f"  no-tool baseline: SFT episodes without a tool call ({share}) pass {base.no_tool_pass:.3f}")
-    for line in pol.examples[:2]:
-        say(f"  {rl.algorithm}: {line}")
-    return summary
+        lines.append(
+            f"  no-tool baseline: {names[0]} episodes without a tool call ({share}) pass {base.no_tool_pass:.3f}"
+        )
+    return lines
+
+
+def _single_lines(pol: EpisodeEval) -> list[str]:
+    return [
+        f"  success rate (pass@1): {pol.pass_at_1:.3f}; per episode: turns {pol.turns:.2f}, tool calls "
+        f"{pol.tool_calls:.2f}, truncated {pol.truncated:.3f}, reward {pol.reward:.3f}"
+    ]
+
+
+def episode_rows(prompts: list[str], results: dict[str, EpisodeEval]) -> list[dict]:
+    """samples.jsonl of an episode evaluation: one line per prompt with each policy's episodes
+    (`rloo.eval.episodes.episode_record`) and successes, and with a baseline the paired difference of
+    their success rates on that prompt."""
+    rows = []
+    for i, prompt in enumerate(prompts):
+        row: dict = {"prompt": prompt}
+        for who, r in results.items():
+            eps = r.episodes[i * r.n : (i + 1) * r.n]
+            row[who] = {
+                "successes": r.counts[i],
+                "episodes": [{k: v for k, v in e.items() if k != "prompt"} for e in eps],
+            }
+        if "baseline" in results:
+            n = results["policy"].n
+            row["success_difference"] = (row["policy"]["successes"] - row["baseline"]["successes"]) / n
+        rows.append(row)
+    return rows

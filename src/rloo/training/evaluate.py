@@ -15,6 +15,7 @@ from rloo.errors import RlooError
 from rloo.eval.judge import PolicyEval, evaluate_policy
 from rloo.eval.paired import compare_paired, describe
 from rloo.eval.passk import PassAtK, evaluate_pass_at_k, format_pass_table, paired_pass_difference
+from rloo.eval.samples import chosen_examples, examples_markdown, sample_rows, to_jsonl
 from rloo.modeling.loading import frozen, load_policy, load_reward_model, model_options
 from rloo.rewards import RewardModelScorer
 from rloo.rewards.judges import make_judge
@@ -25,17 +26,23 @@ from rloo.runtime.precision import MIN_BF16_WIDTH_SAMPLING, stage_precision
 from rloo.runtime.runlock import holds_run_folder
 from rloo.runtime.tracking import say
 from rloo.tasks import Example, get_task, has_checker
+from rloo.training.agents import evaluate_agents
 from rloo.training.common import check_device, prepare_output_dir, seed_everything
+from rloo.training.eval_notes import honest_notes
 
 
 @holds_run_folder
 @stage_precision(min_width=MIN_BF16_WIDTH_SAMPLING)
 def evaluate(cfg: EvalConfig, *, overwrite: bool = False) -> dict[str, PolicyEval]:
     """Win rate against the task's references by its gold judge, gold and reward-model scores,
-    KL to the reference model and length, for `policy` (and `baseline` when given)."""
+    KL to the reference model and length, for `policy` (and `baseline` when given). Writes
+    summary.json, report.md (with the best, worst and most changed examples) and samples.jsonl
+    (every judged sample). With `env=`: both policies play episodes instead (rloo.training.agents)."""
     check_config(cfg)
     check_device(cfg.device)
     seed_everything(cfg.seed)
+    if cfg.env is not None:
+        return evaluate_agents(cfg, overwrite=overwrite)
     task = get_task(cfg.task)
     names = {"policy": cfg.policy} | ({"baseline": cfg.baseline} if cfg.baseline else {})
     opts = model_options(cfg)
@@ -81,6 +88,12 @@ def evaluate(cfg: EvalConfig, *, overwrite: bool = False) -> dict[str, PolicyEva
             generator=torch.Generator().manual_seed(cfg.seed + 7),
             keep_samples=5,
         )
+    _report(cfg, out, task, judge, examples, loaded, results)
+    return results
+
+
+def _report(cfg: EvalConfig, out, task, judge, examples: list[Example], loaded: dict, results: dict) -> None:
+    """summary.json, report.md and samples.jsonl of the judged `results`; pass@k added on checker tasks."""
     summary = {"judge": judge.name} | {k: v.summary(samples=True) for k, v in results.items()}
     table = format_table(results, judge.name)
     diff = compare_paired(results["policy"], results["baseline"]) if "baseline" in results else None
@@ -97,23 +110,28 @@ def evaluate(cfg: EvalConfig, *, overwrite: bool = False) -> dict[str, PolicyEva
         summary.setdefault("difference", {}).update(pass_summary)
         for name, r in passes.items():  # kept on the result for callers (the pipeline's summary)
             results[name].passk = r
-    atomic_write_text(out / "summary.json", json.dumps(summary, indent=2))
+    notes = honest_notes(cfg, judge)
+    rows = sample_rows([e.prompt for e in examples], [e.reference for e in examples], results)
+    atomic_write_text(out / "samples.jsonl", to_jsonl(rows))
+    atomic_write_text(out / "summary.json", json.dumps(summary | {"notes": notes}, indent=2))
     data = cfg.dataset.path if cfg.dataset is not None else cfg.task
-    atomic_write_text(out / "report.md", f"# Evaluation on {len(examples)} held-out {data} prompts\n\n{table}\n")
-    say("\n" + table)
-    return results
+    shown = examples_markdown(chosen_examples(rows), judge.name)
+    report = f"# Evaluation on {len(examples)} held-out {data} prompts\n\n{table}\n\n" + "\n\n".join(notes)
+    report += "\n\nEvery judged sample: samples.jsonl (one line per prompt)." + (f"\n\n{shown}" if shown else "")
+    atomic_write_text(out / "report.md", report + "\n")
+    say("\n" + table + "".join(f"\n{n}" for n in notes))
 
 
 def format_table(results: dict[str, PolicyEval], judge: str) -> str:
     """Markdown table: one row per policy; the header names the judge of the win rate and score."""
     fmt = lambda v, p=3: "-" if v is None else f"{v:.{p}f}"  # noqa: E731
     rows = [
-        f"| policy | win rate vs refs ({judge}) | score ({judge}) | RM score | KL to ref | length | truncated |",
+        f"| policy | win rate vs refs ({judge}) | score ({judge}) | RM score | KL to ref (k3) | length | truncated |",
         "|---|---|---|---|---|---|---|",
     ]
     for name, r in results.items():
         rows.append(
-            f"| {name} | {fmt(r.win_rate)} | {fmt(r.gold)} | {fmt(r.reward)} | {fmt(r.kl)} | "
+            f"| {name} | {fmt(r.win_rate)} | {fmt(r.gold)} | {fmt(r.reward)} | {fmt(r.kl_k3)} | "
             f"{fmt(r.length, 1)} | {fmt(r.truncated, 2)} |"
         )
     return "\n".join(rows)

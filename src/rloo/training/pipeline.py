@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import time
 
-from rloo.config import TASK_SPECS, PipelineConfig
+from rloo.config import PipelineConfig
 from rloo.data.preflight import check_config
 from rloo.data.split import eval_records
 from rloo.errors import pipeline_rerun, rerun_continues
@@ -46,7 +46,7 @@ def _pipeline(cfg: PipelineConfig, resume: bool, overwrite: bool) -> dict:
     say(f"[1/4] SFT of {cfg.model or 'a small Llama'} on {data} -> {sft_cfg.output_dir}")
     run_stage(sft, sft_cfg, resume)
     times["sft"], t = time.perf_counter() - t, time.perf_counter()
-    if TASK_SPECS[cfg.task].env is not None:
+    if rl_cfg.env is not None:  # a task played as episodes, or env=
         return _episodes_pipeline(cfg, rl_cfg, ev_cfg, out, times, t, resume)
     if not cfg.trains_reward_model():
         whose = f"{cfg.task}'s checker" if cfg.rl.reward_fn is None else "rl.reward_fn"
@@ -103,10 +103,11 @@ def _episodes_pipeline(cfg: PipelineConfig, rl_cfg, ev_cfg, out, times: dict, t:
     say(f"[3/4] {rl_cfg.algorithm} on episodes for {run} -> {rl_cfg.output_dir}")
     rl = run_stage(train, rl_cfg, resume, kept_rl)
     times["rl"], t = time.perf_counter() - t, time.perf_counter()
-    say(f"[4/4] episodes on {cfg.eval.num_prompts} held-out prompts -> {ev_cfg.output_dir}")
-    results = evaluate_agents(ev_cfg, rl_cfg)
+    say(f"[4/4] episodes on {_eval_count(cfg)} held-out prompts -> {ev_cfg.output_dir}")
+    results = evaluate_agents(ev_cfg, overwrite=True, name=rl_cfg.algorithm, base="SFT")
     times["eval"] = time.perf_counter() - t
-    summary = {"task": cfg.task, "seed": cfg.seed, "algorithm": rl_cfg.algorithm, "env": rl_cfg.env, "eval": results}
+    task = cfg.task if cfg.dataset is None else None  # a dataset replaces the task's prompts
+    summary = {"task": task, "seed": cfg.seed, "algorithm": rl_cfg.algorithm, "env": rl_cfg.env, "eval": results}
     summary |= {"seconds": times, "plots": [str(p) for p in rl.plots]}
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=2))
     say("time: " + ", ".join(f"{k} {v:.0f}s" for k, v in times.items()))

@@ -14,7 +14,7 @@ import torch
 from rloo.algorithms import make_algorithm, supports_distributed
 from rloo.algorithms.agents import episode_reward, sample_episodes
 from rloo.algorithms.base import LearnsValues, Models, Scoring
-from rloo.config import OFFLINE_ALGORITHMS, RLConfig, upgrade_saved_config
+from rloo.config import OFFLINE_ALGORITHMS, EvalConfig, RLConfig, upgrade_saved_config
 from rloo.data.chat_turns import chat_frame, end_ids
 from rloo.data.preflight import check_config
 from rloo.data.prompts import PromptStream
@@ -248,9 +248,11 @@ def load_models(cfg: RLConfig, reward_fn=None, policy_path: str | None = None) -
     return Models(policy, ref, tokenizer, scorer, sampler=_vllm_sampler(cfg, tokenizer, policy))
 
 
-def env_spec(cfg: RLConfig, tokenizer) -> EnvSpec:
-    """The episodes `cfg.env` asks for: its environment factory, cfg.env_settings' limits and the
-    tokenizer's chat template around the turns (when it has one and env_settings.chat_template)."""
+def env_spec(cfg: RLConfig | EvalConfig, tokenizer) -> EnvSpec:
+    """The episodes `cfg.env` asks for (training's or `rloo eval`'s): its environment factory,
+    cfg.env_settings' limits and the tokenizer's chat template around the turns (when it has one and
+    env_settings.chat_template)."""
+    assert cfg.env is not None
     s = cfg.env_settings
     chat = chat_frame(tokenizer, s.observation_role) if s.chat_template else None
     factory = env_factory(cfg.env, tokenizer, s.tool_timeout_s, end_ids(tokenizer, chat))
