@@ -100,6 +100,22 @@ class RLConfig(_Run, RLSettings):
     )
     env_settings: EnvSettings = Field(default_factory=EnvSettings, description="Limits of one episode (with env).")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _reward_fn_judges(cls, data: Any) -> Any:
+        """On a dataset with no reward model and no eval.judge, the (first) Python reward is the
+        eval's judge: a dataset has no gold judge, and there is nothing else to judge with. The one
+        place of this default: the pipeline's RL and eval stages take it from here."""
+        if not isinstance(data, dict) or data.get("dataset") is None or data.get("reward_model") is not None:
+            return data
+        fns, ev = data.get("reward_fn"), data.get("eval") or {}
+        judge = ev.judge if isinstance(ev, EvalSettings) else ev.get("judge") if isinstance(ev, dict) else ""
+        if not fns or not isinstance(fns, (str, list)) or judge is not None:  # a bad value: validation says so
+            return data
+        first = fns if isinstance(fns, str) else fns[0]  # several are summed in training: the first judges
+        ev = ev.model_copy(update={"judge": first}) if isinstance(ev, EvalSettings) else {**ev, "judge": first}
+        return {**data, "eval": ev}
+
     @model_validator(mode="after")
     def _env_alone(self):
         if self.env is not None and not (spec := METHOD_SPECS[self.algorithm]).multi_turn:
@@ -233,22 +249,17 @@ class PipelineConfig(_Run):
             output_dir=out / "reward",
             sft_model=str(out / "sft" / "model"),
         )
-        reward, ev_settings = self._rewards(), self.eval
-        fns = reward["reward_fn"]
-        if self.dataset is not None and reward["reward_model"] is None and self.eval.judge is None and fns:
-            # a dataset has no gold judge and there is no reward model: the Python reward judges too
-            # (several are summed in training; the judge is the first, named in every table)
-            ev_settings = self.eval.model_copy(update={"judge": fns if isinstance(fns, str) else fns[0]})
+        reward = self._rewards()
         rl = RLConfig(
             **self.rl.model_dump(exclude={"reward_fn"}),
             **run,
             output_dir=out / "rl",
-            eval=ev_settings,
+            eval=self.eval,
             policy=str(out / "sft" / "model"),
             **reward,
         )
-        ev = EvalConfig(
-            **ev_settings.model_dump(),
+        ev = EvalConfig(  # judged as RL's periodic evaluation (RLConfig: the Python reward on a dataset)
+            **rl.eval.model_dump(),
             **run,
             output_dir=out / "eval",
             policy=str(out / "rl" / "model"),
