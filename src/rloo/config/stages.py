@@ -32,8 +32,19 @@ class _Run(Strict):
     seed: int = Field(default=0, description="Seeds data, initialization and sampling.")
     output_dir: Path = Field(default=Path("runs/default"), description="Where everything of this run is written.")
     device: str = Field(default="cpu", description="torch device: cpu, cuda, cuda:1, ...")
-    max_prompt_tokens: int = Field(default=64, ge=1, description="Longer prompts keep their last tokens (counted).")
-    max_response_tokens: int = Field(default=32, ge=1, description="Reference/preference responses are cut here.")
+    max_prompt_tokens: int = Field(
+        default=64, ge=1, description="Longer prompts keep their last tokens (counted and said: docs/configs.md)."
+    )
+    max_response_tokens: int = Field(
+        default=32, ge=1, description="SFT targets and preference responses are cut here, EOS included (counted)."
+    )
+    max_cut_share: float = Field(
+        default=0.25,
+        ge=0,
+        le=1,
+        description="Largest share of a stage's prompts, SFT targets (losing their EOS) or preference responses "
+        "cut at the limits above; more is refused (1: never). Any cut is reported.",
+    )
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         default="auto",
         description="Compute precision (rloo.runtime.precision), fp32 master weights always: auto is bf16 autocast "
@@ -239,6 +250,7 @@ class PipelineConfig(_Run):
             trust_remote_code=self.trust_remote_code,
             max_prompt_tokens=self.max_prompt_tokens,
             max_response_tokens=self.max_response_tokens,
+            max_cut_share=self.max_cut_share,
         )
         sft = SFTConfig(
             **self.sft.model_dump(), **run, output_dir=out / "sft", model=self.model, tokenizer=self.tokenizer

@@ -11,7 +11,8 @@ import torch
 from rloo.config import RewardConfig
 from rloo.core.losses import bradley_terry_loss
 from rloo.data.collate import batches
-from rloo.data.preferences import encode_pairs, pair_rows, preference_pairs
+from rloo.data.lengths import context_of, report_cuts
+from rloo.data.preferences import encode_pairs, pair_cuts, pair_rows, preference_pairs
 from rloo.data.preflight import check_config
 from rloo.data.split import train_eval_records
 from rloo.modeling.dropout import has_dropout, maybe_disable_dropout
@@ -133,14 +134,15 @@ def train_reward(cfg: RewardConfig, *, overwrite: bool = False) -> RewardResult:
         )
         train_pairs, held_out = ([(r.prompt, r.chosen, r.rejected) for r in rs] for rs in (train_recs, held_recs))
         task = None
-    out = prepare_output_dir(cfg, overwrite=overwrite)
-    if cfg.dataset is None:
+    else:
         sampler = policy_sampler(cfg.sft_model, cfg, gen) if cfg.policy_pairs > 0 else None
         pairs = preference_pairs(task, cfg.num_pairs + cfg.eval_pairs, cfg.seed, sampler, cfg.policy_pairs)
         train_pairs, held_out = pairs[: cfg.num_pairs], pairs[cfg.num_pairs :]
+    prompts, comps = encode_pairs(tokenizer, train_pairs, cfg)
+    cut_stats = report_cuts("reward", pair_cuts(prompts, comps, cfg), cfg.max_cut_share, context_of(model))
+    out = prepare_output_dir(cfg, overwrite=overwrite)  # after the refusals above: nothing written
     # kept so that DPO can train on exactly these pairs (rloo.training.dpo)
     atomic_write_text(out / "pairs.jsonl", "".join(json.dumps(p) + "\n" for p in train_pairs))
-    prompts, comps = encode_pairs(tokenizer, train_pairs, cfg)
     # 2. Bradley-Terry training
     total = cfg.epochs * -(-len(train_pairs) // cfg.batch_size)
     opt = adamw(model.parameters(), cfg.lr)
@@ -151,6 +153,8 @@ def train_reward(cfg: RewardConfig, *, overwrite: bool = False) -> RewardResult:
         progress(total, "reward model"),
         0,
     )
+    if cut_stats:
+        log.log(0, cut_stats)
     share = _shares_prompts(net, cfg)
     try:  # closed however the stage ends (a signal, an error): no TensorBoard writer thread left running
         with StopFlag("stopping the reward model after this step") as stop:

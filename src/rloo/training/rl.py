@@ -16,6 +16,7 @@ from rloo.algorithms.agents import episode_reward, sample_episodes
 from rloo.algorithms.base import LearnsValues, Models, Scoring
 from rloo.config import OFFLINE_ALGORITHMS, RLConfig, upgrade_saved_config
 from rloo.data.chat_turns import chat_frame, end_ids
+from rloo.data.lengths import report_prompt_cuts
 from rloo.data.preflight import check_config
 from rloo.data.prompts import PromptStream
 from rloo.envs import EnvSpec
@@ -107,6 +108,8 @@ def _train(cfg, dist, prompts, reward_fn, resume, overwrite) -> RLResult:
     # the steps the prompt list was made for: those of the run's start, kept across extensions
     started_steps = cfg.steps if state is None else (state.get("prompt_steps") or json.loads(state["config"])["steps"])
     train_prompts, eval_set = train_and_eval_prompts(cfg, task, prompts, models, started_steps)
+    held_out = eval_set.prompts if eval_set is not None else []  # cut prompts said, too many refused
+    report_prompt_cuts("rl", models.tokenizer, cfg, train_prompts, held_out, models.policy)
     if models.env is not None:  # the periodic eval samples single responses; episodes: rloo.eval.episodes
         eval_set = None
     stream = PromptStream(train_prompts, cfg.batch_size, cfg.seed)

@@ -8,6 +8,7 @@ from pathlib import Path
 from rloo.config import SFTConfig
 from rloo.core.losses import sft_loss
 from rloo.data.collate import batches, encode_completions, encode_prompts, trim_left, trim_right
+from rloo.data.lengths import context_of, prompt_cut, report_cuts, target_cut
 from rloo.data.preflight import check_config
 from rloo.data.split import train_records
 from rloo.errors import RlooError
@@ -92,9 +93,11 @@ def sft(cfg: SFTConfig, *, overwrite: bool = False) -> SFTResult:
         ]
     else:
         examples = task.examples("sft", cfg.num_examples, seed=cfg.seed)
-    out = prepare_output_dir(cfg, overwrite=overwrite)
     prompts, _ = encode_prompts(tokenizer, [e.prompt for e in examples], cfg.max_prompt_tokens)
     targets = encode_completions(tokenizer, [e.reference for e in examples], cfg.max_response_tokens)
+    cuts = [prompt_cut(prompts, cfg.max_prompt_tokens), target_cut(targets, cfg.max_response_tokens)]
+    cut_stats = report_cuts("sft", cuts, cfg.max_cut_share, context_of(model))  # refused: nothing written
+    out = prepare_output_dir(cfg, overwrite=overwrite)
     # 3. train
     steps_per_epoch = -(-len(examples) // cfg.batch_size)
     total = cfg.epochs * steps_per_epoch
@@ -107,6 +110,8 @@ def sft(cfg: SFTConfig, *, overwrite: bool = False) -> SFTResult:
         0,
         None,
     )
+    if cut_stats:
+        log.log(0, cut_stats)
     model.train()
     try:  # closed however the loop ends (a signal, an error): no TensorBoard writer thread left running
         with StopFlag("stopping sft after this step") as stop:
