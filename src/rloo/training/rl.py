@@ -108,11 +108,11 @@ def _train(cfg, dist, prompts, reward_fn, resume, overwrite) -> RLResult:
     # the steps the prompt list was made for: those of the run's start, kept across extensions
     started_steps = cfg.steps if state is None else (state.get("prompt_steps") or json.loads(state["config"])["steps"])
     train_prompts, eval_set = train_and_eval_prompts(cfg, task, prompts, models, started_steps)
-    held_out = eval_set.prompts if eval_set is not None else []  # cut prompts said, too many refused
-    report_prompt_cuts("rl", models.tokenizer, cfg, train_prompts, held_out, models.policy)
     if models.env is not None:  # the periodic eval samples single responses; episodes: rloo.eval.episodes
         eval_set = None
-    stream = PromptStream(train_prompts, cfg.batch_size, cfg.seed)
+    stream = PromptStream(train_prompts, cfg.batch_size, cfg.seed)  # checks every prompt is text
+    held_out = eval_set.prompts if eval_set is not None else []  # cut prompts said, too many refused
+    report_prompt_cuts("rl", models.tokenizer, cfg, train_prompts, held_out, models.policy)
     if state is not None:  # every refusal comes before the run folder (config.yaml) is touched
         check_prompts_unchanged(state, stream.prompts, from_api=prompts is not None)
     _preflight(models, stream.prompts[0], cfg)
