@@ -68,3 +68,12 @@ def test_the_line_and_the_metrics_say_only_what_was_cut():
         "max_prompt_tokens=3 tokens (a chat template's system message goes with their start)"
     )
     assert cut_metrics(cuts) == {"data/prompts_cut": 0.0, "data/eval_prompts_cut": 1.0}
+
+
+def test_a_checkpoint_saved_without_max_cut_share_resumes_as_an_exact_continuation():
+    from rloo.runtime.resumecheck import check_resume_config, describe_changes
+
+    changed = check_resume_config({"steps": 4}, {"steps": 4, "max_cut_share": 0.25})
+    assert describe_changes(changed, 2, 4) == [
+        "resuming with changed settings (still an exact continuation): max_cut_share: None -> 0.25"
+    ]
