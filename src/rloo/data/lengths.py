@@ -21,8 +21,7 @@ if TYPE_CHECKING:  # the preflight imports this module and stays free of torch (
     from rloo.data.collate import Encoded
 
 PROMPT_KEY, RESPONSE_KEY = "max_prompt_tokens", "max_response_tokens"
-# what each kind of text loses, for the printed line
-LOSES = {  # keyed by the kind's last word ("eval prompts" lose what prompts lose)
+LOSES = {  # what each kind loses, for the printed line; keyed by its last word ("eval prompts": as prompts)
     "prompts": "keep their last {limit} tokens (a chat template's system message goes with their start)",
     "targets": "lose their end and their EOS at {limit} tokens (the model would not learn to stop)",
     "responses": "lose their end at {limit} tokens",
