@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -161,6 +162,29 @@ def _rloo(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "rloo.cli", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
     )
+
+
+def _methods_page_example() -> tuple[str, list[str]]:
+    """docs/methods.md's plugin module and its `rloo train` arguments, read from the page itself."""
+    page = (Path(__file__).parents[2] / "docs" / "methods.md").read_text()
+    module = re.search(r"```python\n(# my_methods\.py.*?)```", page, re.S).group(1)
+    line = re.search(r"rloo train +(--plugin .*?)\nrloo compare", page.replace("\\\n", " "), re.S).group(1)
+    return module, line.split()
+
+
+def test_the_plugin_example_of_the_methods_page_trains_as_written(tiny_model_dir, tmp_path):
+    # fails on main: the page's step body was `...` (a module that returned no StepResult)
+    module, args = _methods_page_example()
+    (tmp_path / "my_methods.py").write_text(module)
+    args = [f"policy={tiny_model_dir}" if a.startswith("policy=") else a for a in args]
+    train = _rloo(["train", *args, "output_dir=run", *TRAIN], tmp_path)
+    assert train.returncode == 0, train.stderr[-3000:]
+    steps = [r for r in _records(tmp_path / "run") if "loss/policy" in r]
+    saved = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
+    assert saved["algorithm"] == "my_pg" and saved["algorithm_settings"]["baseline_share"] == 0.5
+    # shortness in [-0.4, 0] for at most max_new_tokens=4 words, up to float32 rounding of 4/10
+    lowest = -0.4 * (1 + torch.finfo(torch.float32).eps)
+    assert len(steps) == 2 and all(lowest <= r["reward/score"] <= 0 for r in steps)
 
 
 def test_the_cli_loads_a_method_with_plugin_for_train_and_compare_quick(tiny_model_dir, tmp_path):

@@ -11,7 +11,7 @@ from rloo.eval.plots import plot_training
 
 
 def test_eval_every_null_prints_no_empty_final_eval_line(tiny_model_dir, tmp_path, monkeypatch, capsys):
-    rows = [{"prompt": f"post : job rent {i} tl;dr :"} for i in range(40)]  # no references: no judge
+    rows = [{"prompt": f"post : job rent {i} tl;dr :"} for i in range(40)]  # no references: no win rate
     (tmp_path / "p.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (tmp_path / "r.py").write_text("def f(prompts, completions):\n    return [0.5] * len(prompts)\n")
     monkeypatch.chdir(tmp_path)
@@ -19,7 +19,9 @@ def test_eval_every_null_prints_no_empty_final_eval_line(tiny_model_dir, tmp_pat
     rc = main([*argv, "steps=1", "batch_size=2", "k=2", "max_new_tokens=2", "output_dir=out", "report_to=none"])
     err = capsys.readouterr().err
     assert rc == 0, err
-    assert "no judge scores" not in err and "eval at step" not in err, err
+    # the Python reward is the judge on a dataset without a reward model (as in the pipeline): the final
+    # line carries its score, and nothing prints "no judge scores"
+    assert "no judge scores" not in err and "eval at step 1/1 (5 prompts): score 0.500 (judge: r.py:f)" in err, err
 
 
 def test_a_long_judge_name_fits_in_the_win_rate_plot(tmp_path, monkeypatch):

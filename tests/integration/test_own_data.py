@@ -129,7 +129,7 @@ TINY = [
     "rl.save_every=null",
     "eval.num_prompts=4",
     "max_prompt_tokens=48",
-    "max_response_tokens=8",
+    "max_response_tokens=20",  # every target with its EOS, every preference response whole
 ]
 
 

@@ -292,7 +292,7 @@ CHAT_TINY = [
     "rl.save_every=null",
     "eval.num_prompts=4",
     "max_prompt_tokens=48",
-    "max_response_tokens=6",
+    "max_response_tokens=16",  # every target with its EOS, every preference response whole
 ]
 
 

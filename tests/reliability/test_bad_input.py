@@ -95,14 +95,16 @@ def test_bad_prompt_lists(prompts, needle, tiny_model_dir, tmp_path):
 def test_long_prompts_are_truncated_and_counted(tiny_model_dir, tmp_path, capsys):
     out = tmp_path / "run"
     long = "post : " + " ".join(["job rent exam car"] * 5) + " tl;dr :"  # 24 tokens
-    train(
-        rl_config(tiny_model_dir, out, steps=2, max_prompt_tokens=8, save_every=None),
-        prompts=[long, PROMPTS[0]],
-        reward_fn=reward_short,
-    )
+    cfg = rl_config(tiny_model_dir, out, steps=2, max_prompt_tokens=8, save_every=None)
+    # half the prompts cut is more than max_cut_share's default, a quarter: refused, nothing written
+    with pytest.raises(RlooError, match=r"rl: 1 of 2 prompts \(50%\) are longer than max_prompt_tokens=8"):
+        train(cfg, prompts=[long, PROMPTS[0]], reward_fn=reward_short)
+    assert not out.exists()
+    train(cfg.model_copy(update={"max_cut_share": 0.5}), prompts=[long, PROMPTS[0]], reward_fn=reward_short)
     recs = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["data/prompts_truncated"] for r in recs] == [1.0, 1.0]  # the long one in each batch of 2
-    assert "keep their last tokens" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "keep their last tokens" in err and "rl: cut to the length limits: 1 of 2 prompts (50%, longest 24" in err
 
 
 def test_tokenizer_without_pad_token_is_handled(tiny_model_dir, tmp_path, capsys):

@@ -33,6 +33,9 @@ def test_each_subcommands_help_example_is_one_of_its_keys(command, capsys):
         (["pipeline", "rl.setps=10"], "unknown key 'rl.setps' for PipelineConfig (did you mean 'rl.steps'?)"),
         (["pipeline", "steps=10"], "unknown key 'steps' for PipelineConfig (did you mean 'rl.steps'?)"),
         (["train", "policy=p", "setps=10"], "(did you mean 'steps'?)"),
+        # the pipeline's spelling given to a stage: drop the section's prefix
+        (["train", "policy=p", "rl.max_staleness=1"], "(write max_staleness=... without the 'rl.' prefix"),
+        (["sft", "sft.epochs=1"], "unknown key 'sft' for SFTConfig (write epochs=... without the 'sft.' prefix"),
     ],
 )
 def test_unknown_keys_say_what_was_meant(args, hint, capsys):
@@ -85,6 +88,15 @@ def test_preference_data_hint_names_the_reward_keys(data, tiny_model_dir, tmp_pa
     err = capsys.readouterr().err.strip()
     assert rc == 2 and len(err.splitlines()) == 1, err
     assert "reward.dataset.columns.prompt=COLUMN" in err and "reward.dataset.format=tldr" in err, err
+
+
+def test_a_missing_column_under_format_tldr_does_not_suggest_format_tldr(data, tiny_model_dir, tmp_path, capsys):
+    (data / "posts.jsonl").write_text(json.dumps({"post": "my job", "tldr": " job"}) + "\n")
+    argv = ["sft", f"model={tiny_model_dir}", f"dataset.path={data / 'posts.jsonl'}", "dataset.format=tldr"]
+    assert main([*argv, f"output_dir={tmp_path / 'out'}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "has no column 'summary' for 'completion'" in err and "dataset.columns.completion=COLUMN" in err, err
+    assert "format=tldr" not in err.split("columns: ")[1] and len(err.splitlines()) == 1, err
 
 
 def test_a_raising_reward_function_points_to_debug(tiny_model_dir, tmp_path, monkeypatch, capsys):

@@ -39,6 +39,7 @@ LAZY_OK = {
     "experiments/bench.py": {"trl"},
     "experiments/bench_workers.py": {"trl", "datasets"},
     "data/datasets.py": {"datasets"},
+    "data/survey.py": {"transformers"},  # the pipeline's length survey on a dataset: the preflight stays light
     "runtime/trackers.py": {"torch.utils.tensorboard", "wandb"},
     "runtime/sizes.py": {"torch"},  # GPU memory only for device=cuda: the CLI's preflight stays torch-free
     "eval/plots.py": {"matplotlib", "matplotlib.pyplot"},

@@ -48,7 +48,8 @@ def describe_validation_error(e: ValidationError, cls: type) -> str:
         msg = err["msg"].removeprefix("Value error, ")
         got = err.get("input")
         if err["type"] == "extra_forbidden":
-            msgs.append(f"unknown key {key!r} for {cls.__name__}{did_you_mean(key, cls)}")
+            hint = did_you_mean(key, cls) or _without_prefix(key, got, cls)
+            msgs.append(f"unknown key {key!r} for {cls.__name__}{hint}")
         elif err["type"] == "missing":
             msgs.append(f"missing required key {key!r}")
         elif err["type"] == "foreign_setting":  # rloo.config.methods.own_settings
@@ -85,6 +86,16 @@ def did_you_mean(key: str, cls: type) -> str:
     close = difflib.get_close_matches(key, paths, n=1, cutoff=0.75)
     close = close or [p for p in paths if p.rsplit(".", 1)[-1] == key.rsplit(".", 1)[-1]][:3]
     return f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
+
+
+def _without_prefix(key: str, got, cls: type) -> str:
+    """` (write max_staleness=... without the 'rl.' prefix)` for a section of another command
+    (`rloo train rl.max_staleness=1`, the pipeline's spelling) whose keys are this config's own."""
+    fields = getattr(cls, "model_fields", {})
+    if not isinstance(got, dict) or not got or not all(k in fields for k in got):
+        return ""
+    keys = ", ".join(f"{k}=..." for k in got)
+    return f" (write {keys} without the {key + '.'!r} prefix: that is the pipeline's spelling)"
 
 
 class Strict(BaseModel):

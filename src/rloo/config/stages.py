@@ -32,8 +32,19 @@ class _Run(Strict):
     seed: int = Field(default=0, description="Seeds data, initialization and sampling.")
     output_dir: Path = Field(default=Path("runs/default"), description="Where everything of this run is written.")
     device: str = Field(default="cpu", description="torch device: cpu, cuda, cuda:1, ...")
-    max_prompt_tokens: int = Field(default=64, ge=1, description="Longer prompts keep their last tokens (counted).")
-    max_response_tokens: int = Field(default=32, ge=1, description="Reference/preference responses are cut here.")
+    max_prompt_tokens: int = Field(
+        default=64, ge=1, description="Longer prompts keep their last tokens (counted and said: docs/configs.md)."
+    )
+    max_response_tokens: int = Field(
+        default=32, ge=1, description="SFT targets and preference responses are cut here, EOS included (counted)."
+    )
+    max_cut_share: float = Field(
+        default=0.25,
+        ge=0,
+        le=1,
+        description="Largest share of a stage's prompts, SFT targets (losing their EOS) or preference responses "
+        "cut at the limits above; more is refused (1: never). Any cut is reported.",
+    )
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         default="auto",
         description="Compute precision (rloo.runtime.precision), fp32 master weights always: auto is bf16 autocast "
@@ -99,6 +110,22 @@ class RLConfig(_Run, RLSettings):
         "the environment gives the reward (the methods whose MethodSpec sets multi_turn, docs/agents.md).",
     )
     env_settings: EnvSettings = Field(default_factory=EnvSettings, description="Limits of one episode (with env).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _reward_fn_judges(cls, data: Any) -> Any:
+        """On a dataset with no reward model and no eval.judge, the (first) Python reward is the
+        eval's judge: a dataset has no gold judge, and there is nothing else to judge with. The one
+        place of this default: the pipeline's RL and eval stages take it from here."""
+        if not isinstance(data, dict) or data.get("dataset") is None or data.get("reward_model") is not None:
+            return data
+        fns, ev = data.get("reward_fn"), data.get("eval") or {}
+        judge = ev.judge if isinstance(ev, EvalSettings) else ev.get("judge") if isinstance(ev, dict) else ""
+        if not fns or not isinstance(fns, (str, list)) or judge is not None:  # a bad value: validation says so
+            return data
+        first = fns if isinstance(fns, str) else fns[0]  # several are summed in training: the first judges
+        ev = ev.model_copy(update={"judge": first}) if isinstance(ev, EvalSettings) else {**ev, "judge": first}
+        return {**data, "eval": ev}
 
     @model_validator(mode="after")
     def _env_alone(self):
@@ -250,6 +277,7 @@ class PipelineConfig(_Run):
             trust_remote_code=self.trust_remote_code,
             max_prompt_tokens=self.max_prompt_tokens,
             max_response_tokens=self.max_response_tokens,
+            max_cut_share=self.max_cut_share,
         )
         sft = SFTConfig(
             **self.sft.model_dump(), **run, output_dir=out / "sft", model=self.model, tokenizer=self.tokenizer
@@ -260,22 +288,17 @@ class PipelineConfig(_Run):
             output_dir=out / "reward",
             sft_model=str(out / "sft" / "model"),
         )
-        reward, ev_settings = self._rewards(), self.eval
-        fns = reward["reward_fn"]
-        if self.dataset is not None and reward["reward_model"] is None and self.eval.judge is None and fns:
-            # a dataset has no gold judge and there is no reward model: the Python reward judges too
-            # (several are summed in training; the judge is the first, named in every table)
-            ev_settings = self.eval.model_copy(update={"judge": fns if isinstance(fns, str) else fns[0]})
+        reward = self._rewards()
         rl = RLConfig(
             **self.rl.model_dump(exclude={"reward_fn"}),
             **run,
             output_dir=out / "rl",
-            eval=ev_settings,
+            eval=self.eval,
             policy=str(out / "sft" / "model"),
             **reward,
         )
-        ev = EvalConfig(
-            **ev_settings.model_dump(),
+        ev = EvalConfig(  # judged as RL's periodic evaluation (RLConfig: the Python reward on a dataset)
+            **rl.eval.model_dump(),
             **run,
             output_dir=out / "eval",
             policy=str(out / "rl" / "model"),

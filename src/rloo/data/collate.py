@@ -19,13 +19,16 @@ from rloo.errors import RlooError
 class Encoded:
     ids: Tensor  # (N, L) long
     mask: Tensor  # (N, L) bool, True on real tokens
+    cut: int = 0  # rows that lost tokens of their text to max_len (prompts their first, completions their last)
+    eos_cut: int = 0  # completion rows whose appended EOS did not fit (every cut row among them)
+    longest: int = 0  # the longest row before the cut, in tokens (a completion's EOS included)
 
 
 def encode_prompts(tokenizer, texts: list[str], max_len: int) -> tuple[Encoded, int]:
     """Left-padded prompts. Prompts longer than max_len keep their LAST max_len tokens (the
     response cue sits at the end). Returns the batch and the number of prompts truncated."""
     rows = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
-    truncated = sum(len(r) > max_len for r in rows)
+    truncated, longest = sum(len(r) > max_len for r in rows), max((len(r) for r in rows), default=0)
     rows = [r[-max_len:] for r in rows]
     empty = [i for i, r in enumerate(rows) if not r]
     if empty:
@@ -39,16 +42,20 @@ def encode_prompts(tokenizer, texts: list[str], max_len: int) -> tuple[Encoded, 
     for i, r in enumerate(rows):
         ids[i, width - len(r) :] = torch.tensor(r, dtype=torch.long)
         mask[i, width - len(r) :] = True
-    return Encoded(ids, mask), truncated
+    return Encoded(ids, mask, cut=truncated, longest=longest), truncated
 
 
 def encode_completions(tokenizer, texts: list[str], max_len: int, add_eos: bool = True) -> Encoded:
-    """Right-padded completions ending with EOS (when it fits in max_len)."""
-    rows = []
+    """Right-padded completions ending with EOS (when it fits in max_len: `Encoded.eos_cut` counts
+    the rows where it did not, `Encoded.cut` those that lost text too; rloo.data.lengths reports them)."""
+    rows, cut, eos_cut, longest = [], 0, 0, 0
     for t in texts:
         r = tokenizer(t, add_special_tokens=False)["input_ids"]
+        cut += len(r) > max_len
         if add_eos:
             r = r + [tokenizer.eos_token_id]
+            eos_cut += len(r) > max_len
+        longest = max(longest, len(r))
         rows.append(r[:max_len])
     width = max(1, max(len(r) for r in rows))
     ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
@@ -56,7 +63,7 @@ def encode_completions(tokenizer, texts: list[str], max_len: int, add_eos: bool 
     for i, r in enumerate(rows):
         ids[i, : len(r)] = torch.tensor(r, dtype=torch.long)
         mask[i, : len(r)] = True
-    return Encoded(ids, mask)
+    return Encoded(ids, mask, cut=cut, eos_cut=eos_cut, longest=longest)
 
 
 def position_ids(mask: Tensor) -> Tensor:

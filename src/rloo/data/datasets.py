@@ -187,12 +187,13 @@ def _is_file(s: str) -> bool:
     return Path(s).is_file() or Path(s).is_dir()
 
 
-def _column(row: dict, field: str, columns: dict, cols: set, path: str, default: str | None = None):
+def _column(row: dict, field: str, columns: dict, cols: set, path: str, default: str | None = None, fmt: str = ""):
     col = columns.get(field, default or field)
     if col not in cols:
+        hint = _tldr_hint(cols) if fmt != "tldr" else ""  # format=tldr is what the user set already
         raise RlooError(
             f"dataset {path!r} has no column {col!r} for {field!r} (columns: {', '.join(sorted(cols))}); "
-            f"map one with dataset.columns.{field}=COLUMN{_tldr_hint(cols)}"
+            f"map one with dataset.columns.{field}=COLUMN{hint}"
         )
     return row[col]
 
@@ -225,7 +226,7 @@ def tldr_prompt(post: str, title: str | None = None, subreddit: str | None = Non
 
 def _tldr(row, columns, fields, cols, path) -> Record:
     if "prompt" in columns or "prompt" in cols:
-        prompt = _text(_column(row, "prompt", columns, cols, path))
+        prompt = _text(_column(row, "prompt", columns, cols, path, fmt="tldr"))
     else:
         src = row["info"] if "info" in cols and isinstance(row["info"], dict) else row
         keys = set(src) if src is not row else cols
@@ -239,15 +240,15 @@ def _tldr(row, columns, fields, cols, path) -> Record:
     rec = Record(prompt)
     if "completion" in fields:
         name = "completion" if ("completion" in columns or "completion" in cols) else "summary"
-        rec.completion = " " + _text(_column(row, "completion", columns, cols, path, default=name)).strip()
+        rec.completion = " " + _text(_column(row, "completion", columns, cols, path, default=name, fmt="tldr")).strip()
     if "chosen" in fields:
         if "summaries" in cols and "chosen" not in columns:
             texts = [s["text"] if isinstance(s, dict) else s for s in row["summaries"]]
-            choice = int(_column(row, "choice", {}, cols, path))
+            choice = int(_column(row, "choice", {}, cols, path, fmt="tldr"))
             rec.chosen, rec.rejected = texts[choice], texts[1 - choice]
         else:
-            rec.chosen = _text(_column(row, "chosen", columns, cols, path))
-            rec.rejected = _text(_column(row, "rejected", columns, cols, path))
+            rec.chosen = _text(_column(row, "chosen", columns, cols, path, fmt="tldr"))
+            rec.rejected = _text(_column(row, "rejected", columns, cols, path, fmt="tldr"))
         rec.chosen, rec.rejected = " " + rec.chosen.strip(), " " + rec.rejected.strip()
     return rec
 

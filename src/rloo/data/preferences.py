@@ -7,7 +7,8 @@ import random
 
 import torch
 
-from rloo.data.collate import encode_completions, encode_prompts, trim_left, trim_right
+from rloo.data.collate import Encoded, encode_completions, encode_prompts, trim_left, trim_right
+from rloo.data.lengths import PROMPT_KEY, Cut, response_cut
 
 
 def preference_pairs(task, n: int, seed: int, sampler=None, policy_share: float = 0.0) -> list[tuple[str, str, str]]:
@@ -42,6 +43,15 @@ def encode_pairs(tokenizer, pairs: list[tuple[str, str, str]], cfg):
     prompts, _ = encode_prompts(tokenizer, [p for p, _, _ in pairs] * 2, cfg.max_prompt_tokens)
     comps = encode_completions(tokenizer, [c for _, c, _ in pairs] + [r for _, _, r in pairs], cfg.max_response_tokens)
     return prompts, comps
+
+
+def pair_cuts(prompts: Encoded, comps: Encoded, cfg) -> list[Cut]:
+    """What `encode_pairs` cut: each pair's prompt counted once (it fills two rows), its two responses."""
+    n = len(prompts.ids) // 2
+    return [
+        Cut("prompts", prompts.cut // 2, n, prompts.longest, PROMPT_KEY, cfg.max_prompt_tokens),
+        response_cut(comps, cfg.max_response_tokens),
+    ]
 
 
 def pair_rows(prompts, comps, idx):

@@ -26,6 +26,7 @@ from rloo.config import (
 from rloo.config.tasks import episode_tasks
 from rloo.data.datasets import read_records
 from rloo.data.split import check_sides, eval_records, split_records, train_eval_records, train_records
+from rloo.data.survey import survey_pipeline
 from rloo.errors import ConfigError, RlooError
 from rloo.runtime.address import check_trainer_address
 from rloo.runtime.names import check_local, check_name
@@ -239,3 +240,4 @@ def _check_pipeline(cfg) -> None:
     for settings, records in ((cfg.dataset, rows), (cfg.reward.dataset, pairs)):
         if settings is not None and records is not None and settings.eval_split is None:
             check_sides(settings, split_records(records, settings.eval_fraction), len(records))
+    survey_pipeline(cfg)  # a later stage that would refuse its cut data refuses now, not after SFT

@@ -24,6 +24,7 @@ EXACT_KEYS = (
     "max_param_growth",
     "device",
     "producer_connect_timeout_s",
+    "max_cut_share",  # read before the first step, to refuse or not; absent from older checkpoints' configs
 )
 
 

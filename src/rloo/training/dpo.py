@@ -21,7 +21,8 @@ from rloo.config import ONLINE_ALGORITHMS, RLConfig
 from rloo.core.logprobs import sequence_logprobs
 from rloo.core.losses import dpo_loss
 from rloo.data.collate import batches
-from rloo.data.preferences import encode_pairs, pair_rows, preference_pairs
+from rloo.data.lengths import context_of, report_cuts
+from rloo.data.preferences import encode_pairs, pair_cuts, pair_rows, preference_pairs
 from rloo.errors import ConfigError, RlooError, option
 from rloo.modeling.dropout import maybe_disable_dropout
 from rloo.modeling.forward import completion_logprobs
@@ -111,10 +112,11 @@ def train_dpo(cfg: RLConfig, *, resume: bool = False, overwrite: bool = False) -
     gen = seed_everything(cfg.seed)
     task = get_task(cfg.task)
     models = _load(cfg)
-    out = prepare_output_dir(cfg, overwrite=overwrite)
     # 1. the reward model's pairs (same seed, same first n), and the reference's log-probs once
     pairs = load_pairs(cfg, task)
     prompts, comps = encode_pairs(models.tokenizer, pairs, cfg)
+    cut_stats = report_cuts("dpo", pair_cuts(prompts, comps, cfg), cfg.max_cut_share, context_of(models.policy))
+    out = prepare_output_dir(cfg, overwrite=overwrite)  # after the refusal above: nothing written
     with torch.no_grad():
         ref = [
             _pair_logprobs(models.ref, prompts, comps, idx, device, cfg.share_prompt)
@@ -141,6 +143,9 @@ def train_dpo(cfg: RLConfig, *, resume: bool = False, overwrite: bool = False) -
     def record(s, metrics):
         log.log(s, metrics)
         history.append({"step": s, **metrics})
+
+    if cut_stats:
+        log.log(0, cut_stats)
 
     def pair_loss(idx):
         pc, pr = _pair_logprobs(models.policy, prompts, comps, idx, device, cfg.share_prompt)

@@ -9,6 +9,7 @@ from collections.abc import Callable
 import torch
 
 from rloo.config import EvalConfig
+from rloo.data.lengths import report_prompt_cuts
 from rloo.data.preflight import check_config
 from rloo.data.split import eval_records
 from rloo.errors import RlooError
@@ -68,6 +69,8 @@ def evaluate(cfg: EvalConfig, *, overwrite: bool = False) -> dict[str, PolicyEva
     )
     if judge is None:  # rloo.data.preflight refuses this config first; kept for API callers that skip it
         raise RlooError("nothing to judge the responses with: set judge=module:function or reward_model=PATH")
+    prompts, (policy, tokenizer) = [e.prompt for e in examples], loaded["policy"]  # cut prompts: said, too many refused
+    cut_stats = report_prompt_cuts("eval", tokenizer, cfg, prompts, [], policy)
     out = prepare_output_dir(cfg, overwrite=overwrite)
     results = {}
     for name, (model, tok) in loaded.items():
@@ -88,13 +91,17 @@ def evaluate(cfg: EvalConfig, *, overwrite: bool = False) -> dict[str, PolicyEva
             generator=torch.Generator().manual_seed(cfg.seed + 7),
             keep_samples=5,
         )
-    _report(cfg, out, task, judge, examples, loaded, results)
+    _report(cfg, out, task, judge, examples, loaded, results, cut_stats)
     return results
 
 
-def _report(cfg: EvalConfig, out, task, judge, examples: list[Example], loaded: dict, results: dict) -> None:
-    """summary.json, report.md and samples.jsonl of the judged `results`; pass@k added on checker tasks."""
+def _report(
+    cfg: EvalConfig, out, task, judge, examples: list[Example], loaded: dict, results: dict, cut_stats: dict
+) -> None:
+    """summary.json, report.md and samples.jsonl of the judged `results`; pass@k added on checker tasks;
+    `cut_stats`: what the prompt limit cut (rloo.data.lengths), in the summary when not empty."""
     summary = {"judge": judge.name} | {k: v.summary(samples=True) for k, v in results.items()}
+    summary |= {"data": cut_stats} if cut_stats else {}
     table = format_table(results, judge.name)
     diff = compare_paired(results["policy"], results["baseline"]) if "baseline" in results else None
     if diff is not None:

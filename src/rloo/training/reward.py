@@ -11,7 +11,8 @@ import torch
 from rloo.config import RewardConfig
 from rloo.core.losses import bradley_terry_loss
 from rloo.data.collate import batches
-from rloo.data.preferences import encode_pairs, pair_rows, preference_pairs
+from rloo.data.lengths import context_of, report_cuts
+from rloo.data.preferences import encode_pairs, pair_cuts, pair_rows, preference_pairs
 from rloo.data.preflight import check_config
 from rloo.data.split import train_eval_records
 from rloo.modeling.dropout import has_dropout, maybe_disable_dropout
@@ -177,18 +178,17 @@ def train_reward(cfg: RewardConfig, *, resume: bool = False, overwrite: bool = F
         )
         train_pairs, held_out = ([(r.prompt, r.chosen, r.rejected) for r in rs] for rs in (train_recs, held_recs))
         task = None
-    elif state is not None:
+    else:  # sampled before the run folder is touched, so that a refusal below writes nothing
         train_pairs, held_out = _pairs(cfg, task, gen, state)
+    prompts, comps = encode_pairs(tokenizer, train_pairs, cfg)
+    cut_stats = report_cuts("reward", pair_cuts(prompts, comps, cfg), cfg.max_cut_share, context_of(model))
     inputs = fingerprints(cfg)
     if state is not None:  # every refusal before the run folder is touched
         n = steps_of(cfg, len(train_pairs))
         check_stage_resume(cfg, ckpt, state, n, _digest(train_pairs), inputs, trainable(model))
     out = prepare_output_dir(cfg, resume=resume, overwrite=overwrite, can_resume=True)
-    if cfg.dataset is None and state is None:
-        train_pairs, held_out = _pairs(cfg, task, gen, None)
     # kept so that DPO can train on exactly these pairs (rloo.training.dpo)
     atomic_write_text(out / "pairs.jsonl", "".join(json.dumps(p) + "\n" for p in train_pairs))
-    prompts, comps = encode_pairs(tokenizer, train_pairs, cfg)
     # 2. Bradley-Terry training, from the newest checkpoint with `resume` (rloo.training.supervised)
     opt = adamw(model.parameters(), cfg.lr)
     total = steps_of(cfg, len(train_pairs))
@@ -203,6 +203,8 @@ def train_reward(cfg: RewardConfig, *, resume: bool = False, overwrite: bool = F
     run.start(ckpt, state, resume)
     share = _shares_prompts(net, cfg)
     log = run.logger()
+    if cut_stats and run.step == 0:
+        log.log(0, cut_stats)
     try:  # closed however the stage ends (a signal, an error): no TensorBoard writer thread left running
         with run.stop:
             _train(run, log, lambda i: bradley_terry_loss(*_score(net, prompts, comps, i, device, share)))

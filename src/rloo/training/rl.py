@@ -16,6 +16,7 @@ from rloo.algorithms.agents import episode_reward, sample_episodes
 from rloo.algorithms.base import LearnsValues, Models, Scoring
 from rloo.config import OFFLINE_ALGORITHMS, EvalConfig, RLConfig, upgrade_saved_config
 from rloo.data.chat_turns import chat_frame, end_ids
+from rloo.data.lengths import report_prompt_cuts
 from rloo.data.preflight import check_config
 from rloo.data.prompts import PromptStream
 from rloo.envs import EnvSpec
@@ -109,7 +110,9 @@ def _train(cfg, dist, prompts, reward_fn, resume, overwrite) -> RLResult:
     train_prompts, eval_set = train_and_eval_prompts(cfg, task, prompts, models, started_steps)
     if models.env is not None:  # the periodic eval samples single responses; episodes: rloo.eval.episodes
         eval_set = None
-    stream = PromptStream(train_prompts, cfg.batch_size, cfg.seed)
+    stream = PromptStream(train_prompts, cfg.batch_size, cfg.seed)  # checks every prompt is text
+    held_out = eval_set.prompts if eval_set is not None else []  # cut prompts said, too many refused
+    report_prompt_cuts("rl", models.tokenizer, cfg, train_prompts, held_out, models.policy)
     if state is not None:  # every refusal comes before the run folder (config.yaml) is touched
         check_prompts_unchanged(state, stream.prompts, from_api=prompts is not None)
     _preflight(models, stream.prompts[0], cfg)

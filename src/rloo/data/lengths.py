@@ -1,0 +1,123 @@
+"""What a stage cuts to fit its length limits: counted, said, and refused above a share.
+
+A prompt longer than `max_prompt_tokens` keeps its LAST tokens (the response cue sits at the end),
+so a chat template's system message is lost with its start. An SFT target longer than
+`max_response_tokens` (its EOS counted) keeps its first tokens and loses its end and the EOS after
+it: a model that never sees the EOS never learns to stop. A preference response loses its end.
+Every stage counts its cuts (`rloo.data.collate.Encoded`, or `count` here for text it has not
+encoded yet), says them in one line with the numbers, and refuses, before it writes anything, when
+more than `max_cut_share` of one kind are cut (docs/configs.md#length-limits).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from rloo.errors import RlooError
+from rloo.runtime.tracking import say
+
+if TYPE_CHECKING:  # the preflight imports this module and stays free of torch (collate's)
+    from rloo.data.collate import Encoded
+
+PROMPT_KEY, RESPONSE_KEY = "max_prompt_tokens", "max_response_tokens"
+LOSES = {  # what each kind loses, for the printed line; keyed by its last word ("eval prompts": as prompts)
+    "prompts": "keep their last {limit} tokens (a chat template's system message goes with their start)",
+    "targets": "lose their end and their EOS at {limit} tokens (the model would not learn to stop)",
+    "responses": "lose their end at {limit} tokens",
+}
+
+
+@dataclass(frozen=True)
+class Cut:
+    """`n` of `total` texts of one kind (LOSES' keys) were longer than `limit` (the config's `key`);
+    the longest held `longest` tokens (an SFT target's EOS counted)."""
+
+    what: str
+    n: int
+    total: int
+    longest: int
+    key: str
+    limit: int
+
+    @property
+    def share(self) -> float:
+        return self.n / max(1, self.total)
+
+
+def prompt_cut(enc: Encoded, limit: int) -> Cut:
+    return Cut("prompts", enc.cut, len(enc.ids), enc.longest, PROMPT_KEY, limit)
+
+
+def target_cut(enc: Encoded, limit: int) -> Cut:
+    """SFT targets: a target counts as cut when it loses its EOS (its text may fit)."""
+    return Cut("targets", enc.eos_cut, len(enc.ids), enc.longest, RESPONSE_KEY, limit)
+
+
+def response_cut(enc: Encoded, limit: int) -> Cut:
+    """Preference responses: cut when they lose text (a sampled response that filled the limit has no EOS to lose)."""
+    return Cut("responses", enc.cut, len(enc.ids), enc.longest, RESPONSE_KEY, limit)
+
+
+def context_of(model) -> int | None:
+    """A model's context in tokens (config.max_position_embeddings; GPT-2's n_positions maps to it), or None."""
+    n = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    return n if isinstance(n, int) else None
+
+
+def count(tokenizer, texts: list[str], what: str, limit: int) -> Cut:
+    """The cut of `texts` without encoding a batch: their token lengths (an SFT target's with its EOS)."""
+    lengths = [len(ids) for ids in tokenizer(list(texts), add_special_tokens=False)["input_ids"]] if texts else []
+    if what == "targets":
+        lengths = [n + 1 for n in lengths]
+    key = PROMPT_KEY if what.endswith("prompts") else RESPONSE_KEY
+    return Cut(what, sum(n > limit for n in lengths), len(lengths), max(lengths, default=0), key, limit)
+
+
+def cut_line(stage: str, cuts: list[Cut]) -> str | None:
+    """`sft: cut to the length limits: 12 of 200 prompts (6%, longest 88 tokens) keep their last 64
+    tokens (...); ...`, or None when nothing was cut."""
+    parts = [
+        f"{c.n} of {c.total} {c.what} ({c.share:.0%}, longest {c.longest} tokens) "
+        + LOSES[c.what.split()[-1]].format(limit=f"{c.key}={c.limit}")
+        for c in cuts
+        if c.n
+    ]
+    return f"{stage}: cut to the length limits: {'; '.join(parts)}" if parts else None
+
+
+def cut_metrics(cuts: list[Cut]) -> dict[str, float]:
+    """`data/prompts_cut`, `data/targets_cut`, ...: how many of each kind were cut (logged when any was)."""
+    return {f"data/{c.what.replace(' ', '_')}_cut": float(c.n) for c in cuts} if any(c.n for c in cuts) else {}
+
+
+def check_cuts(stage: str, cuts: list[Cut], max_share: float, context: int | None = None) -> None:
+    """One RlooError line for the first kind cut in more than `max_share` of its texts, saying the
+    limit that would keep them whole (or that the model's `context` cannot) and the key to allow it."""
+    for c in cuts:
+        if c.n and c.share > max_share:
+            fix = (
+                f"set {c.key}={c.longest} to keep them whole"
+                if context is None or c.longest <= context
+                else f"the model's context holds {context} tokens: shorten those examples"
+            )
+            raise RlooError(
+                f"{stage}: {c.n} of {c.total} {c.what} ({c.share:.0%}) are longer than {c.key}={c.limit} "
+                f"(longest {c.longest} tokens{' with its EOS' if c.what == 'targets' else ''}), more than "
+                f"max_cut_share={max_share:g}: {fix}, or set max_cut_share=1 to use them cut"
+            )
+
+
+def report_cuts(stage: str, cuts: list[Cut], max_share: float, context: int | None = None) -> dict[str, float]:
+    """Refuse above `max_share` (check_cuts), else say what was cut; returns the metrics to log."""
+    check_cuts(stage, cuts, max_share, context)
+    if line := cut_line(stage, cuts):
+        say(line)
+    return cut_metrics(cuts)
+
+
+def report_prompt_cuts(stage: str, tokenizer, cfg, prompts: list[str], held_out: list[str], model) -> dict[str, float]:
+    """A sampling stage's prompts (training and held-out), surveyed before they are encoded batch by batch."""
+    cuts = [count(tokenizer, prompts, "prompts", cfg.max_prompt_tokens)]
+    cuts += [count(tokenizer, held_out, "eval prompts", cfg.max_prompt_tokens)] if held_out else []
+    return report_cuts(stage, cuts, cfg.max_cut_share, context_of(model))
