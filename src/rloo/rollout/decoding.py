@@ -114,8 +114,8 @@ def off_policy_note(top_p: float = 1.0, top_k: int = 0, min_new_tokens: int = 0,
     """The one-line note a training run prints once when its samples are not drawn from pi at the
     temperature (None when they are). Each of these shapes the distribution drawn from, while the
     stored log-probs, the KL term and the gradient are the full temperature-scaled distribution's.
-    Training on the shaped log-probs is not done: top_p/top_k are step functions of the weights (a
-    sampled token can leave the kept set after an update: log-prob -inf, an infinite ratio)."""
+    The training run passes top_p = 1, top_k = 0 here when rl.logprobs_under=truncated trains the
+    truncated distribution itself (rloo.core.truncation): nothing to note then."""
     shaped = [
         f"top_p={top_p}" if top_p < 1.0 else "",
         f"top_k={top_k}" if top_k > 0 else "",
