@@ -27,31 +27,31 @@ class Truncation:
     top_p: float = 1.0
 
 
-def top_k_kept(logits: Tensor, top_k: int) -> Tensor:
-    """Hugging Face's TopKLogitsWarper's set: logit >= the k-th largest (ties at the boundary stay).
-    (..., V) -> (..., V) bool."""
+def top_k_dropped(logits: Tensor, top_k: int) -> Tensor:
+    """What Hugging Face's TopKLogitsWarper drops: logit < the k-th largest (ties at the boundary
+    stay). (..., V) -> (..., V) bool, True = dropped."""
     kth = torch.topk(logits, min(top_k, logits.shape[-1]))[0][..., -1, None]
-    return logits >= kth
+    return logits < kth
 
 
-def top_p_kept(logits: Tensor, top_p: float) -> Tensor:
-    """The smallest set of most likely tokens whose probability reaches top_p: a token is dropped if
-    the mass of the tokens before it (in descending order) already reaches top_p; the top token
-    always stays. -inf logits (already dropped) stay dropped. (..., V) -> (..., V) bool."""
+def top_p_dropped(logits: Tensor, top_p: float) -> Tensor:
+    """What top_p drops: a token whose preceding mass (in descending order) already reaches top_p;
+    the top token always stays. (..., V) -> (..., V) bool, True = dropped (-inf logits, dropped
+    before, may read False: their probability is 0 either way, and `kept_mask` intersects)."""
     sorted_logits, idx = logits.sort(dim=-1, descending=True)
     probs = sorted_logits.softmax(-1)
-    keep = ~(probs.cumsum(-1) - probs >= top_p)
-    return torch.zeros_like(keep).scatter_(-1, idx, keep) & (logits > float("-inf"))
+    drop = probs.cumsum(-1) - probs >= top_p
+    return torch.zeros_like(drop).scatter_(-1, idx, drop)
 
 
 def kept_mask(logits: Tensor, trunc: Truncation) -> Tensor:
     """K(s): top_k's set, then top_p's of the top-k-truncated logits. (..., V) -> (..., V) bool."""
     kept = torch.ones_like(logits, dtype=torch.bool)
     if trunc.top_k > 0:
-        kept = top_k_kept(logits, trunc.top_k)
+        kept = ~top_k_dropped(logits, trunc.top_k)
         logits = logits.masked_fill(~kept, float("-inf"))
     if trunc.top_p < 1.0:
-        kept = kept & top_p_kept(logits, trunc.top_p)
+        kept = kept & ~top_p_dropped(logits, trunc.top_p)
     return kept
 
 

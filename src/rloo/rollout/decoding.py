@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from rloo.core.truncation import top_k_kept, top_p_kept
+from rloo.core.truncation import top_k_dropped, top_p_dropped
 
 
 def logprob_temperature(temperature: float) -> float:
@@ -30,12 +30,12 @@ def logprob_temperature(temperature: float) -> float:
 def top_k_filter(logits: Tensor, top_k: int) -> Tensor:
     """HF's TopKLogitsWarper: keep the tokens whose logit is at least the k-th largest (ties at the
     boundary stay), -inf elsewhere. (N,V) -> (N,V). The set: rloo.core.truncation (the trainer's too)."""
-    return logits.masked_fill(~top_k_kept(logits, top_k), float("-inf"))
+    return logits.masked_fill(top_k_dropped(logits, top_k), float("-inf"))
 
 
 def top_p_filter(logits: Tensor, top_p: float) -> Tensor:
     """Keep the smallest set of tokens whose probability reaches top_p. (N,V) -> (N,V)."""
-    return logits.masked_fill(~top_p_kept(logits, top_p), float("-inf"))
+    return logits.masked_fill(top_p_dropped(logits, top_p), float("-inf"))
 
 
 def penalize_repetitions(logits: Tensor, seen: Tensor, penalty: float) -> Tensor:
