@@ -99,13 +99,15 @@ def test_sft_logs_the_rate_the_step_used(tiny_model_dir, tmp_path):
     assert [r["lr"] for r in recs if "lr" in r] == pytest.approx([1e-3 * f for f in factor], rel=1e-12)
 
 
-@pytest.mark.parametrize("top_p", [0.9, 1.0])
-def test_top_p_below_one_warns_once(top_p, tiny_model_dir, tmp_path, capsys):
+@pytest.mark.parametrize("top_p,under", [(0.9, "full"), (0.9, None), (1.0, None)])
+def test_top_p_below_one_warns_once(top_p, under, tiny_model_dir, tmp_path, capsys):
     train(
-        _cfg(tiny_model_dir, tmp_path / "run", steps=2, top_p=top_p),
+        _cfg(tiny_model_dir, tmp_path / "run", steps=2, top_p=top_p, logprobs_under=under),
         prompts=PROMPTS,
         reward_fn=lambda p, c: [0.0] * len(c),
     )
     err = capsys.readouterr().err
-    # one note for every setting that shapes the sample (rloo.rollout.decoding.off_policy_note)
-    assert err.count(f"note: top_p={top_p} samples from a shaped distribution") == (1 if top_p < 1 else 0), err
+    # one note for every setting that shapes the sample away from the trained policy
+    # (rloo.rollout.decoding.off_policy_note); by default (logprobs_under=truncated) top_p does not
+    shaped = top_p < 1 and under == "full"
+    assert err.count(f"note: top_p={top_p} samples from a shaped distribution") == (1 if shaped else 0), err

@@ -38,12 +38,35 @@ def test_correction_is_derived_from_staleness():
         (dict(max_staleness=1, is_kl="unweighted", algorithm="reinforce"), "implemented for rloo only"),
         (dict(max_staleness=1, producer_address="10.0.0.2"), "expected HOST:PORT"),
         (dict(max_staleness=1, producer_address="host:99999"), "expected HOST:PORT"),
+        # the bounded estimators (rloo.core.bounded): rloo only, is_kl=weighted, their own settings only
+        (dict(max_staleness=1, is_correction="topr", algorithm="reinforce"), "topr are implemented for rloo only"),
+        (dict(max_staleness=1, is_correction="cispo", algorithm="grpo"), "cispo are implemented for rloo only"),
+        (dict(max_staleness=1, is_correction="asymre", is_kl="unweighted"), "asymre rewrites the whole advantage"),
+        (dict(max_staleness=1, is_baseline_shift=0.2), "is_baseline_shift: for is_correction=asymre, got tis"),
+        (dict(is_baseline_shift=0.2), "got none"),
+        (dict(max_staleness=1, is_correction="tis_token", is_clip_low=0.5), "is_clip_low: for is_correction=cispo"),
+        (dict(max_staleness=1, is_correction="topr", is_clip=3.0), "topr takes no C"),
+        (dict(max_staleness=1, is_correction="clipped_surrogate", is_clip=3.0), "algorithm_settings.clip_eps"),
+        (dict(max_staleness=1, is_correction="cispo", is_clip_low=1.0), "is_clip_low"),
+        (dict(max_staleness=1, is_correction="asymre", is_baseline_shift=-0.1), "is_baseline_shift"),
     ],
 )
 def test_refusals_are_one_line(kw, words):
     with pytest.raises(ConfigError, match=words) as e:
         RLConfig(policy="x", **kw)
     assert "\n" not in str(e.value)
+
+
+def test_bounded_estimators_take_their_settings():
+    cfg = RLConfig(policy="x", max_staleness=4, is_correction="cispo", is_clip=1.5, is_clip_low=0.5)
+    assert (cfg.off_policy_correction, cfg.is_clip, cfg.is_clip_low) == ("cispo", 1.5, 0.5)
+    cfg = RLConfig(policy="x", is_correction="asymre", is_baseline_shift=0.3)  # lag 0: a mismatched sampler
+    assert (cfg.off_policy_correction, cfg.is_baseline_shift) == ("asymre", 0.3)
+    cfg = RLConfig(policy="x", max_staleness=1, is_correction="clipped_surrogate")
+    assert cfg.off_policy_correction == "clipped_surrogate"
+    for name in ("asymre", "topr", "cispo", "clipped_surrogate"):  # a run's saved config.yaml gives every key
+        cfg = RLConfig(policy="x", max_staleness=1, is_correction=name)
+        assert RLConfig(**cfg.model_dump()) == cfg
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,7 @@ from transformers import PreTrainedTokenizerBase
 
 from rloo.config import RLConfig, RLSettings
 from rloo.core.accumulation import weighted_stats
+from rloo.core.truncation import Truncation
 from rloo.envs import EnvSpec
 from rloo.modeling.forward import completion_logprobs
 from rloo.modeling.forward_shared import completion_logprobs_shared
@@ -119,16 +120,26 @@ class Stateless:
         pass
 
 
-def rollout_logprobs(model, roll: Rollout, cfg: RLSettings, prefill=None) -> Tensor:
+def policy_truncation(cfg: RLSettings) -> Truncation | None:
+    """The truncation of the policy's trained log-probs: the sampler's top_k/top_p under
+    rl.logprobs_under=truncated (rloo.core.truncation), else None (the full distribution)."""
+    return Truncation(cfg.top_k, cfg.top_p) if cfg.truncated_logprobs else None
+
+
+def rollout_logprobs(model, roll: Rollout, cfg: RLSettings, prefill=None, policy: bool = True) -> Tensor:
     """log pi(y_t|x, y_<t) of the rollout's tokens under `model` (N,T), each prompt computed once
     per group of k when cfg.share_prompt (the same values as the plain pass). `prefill`: the
-    policy's prompt pass kept from sampling (same weights), reused instead of recomputed."""
+    policy's prompt pass kept from sampling (same weights), reused instead of recomputed. policy:
+    the policy's log-probs, of the sampler's truncated distribution where cfg says so; False: a
+    frozen model's (the reference: always the full distribution, so KL(pi_K || pi_ref) stays finite)."""
     args = (model, roll.prompt_ids, roll.prompt_mask, roll.completion_ids, roll.completion_mask)
+    temperature, max_mb, trunc = cfg.temperature, cfg.max_logits_mb, policy_truncation(cfg) if policy else None
     if cfg.share_prompt and roll.group_size > 1:
+        k = roll.group_size
         return completion_logprobs_shared(
-            *args, k=roll.group_size, temperature=cfg.temperature, prefill=prefill, max_logits_mb=cfg.max_logits_mb
+            *args, k=k, temperature=temperature, prefill=prefill, max_logits_mb=max_mb, truncation=trunc
         )
-    return completion_logprobs(*args, temperature=cfg.temperature, max_logits_mb=cfg.max_logits_mb)
+    return completion_logprobs(*args, temperature=temperature, max_logits_mb=max_mb, truncation=trunc)
 
 
 def whole_groups_order(rows: Tensor, k: int) -> Tensor | None:
@@ -150,10 +161,12 @@ def rows_logprobs(model, roll: Rollout, rows: Tensor, cfg: RLConfig, wrapped: bo
     order = None if wrapped or not cfg.share_prompt else whole_groups_order(rows, roll.group_size)
     r = rows if order is None else rows[order]
     args = (model, roll.prompt_ids[r], roll.prompt_mask[r], roll.completion_ids[r], roll.completion_mask[r])
-    temperature, max_mb = cfg.temperature, cfg.max_logits_mb
+    temperature, max_mb, trunc = cfg.temperature, cfg.max_logits_mb, policy_truncation(cfg)
     if order is None:
-        return completion_logprobs(*args, temperature=temperature, max_logits_mb=max_mb)
-    lp = completion_logprobs_shared(*args, k=roll.group_size, temperature=temperature, max_logits_mb=max_mb)
+        return completion_logprobs(*args, temperature=temperature, max_logits_mb=max_mb, truncation=trunc)
+    lp = completion_logprobs_shared(
+        *args, k=roll.group_size, temperature=temperature, max_logits_mb=max_mb, truncation=trunc
+    )
     return lp[order.argsort()]  # row j of lp is rows[order[j]]: back to the order of `rows`
 
 
@@ -171,7 +184,7 @@ class Scoring:
         if self.cfg.truncation_penalty is not None:
             scores = torch.where(roll.truncated, torch.full_like(scores, self.cfg.truncation_penalty), scores)
         with torch.no_grad():
-            ref_lp = rollout_logprobs(self.ref, roll, self.cfg)
+            ref_lp = rollout_logprobs(self.ref, roll, self.cfg, policy=False)
         return scores, ref_lp
 
     def part_metrics(self) -> dict[str, float]:

@@ -10,7 +10,15 @@ import torch
 from torch import Tensor
 
 from rloo.algorithms.agents import sample_episodes
-from rloo.algorithms.base import Accumulated, Models, guarded_step, rollout_logprobs, rows_logprobs, score_rollout
+from rloo.algorithms.base import (
+    Accumulated,
+    Models,
+    guarded_step,
+    policy_truncation,
+    rollout_logprobs,
+    rows_logprobs,
+    score_rollout,
+)
 from rloo.config import METHOD_SPECS, RLConfig
 from rloo.config.methods import capable, one_of
 from rloo.core.accumulation import micro_batches, micro_shares
@@ -147,6 +155,7 @@ def update_logprobs(models: Models, roll, cfg: RLConfig) -> torch.Tensor:
         roll.completion_mask,
         temperature=cfg.temperature,
         max_logits_mb=cfg.max_logits_mb,
+        truncation=policy_truncation(cfg),
     )
 
 

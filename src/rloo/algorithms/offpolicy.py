@@ -6,6 +6,8 @@ log-probs differ from the trainer's). docs/async.md derives it; its equations:
   eq. 4   A_i = R_i - 1/(k-1) sum_{j != i} R_j                                  (rloo; unchanged)
   eq. A2  loss = -1/N sum_i w_i A_i log pi(y_i|x),  w_i = tis/mis of pi(y_i|x)/mu(y_i|x), detached
           (token-level variants: -1/N sum_i A_i sum_t w_it log pi(y_it|.))       rloo, reinforce
+  eq. B1-B4  rl.is_correction asymre, topr, cispo, clipped_surrogate: rloo's eq. A2 rewritten by the
+          bounded estimators of rloo.core.bounded (docs/async.md, "Bounded estimators")  rloo
   eq. A4  rl.is_kl=unweighted: A_i = A^r_i + A^kl_i (eq. 4 on the scores, on -beta KL_i), and only
           A^r is weighted: loss = -1/N sum_i (w_i A^r_i + A^kl_i) log pi(y_i|x)   rloo
   eq. A3  l_it -> w_it * l_it(pi / pi_prox): each token's term of the method's loss (its clipped
@@ -22,6 +24,7 @@ from torch import Tensor
 from rloo.algorithms.base import Models, rollout_logprobs
 from rloo.config import RLConfig
 from rloo.core.advantages import loo_advantages
+from rloo.core.bounded import BOUNDED, bounded_loss
 from rloo.core.importance import importance_weights, kl_outside_loss, weighted_policy_gradient_loss
 from rloo.core.kl import shaped_reward
 from rloo.rollout import Rollout
@@ -33,6 +36,11 @@ def _correction(cfg: RLConfig) -> str:
     correction = cfg.off_policy_correction
     assert correction is not None, "the off-policy update needs rl.max_staleness > 0 or rl.is_correction"
     return correction
+
+
+def _eps(cfg: RLConfig) -> float:
+    """clipped_surrogate's clip range: rloo's clip_eps setting (the on-policy rloo_clip's)."""
+    return getattr(cfg.algorithm_settings, "clip_eps", 0.2)
 
 
 def lag_stats(roll: Rollout) -> Stats:
@@ -52,8 +60,12 @@ def weighted_loss(
     """Eq. A2 with the weights of rl.is_correction: logprobs (N,T) the current policy's, with the graph;
     roll.logprobs the behaviour policy's; advantages (N,); with kl_advantages (N,) the KL's share of
     them goes outside the weights (eq. A4, rl.is_kl=unweighted). -> (loss, stats with is/*)."""
-    mask = roll.completion_mask
-    weights, is_stats = importance_weights(logprobs, roll.logprobs, mask, _correction(cfg), cfg.is_clip)
+    mask, correction = roll.completion_mask, _correction(cfg)
+    if correction in BOUNDED:  # rloo's sequence-level estimators (rloo.core.bounded), is_kl=weighted only
+        hp = dict(clip=cfg.is_clip, clip_low=cfg.is_clip_low, shift=cfg.is_baseline_shift)
+        loss, stats = bounded_loss(logprobs, roll.logprobs, mask, advantages, correction, **hp, clip_eps=_eps(cfg))
+        return loss, stats | lag_stats(roll)
+    weights, is_stats = importance_weights(logprobs, roll.logprobs, mask, correction, cfg.is_clip)
     if kl_advantages is None:
         loss, stats = weighted_policy_gradient_loss(logprobs, mask, advantages, weights)
     else:

@@ -21,7 +21,7 @@ import torch
 from torch import Tensor, nn
 from transformers import PretrainedConfig
 
-from rloo.algorithms.base import Accumulated, Models, StepResult, guarded_step
+from rloo.algorithms.base import Accumulated, Models, StepResult, guarded_step, policy_truncation
 from rloo.algorithms.common import (
     Timer,
     mean_stats,
@@ -83,18 +83,19 @@ class ValueFunction:
         )
 
     def forward(
-        self, policy, p_ids, p_mask, c_ids, c_mask, temperature: float, max_logits_mb: float = MAX_LOGITS_MB
+        self, policy, p_ids, p_mask, c_ids, c_mask, temperature: float, max_logits_mb: float = MAX_LOGITS_MB, trunc=None
     ) -> tuple[Tensor, Tensor]:
         """(token log-probs (N, T), values (N, T)) in one pass of the policy (+ the value model).
-        Large vocabularies: the LM head runs in chunks, as in `rloo.modeling.forward.lm_token_logprobs`."""
+        Large vocabularies: the LM head runs in chunks, as in `rloo.modeling.forward.lm_token_logprobs`.
+        trunc: the log-probs of the sampler's truncated distribution (`policy_truncation`)."""
         chunked = chunked_head(policy, c_ids.numel(), max_logits_mb)
         if chunked is None:
             hidden, logits = hidden_states(policy, p_ids, p_mask, c_ids, c_mask, want_logits=True)
             assert logits is not None
-            logprobs = token_logprobs(logits.float(), c_ids, temperature=temperature)
+            logprobs = token_logprobs(logits.float(), c_ids, temperature=temperature, truncation=trunc)
         else:
             (head, chunk), (hidden, _) = chunked, hidden_states(policy, p_ids, p_mask, c_ids, c_mask, want_logits=False)
-            logprobs = head_token_logprobs(hidden, head.weight, head.bias, c_ids, temperature, chunk=chunk)
+            logprobs = head_token_logprobs(hidden, head.weight, head.bias, c_ids, temperature, chunk, trunc)
         if self.kind == "head":
             return logprobs, self.model(hidden).squeeze(-1).float()
         v_hidden, _ = hidden_states(self.model, p_ids, p_mask, c_ids, c_mask, want_logits=False)
@@ -152,6 +153,7 @@ class PPO:
                 mask,
                 cfg.temperature,
                 cfg.max_logits_mb,
+                policy_truncation(cfg),
             )
         estimator = cfg.algorithm_settings.kl_estimator
         old = roll.logprobs if cfg.off_policy_correction is None else torch.where(mask, prox, torch.zeros_like(prox))
@@ -173,7 +175,7 @@ class PPO:
 
     def _forward(self, models: Models, roll, rows, cfg: RLConfig):
         args = (roll.prompt_ids[rows], roll.prompt_mask[rows], roll.completion_ids[rows], roll.completion_mask[rows])
-        return self.value.forward(models.policy, *args, cfg.temperature, cfg.max_logits_mb)
+        return self.value.forward(models.policy, *args, cfg.temperature, cfg.max_logits_mb, policy_truncation(cfg))
 
     def _micro_update(self, models: Models, opt, micro, roll, tg: Targets, cfg: RLConfig):
         """One minibatch's update in micro-batches (rl.micro_batch_size): policy and value losses are

@@ -59,6 +59,9 @@ class MethodSpec:
     importance: bool = True
     # with off_policy: takes rl.is_kl=unweighted, its KL penalty's share outside the weights (eq. A4)
     kl_outside: bool = False
+    # with off_policy: takes the bounded estimators (rl.is_correction asymre, topr, cispo, rloo_clip:
+    # rloo.core.bounded), which rewrite its sequence-level update (eq. A2)
+    bounded: bool = False
     multi_turn: bool = False  # trains on env= episodes with the policy-token mask (docs/agents.md)
     tuned: tuple[str, str] = ("lr", "beta")  # the (learning rate, KL coefficient) `rloo compare` tunes
     variants: dict[str, dict] = field(default_factory=dict)  # more `rloo compare` runs: name -> rl overrides
@@ -105,6 +108,7 @@ METHOD_SPECS: dict[str, MethodSpec] = {
             several_updates="rloo_clip",
             off_policy=True,
             kl_outside=True,
+            bounded=True,
             multi_turn=True,
             variants={
                 "rloo_k2": {"k": 2},

@@ -40,7 +40,15 @@ from rloo.config.memory import (
 )
 from rloo.config.method_choice import MethodChoice
 from rloo.config.methods import METHOD_SPECS, names
-from rloo.config.offpolicy import check_off_policy
+from rloo.config.offpolicy import (
+    IsBaselineShift,
+    IsClipLow,
+    IsCorrection,
+    IsKL,
+    LogprobsUnder,
+    check_off_policy,
+    truncates_logprobs,
+)
 from rloo.config.saving import SupervisedSaving
 
 
@@ -138,6 +146,7 @@ class RLSettings(MethodChoice):
     min_new_tokens: MinNewTokens = 0
     stop: Stop = Field(default_factory=list)
     repetition_penalty: RepetitionPenalty = 1.0
+    logprobs_under: LogprobsUnder = None
     max_new_tokens: int = Field(default=16, ge=1, description="Completion length limit (T).")
     truncation_penalty: float | None = Field(
         default=None,
@@ -191,7 +200,10 @@ class RLSettings(MethodChoice):
     @model_validator(mode="after")
     def _off_policy_methods_only(self):
         check_off_policy(self)  # rloo.config.offpolicy: which methods and settings combine with the lag
+        truncates_logprobs(self)  # refuses logprobs_under=truncated where it cannot hold
         return self
+
+    truncated_logprobs = property(truncates_logprobs)  # rl.logprobs_under resolved (rloo.config.offpolicy)
 
     @property
     def off_policy_correction(self) -> str | None:
@@ -257,19 +269,11 @@ class RLSettings(MethodChoice):
         "in the paper. Online methods (dpo is offline); N > 0 corrects with importance weights (is_correction; "
         "raft trains on the lagged samples as they are). The run keeps min(N, steps) + 1 copies of the policy.",
     )
-    is_correction: Literal["tis", "mis", "tis_token", "mis_token", "none"] | None = Field(
-        default=None,
-        description="Importance correction for samples from another policy: tis (ratio truncated at "
-        "is_clip), mis (masked outside [1/is_clip, is_clip]), token-level variants, none; null: tis "
-        "when max_staleness > 0 (raft: none), none (the paper's update) at 0.",
-    )
+    is_correction: IsCorrection = None
     is_clip: float = Field(default=2.0, gt=1, description="C of is_correction: truncation / mask bound.")
-    is_kl: Literal["weighted", "unweighted"] = Field(
-        default="weighted",
-        description="rloo with is_correction: eq. 1's KL penalty inside the importance-weighted reward (weighted) "
-        "or its leave-one-out share outside the weights (unweighted: biased by the lag, but its pull towards "
-        "the reference does not vanish with the weights; docs/async.md eq. A4).",
-    )
+    is_baseline_shift: IsBaselineShift = 0.1
+    is_clip_low: IsClipLow = 0.0
+    is_kl: IsKL = "weighted"
     producer_address: str | None = Field(
         default=None,
         description="max_staleness > 0: HOST:PORT this trainer hosts for a rollout producer on another "

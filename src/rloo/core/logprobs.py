@@ -12,6 +12,8 @@ import contextlib
 import torch
 from torch import Tensor
 
+from .truncation import Truncation, truncated_logits
+
 
 def _check_same_shape(**tensors: Tensor) -> None:
     """Raise ValueError unless every named tensor has the same shape."""
@@ -73,6 +75,7 @@ def token_logprobs(
     tokens: Tensor,
     temperature: float = 1.0,
     chunk_size: int | None = None,
+    truncation: Truncation | None = None,
 ) -> Tensor:
     """log softmax(logits / temperature) gathered at ``tokens``.
 
@@ -85,6 +88,8 @@ def token_logprobs(
     the backward pass, so the bound is strict only under ``torch.no_grad()``.
     Half-precision logits are upcast to float32 per chunk, since logsumexp in
     bf16 loses about two decimal digits; the result is then float32.
+    truncation: log pi_K of the top-k/top-p truncated, renormalised distribution instead
+    (rloo.core.truncation; rl.logprobs_under=truncated).
     """
     if logits.dim() != 3:
         raise ValueError(f"logits must be (N, T, V), got shape {tuple(logits.shape)}")
@@ -105,6 +110,8 @@ def token_logprobs(
             chunk = chunk.float()
         if temperature != 1.0:  # skip the division (a full copy) in the common case
             chunk = chunk / temperature
+        if truncation is not None:
+            chunk = truncated_logits(chunk, flat_tokens[start : start + step, 0], truncation)
         picked = chunk.gather(-1, flat_tokens[start : start + step]).squeeze(-1)
         pieces.append(picked - torch.logsumexp(chunk, dim=-1))
     if not pieces:  # N*T == 0
@@ -150,23 +157,25 @@ class _HeadLogprobs(torch.autograd.Function):
     float32 (`fp32_linear`, autocast off), the gradients are returned in the inputs' dtypes."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, bias, tokens, temperature, chunk):
+    def forward(ctx, hidden, weight, bias, tokens, temperature, chunk, truncation):
         out = hidden.new_empty(hidden.shape[0], dtype=torch.float32)
         lse = torch.empty_like(out)
         for s in range(0, hidden.shape[0], chunk):
             z = fp32_linear(hidden[s : s + chunk], weight, bias)
             if temperature != 1.0:
                 z = z.div_(temperature)  # in place: a chunk's logits are the largest tensors here
+            if truncation is not None:  # pi_K: -inf outside the kept set (recomputed alike in backward)
+                z = truncated_logits(z, tokens[s : s + chunk], truncation)
             lse[s : s + chunk] = z.logsumexp(-1)
             out[s : s + chunk] = z.gather(-1, tokens[s : s + chunk, None]).squeeze(-1) - lse[s : s + chunk]
         ctx.save_for_backward(hidden, weight, bias, tokens, lse)
-        ctx.temperature, ctx.chunk = temperature, chunk
+        ctx.temperature, ctx.chunk, ctx.truncation = temperature, chunk, truncation
         return out
 
     @staticmethod
     def backward(ctx, grad):
         hidden, weight, bias, tokens, lse = ctx.saved_tensors
-        t, chunk = ctx.temperature, ctx.chunk
+        t, chunk, trunc = ctx.temperature, ctx.chunk, ctx.truncation
         need_h, need_w, need_b = ctx.needs_input_grad[:3]
         grad_h = torch.empty_like(hidden) if need_h else None
         grad_w = torch.zeros_like(weight, dtype=torch.float32) if need_w else None
@@ -176,8 +185,10 @@ class _HeadLogprobs(torch.autograd.Function):
             w = weight.float()
             for s in range(0, hidden.shape[0], chunk):
                 h, g = hidden[s : s + chunk].float(), grad[s : s + chunk]
-                z = fp32_linear(h, w, bias)
-                dz = z.div_(t).sub_(lse[s : s + chunk, None]).exp_().mul_(-g[:, None])  # -g * softmax, in place
+                z = fp32_linear(h, w, bias).div_(t)
+                if trunc is not None:  # softmax of pi_K: 0 outside the kept set
+                    z = truncated_logits(z, tokens[s : s + chunk], trunc)
+                dz = z.sub_(lse[s : s + chunk, None]).exp_().mul_(-g[:, None])  # -g * softmax, in place
                 dz.scatter_add_(-1, tokens[s : s + chunk, None], g[:, None])  # + g at the target
                 dz = dz.div_(t)
                 if grad_h is not None:
@@ -188,11 +199,17 @@ class _HeadLogprobs(torch.autograd.Function):
                     grad_b += dz.sum(0)
         grad_w = None if grad_w is None else grad_w.to(weight.dtype)
         grad_b = None if grad_b is None else grad_b.to(bias.dtype)
-        return grad_h, grad_w, grad_b, None, None, None
+        return grad_h, grad_w, grad_b, None, None, None, None
 
 
 def head_token_logprobs(
-    hidden: Tensor, weight: Tensor, bias: Tensor | None, tokens: Tensor, temperature: float = 1.0, chunk: int = 1024
+    hidden: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    tokens: Tensor,
+    temperature: float = 1.0,
+    chunk: int = 1024,
+    truncation: Truncation | None = None,
 ) -> Tensor:
     """`token_logprobs(hidden @ weight.T + bias, tokens)` without ever holding the (n, V) logits.
 
@@ -200,11 +217,13 @@ def head_token_logprobs(
     Forward and backward run `chunk` positions at a time, so memory is O(chunk * V) instead of
     O(n * V) (several GB for a 150k-token vocabulary and a few thousand completion tokens); the
     price is one more LM-head matmul in the backward pass (the logits are recomputed, not kept).
+    truncation: as `token_logprobs`'s (the kept set recomputed with the logits in backward).
     """
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
     if tuple(tokens.shape) != tuple(hidden.shape[:-1]):
         raise ValueError(f"tokens must have shape {tuple(hidden.shape[:-1])}, got {tuple(tokens.shape)}")
     flat = hidden.reshape(-1, hidden.shape[-1])
-    lp = _HeadLogprobs.apply(flat, weight, bias, tokens.reshape(-1).long(), float(temperature), max(int(chunk), 1))
+    args = (tokens.reshape(-1).long(), float(temperature), max(int(chunk), 1), truncation)
+    lp = _HeadLogprobs.apply(flat, weight, bias, *args)
     return lp.view(tokens.shape)

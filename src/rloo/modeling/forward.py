@@ -6,6 +6,7 @@ import torch
 from torch import Tensor
 
 from rloo.core.logprobs import fp32_linear, head_token_logprobs, token_logprobs
+from rloo.core.truncation import Truncation
 from rloo.data.collate import position_ids
 
 # The largest float32 (positions x vocabulary) logits a log-prob pass may hold at once; above it
@@ -67,6 +68,7 @@ def lm_token_logprobs(
     temperature: float = 1.0,
     max_logits_mb: float = MAX_LOGITS_MB,
     skip_last: bool = False,
+    trunc: Truncation | None = None,
     **inputs,
 ) -> Tensor:
     """log pi(targets) predicted by the last W positions of model(**inputs) (the W before the
@@ -75,15 +77,16 @@ def lm_token_logprobs(
     When the (N, W, V) float32 logits would exceed max_logits_mb and the model's head is plain,
     the backbone's hidden states go through `head_token_logprobs` in chunks of that size, so no
     (N, W, V) tensor exists in forward or backward; otherwise the logits of `lm_logits`. Either way a
-    plain head computes in fp32 under autocast."""
+    plain head computes in fp32 under autocast. trunc: the top-k/top-p truncated distribution's
+    log-probs (rloo.core.truncation)."""
     N, W = targets.shape
     keep, chunked = W + int(skip_last), chunked_head(model, N * W, max_logits_mb)
     if chunked is None:
         logits = lm_logits(model, keep, **inputs)[0]
-        return token_logprobs(logits[:, :W], targets, temperature=temperature)
+        return token_logprobs(logits[:, :W], targets, temperature=temperature, truncation=trunc)
     head, chunk = chunked
     hidden = getattr(model, model.base_model_prefix)(**inputs).last_hidden_state[:, -keep:][:, :W]
-    return head_token_logprobs(hidden, head.weight, head.bias, targets, temperature, chunk=chunk)
+    return head_token_logprobs(hidden, head.weight, head.bias, targets, temperature, chunk=chunk, truncation=trunc)
 
 
 def _joined(prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor, completion_mask: Tensor):
@@ -100,8 +103,9 @@ def completion_logprobs(
     completion_mask: Tensor,
     temperature: float = 1.0,
     max_logits_mb: float = MAX_LOGITS_MB,
+    truncation: Truncation | None = None,
 ) -> Tensor:
-    """log pi(y_t | x, y_<t) for every completion token. (N,P),(N,P),(N,T),(N,T) -> (N,T).
+    """log pi(y_t | x, y_<t) for every completion token (log pi_K with `truncation`). (N,P),(N,P),(N,T),(N,T) -> (N,T).
 
     Only the logits that predict completion tokens are computed (`logits_to_keep`), so the LM
     head never runs over prompt positions. Values at masked positions are meaningless; mask them.
@@ -115,6 +119,7 @@ def completion_logprobs(
         temperature,
         max_logits_mb,
         skip_last=True,
+        trunc=truncation,
         input_ids=ids,
         attention_mask=mask.long(),
         position_ids=pos,

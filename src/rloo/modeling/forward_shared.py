@@ -37,6 +37,7 @@ from torch import Tensor
 from transformers import DynamicCache
 
 from rloo.core.logprobs import token_logprobs
+from rloo.core.truncation import Truncation
 from rloo.data.buckets import BUCKET_OVERHEAD_TOKENS, length_buckets
 from rloo.data.collate import position_ids, trim_left
 from rloo.modeling.attention import uses_rloo_attention
@@ -125,6 +126,7 @@ def completion_logprobs_shared(
     prefill: Prefill | None = None,
     bucket_overhead: int | None = None,
     max_logits_mb: float = MAX_LOGITS_MB,
+    truncation: Truncation | None = None,
 ) -> Tensor:
     """Same as `rloo.modeling.forward.completion_logprobs`, prompts computed once per group of k.
     (N,P),(N,P),(N,T),(N,T) -> (N,T). Values at masked positions are meaningless.
@@ -147,6 +149,7 @@ def completion_logprobs_shared(
             completion_mask,
             temperature=temperature,
             max_logits_mb=max_logits_mb,
+            truncation=truncation,
         )
     with cache_keeping_checkpointing(model):
         return _shared_logprobs(
@@ -160,17 +163,17 @@ def completion_logprobs_shared(
             _reuse(prefill, p_ids, p_mask) if prefill is not None else None,
             bucket_overhead,
             max_logits_mb,
+            truncation,
         )
 
 
 def _shared_logprobs(
-    model, p_ids, p_mask, completion_ids, completion_mask, k, temperature, prefill, bucket_overhead, max_logits_mb
+    model, p_ids, p_mask, completion_ids, completion_mask, k, temperature, prefill, bucket_overhead, max_mb, trunc
 ) -> Tensor:
-    """completion_logprobs_shared on the B distinct prompts (B,P) -> (N,T)."""
+    """completion_logprobs_shared on the B distinct prompts (B,P) -> (N,T); trunc: `token_logprobs`'s truncation."""
     pre = prefill if prefill is not None else prefill_prompts(model, p_ids, p_mask)
-    first = token_logprobs(
-        pre.last_logits[:, None].float().repeat_interleave(k, dim=0), completion_ids[:, :1], temperature=temperature
-    )
+    last = pre.last_logits[:, None].float().repeat_interleave(k, dim=0)
+    first = token_logprobs(last, completion_ids[:, :1], temperature=temperature, truncation=trunc)
     N, T = completion_ids.shape
     rest = first.new_zeros(N, T - 1)
     fed = (completion_mask.sum(-1) - 1).clamp(min=0)  # tokens fed: all but the last of each completion
@@ -180,7 +183,7 @@ def _shared_logprobs(
         full = torch.cat([p_mask[groups], completion_mask[rows, :W]], dim=1)
         cache, extra = _bucket_cache(pre.cache, rows, k, grouped)
         inputs = _continued(model, cache, full, completion_ids[rows, :W]) | extra
-        lp = lm_token_logprobs(model, completion_ids[rows, 1 : W + 1], temperature, max_logits_mb, **inputs)
+        lp = lm_token_logprobs(model, completion_ids[rows, 1 : W + 1], temperature, max_mb, trunc=trunc, **inputs)
         rest = rest.index_put((rows[:, None], torch.arange(W, device=rows.device)[None]), lp)
     return torch.cat([first, rest], dim=1)
 

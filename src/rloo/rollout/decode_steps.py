@@ -37,12 +37,14 @@ class Draw:
     generator: torch.Generator | None
     noise: Tensor | None  # (max_new_tokens, N) uniforms of the rows (`row_noise`), or None
     shape: Any
+    truncated_logprobs: bool = False  # log-probs of the truncated distribution drawn from (rl.logprobs_under)
 
     def __call__(self, logits: Tensor, t: int) -> tuple[Tensor, Tensor]:
         """Token t of every row (N,) and its log-prob (N,)."""
         u = None if self.noise is None else self.noise[t]
         shaped = None if self.shape is None else self.shape(logits, t)
-        return _next_token(logits, self.temperature, self.top_p, self.generator, u, self.top_k, shaped)
+        args = (self.temperature, self.top_p, self.generator, u, self.top_k, shaped, self.truncated_logprobs)
+        return _next_token(logits, *args)
 
 
 @dataclass

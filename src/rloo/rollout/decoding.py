@@ -4,8 +4,10 @@ and stop strings. Pure functions on (N, V) logits; docs/configs.md, "Sampling se
 log-probs", says which of them make the sample off-policy.
 
 Order, as in `transformers`' `generate`: repetition penalty and min_new_tokens on the raw logits,
-then temperature, top_k, top_p. The log-probs the sampler stores are always log softmax(logits / T)
-of the raw logits (T = 1 for greedy): the quantity the trainer recomputes, not the shaped one.
+then temperature, top_k, top_p. The log-probs the sampler stores are log softmax(logits / T) of the
+raw logits (T = 1 for greedy), or with rl.logprobs_under=truncated the log-probs of the top-k/top-p
+truncated, renormalised distribution it drew from (rloo.core.truncation): either way the quantity
+the trainer recomputes.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from rloo.core.truncation import top_k_dropped, top_p_dropped
+
 
 def logprob_temperature(temperature: float) -> float:
     """The temperature of the stored and recomputed log-probs: T, or 1 for greedy decoding (T = 0),
@@ -25,19 +29,13 @@ def logprob_temperature(temperature: float) -> float:
 
 def top_k_filter(logits: Tensor, top_k: int) -> Tensor:
     """HF's TopKLogitsWarper: keep the tokens whose logit is at least the k-th largest (ties at the
-    boundary stay), -inf elsewhere. (N,V) -> (N,V)."""
-    kth = torch.topk(logits, min(top_k, logits.shape[-1]))[0][..., -1, None]
-    return logits.masked_fill(logits < kth, float("-inf"))
+    boundary stay), -inf elsewhere. (N,V) -> (N,V). The set: rloo.core.truncation (the trainer's too)."""
+    return logits.masked_fill(top_k_dropped(logits, top_k), float("-inf"))
 
 
 def top_p_filter(logits: Tensor, top_p: float) -> Tensor:
     """Keep the smallest set of tokens whose probability reaches top_p. (N,V) -> (N,V)."""
-    sorted_logits, idx = logits.sort(dim=-1, descending=True)
-    probs = sorted_logits.softmax(-1)
-    # drop a token if the mass before it already reaches top_p (the top token always stays)
-    drop = probs.cumsum(-1) - probs >= top_p
-    sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
-    return torch.empty_like(logits).scatter_(-1, idx, sorted_logits)
+    return logits.masked_fill(top_p_dropped(logits, top_p), float("-inf"))
 
 
 def penalize_repetitions(logits: Tensor, seen: Tensor, penalty: float) -> Tensor:
@@ -116,8 +114,8 @@ def off_policy_note(top_p: float = 1.0, top_k: int = 0, min_new_tokens: int = 0,
     """The one-line note a training run prints once when its samples are not drawn from pi at the
     temperature (None when they are). Each of these shapes the distribution drawn from, while the
     stored log-probs, the KL term and the gradient are the full temperature-scaled distribution's.
-    Training on the shaped log-probs is not done: top_p/top_k are step functions of the weights (a
-    sampled token can leave the kept set after an update: log-prob -inf, an infinite ratio)."""
+    The training run passes top_p = 1, top_k = 0 here when rl.logprobs_under=truncated trains the
+    truncated distribution itself (rloo.core.truncation): nothing to note then."""
     shaped = [
         f"top_p={top_p}" if top_p < 1.0 else "",
         f"top_k={top_k}" if top_k > 0 else "",

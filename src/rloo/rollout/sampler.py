@@ -115,6 +115,7 @@ def sample(
     all_done=None,
     grouped: bool | None = None,
     few_rows: bool | None = None,
+    truncated_logprobs: bool = False,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Sample completions. (B,P),(B,P) -> ids (N,T), mask (N,T), logprobs (N,T); N = B*k, T <= max_new_tokens.
 
@@ -124,7 +125,8 @@ def sample(
     log-probs are of the temperature-scaled distribution of the raw logits, before top-k, top-p,
     min_new_tokens and the repetition penalty (rloo.rollout.decoding): the same quantity the
     training forward pass computes, so the policy gradient and KL agree with each other, but with
-    those settings not with the distribution sampled from (`off_policy_note`). temperature 0:
+    those settings not with the distribution sampled from (`off_policy_note`); truncated_logprobs:
+    of the top-k/top-p truncated distribution drawn from (rl.logprobs_under=truncated). temperature 0:
     greedy (argmax) decoding, log-probs at temperature 1. A row ends at EOS (forbidden before
     min_new_tokens tokens) or, from min_new_tokens tokens on, at the token whose text completes a
     stop string (`stop`); tokens after its end are padding, masked.
@@ -141,7 +143,8 @@ def sample(
     noise = row_noise(rows, max_new_tokens, N, generator, prompt_ids.device)
     logits, dec = _start(model, prompt_ids, prompt_mask, k, max_new_tokens, prefill, grouped)
     shape = shaping(prompt_ids, prompt_mask, k, logits.shape[-1], eos_id, min_new_tokens, repetition_penalty)
-    draw, ends = Draw(temperature, top_p, top_k, generator, noise, shape), Ends(eos_id, min_new_tokens, stop, all_done)
+    draw = Draw(temperature, top_p, top_k, generator, noise, shape, truncated_logprobs)
+    ends = Ends(eos_id, min_new_tokens, stop, all_done)
     done = torch.zeros(N, dtype=torch.bool, device=prompt_ids.device)
     use_few_rows = few_rows_pays(prompt_ids.device) if few_rows is None else few_rows
     with few_rows_linears(model, use_few_rows):
@@ -167,12 +170,13 @@ def rollout(
     keep_prefill: bool = False,
     rows: tuple[int, int] | None = None,
     all_done=None,
+    truncated_logprobs: bool = False,
 ) -> Rollout:
     """k completions for each prompt, rows grouped by prompt. share_prompt: prefill each prompt
     once and share its KV cache among its k samples (same distribution, less compute).
     keep_prefill (with share_prompt): run that prompt pass with autograd on and return it in the
     Rollout, for the policy-gradient pass to reuse (skipped for models with dropout, whose
-    train-mode pass differs). rows/all_done: see `sample` (data-parallel training).
+    train-mode pass differs). rows/all_done/truncated_logprobs: see `sample`.
     top_k, min_new_tokens, repetition_penalty, stop: rloo.rollout.decoding (a stop string stays in
     the completion: its text is the decoding of the tokens sampled up to the one completing it)."""
     device = next(model.parameters()).device
@@ -204,6 +208,7 @@ def rollout(
         prefill=pre,
         rows=rows,
         all_done=all_done,
+        truncated_logprobs=truncated_logprobs,
     )
     model.train(was_training)
     completions = Completions(c_ids, c_mask, lps, stops)

@@ -23,4 +23,4 @@ def decoding(section) -> dict:
 def sampling_settings(cfg: RLConfig) -> dict:
     """The keywords of `rloo.rollout.sampler.rollout` that come from `cfg`."""
     lengths = dict(max_prompt_len=cfg.max_prompt_tokens, max_new_tokens=cfg.max_new_tokens)
-    return lengths | decoding(cfg) | dict(share_prompt=cfg.share_prompt)
+    return lengths | decoding(cfg) | dict(share_prompt=cfg.share_prompt, truncated_logprobs=cfg.truncated_logprobs)

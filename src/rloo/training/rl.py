@@ -93,7 +93,9 @@ def train(
 
 def _train(cfg, dist, prompts, reward_fn, resume, overwrite) -> RLResult:
     check_device(cfg.device)
-    if dist.is_main and (note := off_policy_note(cfg.top_p, cfg.top_k, cfg.min_new_tokens, cfg.repetition_penalty)):
+    # under rl.logprobs_under=truncated top_p/top_k shape nothing away from the trained policy
+    top_p, top_k = (1.0, 0) if cfg.truncated_logprobs else (cfg.top_p, cfg.top_k)
+    if dist.is_main and (note := off_policy_note(top_p, top_k, cfg.min_new_tokens, cfg.repetition_penalty)):
         say(note)
     gen = seed_everything(cfg.seed)
     task = get_task(cfg.task)
