@@ -70,3 +70,11 @@ def _no_leaked_optimizer():
     adamw = rl.adamw
     yield
     assert rl.adamw is adamw, "this test left rloo.training.rl.adamw replaced"
+
+
+@pytest.fixture(scope="session")
+def tuned_study(tmp_path_factory):
+    """The suite's one tuned tiny comparison (tests/helpers/tuned_study.py; read-only: copy it first)."""
+    from helpers.tuned_study import run_tuned_study
+
+    return run_tuned_study(tmp_path_factory.mktemp("tuned"))

@@ -10,35 +10,21 @@ import shutil
 import pytest
 
 import rloo.experiments.compare as compare_mod
-from helpers.tiny import TINY_STUDY as TINY
-from rloo.config import CompareConfig
+import rloo.experiments.compare_report as report_mod
+from helpers.tiny import no_plots
 from rloo.errors import RlooError
 from rloo.experiments.compare import compare
 from rloo.experiments.compare_cells import main, restore, save
 
 
-def test_a_saved_study_resumes_without_rerunning_its_done_runs(tmp_path, monkeypatch):
-    out, dest = tmp_path / "study", tmp_path / "cells"
-    cfg = CompareConfig(
-        methods=["rloo", "ppo"],
-        tasks=["summarize"],
-        seeds=[0],
-        output_dir=out,
-        dtype="float32",
-        tuning={
-            "trials": 2,
-            "seeds": [5],
-            "lr": [1e-4, 3e-2],
-            "beta": [0.25],
-            "updates": [[1, 1], [2, 2]],
-            "grids": {"ppo": {"lr": [1e-4]}},  # ppo: lr 1e-4 at 1x1 and at 2x2
-            "update_views": {"ppo": [[2, 2]]},
-            "untuned": True,
-            "metric": "win_rate_vs_sft",
-        },
-        **(TINY | {"variance_batches": 0}),
-    )
-    text = (compare(cfg) / "report.md").read_text()
+def test_a_saved_study_resumes_without_rerunning_its_done_runs(tuned_study, tmp_path, monkeypatch):
+    # the shared tuned study (tests/helpers/tuned_study.py), copied: its config's output_dir is
+    # relative, so the same config runs on the copy here
+    cfg = tuned_study.cfg
+    monkeypatch.chdir(tmp_path)
+    out, dest = cfg.output_dir, tmp_path / "cells"
+    shutil.copytree(tuned_study.out, out)
+    text = (out / "report" / "report.md").read_text()
     assert "| ppo@2x2 |" in text and "| rloo@untuned |" in text and "| ppo@untuned |" in text
     cell = out / "runs" / "summarize" / "seed-0"
     ppo = json.loads((cell / "ppo" / "result.json").read_text())["settings"]["algorithm_settings"]
@@ -65,7 +51,7 @@ def test_a_saved_study_resumes_without_rerunning_its_done_runs(tmp_path, monkeyp
     trained = []
 
     def spy_train(rl_cfg, **kw):
-        trained.append(rl_cfg.output_dir.relative_to(out).as_posix())
+        trained.append(rl_cfg.output_dir.resolve().relative_to(out.resolve()).as_posix())
         return real_train(rl_cfg, **kw)
 
     def no_models(*a, **kw):
@@ -75,6 +61,7 @@ def test_a_saved_study_resumes_without_rerunning_its_done_runs(tmp_path, monkeyp
     monkeypatch.setattr(compare_mod, "train", spy_train)
     monkeypatch.setattr(compare_mod, "sft", no_models)
     monkeypatch.setattr(compare_mod, "train_reward", no_models)
+    monkeypatch.setattr(report_mod, "plot_all", no_plots)
     report = compare(cfg)
     assert trained == ["tuning/summarize/seed-5/rloo.t01", "runs/summarize/seed-0/rloo@untuned"]
     assert "| rloo@untuned |" in (report / "report.md").read_text()

@@ -14,72 +14,23 @@ import yaml
 import rloo.experiments.compare as compare_mod
 from helpers.tiny import TINY_STUDY as TINY
 from rloo.config import CompareConfig
-from rloo.experiments.compare import compare
 from rloo.experiments.compare_folder import same_settings
 from rloo.experiments.tuning import trial_name, trial_settings, tuning_root
-from rloo.tasks.base import stable_hash
-from rloo.tasks.summarize import EVAL_BUCKETS, SummarizeTask
 
 
-def _is_eval_prompt(prompt: str) -> bool:
-    """summarize's evaluation partition (SummarizeTask.sample_prompt): the hash of the post."""
-    post = prompt.removeprefix("post : ").removesuffix(" tl;dr :")
-    return stable_hash(post) % EVAL_BUCKETS == 0
-
-
-def test_tuning_selects_on_validation_prompts_and_tuning_seeds_only(tmp_path, monkeypatch):
-    cfg = CompareConfig(
-        methods=["rloo", "rloo_clip"],
-        tasks=["summarize"],
-        seeds=[0],
-        output_dir=tmp_path / "c",
-        tuning={
-            "trials": 2,
-            "seeds": [5],
-            "lr": [1e-4, 3e-2],
-            "beta": [0.25],
-            "updates": [[1, 1], [2, 2]],
-            "metric": "win_rate_vs_sft",  # the tiny SFT models almost never beat a reference
-        },
-        equal_kl=[0.01, 100.0],
-        **(TINY | {"variance_batches": 0}),
-    )
-    state = {"selected": False, "train_seeds": [], "scored_eval": 0}
-    gold = SummarizeTask.gold_score
-
-    def poisoned(self, prompt, response):
-        # adversarial evaluation split: before the choice, any score of an evaluation prompt is an
-        # error (and would rank the trials backwards if it were read)
-        if _is_eval_prompt(prompt):
-            if not state["selected"]:
-                raise AssertionError(f"an evaluation prompt was scored before selection: {prompt!r}")
-            state["scored_eval"] += 1
-            return -gold(self, prompt, response)
-        return gold(self, prompt, response)
-
-    real_train, real_choose = compare_mod.train, compare_mod.choose
-
-    def spy_train(rl_cfg, **kw):
-        state["train_seeds"].append((rl_cfg.seed, rl_cfg.eval_split, state["selected"]))
-        return real_train(rl_cfg, **kw)
-
-    def spy_choose(*a, **kw):
-        chosen = real_choose(*a, **kw)
-        state["selected"] = True
-        return chosen
-
-    monkeypatch.setattr(SummarizeTask, "gold_score", poisoned)
-    monkeypatch.setattr(compare_mod, "train", spy_train)
-    monkeypatch.setattr(compare_mod, "choose", spy_choose)
-    report = compare(cfg)
-
-    # every run before the choice trained on the tuning seed and was evaluated on the valid split
-    before = [(s, split) for s, split, sel in state["train_seeds"] if not sel]
-    after = [(s, split) for s, split, sel in state["train_seeds"] if sel]
-    assert before == [(5, "valid")] * 4 and after == [(0, "eval")] * 2
-    assert state["scored_eval"] > 0  # the reported runs were judged on the evaluation prompts
+def test_tuning_selects_on_validation_prompts_and_tuning_seeds_only(tuned_study):
+    """The shared tuned study (tests/helpers/tuned_study.py) ran with the evaluation prompts poisoned
+    until the choice was made and every RL run recorded."""
+    cfg, root = tuned_study.cfg, tuned_study.out
+    # every run before the choice trained on the tuning seed and was evaluated on the valid split:
+    # each method's two trials; after it, the reported runs: each method at its choice and untuned,
+    # and ppo@2x2 when ppo's own choice was not at 2x2 (then the view has a run of its own)
+    before = [(s, split) for s, split, sel in tuned_study.train_seeds if not sel]
+    after = [(s, split) for s, split, sel in tuned_study.train_seeds if sel]
+    view = (root / "runs/summarize/seed-0/ppo@2x2/result.json").exists()
+    assert before == [(5, "valid")] * 4 and after == [(0, "eval")] * (4 + view)
+    assert tuned_study.scored_eval > 0  # the reported runs were judged on the evaluation prompts
     # the reported runs use the trial with the best mean validation win rate, recomputed here
-    root = tmp_path / "c"
     differ = False
     for m in cfg.methods:
         trials = trial_settings(cfg.tuning, m)
@@ -94,8 +45,8 @@ def test_tuning_selects_on_validation_prompts_and_tuning_seeds_only(tmp_path, mo
         assert reported["settings"] == trials[best] and reported["split"] == "eval"
     assert differ, "every trial scored alike: the choice would not show which results it read"
     assert not (root / "tuning/summarize/seed-0").exists() and not (root / "runs/summarize/seed-5").exists()
-    text = (report / "report.md").read_text()
-    assert "## Tuning" in text and "| rloo_clip | lr " in text and "updates (validation " in text
+    text = (root / "report" / "report.md").read_text()
+    assert "## Tuning" in text and "| ppo | lr " in text and "updates (validation " in text
     assert "## Equal KL" in text and "| rloo | " in text
     # KL 100 is never reached in 2 steps: no value there, and rloo has no difference from itself
     kl_part = text.split("## Equal KL")[1]
