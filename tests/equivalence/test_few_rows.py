@@ -9,6 +9,8 @@ log-probs go through the tiny models' whole forward pass: TINY_MODEL_FORWARD of 
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -70,9 +72,24 @@ def _prompts():
     return ids.masked_fill(~mask, PAD), mask
 
 
-@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
-@pytest.mark.parametrize("tied", [False, True], ids=["untied", "tied"])
-@pytest.mark.parametrize("arch", ARCHS)
+# pairwise over architecture x head x LoRA (as tests/equivalence/test_gradient_matrix.py): every
+# architecture with a tied and an untied head, with and without LoRA, and the four head x LoRA pairs,
+# in 8 rows instead of the product's 16 (test_sampler_rows_cover_every_pair)
+SAMPLER_FACTORS = (ARCHS, (False, True), (False, True))
+SAMPLER_ROWS = [(arch, tied, tied == bool(i % 2)) for i, arch in enumerate(ARCHS) for tied in (False, True)]
+
+
+def test_sampler_rows_cover_every_pair():
+    for i, j in itertools.combinations(range(3), 2):
+        want = set(itertools.product(SAMPLER_FACTORS[i], SAMPLER_FACTORS[j]))
+        assert {(row[i], row[j]) for row in SAMPLER_ROWS} == want, (i, j)
+
+
+@pytest.mark.parametrize(
+    "arch,tied,lora",
+    SAMPLER_ROWS,
+    ids=[f"{a}-{'tied' if t else 'untied'}-{'lora' if lo else 'full'}" for a, t, lo in SAMPLER_ROWS],
+)
 def test_sampler_with_swapped_linears_draws_the_same_tokens(arch, tied, lora, monkeypatch):
     """End to end in fp32 on every architecture (GPT-2's Conv1D layers keep their own product, its head
     is an nn.Linear), tied and untied heads, under LoRA (its base layers and adapters are nn.Linear):

@@ -29,7 +29,9 @@ def _cfg(path, out, **kw) -> RLConfig:
     return RLConfig(**(base | kw))
 
 
-@pytest.mark.parametrize("source", ["reward_model", "reward_fn", "lora"])
+# reward_fn alone in the slow tier (each case starts a producer process, 3-5 s of CPU importing torch
+# and rloo): lora scores with the reward_fn, reward_model takes its reference from a separate model
+@pytest.mark.parametrize("source", ["reward_model", pytest.param("reward_fn", marks=pytest.mark.slow), "lora"])
 def test_the_producer_scores_as_the_trainer_does(tiny_model_dir, tmp_path, source):
     """lora: the reference is the policy with its adapters off; the producer takes its own copy's,
     and the adapters are moved away from 0 first, so that adapters left on would show."""

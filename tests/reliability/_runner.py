@@ -2,8 +2,9 @@
 
 Children are forked from a forkserver that has imported torch/transformers/rloo once, so each
 run costs its training time, not 10+ s of imports. The forkserver itself never computes, so no
-thread pool is live when it forks. Every child uses one torch thread: all runs that are compared
-bit for bit then do the same arithmetic in the same order.
+thread pool is live when it forks. Every child uses one torch thread unless `threads` says otherwise
+(two start the rollout producer at max_staleness > 0, rloo.rollout.producer): all runs that are
+compared bit for bit then do the same arithmetic in the same order.
 
 Faults (`kind@step`), each raised by the process against itself at a deterministic point:
   term@s       SIGTERM in the middle of step s (after its metrics are logged)
@@ -38,14 +39,23 @@ def _context():
     if _CTX is None:
         _CTX = mp.get_context("forkserver")
         _CTX.set_forkserver_preload(
-            ["rloo.cli", "rloo.training.rl", "torch.utils.tensorboard", "reliability._helpers", "reliability._runner"]
+            [
+                "rloo.cli",
+                "rloo.training.rl",
+                "torch.utils.tensorboard",
+                "reliability._helpers",
+                "reliability._runner",
+                "reliability._procs",
+            ]
         )
     return _CTX
 
 
-def run_cli(argv: list[str], log: Path, fault: str | None = None, timeout: float = 300) -> tuple[int, str]:
+def run_cli(
+    argv: list[str], log: Path, fault: str | None = None, timeout: float = 300, threads: int = 1
+) -> tuple[int, str]:
     """Run `rloo *argv` in a child; returns (exit code, or -signal if killed; its stderr+stdout)."""
-    proc = _context().Process(target=_child, args=(argv, str(log), fault))
+    proc = _context().Process(target=_child, args=(argv, str(log), fault, threads))
     proc.start()
     proc.join(timeout)
     if proc.is_alive():
@@ -55,9 +65,9 @@ def run_cli(argv: list[str], log: Path, fault: str | None = None, timeout: float
     return proc.exitcode, Path(log).read_text()
 
 
-def start_cli(argv: list[str], log: Path, fault: str | None = None):
+def start_cli(argv: list[str], log: Path, fault: str | None = None, threads: int = 1):
     """Start `rloo *argv` in a child and return it at once (join it, read `log` after)."""
-    proc = _context().Process(target=_child, args=(argv, str(log), fault))
+    proc = _context().Process(target=_child, args=(argv, str(log), fault, threads))
     proc.start()
     return proc
 
@@ -78,13 +88,13 @@ def start_lock_holder(folder: Path, ready_dir: Path, seconds: float = 60, shared
     return proc
 
 
-def _child(argv, log, fault):
+def _child(argv, log, fault, threads=1):
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     import torch
 
-    torch.set_num_threads(1)
+    torch.set_num_threads(threads)
     if fault:
         _install(*fault.split("@"), log=log)
     from rloo.cli import main

@@ -71,3 +71,17 @@ def train_run(tiny_model_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("train") / "run"
     assert main(["train", f"policy={tiny_model_dir}", f"output_dir={out}", *TRAIN]) == 0
     return out
+
+
+@pytest.fixture(scope="session")
+def async_run(tiny_model_dir, tmp_path_factory):
+    """A finished 2-step `rloo train` run at max_staleness=1, its checkpoints holding ring/
+    (read-only: copy it first). Sampled in this process with one thread (LaggedSampler: no producer
+    process to start), as the tests that resume it do."""
+    import torch
+
+    out = tmp_path_factory.mktemp("async") / "run"
+    torch.set_num_threads(1)  # the next test's own fixture sets the suite's count again
+    assert main(["train", f"policy={tiny_model_dir}", f"output_dir={out}", *TRAIN, "max_staleness=1"]) == 0
+    assert (out / "checkpoints" / "step-000002" / "ring" / "version-000001.safetensors").exists()
+    return out

@@ -27,30 +27,12 @@ from rloo.rollout.multiturn import Limits
 from rloo.runtime.atomic import sync_and_hash
 from rloo.runtime.checkpoint import MARKER
 
+from .conftest import TRAIN
 from .test_bad_input import _files, _one_line
 
-RUN = [
-    "reward_fn=reliability._helpers:reward_short",
-    "steps=2",
-    "batch_size=2",
-    "k=2",
-    "max_new_tokens=4",
-    "eval_every=null",
-    "save_every=1",
-    "max_staleness=1",
-]
+RUN = [*TRAIN, "max_staleness=1"]  # the settings of the session's async_run (conftest.py)
 CKPT = Path("checkpoints") / "step-000002"
 RING = CKPT / "ring" / "version-000001.safetensors"
-
-
-@pytest.fixture(scope="module")
-def async_run(tiny_model_dir, tmp_path_factory):
-    """A finished 2-step run at max_staleness=1, in the trainer's process (1 thread: LaggedSampler)."""
-    out = tmp_path_factory.mktemp("async") / "run"
-    torch.set_num_threads(1)
-    assert main(["train", f"policy={tiny_model_dir}", f"output_dir={out}", *RUN]) == 0
-    assert (out / RING).exists()
-    return out
 
 
 def _rehash(ckpt: Path) -> None:

@@ -75,13 +75,18 @@ def _run(tiny_model_dir, out, n: int, threads: int, monkeypatch, batches: list, 
         torch.set_num_threads(int(os.environ.get("RLOO_TEST_THREADS", "2")))  # the producer's close() set it
 
 
-def _check_exact_resume(tiny_model_dir, tmp_path, monkeypatch, n, threads, stop_at, **kw) -> Path:
+def _check_exact_resume(tiny_model_dir, tmp_path, monkeypatch, n, threads, stops, **kw) -> Path:
+    """A never-stopped run, and one stopped by SIGTERM at each step of `stops` in turn (each stop in a
+    run resumed from the one before), then resumed to its end."""
     ref = tmp_path / "ref"
     want, got, out = [], [], tmp_path / "run"
     _run(tiny_model_dir, ref, n, threads, monkeypatch, want, **kw)
-    with pytest.raises(Interrupted, match=f"stopped at step {stop_at}/6"):
-        _run(tiny_model_dir, out, n, threads, monkeypatch, got, stop_at=stop_at, **kw)
-    assert step_of(latest_checkpoint(out)) == stop_at
+    done = 0
+    for stop_at in stops:
+        with pytest.raises(Interrupted, match=f"stopped at step {stop_at}/6"):
+            _run(tiny_model_dir, out, n, threads, monkeypatch, got, stop_at=stop_at - done, resume=done > 0, **kw)
+        assert step_of(latest_checkpoint(out)) == stop_at
+        done = stop_at
     _run(tiny_model_dir, out, n, threads, monkeypatch, got, resume=True, **kw)
     assert len(got) == len(want) == 6  # the batches the trainer took (a producer's extra ones were dropped)
     for t, ((tokens, lp), (want_tokens, want_lp)) in enumerate(zip(got, want, strict=True)):
@@ -92,15 +97,17 @@ def _check_exact_resume(tiny_model_dir, tmp_path, monkeypatch, n, threads, stop_
     return out
 
 
-@pytest.mark.parametrize(("n", "stop_at"), [(1, 3), (2, 3), (2, 1)])  # (2, 1): stopped before the lag is N
-def test_in_process_lag_resumes_exactly(tiny_model_dir, tmp_path, monkeypatch, n, stop_at):
-    _check_exact_resume(tiny_model_dir, tmp_path, monkeypatch, n, threads=1, stop_at=stop_at)
+# N = 2: stopped at 1, before the lag is N, resumed, stopped again at 3, after it, resumed to the end
+# (one never-stopped run for both stops); the LoRA case below stops a fresh run at 3 at N = 2
+@pytest.mark.parametrize(("n", "stops"), [(1, (3,)), (2, (1, 3))], ids=["1-stop3", "2-stop1-stop3"])
+def test_in_process_lag_resumes_exactly(tiny_model_dir, tmp_path, monkeypatch, n, stops):
+    _check_exact_resume(tiny_model_dir, tmp_path, monkeypatch, n, threads=1, stops=stops)
 
 
 @pytest.mark.slow  # three producer processes started: 39-43 s each at load average 4 on 2 cores
 @pytest.mark.parametrize("n", [1, 2])  # the default suite has N = 1 in test_async_processes.py (SIGKILL, --resume)
 def test_producer_resumes_exactly(tiny_model_dir, tmp_path, monkeypatch, n):
-    _check_exact_resume(tiny_model_dir, tmp_path, monkeypatch, n, threads=2, stop_at=3)
+    _check_exact_resume(tiny_model_dir, tmp_path, monkeypatch, n, threads=2, stops=(3,))
 
 
 def test_lora_resumes_exactly_from_the_adapters_alone(tiny_model_dir, tmp_path, monkeypatch):
@@ -109,7 +116,7 @@ def test_lora_resumes_exactly_from_the_adapters_alone(tiny_model_dir, tmp_path, 
     from rloo.config import LoraSettings
 
     lora = LoraSettings(r=4, save="merged")
-    out = _check_exact_resume(tiny_model_dir, tmp_path, monkeypatch, 2, threads=1, stop_at=3, lora=lora)
+    out = _check_exact_resume(tiny_model_dir, tmp_path, monkeypatch, 2, threads=1, stops=(3,), lora=lora)
     ring = {f.name: load_file(f) for f in sorted((out / "checkpoints" / "step-000004" / "ring").iterdir())}
     assert list(ring) == ["version-000002.safetensors", "version-000003.safetensors"] and all(ring.values())
     assert all("lora_" in name for v in ring.values() for name in v)

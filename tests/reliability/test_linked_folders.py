@@ -75,20 +75,6 @@ def test_train_resume_refuses_a_linked_folder(rel, train_run, tiny_model_dir, tm
     assert _tree(out) == inside, "a refused run changed its folder"
 
 
-@pytest.fixture(scope="module")
-def async_run(tiny_model_dir, tmp_path_factory):
-    """A finished 2-step run at max_staleness=1: its checkpoints hold ring/ (read-only: copy it).
-    Sampled in this process (one thread: no producer process to start)."""
-    import rloo.rollout.producer as producer
-
-    out = tmp_path_factory.mktemp("async") / "run"
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(producer.torch, "get_num_threads", lambda: 1)
-        assert main(["train", f"policy={tiny_model_dir}", f"output_dir={out}", *TRAIN, "max_staleness=1"]) == 0
-    assert (out / "checkpoints" / "step-000002" / "ring").is_dir()
-    return out
-
-
 def test_train_resume_refuses_a_linked_ring(async_run, tiny_model_dir, tmp_path, capsys):
     out = tmp_path / "run"
     shutil.copytree(async_run, out, symlinks=True)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import errno
 import signal
 import socket
-import subprocess
 import time
 from pathlib import Path
 
@@ -19,14 +18,13 @@ from rloo.cli import main
 from rloo.errors import ConfigError
 from rloo.runtime import address as address_module
 
-from .test_async_processes import _alive, _children, _wait_for_steps
+from ._procs import Cli, alive, children, free_port, last_line, remote_producer, remote_trainer, wait_for_steps
 from .test_bad_input import _one_line
-from .test_remote_producer import _last_line, _port, _producer, _trainer
 
 RW = "reward_fn=reliability._helpers:reward_short"
 
 
-def _wait_for_line(log: Path, proc: subprocess.Popen, text: str, timeout: float = 300) -> None:
+def _wait_for_line(log: Path, proc: Cli, text: str, timeout: float = 300) -> None:
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout:
         assert proc.poll() is None, log.read_text()
@@ -83,32 +81,32 @@ def test_an_address_of_another_machine_is_refused(monkeypatch):
 def test_a_trainer_waiting_for_its_producer_stops_at_once_on_sigterm(tiny_model_dir, tmp_path):
     """The wait ran inside the native rendezvous, which returns to Python (and its signal handler)
     only at its 600 s timeout: SIGTERM at 120 s ended the run at ~740 s."""
-    address = f"127.0.0.1:{_port()}"
+    address = f"127.0.0.1:{free_port()}"
     out, log = tmp_path / "run", tmp_path / "run-trainer.txt"
-    trainer = _trainer(tiny_model_dir, out, address, "producer_connect_timeout_s=600")
+    trainer = remote_trainer(tiny_model_dir, out, address, "producer_connect_timeout_s=600")
     try:
         _wait_for_line(log, trainer, "waiting for the rollout producer")
-        children = _children(trainer.pid)
+        family = children(trainer.pid)
         t = time.monotonic()
         trainer.send_signal(signal.SIGTERM)
         assert trainer.wait(20) == 128 + signal.SIGTERM
         assert time.monotonic() - t < 20
     finally:
         trainer.kill()
-    assert _last_line(log).startswith("rloo train: interrupted by SIGTERM; rerun with --resume")
-    assert not [p for p in children if _alive(p)], "a process of the run was left behind"
+    assert last_line(log).startswith("rloo train: interrupted by SIGTERM; rerun with --resume")
+    assert not [p for p in family if alive(p)], "a process of the run was left behind"
 
 
 def test_a_trainer_nobody_joins_says_so_in_bounded_time(tiny_model_dir, tmp_path):
-    address = f"127.0.0.1:{_port()}"
+    address = f"127.0.0.1:{free_port()}"
     out, log = tmp_path / "run", tmp_path / "run-trainer.txt"
-    trainer = _trainer(tiny_model_dir, out, address, "producer_connect_timeout_s=1")
+    trainer = remote_trainer(tiny_model_dir, out, address, "producer_connect_timeout_s=1")
     try:
         _wait_for_line(log, trainer, "waiting for the rollout producer")
         assert trainer.wait(30) == 2
     finally:
         trainer.kill()
-    assert _last_line(log) == (
+    assert last_line(log) == (
         f"rloo train: error: no rollout producer joined at {address} within 1 s (producer_connect_timeout_s); "
         f"start `rloo produce address={address}` on its machine, then rerun with --resume"
     )
@@ -121,22 +119,22 @@ def test_a_producer_facing_a_silent_listener_gives_up_in_bounded_time(tmp_path):
         silent.bind(("127.0.0.1", 0))
         silent.listen()
         log = tmp_path / "producer.txt"
-        producer = _producer(log, f"127.0.0.1:{silent.getsockname()[1]}", "connect_timeout_s=2")
+        producer = remote_producer(log, f"127.0.0.1:{silent.getsockname()[1]}", "connect_timeout_s=2")
         try:
             assert producer.wait(60) == 2
         finally:
             producer.kill()
-    assert "did not answer as an rloo rendezvous within 2 s" in _last_line(log)
+    assert "did not answer as an rloo rendezvous within 2 s" in last_line(log)
 
 
 def test_a_second_producer_is_told_the_trainer_has_one(tiny_model_dir, tmp_path):
-    address = f"127.0.0.1:{_port()}"
+    address = f"127.0.0.1:{free_port()}"
     out = tmp_path / "run"
-    trainer = _trainer(tiny_model_dir, out, address, steps=200)
-    first, second = _producer(tmp_path / "producer.txt", address), None
+    trainer = remote_trainer(tiny_model_dir, out, address, steps=200)
+    first, second = remote_producer(tmp_path / "producer.txt", address), None
     try:
-        _wait_for_steps(out, trainer, 1)
-        second = _producer(tmp_path / "producer-2.txt", address, "connect_timeout_s=30")
+        wait_for_steps(out, trainer, 1)
+        second = remote_producer(tmp_path / "producer-2.txt", address, "connect_timeout_s=30")
         assert second.wait(120) == 2
         trainer.send_signal(signal.SIGTERM)
         assert trainer.wait(120) == 128 + signal.SIGTERM
@@ -145,7 +143,7 @@ def test_a_second_producer_is_told_the_trainer_has_one(tiny_model_dir, tmp_path)
         for proc in (trainer, first, second):
             if proc is not None:
                 proc.kill()
-    assert _last_line(tmp_path / "producer-2.txt") == (
+    assert last_line(tmp_path / "producer-2.txt") == (
         f"rloo produce: error: the trainer at {address} already has its rollout producer (one per run)"
     )
-    assert _last_line(tmp_path / "producer.txt") == "the trainer's run ended: stopping"
+    assert last_line(tmp_path / "producer.txt") == "the trainer's run ended: stopping"
