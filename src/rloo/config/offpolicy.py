@@ -31,5 +31,3 @@ def check_off_policy(s: Any) -> None:
         require("kl_outside", s.algorithm, "updates with is_kl=unweighted")
     if s.producer_address is not None and not s.max_staleness:
         raise ValueError("producer_address: the producer samples ahead of the trainer, set max_staleness >= 1")
-    if s.max_staleness and s.generation != "sampler":
-        raise ValueError("max_staleness > 0 samples with generation=sampler (rloo's own); vLLM is not supported")
