@@ -44,7 +44,8 @@ def main() -> None:
         print(f"| {s} | {wn:.4f} | {wt:.4f} | {diffs[-1]:+.2f} |")
     half = T975[len(diffs) - 1] * statistics.stdev(diffs) / math.sqrt(len(diffs)) if len(diffs) > 1 else float("nan")
     print(
-        f"\npaired difference tis - none: {statistics.fmean(diffs):+.2f} +- {half:.2f} points (95% t, {len(diffs)} seeds)"
+        f"\npaired difference tis - none: {statistics.fmean(diffs):+.2f} +- {half:.2f} points "
+        f"(95% t, {len(diffs)} seeds)"
     )
     for c in ("none", "tis"):
         steps = [st for s in seeds for st in res[(s, c)][1]]
