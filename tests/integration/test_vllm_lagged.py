@@ -42,20 +42,23 @@ def _argv(path, out, steps: int, reward: str, *extra) -> list[str]:
 
 
 @pytest.mark.vllm
-def test_rloo_train_samples_with_vllm_in_the_producer(tmp_path):
-    """End to end: the producer process starts its own engine, each batch's lag and importance weights
-    and vLLM's mismatch with the lagged policy (fp32: within rounding) are logged, the run finishes."""
+@pytest.mark.parametrize("threads", [2, 1])  # 2: the producer process; 1: the lag in the trainer's process
+def test_rloo_train_samples_with_vllm_in_the_producer(tmp_path, threads):
+    """End to end: the producer process (or, on one thread, the in-process lag) starts its own engine,
+    each batch's lag and importance weights and vLLM's mismatch with the lagged policy (fp32: within
+    rounding) are logged, the run finishes."""
     from helpers.vllm_models import save_vllm_lm
 
     _vllm()
     path, out = save_vllm_lm(tmp_path / "m", "llama"), tmp_path / "run"
     argv = _argv(path, out, 4, "reliability._helpers:reward_short", "save_every=null")
-    r = subprocess.run([sys.executable, "-m", "rloo.cli", *argv], capture_output=True, text=True, timeout=900, env=ENV)
+    env = ENV | {"OMP_NUM_THREADS": str(threads)}
+    r = subprocess.run([sys.executable, "-m", "rloo.cli", *argv], capture_output=True, text=True, timeout=900, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     steps = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     steps = [s for s in steps if "loss/policy" in s]
     assert [s["is/lag"] for s in steps] == [0.0, 1.0, 1.0, 1.0]
-    assert all("time/producer_sample" in s for s in steps)  # sampled in the producer process
+    assert all(("time/producer_sample" in s) == (threads > 1) for s in steps)  # where it sampled
     assert all(abs(s["vllm/kl_mu_pi"]) < 1e-3 and s["vllm/logprob_abs_max"] < 1e-3 for s in steps), steps
     assert (out / "model").exists()
 
