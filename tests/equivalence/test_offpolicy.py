@@ -56,14 +56,16 @@ def _weights(log_ratio: torch.Tensor, correction: str) -> torch.Tensor:
     return torch.ones_like(rho)
 
 
-def reference_gradient(models, roll, cfg, correction, kl_outside=False):
+def reference_gradient(models, roll, cfg, correction, kl_outside=False, mu=None):
+    """mu: the behaviour's per-token log-probs of each row's real tokens (list of (T_i,)); by default
+    the rollout's stored ones (`roll.logprobs`)."""
     policy = models.policy
     policy.eval()
     n = len(roll.prompts)
     ids, mask = roll.completion_ids, roll.completion_mask
     seqs = [(roll.prompt_ids[i][roll.prompt_mask[i]], ids[i][mask[i]]) for i in range(n)]
     lp = [_token_logprobs(policy, x, y) for x, y in seqs]
-    mu = [roll.logprobs[i][roll.completion_mask[i]].double() for i in range(n)]
+    mu = [m.double() for m in mu] if mu is not None else [roll.logprobs[i][mask[i]].double() for i in range(n)]
     with torch.no_grad():
         ref = torch.stack([_token_logprobs(models.ref, x, y).sum() for x, y in seqs]).double()
     scores = torch.tensor(reward_fn(roll.prompts, roll.completions), dtype=torch.float64)

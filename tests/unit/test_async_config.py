@@ -21,6 +21,8 @@ def test_correction_is_derived_from_staleness():
     # raft trains on lagged samples as they are: no importance weight by default
     assert RLConfig(policy="x", algorithm="raft", max_staleness=1).off_policy_correction == "none"
     assert RLConfig(policy="x", algorithm="raft", is_correction="none").off_policy_correction is None
+    # vLLM samples in the lagged samplers too: mu is the lagged engine's log-probs (rloo.rollout.versioned)
+    assert RLConfig(policy="x", max_staleness=1, generation="vllm").off_policy_correction == "tis"
 
 
 @pytest.mark.parametrize(
@@ -32,7 +34,6 @@ def test_correction_is_derived_from_staleness():
         (dict(max_staleness=1, algorithm="dpo"), "dpo is offline"),
         (dict(is_correction="tis", algorithm="raft"), "raft trains on lagged samples as they are"),
         (dict(max_staleness=1, is_correction="mis_token", algorithm="raft"), "no tractable importance ratio"),
-        (dict(max_staleness=1, generation="vllm"), "generation=sampler"),
         (dict(producer_address="10.0.0.2:29511"), "set max_staleness >= 1"),
         (dict(is_kl="unweighted"), "is_kl=unweighted: for the importance-weighted update"),
         (dict(max_staleness=1, is_kl="unweighted", algorithm="reinforce"), "implemented for rloo only"),

@@ -74,8 +74,6 @@ def check_off_policy(s: Any) -> None:
     _check_bounded_settings(s, correction)
     if s.producer_address is not None and not s.max_staleness:
         raise ValueError("producer_address: the producer samples ahead of the trainer, set max_staleness >= 1")
-    if s.max_staleness and s.generation != "sampler":
-        raise ValueError("max_staleness > 0 samples with generation=sampler (rloo's own); vLLM is not supported")
 
 
 # the settings only one correction reads: set away from their defaults with another, they would do

@@ -17,8 +17,8 @@ import copy
 import torch
 
 from rloo.config import RLConfig
-from rloo.rollout.sampler import Rollout, rollout
-from rloo.rollout.settings import sampling_settings
+from rloo.rollout.sampler import Rollout
+from rloo.rollout.versioned import VersionSampler
 from rloo.runtime.rng import batch_generator
 from rloo.runtime.weights import WeightRing
 
@@ -36,6 +36,7 @@ class LaggedSampler:
         self.tokenizer, self.cfg = tokenizer, cfg
         self.lag = cfg.max_staleness
         self.shadow = shadow_copy(policy)
+        self.sample = VersionSampler(cfg, tokenizer)  # rloo's sampler, or vLLM (generation=vllm)
         # steps the trainer has made (= the next batch's index); a resumed run starts at its step
         # with its checkpoint's older versions (WeightRing.older_versions)
         self.version = version
@@ -52,18 +53,13 @@ class LaggedSampler:
         number of processes."""
         v = self.behaviour_version()
         self.ring.load_into(v, self.shadow)
-        cfg = self.cfg
-        roll = rollout(
-            self.shadow,
-            self.tokenizer,
-            prompts,
-            cfg.k,
-            **sampling_settings(cfg),
-            generator=batch_generator(cfg.seed, self.version),
-            rows=rows,
-        )
+        roll = self.sample(self.shadow, v, prompts, batch_generator(self.cfg.seed, self.version), rows)
         roll.lag = self.version - v
         return roll
+
+    def part_metrics(self) -> dict[str, float]:
+        """vLLM's mismatch with the lagged policy on the last batch (generation=vllm); else nothing."""
+        return self.sample.part_metrics()
 
     def sync(self, policy: torch.nn.Module) -> None:
         self.version += 1

@@ -26,8 +26,8 @@ from rloo.errors import RlooError
 from rloo.modeling.lora import AdapterDisabled
 from rloo.rollout.lagged import LaggedSampler, shadow_copy
 from rloo.rollout.remote import TAG_BATCH, TAG_CONTROL, ReceivedVersions, RemoteProducer
-from rloo.rollout.sampler import Rollout, rollout
-from rloo.rollout.settings import sampling_settings
+from rloo.rollout.sampler import Rollout
+from rloo.rollout.versioned import VersionSampler
 from rloo.runtime.address import resolve
 from rloo.runtime.child import ChildProcess, die_with_parent, put_until, wait_until
 from rloo.runtime.distributed import Dist, unwrap
@@ -80,6 +80,7 @@ def produce(job: Job, ring, wait, put) -> None:
     if job.score is not None and job.score.ref is None:  # LoRA: pi_ref is the policy with its adapters off
         job.score.ref = AdapterDisabled(job.model)
     oldest = ring.oldest()  # read before the trainer's first publish
+    sampler = VersionSampler(cfg, job.tokenizer)  # rloo's sampler, or vLLM started here (generation=vllm)
     for j in range(job.start, cfg.steps):  # the run's batches, no more (N may exceed the steps left)
         version = max(oldest, j - cfg.max_staleness)
         t0 = time.perf_counter()
@@ -89,9 +90,9 @@ def produce(job: Job, ring, wait, put) -> None:
         ring.load_into(version, job.model)
         gen = batch_generator(cfg.seed, j)
         prompts, rows = job.dist.shard(job.stream.next(), cfg.k)  # as the trainer's loop draws them
-        roll = rollout(job.model, job.tokenizer, prompts, cfg.k, **sampling_settings(cfg), generator=gen, rows=rows)
+        roll = sampler(job.model, version, prompts, gen, rows)
         t2 = time.perf_counter()
-        parts = {"time/producer_idle": t1 - t0, "time/producer_sample": t2 - t1}
+        parts = {"time/producer_idle": t1 - t0, "time/producer_sample": t2 - t1} | sampler.part_metrics()
         if job.score is not None:  # logged only when the producer scores: which side did is in the metrics
             roll = scored_rollout(roll, job.score)
             parts |= job.score.part_metrics() | {"time/producer_score": time.perf_counter() - t2}

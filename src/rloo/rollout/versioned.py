@@ -1,0 +1,67 @@
+"""Sampling a batch with the weights of one version, for the samplers that lag the trainer
+(rl.max_staleness = N > 0: the producer process, rloo.rollout.producer, and its in-process stand-in,
+rloo.rollout.lagged): rloo's own sampler on the model that holds the version, or with
+`generation=vllm` a vLLM engine (rloo.rollout.vllm) started in the sampling process from that model.
+
+The engine gets each version's weights once, when a batch first needs it (`VLLMSampler.sync`, which
+also drops the prefixes it cached with the older weights); the batches of one version reuse them.
+Its rollouts carry vLLM's own log-probs as `logprobs`: the behaviour policy mu of the update's one
+importance weight pi / mu is the lagged engine, so the weight corrects the lag and the engines'
+arithmetic together (docs/async.md). Its `vllm/*` metrics compare mu with the lagged policy's
+recomputed log-probs: the engines' mismatch alone, without the lag.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from rloo.config import RLConfig
+from rloo.rollout.sampler import Rollout, rollout
+from rloo.rollout.settings import sampling_settings
+from rloo.rollout.vllm import VLLMSampler
+from rloo.rollout.vllm_engine import check_device, import_vllm
+from rloo.runtime.precision import MIN_BF16_WIDTH_SAMPLING, model_width, resolve_precision
+
+
+class VersionSampler:
+    """`(model, version, prompts, generator, rows) -> Rollout`: K samples per prompt drawn with
+    `model`, which holds the weights of `version` (the caller loads them from its ring)."""
+
+    def __init__(self, cfg: RLConfig, tokenizer):
+        self.cfg, self.tokenizer = cfg, tokenizer
+        self.engine: VLLMSampler | None = None
+        self.synced: int | None = None  # the version the engine holds
+
+    def __call__(self, model: torch.nn.Module, version: int, prompts: list[str], generator, rows=None) -> Rollout:
+        cfg = self.cfg
+        if cfg.generation != "vllm":
+            return rollout(
+                model, self.tokenizer, prompts, cfg.k, **sampling_settings(cfg), generator=generator, rows=rows
+            )
+        if self.engine is None:  # started here, in the sampling process; it loads `model`'s weights at once
+            self.engine = VLLMSampler(cfg, self.tokenizer, model)
+        elif version != self.synced:
+            self.engine.sync(model)
+        self.synced = version
+        # the trainer's precision for the lagged policy's log-probs beside vLLM's (the `vllm/*` metrics)
+        with sampling_precision(cfg, model).autocast():
+            return self.engine(model, prompts, rows=rows, generator=generator)
+
+    def part_metrics(self) -> dict[str, float]:
+        """The last batch's sampler/trainer mismatch (vLLM only; rloo.rollout.vllm.mismatch_stats)."""
+        return self.engine.part_metrics() if self.engine is not None else {}
+
+
+def sampling_precision(cfg: RLConfig, model: torch.nn.Module):
+    """The precision the trainer samples in (its stage's, rloo.training.rl), for `model`'s device."""
+    device = next(model.parameters()).device
+    return resolve_precision(cfg.dtype, device, model_width(cfg), MIN_BF16_WIDTH_SAMPLING)
+
+
+def check_lagged_vllm(cfg: RLConfig, device: torch.device) -> None:
+    """The trainer's checks of a run whose lagged sampler is vLLM, before its run folder is made:
+    vLLM imports here and is built for `device` (one line otherwise). The engine itself starts where
+    it samples. With rl.producer_address the producer's machine needs vLLM, not this one."""
+    if cfg.generation != "vllm" or not cfg.max_staleness or cfg.producer_address is not None:
+        return
+    check_device(import_vllm(), device)
