@@ -19,7 +19,7 @@ from rloo.errors import RlooError
 from rloo.rollout.multiturn import episodes
 from rloo.tasks import get_task
 from rloo.tasks.tokenizer import build_tokenizer
-from rloo.training.rl import env_spec
+from rloo.training.common import env_spec
 
 
 def _ids(tok, text: str) -> list[int]:

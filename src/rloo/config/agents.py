@@ -88,6 +88,20 @@ def pipeline_env_refusal(rl, ev, reward_dataset) -> str | None:
     return multi_turn_refusal(rl, "rl.") or multi_turn_refusal(ev, "eval.")
 
 
+def rl_env_refusal(rl) -> str | None:
+    """The one-line reason `rloo train env=...` refuses its settings, or None: a method that trains
+    on episodes, the environment as the only reward, on-policy."""
+    if not (spec := METHOD_SPECS[rl.algorithm]).multi_turn:
+        why = f": {why_not_multi_turn(spec)} (docs/agents.md)" if spec.value_model else ""
+        methods = one_of(capable("multi_turn"))
+        return f"env= trains with algorithm={methods} only (for now), got algorithm={rl.algorithm}{why}"
+    if rl.reward_model is not None or rl.reward_fn:
+        return "env= gives the reward: leave reward_model and reward_fn unset"
+    if rl.off_policy_correction is not None:
+        return "env= trains on-policy only: max_staleness > 0 and is_correction are for single-turn rloo"
+    return None
+
+
 def eval_env_refusal(ev) -> str | None:
     """The one-line reason `rloo eval env=...` refuses its keys, or None: the environment judges (no
     reward_model, no judge) and no per-completion generation key."""

@@ -3,6 +3,8 @@ how policies are compared on held-out prompts, and how their responses are gener
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import Field, field_validator
 
 from rloo.config.base import MAX_SAMPLES, Strict
@@ -46,3 +48,19 @@ class EvalSettings(Strict):
     @classmethod
     def _greedy_allowed(cls, v: float) -> float:
         return check_temperature(v, greedy=True)
+
+
+def reward_fn_as_judge(data: Any) -> Any:
+    """An RLConfig's raw settings with its eval's judge defaulted: on a dataset with no reward model
+    and no eval.judge, the (first) Python reward judges the evaluation (a dataset has no gold judge,
+    and there is nothing else to judge with). The one place of this default: the pipeline's RL and
+    eval stages take it from the RLConfig."""
+    if not isinstance(data, dict) or data.get("dataset") is None or data.get("reward_model") is not None:
+        return data
+    fns, ev = data.get("reward_fn"), data.get("eval") or {}
+    judge = ev.judge if isinstance(ev, EvalSettings) else ev.get("judge") if isinstance(ev, dict) else ""
+    if not fns or not isinstance(fns, (str, list)) or judge is not None:  # a bad value: validation says so
+        return data
+    first = fns if isinstance(fns, str) else fns[0]  # several are summed in training: the first judges
+    ev = ev.model_copy(update={"judge": first}) if isinstance(ev, EvalSettings) else {**ev, "judge": first}
+    return {**data, "eval": ev}

@@ -7,12 +7,12 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from rloo.config.agents import EnvSettings, eval_env_refusal, pipeline_env_refusal
+from rloo.config.agents import EnvSettings, eval_env_refusal, pipeline_env_refusal, rl_env_refusal
 from rloo.config.base import Strict, check_device_name, normalize_report_to, refuse_float16
 from rloo.config.dataset import DatasetSettings
+from rloo.config.evaluation import reward_fn_as_judge
 from rloo.config.generation import check_rl_generation
 from rloo.config.method_choice import shared_settings
-from rloo.config.methods import METHOD_SPECS, capable, one_of, why_not_multi_turn
 from rloo.config.sections import EvalSettings, RewardSettings, RLSettings, SFTSettings
 from rloo.config.tasks import DEFAULT_TASK, TASK_SPECS, check_task, described_tasks, episode_tasks
 
@@ -62,19 +62,10 @@ class _Run(Strict):
         "WANDB_MODE=offline works without network), none, or a list of them.",
     )
 
-    @field_validator("report_to")
-    @classmethod
-    def _trackers(cls, v):
-        normalize_report_to(v)
-        return v
-
+    _trackers = field_validator("report_to")(classmethod(lambda cls, v: (normalize_report_to(v), v)[1]))
     _device = field_validator("device")(classmethod(lambda cls, v: check_device_name(v)))
     _task = field_validator("task")(classmethod(lambda cls, v: check_task(v)))
-
-    @field_validator("dtype")
-    @classmethod
-    def _dtype(cls, v):
-        return refuse_float16(v)
+    _dtype = field_validator("dtype")(classmethod(lambda cls, v: refuse_float16(v)))
 
 
 class SFTConfig(_Run, SFTSettings):
@@ -114,31 +105,12 @@ class RLConfig(_Run, RLSettings):
     @model_validator(mode="before")
     @classmethod
     def _reward_fn_judges(cls, data: Any) -> Any:
-        """On a dataset with no reward model and no eval.judge, the (first) Python reward is the
-        eval's judge: a dataset has no gold judge, and there is nothing else to judge with. The one
-        place of this default: the pipeline's RL and eval stages take it from here."""
-        if not isinstance(data, dict) or data.get("dataset") is None or data.get("reward_model") is not None:
-            return data
-        fns, ev = data.get("reward_fn"), data.get("eval") or {}
-        judge = ev.judge if isinstance(ev, EvalSettings) else ev.get("judge") if isinstance(ev, dict) else ""
-        if not fns or not isinstance(fns, (str, list)) or judge is not None:  # a bad value: validation says so
-            return data
-        first = fns if isinstance(fns, str) else fns[0]  # several are summed in training: the first judges
-        ev = ev.model_copy(update={"judge": first}) if isinstance(ev, EvalSettings) else {**ev, "judge": first}
-        return {**data, "eval": ev}
+        return reward_fn_as_judge(data)  # the one place of this default (rloo.config.evaluation)
 
     @model_validator(mode="after")
     def _env_alone(self):
-        if self.env is not None and not (spec := METHOD_SPECS[self.algorithm]).multi_turn:
-            why = f": {why_not_multi_turn(spec)} (docs/agents.md)" if spec.value_model else ""
-            raise ValueError(
-                f"env= trains with algorithm={one_of(capable('multi_turn'))} only (for now), "
-                f"got algorithm={self.algorithm}{why}"
-            )
-        if self.env is not None and (self.reward_model is not None or self.reward_fn):
-            raise ValueError("env= gives the reward: leave reward_model and reward_fn unset")
-        if self.env is not None and self.off_policy_correction is not None:
-            raise ValueError("env= trains on-policy only: max_staleness > 0 and is_correction are for single-turn rloo")
+        if self.env is not None and (why := rl_env_refusal(self)):
+            raise ValueError(why)
         check_rl_generation(self)
         return self
 

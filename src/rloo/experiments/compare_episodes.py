@@ -24,7 +24,7 @@ from rloo.experiments.compare_eval import CellJudge
 from rloo.experiments.compare_plots import _grid, _legend, _methods_run, _plt, _save
 from rloo.experiments.compare_tables import _fmt, _fmt_signed
 from rloo.modeling.loading import frozen, load_policy
-from rloo.training.rl import env_spec
+from rloo.training.common import env_spec
 
 # (result key, column) of the episode tables; success_rate is the headline
 COLUMNS = (

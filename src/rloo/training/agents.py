@@ -23,8 +23,7 @@ from rloo.runtime.atomic import atomic_write_text
 from rloo.runtime.tracking import say
 from rloo.runtime.user_code import load_callable
 from rloo.tasks import get_task
-from rloo.training.common import prepare_output_dir
-from rloo.training.rl import env_spec
+from rloo.training.common import env_spec, prepare_output_dir
 
 
 def evaluate_agents(ev: EvalConfig, *, overwrite: bool = False, name: str = "policy", base: str = "baseline") -> dict:

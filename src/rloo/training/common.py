@@ -11,8 +11,11 @@ import torch
 import yaml
 
 from rloo.algorithms.base import Accumulated
-from rloo.config import upgrade_saved_config
+from rloo.config import EvalConfig, RLConfig, upgrade_saved_config
 from rloo.core.accumulation import micro_batches, micro_shares
+from rloo.data.chat_turns import chat_frame, end_ids
+from rloo.envs import EnvSpec
+from rloo.envs.factory import env_factory
 from rloo.errors import RlooError, option
 from rloo.runtime.atomic import atomic_write_text
 from rloo.runtime.checkpoint import check_resume_config
@@ -202,3 +205,15 @@ def note_builtin_task(cfg, tokenizer, task, model: str) -> None:
             f"note: no dataset.path, so {model} trains on the built-in task {cfg.task!r}'s synthetic "
             f"prompts (words its tokenizer does not have); set dataset.path=FILE for your own data"
         )
+
+
+def env_spec(cfg: RLConfig | EvalConfig, tokenizer) -> EnvSpec:
+    """The episodes `cfg.env` asks for (training's or `rloo eval`'s): its environment factory,
+    cfg.env_settings' limits and the tokenizer's chat template around the turns (when it has one and
+    env_settings.chat_template)."""
+    assert cfg.env is not None
+    s = cfg.env_settings
+    chat = chat_frame(tokenizer, s.observation_role) if s.chat_template else None
+    factory = env_factory(cfg.env, tokenizer, s.tool_timeout_s, end_ids(tokenizer, chat))
+    limits = (s.max_turns, s.max_turn_tokens, s.max_total_tokens, s.step_timeout_s)
+    return EnvSpec(factory, *limits, chat=chat, prefill_observations=s.prefill_observations)

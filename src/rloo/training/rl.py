@@ -14,13 +14,10 @@ import torch
 from rloo.algorithms import make_algorithm, supports_distributed
 from rloo.algorithms.agents import episode_reward, sample_episodes
 from rloo.algorithms.base import LearnsValues, Models, Scoring
-from rloo.config import OFFLINE_ALGORITHMS, EvalConfig, RLConfig, upgrade_saved_config
-from rloo.data.chat_turns import chat_frame, end_ids
+from rloo.config import OFFLINE_ALGORITHMS, RLConfig, upgrade_saved_config
 from rloo.data.lengths import report_prompt_cuts
 from rloo.data.preflight import check_config
 from rloo.data.prompts import PromptStream
-from rloo.envs import EnvSpec
-from rloo.envs.factory import env_factory
 from rloo.errors import RlooError, option
 from rloo.modeling.dropout import maybe_disable_dropout
 from rloo.modeling.loading import enable_gradient_checkpointing, frozen, load_policy, load_reward_model, model_options
@@ -49,6 +46,7 @@ from rloo.tasks import get_task
 from rloo.training.common import (
     adamw,
     check_device,
+    env_spec,
     note_builtin_task,
     prepare_output_dir,
     seed_everything,
@@ -252,18 +250,6 @@ def load_models(cfg: RLConfig, reward_fn=None, policy_path: str | None = None) -
         return Models(policy, ref, tokenizer, episode_reward, env=env_spec(cfg, tokenizer))
     scorer = build_reward(cfg, tokenizer, reward_fn, load_rm=lambda p: _frozen_rm(p, opts, cfg.disable_dropout))
     return Models(policy, ref, tokenizer, scorer, sampler=_vllm_sampler(cfg, tokenizer, policy))
-
-
-def env_spec(cfg: RLConfig | EvalConfig, tokenizer) -> EnvSpec:
-    """The episodes `cfg.env` asks for (training's or `rloo eval`'s): its environment factory,
-    cfg.env_settings' limits and the tokenizer's chat template around the turns (when it has one and
-    env_settings.chat_template)."""
-    assert cfg.env is not None
-    s = cfg.env_settings
-    chat = chat_frame(tokenizer, s.observation_role) if s.chat_template else None
-    factory = env_factory(cfg.env, tokenizer, s.tool_timeout_s, end_ids(tokenizer, chat))
-    limits = (s.max_turns, s.max_turn_tokens, s.max_total_tokens, s.step_timeout_s)
-    return EnvSpec(factory, *limits, chat=chat, prefill_observations=s.prefill_observations)
 
 
 def _frozen_rm(path: str, opts: dict, no_dropout: bool = True):
