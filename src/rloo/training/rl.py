@@ -254,6 +254,7 @@ def env_spec(cfg: RLConfig | EvalConfig, tokenizer) -> EnvSpec:
     env_settings.chat_template)."""
     assert cfg.env is not None
     s = cfg.env_settings
+    assert cfg.env is not None, "env_spec is asked for a run with env= only"
     chat = chat_frame(tokenizer, s.observation_role) if s.chat_template else None
     factory = env_factory(cfg.env, tokenizer, s.tool_timeout_s, end_ids(tokenizer, chat))
     limits = (s.max_turns, s.max_turn_tokens, s.max_total_tokens, s.step_timeout_s)
@@ -283,6 +284,7 @@ def _preflight(models: Models, prompt: str, cfg: RLConfig) -> None:
     if models.env is not None:
         sample_episodes(models, [prompt], cfg, torch.Generator().manual_seed(cfg.seed))
         return
+    assert models.scorer is not None, "an online method needs a reward source"
     roll = rollout(
         models.policy,
         models.tokenizer,
