@@ -22,6 +22,7 @@ from rloo.core.truncation import Truncation
 from rloo.envs import EnvSpec
 from rloo.modeling.forward import completion_logprobs
 from rloo.modeling.forward_shared import completion_logprobs_shared
+from rloo.modeling.lora import AdapterDisabled
 from rloo.rewards import RewardSource
 from rloo.rollout import Rollout
 from rloo.rollout.capabilities import PreScoredRollout, Sampler
@@ -36,7 +37,7 @@ class Models:
     """The models of one run. `scorer` is None only for DPO without a reward model (it never scores)."""
 
     policy: torch.nn.Module  # trainable; under torchrun wrapped by DDP/FSDP
-    ref: torch.nn.Module  # frozen reference (the starting policy)
+    ref: torch.nn.Module | AdapterDisabled  # frozen reference (the starting policy; under LoRA its adapters off)
     tokenizer: PreTrainedTokenizerBase
     scorer: RewardSource | None  # the reward source
     sampler: Sampler | None = None  # optional generation backend (vLLM); None: rloo's sampler

@@ -87,3 +87,10 @@ def check_sides(settings: DatasetSettings, parts, n: int, train: bool = True, he
                 f"set another dataset.eval_fraction, or name held-out data with dataset.eval_split"
             )
     return parts
+
+
+def text_field(value: str | None) -> str:
+    """A field of a Record a stage read with `fields` (or an `optional` one the data has): the reader
+    checked that every row's is text (rloo.data.datasets), so it is never None here."""
+    assert value is not None, "a Record field the records were not read with"
+    return value

@@ -19,11 +19,20 @@ class RewardSource(Protocol):
     metrics after each call (each part's mean for a combination; {} for one source).
     """
 
-    def __call__(self, batch: Any) -> Tensor: ...
+    def __call__(self, batch: Any, /) -> Tensor: ...
 
     def score_texts(self, prompts: list[str], completions: list[str]) -> Tensor: ...
 
     def part_metrics(self) -> dict[str, float]: ...
+
+
+@runtime_checkable
+class HoldsRewardModel(Protocol):
+    """A source with a reward model among its parts (rloo.rewards.combine.WeightedReward), which a
+    judge of "the reward model" scores with; None when it has none."""
+
+    @property
+    def reward_model(self) -> RewardSource | None: ...
 
 
 def is_reward_source(obj: object) -> bool:

@@ -1,6 +1,7 @@
-"""What a generation backend and a rollout may offer beyond the required, as protocols: the loop and
-the steps ask `isinstance(x, Protocol)` (a run-time check of the members) instead of guessing with
-getattr, and the type checker holds each implementation to the signatures written here."""
+"""What a generation backend, a rollout and an episode's environment may offer beyond the required, as
+protocols: the loop and the steps ask `isinstance(x, Protocol)` (a run-time check of the members)
+instead of guessing with getattr, and the type checker holds each implementation to the signatures
+written here."""
 
 from __future__ import annotations
 
@@ -33,11 +34,24 @@ class ReportsMetrics(Protocol):
     def part_metrics(self) -> dict[str, float]: ...
 
 
+def part_metrics(backend: object) -> dict[str, float]:
+    """A backend's own numbers for the step's metrics; {} from one without (not ReportsMetrics)."""
+    return backend.part_metrics() if isinstance(backend, ReportsMetrics) else {}
+
+
 @runtime_checkable
 class Closable(Protocol):
     """A backend holding a process or a connection that ends with the run."""
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class KeepsStats(Protocol):
+    """An episode's environment that counts what happened in it (rloo.envs.CheckedEnv: tool calls and
+    tool errors, when the user's environment keeps them)."""
+
+    def stats(self) -> dict[str, float]: ...
 
 
 @runtime_checkable

@@ -30,7 +30,7 @@ from rloo.data.chat_turns import ChatFrame
 from rloo.data.collate import position_ids
 from rloo.modeling.forward import lm_logits
 from rloo.modeling.kvcache import append_columns, cache_kwarg, prefill_prompts, row_cache
-from rloo.rollout.capabilities import EpisodeRollout
+from rloo.rollout.capabilities import EpisodeRollout, KeepsStats
 from rloo.rollout.draw import _next_token, uniforms
 from rloo.rollout.episode_steps import Episode, Limits, answer, block, compact, reset_all
 from rloo.rollout.sampler import Rollout, _decoding_cache
@@ -178,7 +178,7 @@ def _trajectories(tokenizer, eps, prompts, k, g, prompt, cols, cut) -> Trajector
     (p_ids, p_mask), (ids, real, pol, lps) = prompt, cols
     device = p_ids.device
     texts = tokenizer.batch_decode(ids.masked_fill(~real, tokenizer.pad_token_id).tolist(), skip_special_tokens=True)
-    stats = [ep.env.stats() if hasattr(ep.env, "stats") else {} for ep in eps]
+    stats = [ep.env.stats() if isinstance(ep.env, KeepsStats) else {} for ep in eps]
     keys = sorted(set().union(*stats))
     turns = torch.tensor([float(ep.turns) for ep in eps])
     env_stats = {f"env/{key}": sum(s.get(key, 0.0) for s in stats) / len(eps) for key in keys}

@@ -167,7 +167,7 @@ class ProducerSampler:
         self.threads_before = torch.get_num_threads()
         # the stream is copied at the trainer's position: both draw the same prompts in the same order
         job = Job(cfg, shadow_copy(policy), tokenizer, copy.deepcopy(stream), start, score, dist or Dist())
-        if remote:
+        if cfg.producer_address is not None:  # remote
             self.remote = self.child = RemoteProducer(
                 cfg.producer_address, job, self.ring, policy, cfg.producer_connect_timeout_s
             )

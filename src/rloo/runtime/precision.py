@@ -38,8 +38,10 @@ import math
 import os
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ParamSpec, TypeVar, overload
 
 import torch
 
@@ -48,6 +50,8 @@ from rloo.errors import RlooError
 from rloo.runtime.cpukind import auto_bf16, cpu_flags
 from rloo.runtime.tracking import note
 
+P = ParamSpec("P")  # a stage's parameters and result type, which stage_precision keeps
+R = TypeVar("R")
 MIN_SPEEDUP = 1.5
 # (tokens, in, out) of the probe's matmul (only where the CPU flags cannot tell): a projection of a
 # 512-wide model on 128 tokens, 67 MFLOP: under 1 ms in fp32 at the ~100 GFLOP/s of two modern cores,
@@ -264,7 +268,11 @@ def recorded_precision() -> dict | None:
     return None if p is None else {"dtype": p.name, "reason": p.why}
 
 
-def stage_precision(fn=None, *, min_width: int = MIN_BF16_WIDTH):
+@overload
+def stage_precision(fn: Callable[P, R], *, min_width: int = ...) -> Callable[P, R]: ...
+@overload
+def stage_precision(fn: None = None, *, min_width: int = ...) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
+def stage_precision(fn: Callable | None = None, *, min_width: int = MIN_BF16_WIDTH) -> Callable:
     """Decorator for a stage `fn(cfg, ...)`: runs it under the autocast of cfg.dtype on cfg.device.
     `@stage_precision(min_width=MIN_BF16_WIDTH_SAMPLING)` for a stage dominated by decoding."""
 

@@ -25,8 +25,9 @@ CONFIG_KEY = "rloo_policy_config"  # the safetensors metadata of a ring file: th
 VOLATILE = {"torch_dtype", "dtype", "transformers_version", "use_cache", "architectures"}
 
 
-def config_dict(model: torch.nn.Module) -> dict:
-    """The configuration that decides what `model` computes (keys of storage and loading left out)."""
+def config_dict(model: object) -> dict:
+    """The configuration that decides what `model` computes (keys of storage and loading left out); any
+    object with a Hugging Face `config` (a model, a LoRA reference forwarding its network's), else {}."""
     config = getattr(model, "config", None)
     d = config.to_dict() if config is not None else {}
     kept = {k: v for k, v in d.items() if not k.startswith("_") and k not in VOLATILE}

@@ -22,13 +22,17 @@ import socket
 import stat
 import sys
 import time
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import ParamSpec, TypeVar, cast
 
 from rloo.errors import RlooError
 from rloo.runtime.confine import confine, hold_root, release_root
 
 LOCK_NAME = ".rloo.lock"
+P = ParamSpec("P")  # a stage's parameters and result type, which holds_run_folder keeps
+R = TypeVar("R")
 
 
 class RunFolderBusy(RlooError):
@@ -118,10 +122,8 @@ class _Lock:
         if self.fd is None:
             return
         # unlink while still holding it: a waiting process then retries on a fresh file (see acquire)
-        try:
+        with suppress(OSError):
             self.path.unlink()
-        except OSError:
-            pass
         os.close(self.fd)
         self.fd = None
         release_root(self.roots)
@@ -237,13 +239,13 @@ def run_folder(folder, enabled: bool = True):
             del _ACTIVE[key]
 
 
-def holds_run_folder(stage):
+def holds_run_folder(stage: Callable[P, R]) -> Callable[P, R]:
     """Decorator: `stage(cfg, ...)` runs holding `cfg.output_dir` (rank 0 only under torchrun)."""
 
     @functools.wraps(stage)
-    def wrapper(cfg, *args, **kwargs):
+    def wrapper(cfg, *args, **kwargs):  # the arguments passed on as they came (`cfg` read from them)
         with run_folder(cfg.output_dir, enabled=os.environ.get("RANK", "0") == "0"):
-            return stage(cfg, *args, **kwargs)
+            return cast("Callable[..., R]", stage)(cfg, *args, **kwargs)
 
     return wrapper
 

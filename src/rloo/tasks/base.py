@@ -98,6 +98,21 @@ class Task(Protocol):
         ...
 
 
+@runtime_checkable
+class ParsesAnswers(Protocol):
+    """A checker task that reads a response's final answer (arithmetic, calculator): pass@k counts the
+    unparseable apart."""
+
+    def parse_answer(self, response: str) -> int | None: ...
+
+
+@runtime_checkable
+class EpisodeSuccess(Protocol):
+    """A task played as episodes (calculator, guess): the return at which an episode is a success."""
+
+    success_threshold: float
+
+
 def sigmoid(x: float) -> float:
     """Numerically safe logistic function."""
     x = max(-60.0, min(60.0, x))

@@ -23,6 +23,7 @@ from rloo.runtime.atomic import atomic_write_text
 from rloo.runtime.tracking import say
 from rloo.runtime.user_code import load_callable
 from rloo.tasks import get_task
+from rloo.tasks.base import EpisodeSuccess
 from rloo.training.common import env_spec, prepare_output_dir
 
 
@@ -82,7 +83,8 @@ def success_threshold(ev: EvalConfig) -> float:
     """The episode reward that counts as solved (the module docstring)."""
     assert ev.env is not None
     if ev.env in episode_tasks():
-        return getattr(get_task(ev.env), "success_threshold", 1.0)
+        task = get_task(ev.env)
+        return task.success_threshold if isinstance(task, EpisodeSuccess) else 1.0
     return float(getattr(load_callable(ev.env, "environment"), "success_threshold", 1.0))
 
 

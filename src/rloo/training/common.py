@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import random
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import torch
@@ -63,12 +64,12 @@ def prepare_output_dir(cfg, resume: bool = False, overwrite: bool = False, can_r
     lock_now(out)
     held = _held_run(out, current, kind)
     _refuse_foreign(out, held, kind)
-    if held is not None and resume:
+    if isinstance(held, dict) and resume:  # a held run of this kind ("foreign" was refused above)
         check_resume_config(held, current)
     elif held is not None and overwrite:
         refuse_inputs_inside(cfg, out)
         empty_run_folder(out, kind)
-    elif held is not None:
+    elif isinstance(held, dict):
         same = {k: v for k, v in held.items() if k != "output_dir"} == {
             k: v for k, v in current.items() if k != "output_dir"
         }
@@ -122,7 +123,7 @@ def _refuse_foreign(out: Path, held, kind: str) -> None:
         )
 
 
-def _held_run(out: Path, current: dict, kind: str):
+def _held_run(out: Path, current: dict, kind: str) -> dict | Literal["foreign"] | None:
     """None (missing folder, or only a lock and marker), the saved config of an rloo run of this
     kind ({} when a run of it was killed before writing its config), or "foreign"."""
     if not out.is_dir() or is_bookkeeping_only(out):
@@ -137,7 +138,7 @@ def _held_run(out: Path, current: dict, kind: str):
     return upgrade_saved_config(held) if isinstance(held, dict) else {}
 
 
-def adamw(params, lr: float, weight_decay: float = 0.0) -> torch.optim.AdamW:
+def adamw(params, lr: float, weight_decay: float = 0.0) -> torch.optim.Optimizer:
     """AdamW over the trainable parameters; its state has their (fp32 master) dtype. Each step
     drops autocast's bf16 copies of the weights, which the step makes stale."""
     return refresh_casts_after_step(

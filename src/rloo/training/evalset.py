@@ -3,16 +3,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
+from typing import overload
 
 import torch
 
 from rloo.algorithms.base import Models
 from rloo.config import RLConfig
-from rloo.data.split import train_eval_records
+from rloo.data.split import text_field, train_eval_records
 from rloo.eval.judge import evaluate_policy
-from rloo.rewards.judges import make_judge, task_judge
+from rloo.rewards.base import HoldsRewardModel
+from rloo.rewards.judges import Judge, make_judge, task_judge
 from rloo.rollout.settings import decoding
 from rloo.runtime.distributed import unwrap
 from rloo.runtime.tracking import say
@@ -22,7 +23,7 @@ from rloo.runtime.tracking import say
 class EvalSet:
     prompts: list[str]
     references: list[str] | None
-    judge: Callable | None  # judge(prompt, response) -> float; None: no win rate
+    judge: Judge | None  # judge(prompt, response) -> float; None: no win rate
 
     @classmethod
     def of_task(cls, task, examples) -> EvalSet:
@@ -71,6 +72,14 @@ def eval_line(step: int, steps: int, res, n: int) -> str:
     return f"eval at step {step}/{steps} ({n} prompts): {', '.join(parts) or 'no judge scores'}{judged}{kl}"
 
 
+@overload
+def train_and_eval_prompts(
+    cfg: RLConfig, task, prompts: None, models: Models, steps: int | None = None
+) -> tuple[list[str], EvalSet]: ...
+@overload
+def train_and_eval_prompts(
+    cfg: RLConfig, task, prompts: list[str] | None, models: Models, steps: int | None = None
+) -> tuple[list[str], EvalSet | None]: ...
 def train_and_eval_prompts(
     cfg: RLConfig, task, prompts, models: Models, steps: int | None = None
 ) -> tuple[list[str], EvalSet | None]:
@@ -79,13 +88,13 @@ def train_and_eval_prompts(
     batch_size prompts, `steps` of the run's start: a resume that extends `steps` keeps the list)."""
     if prompts is not None:
         return prompts, None
-    rm = getattr(models.scorer, "reward_model", None)
+    rm = models.scorer.reward_model if isinstance(models.scorer, HoldsRewardModel) else None
     rm_name = f"reward model ({cfg.reward_model})"
     if cfg.dataset is not None:
         train_recs, eval_recs = train_eval_records(
             cfg.dataset, ("prompt",), cfg.eval_prompts, models.tokenizer, optional=("completion",)
         )
-        refs = [r.completion for r in eval_recs] if eval_recs[0].completion is not None else None
+        refs = [text_field(r.completion) for r in eval_recs] if eval_recs[0].completion is not None else None
         judge = make_judge(cfg.eval.judge, task=task, reward_scorer=rm, use_task=False, reward_name=rm_name)
         return [r.prompt for r in train_recs], EvalSet([r.prompt for r in eval_recs], refs, judge)
     examples = task.examples(cfg.eval_split, cfg.eval_prompts, seed=cfg.seed)

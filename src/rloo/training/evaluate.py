@@ -11,7 +11,7 @@ import torch
 from rloo.config import EvalConfig
 from rloo.data.lengths import report_prompt_cuts
 from rloo.data.preflight import check_config
-from rloo.data.split import eval_records
+from rloo.data.split import eval_records, text_field
 from rloo.errors import RlooError
 from rloo.eval.judge import PolicyEval, evaluate_policy
 from rloo.eval.paired import compare_paired, describe
@@ -27,6 +27,7 @@ from rloo.runtime.precision import MIN_BF16_WIDTH_SAMPLING, stage_precision
 from rloo.runtime.runlock import holds_run_folder
 from rloo.runtime.tracking import say
 from rloo.tasks import Example, get_task, has_checker
+from rloo.tasks.base import ParsesAnswers
 from rloo.training.agents import evaluate_agents
 from rloo.training.common import check_device, prepare_output_dir, seed_everything
 from rloo.training.eval_notes import honest_notes
@@ -57,7 +58,7 @@ def evaluate(cfg: EvalConfig, *, overwrite: bool = False) -> dict[str, PolicyEva
     # held-out prompts and references: the dataset's eval split (or held-out rows), or the task's eval split
     if cfg.dataset is not None:
         recs = eval_records(cfg.dataset, ("prompt", "completion"), cfg.num_prompts, tokenizer=loaded["policy"][1])
-        examples = [Example(r.prompt, r.completion) for r in recs]
+        examples = [Example(r.prompt, text_field(r.completion)) for r in recs]
     else:
         examples = task.examples("eval", cfg.num_prompts, seed=cfg.seed)
     judge = make_judge(
@@ -147,11 +148,11 @@ def format_table(results: dict[str, PolicyEval], judge: str) -> str:
 def _checker(cfg: EvalConfig, task) -> tuple[Callable, Callable | None] | None:
     """(check(prompt, response) -> 1/0/NaN, parse or None) for pass@k: `cfg.checker`, else a built-in
     checker task's own (on its own problems); None when there is no checker."""
-    if cfg.checker is not None:
-        fn = FunctionReward(load_function(cfg.checker), name=cfg.checker)
-        return lambda p, c: _solved(cfg.checker, fn.score_texts([p], [c])[0].item()), None
+    if (name := cfg.checker) is not None:
+        fn = FunctionReward(load_function(name), name=name)
+        return lambda p, c: _solved(name, fn.score_texts([p], [c])[0].item()), None
     if has_checker(task) and cfg.dataset is None:
-        return task.gold_score, getattr(task, "parse_answer", None)
+        return task.gold_score, task.parse_answer if isinstance(task, ParsesAnswers) else None
     return None
 
 

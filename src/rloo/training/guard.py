@@ -36,7 +36,7 @@ class NonFiniteGuard:
             ck.streak_start = {k: v for k, v in pre.items() if k != "streak_start"}
         c["skipped_in_row"] += 1
         c["skipped_total"] += 1
-        why = getattr(self.param_guard, "reason", None) or "non-finite loss or gradient"
+        why = (self.param_guard.reason if self.param_guard is not None else None) or "non-finite loss or gradient"
         say(
             f"step {step + 1}: {why}, update {'undone' if undone else 'skipped'} "
             f"({c['skipped_in_row']} in a row, {c['skipped_total']} in all)"

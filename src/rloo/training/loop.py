@@ -20,7 +20,7 @@ from rloo.errors import Interrupted, NonFiniteError, RewardError, RlooError, how
 from rloo.eval.plots import plot_training
 from rloo.modeling.loading import save_pretrained_atomic
 from rloo.modeling.lora import for_saving
-from rloo.rollout.capabilities import ReportsMetrics
+from rloo.rollout.capabilities import part_metrics
 from rloo.runtime.checkpoint import Checkpointer
 from rloo.runtime.distributed import unwrap
 from rloo.runtime.paramguard import ParamGuard
@@ -28,7 +28,7 @@ from rloo.runtime.progress_text import progress_suffix
 from rloo.runtime.signals import StopFlag
 from rloo.runtime.trackers import sample_rows
 from rloo.runtime.tracking import MetricsLogger, progress, say
-from rloo.training.evalset import eval_metrics
+from rloo.training.evalset import EvalSet, eval_metrics
 from rloo.training.guard import NonFiniteGuard, VanishingWeights, check_update
 
 
@@ -55,7 +55,7 @@ class RLResult:
     plots: list[Path] = field(default_factory=list)  # reward.png, kl.png, win_rate.png under output_dir/plots
 
 
-def loop(cfg, dist, models, state: LoopState, eval_set, start: int) -> RLResult:
+def loop(cfg, dist, models, state: LoopState, eval_set: EvalSet | None, start: int) -> RLResult:
     """Steps start..cfg.steps of state.algo, with periodic evals, metrics, checkpoints; stops cleanly
     (with a checkpoint) on SIGINT/SIGTERM; the final eval and the final model."""
     ck, opt, sched, stream, algo = state.ck, state.opt, state.sched, state.stream, state.algo
@@ -89,9 +89,7 @@ def loop(cfg, dist, models, state: LoopState, eval_set, start: int) -> RLResult:
                 except RlooError as e:  # raised before the update, so `pre` still matches the weights
                     raise _failed_step(ck, pre, step + 1, e) from e
                 checked = check_update(state.param_guard, dist, result.skipped)
-                parts = scorer.part_metrics() | (
-                    models.sampler.part_metrics() if isinstance(models.sampler, ReportsMetrics) else {}
-                )
+                parts = scorer.part_metrics() | part_metrics(models.sampler)
                 result.stats = dist.mean_metrics(result.stats | checked | parts)
                 if models.sampler is not None:  # keep vLLM's copy of the weights on-policy
                     models.sampler.sync(unwrap(models.policy))
@@ -122,7 +120,7 @@ def loop(cfg, dist, models, state: LoopState, eval_set, start: int) -> RLResult:
             log.close()
     plots = []
     if dist.is_main:
-        judge = getattr(eval_set.judge, "name", "judge") if eval_set is not None and eval_set.judge else "judge"
+        judge = eval_set.judge.name if eval_set is not None and eval_set.judge else "judge"
         data = cfg.dataset.path if cfg.dataset else cfg.task
         plots = plot_training(out / "metrics.jsonl", out / "plots", title=f"{cfg.algorithm} on {data}", judge=judge)
         win = f" (win rate {final['eval/win_rate']:.3f})" if "eval/win_rate" in final else ""

@@ -50,6 +50,7 @@ def _pipeline(cfg: PipelineConfig, resume: bool, overwrite: bool) -> dict:
         return _episodes_pipeline(cfg, rl_cfg, ev_cfg, out, times, t, resume)
     if not cfg.trains_reward_model():
         whose = f"{cfg.task}'s checker" if cfg.rl.reward_fn is None else "rl.reward_fn"
+        assert rl_cfg.reward_fn is not None, "without a reward model the RL stage scores with a function"
         say(f"[2/4] no reward model: {whose} is the reward ({_names(rl_cfg.reward_fn)})")
         rm = None
     else:
@@ -59,6 +60,7 @@ def _pipeline(cfg: PipelineConfig, resume: bool, overwrite: bool) -> dict:
         times["reward"], t = time.perf_counter() - t, time.perf_counter()
     say(f"[3/4] {cfg.rl.algorithm} for {cfg.rl.steps} steps, k={cfg.rl.k}, beta={cfg.rl.beta} -> {rl_cfg.output_dir}")
     rl = run_stage(train, rl_cfg, resume, kept_rl)
+    assert rl is not None  # a finished stage's result is read back (kept_rl)
     times["rl"], t = time.perf_counter() - t, time.perf_counter()
     say(f"[4/4] evaluation on {_eval_count(cfg)} held-out prompts -> {ev_cfg.output_dir}")
     results = evaluate(ev_cfg, overwrite=True)
@@ -102,6 +104,7 @@ def _episodes_pipeline(cfg: PipelineConfig, rl_cfg, ev_cfg, out, times: dict, t:
     run = f"{cfg.rl.steps} steps, k={cfg.rl.k}, beta={cfg.rl.beta}"
     say(f"[3/4] {rl_cfg.algorithm} on episodes for {run} -> {rl_cfg.output_dir}")
     rl = run_stage(train, rl_cfg, resume, kept_rl)
+    assert rl is not None  # a finished stage's result is read back (kept_rl)
     times["rl"], t = time.perf_counter() - t, time.perf_counter()
     say(f"[4/4] episodes on {_eval_count(cfg)} held-out prompts -> {ev_cfg.output_dir}")
     results = evaluate_agents(ev_cfg, overwrite=True, name=rl_cfg.algorithm, base="SFT")

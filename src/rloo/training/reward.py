@@ -14,7 +14,7 @@ from rloo.data.collate import batches
 from rloo.data.lengths import context_of, report_cuts
 from rloo.data.preferences import encode_pairs, pair_cuts, pair_rows, preference_pairs
 from rloo.data.preflight import check_config
-from rloo.data.split import train_eval_records
+from rloo.data.split import text_field, train_eval_records
 from rloo.modeling.dropout import has_dropout, maybe_disable_dropout
 from rloo.modeling.forward import reward_scores
 from rloo.modeling.forward_shared import reward_scores_shared
@@ -96,14 +96,16 @@ def _shares_prompts(model, cfg: RewardConfig) -> bool:
 
 
 @torch.no_grad()
-def evaluate_reward_model(model, tokenizer, task, pairs, cfg, device) -> tuple[float, float]:
+def evaluate_reward_model(model, tokenizer, task, pairs, cfg, device) -> tuple[float, float | None]:
     model.eval()
     prompts, comps = encode_pairs(tokenizer, pairs, cfg)
     agree_label, agree_gold, n_gold = 0, 0, 0
     for idx in batches(len(pairs), cfg.batch_size, shuffle=False):
         c, r = _score(model, prompts, comps, idx, device, share=True)  # eval mode, no gradient
         agree_label += int((c > r).sum())
-        for j, i in enumerate(idx.tolist() if task is not None else []):
+        if task is None:  # no gold judge (a dataset's pairs): agreement with the labels only
+            continue
+        for j, i in enumerate(idx.tolist()):
             p, ch, rj = pairs[i]
             gc, gr = task.gold_score(p, ch), task.gold_score(p, rj)
             if abs(gc - gr) > 1e-9:
@@ -176,14 +178,16 @@ def train_reward(cfg: RewardConfig, *, resume: bool = False, overwrite: bool = F
         train_recs, held_recs = train_eval_records(
             cfg.dataset, ("prompt", "chosen", "rejected"), cfg.eval_pairs, tokenizer=tokenizer
         )
-        train_pairs, held_out = ([(r.prompt, r.chosen, r.rejected) for r in rs] for rs in (train_recs, held_recs))
+        train_pairs, held_out = (
+            [(r.prompt, text_field(r.chosen), text_field(r.rejected)) for r in rs] for rs in (train_recs, held_recs)
+        )
         task = None
     else:  # sampled before the run folder is touched, so that a refusal below writes nothing
         train_pairs, held_out = _pairs(cfg, task, gen, state)
     prompts, comps = encode_pairs(tokenizer, train_pairs, cfg)
     cut_stats = report_cuts("reward", pair_cuts(prompts, comps, cfg), cfg.max_cut_share, context_of(model))
     inputs = fingerprints(cfg)
-    if state is not None:  # every refusal before the run folder is touched
+    if ckpt is not None and state is not None:  # every refusal before the run folder is touched
         n = steps_of(cfg, len(train_pairs))
         check_stage_resume(cfg, ckpt, state, n, _digest(train_pairs), inputs, trainable(model))
     out = prepare_output_dir(cfg, resume=resume, overwrite=overwrite, can_resume=True)

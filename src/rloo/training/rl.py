@@ -278,6 +278,7 @@ def _preflight(models: Models, prompt: str, cfg: RLConfig) -> None:
     if models.env is not None:
         sample_episodes(models, [prompt], cfg, torch.Generator().manual_seed(cfg.seed))
         return
+    assert models.scorer is not None, "an online method needs a reward source"
     roll = rollout(
         models.policy,
         models.tokenizer,

@@ -10,7 +10,7 @@ from rloo.core.losses import sft_loss
 from rloo.data.collate import encode_completions, encode_prompts, trim_left, trim_right
 from rloo.data.lengths import context_of, prompt_cut, report_cuts, target_cut
 from rloo.data.preflight import check_config
-from rloo.data.split import train_records
+from rloo.data.split import text_field, train_records
 from rloo.errors import RlooError
 from rloo.modeling.forward import completion_logprobs
 from rloo.modeling.loading import (
@@ -112,13 +112,14 @@ def sft(cfg: SFTConfig, *, resume: bool = False, overwrite: bool = False) -> SFT
         )
     else:
         tokenizer = tokenizer or build_tokenizer(task)
-        model = build_llama(cfg.arch, tokenizer, cfg.seed).to(device)
+        # transformers wraps PreTrainedModel.to with functools.wraps, which its types read as unbound
+        model = build_llama(cfg.arch, tokenizer, cfg.seed).to(device)  # pyright: ignore[reportArgumentType]
         model = add_lora(model, cfg.lora) if cfg.lora is not None else model
     # 2. data: the dataset's (prompt, completion) pairs, less its held-out rows, or the task's
     #    mixed-quality references
     if cfg.dataset is not None:
         examples = [
-            Example(r.prompt, r.completion)
+            Example(r.prompt, text_field(r.completion))
             for r in train_records(cfg.dataset, ("prompt", "completion"), tokenizer=tokenizer)
         ]
     else:
@@ -128,7 +129,7 @@ def sft(cfg: SFTConfig, *, resume: bool = False, overwrite: bool = False) -> SFT
     cuts = [prompt_cut(prompts, cfg.max_prompt_tokens), target_cut(targets, cfg.max_response_tokens)]
     cut_stats = report_cuts("sft", cuts, cfg.max_cut_share, context_of(model))  # refused: nothing written
     data_sha, inputs = prompts_digest([x for e in examples for x in (e.prompt, e.reference)]), fingerprints(cfg)
-    if state is not None:  # every refusal before the run folder is touched
+    if ckpt is not None and state is not None:  # every refusal before the run folder is touched
         check_stage_resume(cfg, ckpt, state, steps_of(cfg, len(examples)), data_sha, inputs, trainable(model))
     out = prepare_output_dir(cfg, resume=resume, overwrite=overwrite, can_resume=True)
     # 3. train, from the newest checkpoint with `resume` (rloo.training.supervised)
