@@ -123,9 +123,18 @@ def test_the_producers_vllm_decodes_as_the_policy_of_its_version(tmp_path):
 
 
 def _family(pid: int) -> list[int]:
-    from reliability.test_async_processes import _children
+    from reliability._procs import children
 
-    return _children(pid)
+    return children(pid)
+
+
+def _producer(trainer: int) -> int:
+    """The one producer process among `trainer`'s children (multiprocessing's spawn, not its tracker)."""
+    from reliability._procs import children, cmdline
+
+    found = [p for p in children(trainer) if "spawn_main" in cmdline(p) and "resource_tracker" not in cmdline(p)]
+    assert len(found) == 1, [(p, cmdline(p)) for p in children(trainer)]
+    return found[0]
 
 
 @pytest.mark.vllm
@@ -134,12 +143,14 @@ def test_the_vllm_producer_ends_with_its_trainer(tmp_path, sig):
     """SIGKILL of the trainer (no Python code runs in it: the kernel ends the producer, which asked
     for it) or SIGTERM (checkpoint, then the sampler's close()): no process of the run is left, the
     producer with its vLLM engine included."""
+    _vllm()  # first: without vLLM the test skips before anything else is imported
     from helpers.vllm_models import save_vllm_lm
-    from reliability.test_async_processes import _alive, _cmdline, _producer, _wait_for_steps
+    from reliability._procs import alive as _alive
+    from reliability._procs import cmdline as _cmdline
+    from reliability._procs import wait_for_steps as _wait_for_steps
 
-    _vllm()
     path, out = save_vllm_lm(tmp_path / "m", "llama"), tmp_path / "run"
-    argv = _argv(path, out, 40, "reliability.test_async_processes:slow_reward", "save_every=5")
+    argv = _argv(path, out, 40, "reliability._procs:slow_reward", "save_every=5")
     log = open(tmp_path / "log.txt", "w")
     proc = subprocess.Popen([sys.executable, "-m", "rloo.cli", *argv], stdout=log, stderr=subprocess.STDOUT, env=ENV)
     family = []

@@ -115,7 +115,7 @@ def train_dpo(cfg: RLConfig, *, resume: bool = False, overwrite: bool = False) -
     # 1. the reward model's pairs (same seed, same first n), and the reference's log-probs once
     pairs = load_pairs(cfg, task)
     prompts, comps = encode_pairs(models.tokenizer, pairs, cfg)
-    cut_stats = report_cuts("dpo", pair_cuts(prompts, comps, cfg), cfg.max_cut_share, context_of(models.policy))
+    cut_stats = report_cuts(cfg.algorithm, pair_cuts(prompts, comps, cfg), cfg.max_cut_share, context_of(models.policy))
     out = prepare_output_dir(cfg, overwrite=overwrite)  # after the refusal above: nothing written
     with torch.no_grad():
         ref = [
