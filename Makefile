@@ -74,12 +74,12 @@ demo: $(STAMP)
 	$(VENV)/bin/rloo pipeline output_dir=runs/demo --overwrite $(ARGS)
 
 # The quick suite (pyproject's addopts leave out `slow`), the slowest 25 tests listed so that a slower
-# one shows; `make test-all`: every test, the slow tier too (.ci/run runs `make test` until the slow tier has been run green).
+# one shows; `make test-all`: every test, the slow tier too, but the studies (marker `study`, hours), as .ci/run runs it.
 test: $(STAMP)
 	$(PY) -m pytest --durations=25 $(ARGS)
 
 test-all: $(STAMP)
-	$(PY) -m pytest -m "" --durations=25 $(ARGS)
+	$(PY) -m pytest -m "not study" --durations=25 $(ARGS)
 
 # The habits that keep the layout (docs/architecture.md): style, the import-layer contract
 # (pyproject.toml [tool.importlinter]), and types on core/, algorithms/, config/.

@@ -1,7 +1,7 @@
 """docs/gradient-matrix.md's table from the JSON the slow matrix test writes:
 
     export RLOO_MATRIX_JSON=docs/results/gradient-matrix/gradient_matrix.json
-    python -m pytest tests/equivalence/test_gradient_matrix.py -m slow
+    python -m pytest tests/equivalence/test_gradient_matrix.py -m study
     python benchmarks/gradient_matrix_table.py docs/results/gradient-matrix/gradient_matrix.*.json > table.md
 The default suite's pairwise rows (RLOO_MATRIX_JSON set) go to
 docs/results/gradient-matrix/gradient_matrix.pairwise.jsonl. The committed rows are packed into

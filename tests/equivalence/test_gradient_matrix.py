@@ -23,9 +23,9 @@ log-ratio 0 (ratio 1) and clip fraction 0 on their first minibatch under the sam
 `rloo.algorithms.base.rows_logprobs`; ppo's policy-and-value forward is its own).
 
 The default suite runs a pairwise covering of the factors (every pair of values of any two
-factors appears in some row); the full product is `-m slow`:
+factors appears in some row); the full product is `-m study` (hours; not in `make test-all`):
     RLOO_MATRIX_JSON=docs/results/gradient-matrix/gradient_matrix.json \
-        python -m pytest tests/equivalence/test_gradient_matrix.py -m slow
+        python -m pytest tests/equivalence/test_gradient_matrix.py -m study
 writes the measured errors to docs/results/gradient-matrix/gradient_matrix.<arch>.json (docs/gradient-matrix.md's table
 is generated from them by benchmarks/gradient_matrix_table.py).
 """
@@ -369,6 +369,7 @@ def test_pairwise_design_covers_every_pair():
 
 
 @pytest.mark.slow
+@pytest.mark.study
 @pytest.mark.parametrize("arch", ARCHS)
 def test_full_matrix_matches_reference(arch, model_dirs, tmp_path, monkeypatch):
     """The full product, one architecture per test (about 200 combinations, each with an rloo, a
