@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from helpers.xdist_groups import xdist_groups
 from rloo.config import ArchConfig
 from rloo.modeling.loading import build_llama
 from rloo.tasks import get_task
@@ -30,30 +31,6 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(getattr(pytest.mark, tier))
     for item, group in zip(items, xdist_groups(items), strict=True):
         item.add_marker(pytest.mark.xdist_group(group))
-
-
-# Session fixtures that cost seconds to minutes and are read by tests in several files.
-SHARED_FIXTURES = ("tuned_study", "reference", "tiny_study", "train_run", "async_run", "two_process_runs")
-
-
-def xdist_groups(items) -> list[str]:
-    """One pytest-xdist group per item (`make test` runs `-n 2 --dist loadgroup`): a worker builds each
-    module- and session-scoped fixture it uses, so every test of a file goes to one worker, and the
-    files whose tests read one of SHARED_FIXTURES go to the same worker (union-find over files and
-    those fixtures): a second tuned study or torchrun launch would cost more than the parallelism wins."""
-    parent: dict[str, str] = {}
-
-    def find(x: str) -> str:
-        while parent.setdefault(x, x) != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    nodes = [[item.nodeid.split("::")[0], *(f for f in SHARED_FIXTURES if f in item.fixturenames)] for item in items]
-    for first, *rest in nodes:
-        for other in rest:
-            parent[find(other)] = find(first)
-    return [find(first) for first, *_ in nodes]
 
 
 TINY = ArchConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64, max_position_embeddings=64)
