@@ -37,8 +37,8 @@ NAME_HOMES = {"config/methods.py", "algorithms/registry.py", "experiments/compar
 # "rloo" is the program's name as well as a method's: these files use it as the former.
 PROGRAM_NAME = {
     "cli.py": "the command's name",
-    "runtime/runlock.py": "the command named in a lock",
-    "runtime/trackers.py": "the default wandb project",
+    "runtime/runfolder/lock.py": "the command named in a lock",
+    "runtime/tracking/trackers.py": "the default wandb project",
     "experiments/bench.py": "rloo's trainer against TRL's",
     "benchmarks/gpu_check.py": "rloo's trainer against TRL's",
     "benchmarks/gpu_check_async.py": "rloo bench's trainer names (rloo, rloo-n1)",

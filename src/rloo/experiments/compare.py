@@ -35,9 +35,9 @@ from rloo.experiments.compare_report import write_report
 from rloo.experiments.gradvar import variance_cell
 from rloo.experiments.tuning import base_of, choose, read_result, trial_variants, tuning_done, tuning_root, untuned_name
 from rloo.modeling.loading import load_policy
-from rloo.runtime.atomic import atomic_write_text
 from rloo.runtime.precision import stage_precision
-from rloo.runtime.tracking import say
+from rloo.runtime.runfolder.atomic import atomic_write_text
+from rloo.runtime.tracking.log import say
 from rloo.tasks import get_task, has_checker, plays_episodes
 from rloo.training.reward import train_reward
 from rloo.training.rl import train

@@ -33,9 +33,9 @@ from pathlib import Path
 from rloo.config import CompareConfig, load_config
 from rloo.errors import RlooError
 from rloo.experiments.tuning import read_result, report_names, trial_variants, tuning_done, view_names
-from rloo.runtime.atomic import atomic_write_bytes, atomic_write_text
-from rloo.runtime.runfolder import is_bookkeeping_only, write_marker
-from rloo.runtime.runlock import is_busy
+from rloo.runtime.runfolder.atomic import atomic_write_bytes, atomic_write_text
+from rloo.runtime.runfolder.layout import is_bookkeeping_only, write_marker
+from rloo.runtime.runfolder.lock import is_busy
 
 STAGES = ("sft", "reward")
 

@@ -24,9 +24,9 @@ from rloo.experiments.compare_tables import (  # noqa: F401 - mean_ci re-exporte
     variance_table,
 )
 from rloo.experiments.tuning import read_result, report_names, updates_of, view_names
-from rloo.runtime.atomic import atomic_write_text
-from rloo.runtime.confine import make_folder
-from rloo.runtime.tracking import read_metrics
+from rloo.runtime.runfolder.atomic import atomic_write_text
+from rloo.runtime.runfolder.confine import make_folder
+from rloo.runtime.tracking.log import read_metrics
 from rloo.tasks import get_task, plays_episodes
 
 PER_PROMPT = ("metrics", "gold_per_prompt", "pass_counts", "success_counts")  # left out of report/results.json
