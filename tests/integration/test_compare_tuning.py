@@ -11,10 +11,10 @@ from types import SimpleNamespace
 
 import yaml
 
-import rloo.experiments.compare as compare_mod
+import rloo.experiments.compare.study as compare_mod
 from helpers.tiny import TINY_STUDY as TINY
 from rloo.config import CompareConfig
-from rloo.experiments.compare_folder import same_settings
+from rloo.experiments.compare.folder import same_settings
 from rloo.experiments.tuning import trial_name, trial_settings, tuning_root
 
 

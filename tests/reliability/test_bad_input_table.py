@@ -446,7 +446,7 @@ def _hold(folder: Path, record: str, stack) -> str:
 def _study(folder: Path, result: str | None) -> str:
     """A comparison's folder as a finished one leaves it, as far as a rerun reads before any model
     loads: its marker, config.yaml, and a cell's sft and rloo result.json (`result`; None: a link)."""
-    from rloo.experiments.compare_folder import _dump
+    from rloo.experiments.compare.folder import _dump
     from rloo.runtime.runfolder.layout import write_marker
 
     from .conftest import tiny_study_config

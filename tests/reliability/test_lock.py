@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from rloo.cli import main
-from rloo.experiments.compare_folder import claim as _claim
+from rloo.experiments.compare.folder import claim as _claim
 from rloo.runtime.checkpoint.verify import list_checkpoints, verify_checkpoint
 
 from ._helpers import hold_lock, metric_steps

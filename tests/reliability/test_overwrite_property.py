@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-import rloo.experiments.compare as compare_mod
+import rloo.experiments.compare.study as compare_mod
 from rloo.cli import main
 from rloo.config import EvalConfig, PipelineConfig, RewardConfig, SFTConfig, save_config
 from rloo.errors import RlooError

@@ -43,7 +43,7 @@ LAZY_OK = {
     "runtime/tracking/trackers.py": {"torch.utils.tensorboard", "wandb"},
     "runtime/inputs/sizes.py": {"torch"},  # GPU memory only for device=cuda: the CLI's preflight stays torch-free
     "eval/plots.py": {"matplotlib", "matplotlib.pyplot"},
-    "experiments/compare_plots.py": {"matplotlib", "matplotlib.pyplot"},
+    "experiments/compare/plots.py": {"matplotlib", "matplotlib.pyplot"},
 }
 
 

@@ -17,8 +17,8 @@ keeps, from an output folder:
 and `restore` puts them into a fresh output folder, marked as a comparison, so that `rloo compare`
 with the same settings continues with the runs not done.
 
-    python -m rloo.experiments.compare_cells save /work/tuned-runs/study docs/results/compare-tuned-all/cells
-    python -m rloo.experiments.compare_cells restore docs/results/compare-tuned-all/cells /work/tuned-runs/study
+    python -m rloo.experiments.compare.cells save /work/tuned-runs/study docs/results/compare-tuned-all/cells
+    python -m rloo.experiments.compare.cells restore docs/results/compare-tuned-all/cells /work/tuned-runs/study
 """
 
 from __future__ import annotations
@@ -141,7 +141,7 @@ def _tuning_cells(out: Path, cfg: CompareConfig) -> list[Path]:
 
 
 def main(argv: list[str]) -> int:
-    usage = "usage: python -m rloo.experiments.compare_cells save OUT DEST | restore DEST OUT | progress OUT"
+    usage = "usage: python -m rloo.experiments.compare.cells save OUT DEST | restore DEST OUT | progress OUT"
     if (
         len(argv) < 2
         or argv[0] not in ("save", "restore", "progress")
