@@ -5,7 +5,7 @@ RLOO - SFT differences paired by seed with their 95% t-interval over seeds (docs
 
 RUN_DIR: the output_dir of one `rloo pipeline task=calculator|guess seed=S` run (its summary.json).
 Prints a markdown table: per seed and metric "SFT -> RLOO", then the mean of each and of the paired
-difference, mean ± half-width of the 95% Student-t interval (rloo.experiments.compare_tables.mean_ci).
+difference, mean ± half-width of the 95% Student-t interval (rloo.experiments.compare.tables.mean_ci).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import json
 import sys
 from pathlib import Path
 
-from rloo.experiments.compare_tables import mean_ci
+from rloo.experiments.compare.tables import mean_ci
 
 METRICS = {
     "pass_at_1": "success rate (pass@1)",

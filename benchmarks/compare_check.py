@@ -18,7 +18,7 @@ import json
 import sys
 from types import SimpleNamespace
 
-from rloo.experiments.compare_tables import mean_ci, paired_differences
+from rloo.experiments.compare.tables import mean_ci, paired_differences
 
 METRICS = ("win_rate", "win_rate_vs_sft")
 

@@ -27,56 +27,56 @@ R = "tests/reliability/"
 # name: (file under src/rloo, original text, replacement, test that must fail)
 MUTANTS = {
     "manifest": (
-        "runtime/checkpoint_verify.py",
+        "runtime/checkpoint/verify.py",
         "    return check_manifest(ckpt, files)",
         "    return None",
         R + "test_checkpoints.py::test_corrupt_checkpoint_is_reported_and_skipped",
     ),
     "weights_only": (
-        "runtime/checkpoint_verify.py",
+        "runtime/checkpoint/verify.py",
         'state.pt", weights_only=True)',
         'state.pt", weights_only=False)',
         R + "test_checkpoints.py::test_pickled_code_in_state_is_never_run",
     ),
     "rng": (
-        "runtime/checkpoint.py",
+        "runtime/checkpoint/save.py",
         '        set_rng_state(state["rng"], self.gen)',
         "        pass",
         R + "test_resume.py::test_sigterm_then_resume_is_bitwise_exact",
     ),
     "data_position": (
-        "runtime/checkpoint.py",
+        "runtime/checkpoint/save.py",
         '        self.stream.seek(*state["stream"])',
         "        pass",
         R + "test_resume.py::test_sigterm_then_resume_is_bitwise_exact",
     ),
     "optimizer": (
-        "runtime/checkpoint.py",
+        "runtime/checkpoint/save.py",
         '        self.opt.load_state_dict(state["optimizer"])',
         "        pass",
         R + "test_resume.py::test_sigterm_then_resume_is_bitwise_exact",
     ),
     "algo_state": (
-        "runtime/checkpoint.py",
+        "runtime/checkpoint/save.py",
         '            self.algo.load_state_dict(state.get("algorithm", {}))',
         "            pass",
         R + "test_resume.py::test_stateful_algorithms_resume_exactly",
     ),
     "metrics_cut": (
-        "runtime/checkpoint.py",
+        "runtime/checkpoint/save.py",
         '        truncate_metrics(self.out, state["metrics_bytes"])',
         "        pass",
         R + "test_kill.py::test_killed_three_times_then_resumed_equals_uninterrupted",
     ),
     "partial_cleanup": (
-        "runtime/checkpoint.py",
+        "runtime/checkpoint/save.py",
         "        remove_tree(tmp)\n        prev =",
         "        prev =",
         R + "test_checkpoints.py::test_full_disk_while_checkpointing",
     ),
     # a checkpoint written straight into its final folder instead of a temp folder renamed into place
     "atomic_rename": (
-        "runtime/checkpoint.py",
+        "runtime/checkpoint/save.py",
         ('final, tmp = root / f"step-{step:06d}", root / f".tmp-step-{step:06d}"', "    _replace_dir(tmp, final)\n"),
         ('final = tmp = root / f"step-{step:06d}"', ""),
         R + "test_kill.py::test_killed_three_times_then_resumed_equals_uninterrupted",

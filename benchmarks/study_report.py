@@ -1,9 +1,9 @@
 """An `rloo compare` study's report, regenerated from the study's one archive (docs/results/<study>/cells.tar.xz).
 
-The archive holds what the report reads (rloo.experiments.compare_report: every run's result.json, a
+The archive holds what the report reads (rloo.experiments.compare.report: every run's result.json, a
 reported run's metrics.jsonl, each task's tuning/<task>/selection.json, the study's config.yaml) laid out as
 `rloo compare` wrote them, plus manifest.json, the CPU kind each run was made on
-(rloo.experiments.compare_cells). No model is in it, so it regenerates the report, not the runs.
+(rloo.experiments.compare.cells). No model is in it, so it regenerates the report, not the runs.
 
     S=docs/results/compare-tuned-all
     python benchmarks/study_report.py report $S/cells.tar.xz /tmp/study     # -> /tmp/study/report/
@@ -25,7 +25,7 @@ from pathlib import Path
 
 from rloo.config import CompareConfig, load_config
 from rloo.errors import RlooError
-from rloo.experiments.compare_report import write_report
+from rloo.experiments.compare.report import write_report
 
 COMPARED = ("report.md", "results.json")  # the report's text and numbers; plots are not compared
 KEPT = ("config.yaml", "manifest.json", "result.json", "metrics.jsonl", "selection.json")

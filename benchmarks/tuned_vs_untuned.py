@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import sys
 
-from rloo.experiments.compare_tables import mean_ci
+from rloo.experiments.compare.tables import mean_ci
 
 
 def by_seed(files: list[dict]) -> dict:

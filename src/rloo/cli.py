@@ -30,11 +30,11 @@ from rloo.errors import (
     pipeline_rerun,
     study_rerun,
 )
-from rloo.runtime.atomic import describe_write_failure
-from rloo.runtime.runfolder import refuse_linked_folders
-from rloo.runtime.runlock import refuse_if_busy
+from rloo.runtime.runfolder.atomic import describe_write_failure
+from rloo.runtime.runfolder.layout import refuse_linked_folders
+from rloo.runtime.runfolder.lock import refuse_if_busy
 from rloo.runtime.signals import signals_stop_now
-from rloo.runtime.tracking import hold_notes
+from rloo.runtime.tracking.log import hold_notes
 
 EXAMPLES = {
     "pipeline": "rloo pipeline                      # the whole pipeline on the default task\n"
@@ -220,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         if getattr(args, "plugin", []):  # before the config: it may name the plugin's method
-            from rloo.runtime.user_code import load_module  # lazy (it loads huggingface_hub): fast --help
+            from rloo.runtime.inputs.user_code import load_module  # lazy (it loads huggingface_hub): fast --help
 
             for target in args.plugin:
                 load_module(target, "plugin")

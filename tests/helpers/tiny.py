@@ -45,6 +45,6 @@ def as_overrides(settings: dict, prefix: str = "") -> list[str]:
 
 
 def no_plots(cfg, data, report):
-    """rloo.experiments.compare_report.plot_all's stand-in for a test that reads no plot of its study
+    """rloo.experiments.compare.report.plot_all's stand-in for a test that reads no plot of its study
     (they were 7% of a tiny tuned study's time; tests/integration/test_compare.py checks them)."""
     return []

@@ -75,8 +75,8 @@ class TunedStudy:
 
 
 def run_tuned_study(root: Path) -> TunedStudy:
-    import rloo.experiments.compare as compare_mod
-    import rloo.experiments.compare_report as report_mod
+    import rloo.experiments.compare.report as report_mod
+    import rloo.experiments.compare.study as compare_mod
 
     study = TunedStudy(root, tuned_study_config())
     gold = SummarizeTask.gold_score

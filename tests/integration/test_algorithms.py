@@ -13,7 +13,7 @@ from rloo import RLConfig, train
 from rloo.cli import main
 from rloo.config import METHOD_SPECS, OFFLINE_ALGORITHMS, ONLINE_ALGORITHMS, ArchConfig
 from rloo.modeling.loading import build_llama
-from rloo.runtime.checkpoint import latest_checkpoint, load_state
+from rloo.runtime.checkpoint.verify import latest_checkpoint, load_state
 from rloo.tasks import get_task
 from rloo.tasks.tokenizer import build_tokenizer
 from tolerance import ELEMENTWISE, TINY_MODEL_FORWARD, tolerance
@@ -191,7 +191,7 @@ def test_every_method_trains_through_the_cli_and_samples_through_the_backend(
         return
     steps = [r for r in recs if "reward/score" in r]
     assert len(steps) == 2
-    # metrics.jsonl writes a non-finite number as null (rloo.runtime.tracking)
+    # metrics.jsonl writes a non-finite number as null (rloo.runtime.tracking.log)
     assert all(v is not None and math.isfinite(v) for r in steps for v in r.values())
     assert all(r["guard/skipped"] == 0.0 for r in steps)
     assert [(s.calls, s.syncs) for s in made] == [(2, 2)]

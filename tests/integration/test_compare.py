@@ -11,7 +11,7 @@ from helpers.tiny import TINY_STUDY
 from rloo.cli import main
 from rloo.config import CompareConfig, PipelineConfig
 from rloo.experiments.compare import METHODS, compare, method_config
-from rloo.experiments.compare_tables import mean_ci
+from rloo.experiments.compare.tables import mean_ci
 
 TINY = TINY_STUDY  # tests/helpers/tiny.py: the study sizes every tier shares
 
@@ -66,7 +66,7 @@ def test_compare_quick_finishes_within_ten_minutes(tmp_path):
 
 
 def test_paired_differences_pair_by_seed():
-    from rloo.experiments.compare_tables import paired_differences
+    from rloo.experiments.compare.tables import paired_differences
 
     cfg = CompareConfig(methods=["rloo", "ppo"], tasks=["summarize"], seeds=[0, 1, 2])
     # ppo beats rloo by exactly 0.1 on every seed, though the seeds' levels differ a lot; seed 2 of

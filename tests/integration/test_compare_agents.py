@@ -74,7 +74,7 @@ def test_episode_differences_pair_by_seed():
     """Over several seeds the differences are paired by seed (not by position) with the t-interval;
     grpo's success rate is rloo's + 0.1 on every seed, its turns rloo's - 1."""
     from rloo.config import CompareConfig
-    from rloo.experiments.compare_episodes import paired_table
+    from rloo.experiments.compare.episodes import paired_table
 
     cfg = CompareConfig(methods=["rloo", "grpo"], tasks=["guess"], seeds=[0, 1, 2])
 

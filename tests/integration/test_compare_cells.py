@@ -1,4 +1,4 @@
-"""A tuned comparison carried across sessions (rloo.experiments.compare_cells): saved with one trial
+"""A tuned comparison carried across sessions (rloo.experiments.compare.cells): saved with one trial
 and one reported run unfinished, its folder deleted, restored, it resumes with those two runs only
 (no SFT or reward model trained again); the update view and the untuned runs reach the report."""
 
@@ -9,12 +9,12 @@ import shutil
 
 import pytest
 
-import rloo.experiments.compare as compare_mod
-import rloo.experiments.compare_report as report_mod
+import rloo.experiments.compare.report as report_mod
+import rloo.experiments.compare.study as compare_mod
 from helpers.tiny import no_plots
 from rloo.errors import RlooError
 from rloo.experiments.compare import compare
-from rloo.experiments.compare_cells import main, restore, save
+from rloo.experiments.compare.cells import main, restore, save
 
 
 def test_a_saved_study_resumes_without_rerunning_its_done_runs(tuned_study, tmp_path, monkeypatch):

@@ -11,10 +11,10 @@ from types import SimpleNamespace
 
 import yaml
 
-import rloo.experiments.compare as compare_mod
+import rloo.experiments.compare.study as compare_mod
 from helpers.tiny import TINY_STUDY as TINY
 from rloo.config import CompareConfig
-from rloo.experiments.compare_folder import same_settings
+from rloo.experiments.compare.folder import same_settings
 from rloo.experiments.tuning import trial_name, trial_settings, tuning_root
 
 
@@ -90,7 +90,7 @@ def test_selection_waits_for_a_tuning_cell_another_process_holds(tmp_path, monke
             if (seed, i) != (6, 1):
                 d.joinpath("result.json").write_text(result(0.2))
     # another process holds seed 6's cell, its last trial unfinished (a raw flock from this process
-    # is a different open file, so runlock sees it as held)
+    # is a different open file, so the run lock sees it as held)
     cell = tuning_root(tmp_path, "summarize", 6)
     fd = os.open(cell / ".rloo.lock", os.O_RDWR | os.O_CREAT)
     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -102,7 +102,7 @@ def test_selection_waits_for_a_tuning_cell_another_process_holds(tmp_path, monke
         (cell / trial_name("rloo", 1) / "result.json").write_text(result(0.9))
         os.close(fd)
 
-    # only compare's own wait (runlock sleeps too, through the time module)
+    # only compare's own wait (the run lock sleeps too, through the time module)
     monkeypatch.setattr(compare_mod, "time", SimpleNamespace(sleep=other_process_finishes))
     chosen = compare_mod._tuned(cfg, tmp_path, "summarize", poll_s=0.5)
     # it waited once, trained nothing itself (no SFT model anywhere: seed 5 was finished, seed 6

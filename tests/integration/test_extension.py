@@ -22,7 +22,7 @@ from helpers.tiny import TINY_STUDY, as_overrides, no_plots
 from rloo.algorithms import STEPS
 from rloo.cli import main
 from rloo.config import METHOD_SPECS
-from rloo.experiments import compare_report
+from rloo.experiments.compare import report as compare_report
 
 TOY_METHOD = '''
 """REINFORCE with a share of the batch's mean shaped reward as its baseline (a setting of its own), and

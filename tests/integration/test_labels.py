@@ -36,7 +36,7 @@ def test_a_long_judge_name_fits_in_the_win_rate_plot(tmp_path, monkeypatch):
         renderer = fig.canvas.get_renderer()
         for ax in fig.axes:
             box = ax.yaxis.label.get_window_extent(renderer)
-            # savefig gets the temporary sibling's open file (runtime/atomic.py: atomic_savefig)
+            # savefig gets the temporary sibling's open file (runtime/runfolder/atomic.py: atomic_savefig)
             name = Path(getattr(path, "name", path)).name.removeprefix(".").removesuffix(".tmp")
             cut[name] = bool(box.y0 < 0 or box.y1 > fig.bbox.y1)
         return real(fig, path, **kw)

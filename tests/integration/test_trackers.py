@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from rloo.cli import main
-from rloo.runtime.progress_text import eta_seconds, format_duration
-from rloo.runtime.tracking import say
+from rloo.runtime.tracking.log import say
+from rloo.runtime.tracking.progress_text import eta_seconds, format_duration
 
 REWARD = "def words(prompts, completions):\n    return [len(c.split()) / 4 for c in completions]\n"
 

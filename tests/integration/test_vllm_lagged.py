@@ -83,7 +83,7 @@ def test_the_producers_vllm_decodes_as_the_policy_of_its_version(tmp_path):
     from rloo.modeling.loading import load_policy
     from rloo.rollout.lagged import shadow_copy
     from rloo.rollout.producer import Job, produce
-    from rloo.runtime.weights import WeightRing
+    from rloo.runtime.link.weights import WeightRing
 
     _vllm()
     path = save_vllm_lm(tmp_path / "m", "llama")

@@ -88,8 +88,8 @@ def test_the_producer_samples_each_batch_with_the_engine_synced_to_its_version(t
     from rloo.rollout.producer import Job, produce
     from rloo.rollout.sampler import rollout
     from rloo.rollout.settings import sampling_settings
-    from rloo.runtime.rng import batch_generator
-    from rloo.runtime.weights import WeightRing
+    from rloo.runtime.checkpoint.rng import batch_generator
+    from rloo.runtime.link.weights import WeightRing
 
     policy, tok = load_policy(str(tiny_model_dir))
     cfg = _cfg(tiny_model_dir, tmp_path)

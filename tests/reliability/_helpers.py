@@ -56,10 +56,10 @@ def leftovers(folder: Path) -> list[str]:
 
 
 def hold_lock(folder: str, ready: str, seconds: float, die: bool = False, shared: bool = False) -> None:
-    """Child process: take `folder`'s run lock the way rloo.runtime.runlock does (flock on .rloo.lock, a
+    """Child process: take `folder`'s run lock the way rloo.runtime.runfolder.lock does (flock on .rloo.lock, a
     JSON record of pid and host), write `ready`, then hold it for `seconds`, or die by SIGKILL
     while holding it (`die`: the lock file stays behind, naming a dead process). `shared`: the
-    shared lock every running `rloo compare` holds on its study folder (rloo.runtime.sharedlock)."""
+    shared lock every running `rloo compare` holds on its study folder (rloo.runtime.runfolder.sharedlock)."""
     import fcntl
     import os
     import signal

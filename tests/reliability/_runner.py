@@ -106,8 +106,8 @@ def _child(argv, log, fault, threads=1):
 
 
 def _install(kind: str, at: str, log: str = "") -> None:
-    import rloo.runtime.checkpoint as ck
-    import rloo.runtime.tracking as tracking
+    import rloo.runtime.checkpoint.save as ck
+    import rloo.runtime.tracking.log as tracking
 
     at = int(at)
     me = os.getpid()

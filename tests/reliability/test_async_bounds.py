@@ -17,15 +17,15 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from tests.unit.test_envs import Good, _run
 
-import rloo.runtime.sizes as sizes
+import rloo.runtime.inputs.sizes as sizes
 from rloo.cli import main
 from rloo.config import RLConfig
 from rloo.errors import EnvError
 from rloo.modeling.loading import load_policy
 from rloo.rollout.lagged import LaggedSampler
 from rloo.rollout.multiturn import Limits
-from rloo.runtime.atomic import sync_and_hash
-from rloo.runtime.checkpoint import MARKER
+from rloo.runtime.checkpoint.verify import MARKER
+from rloo.runtime.runfolder.atomic import sync_and_hash
 
 from .conftest import TRAIN
 from .test_bad_input import _files, _one_line
@@ -88,7 +88,7 @@ def test_a_tampered_ring_is_refused_on_resume(tamper, async_run, tiny_model_dir,
 
 def test_a_same_shape_model_of_another_configuration_is_not_taken_for_the_ring(async_run, tmp_path):
     """The ring file records its policy's configuration: another num_attention_heads is named."""
-    from rloo.runtime.ringcheck import check_ring
+    from rloo.runtime.checkpoint.ringcheck import check_ring
 
     policy, _ = load_policy(str(async_run / CKPT / "model"))
     policy.config.num_attention_heads = 4  # the tensors' shapes are unchanged

@@ -19,7 +19,7 @@ import rloo.algorithms.rloo as rl
 import rloo.rollout.producer as producer
 from rloo import train
 from rloo.errors import Interrupted
-from rloo.runtime.checkpoint import latest_checkpoint, step_of
+from rloo.runtime.checkpoint.verify import latest_checkpoint, step_of
 
 from ._helpers import PROMPTS, assert_same_params
 from .conftest import rl_config

@@ -14,7 +14,7 @@ import pytest
 from rloo import train
 from rloo.cli import main
 from rloo.errors import ConfigError, RlooError
-from rloo.runtime.checkpoint import list_checkpoints, step_of, verify_checkpoint
+from rloo.runtime.checkpoint.verify import list_checkpoints, step_of, verify_checkpoint
 
 from ._helpers import PROMPTS, leftovers, reward_short
 from .conftest import rl_config

@@ -446,8 +446,8 @@ def _hold(folder: Path, record: str, stack) -> str:
 def _study(folder: Path, result: str | None) -> str:
     """A comparison's folder as a finished one leaves it, as far as a rerun reads before any model
     loads: its marker, config.yaml, and a cell's sft and rloo result.json (`result`; None: a link)."""
-    from rloo.experiments.compare_folder import _dump
-    from rloo.runtime.runfolder import write_marker
+    from rloo.experiments.compare.folder import _dump
+    from rloo.runtime.runfolder.layout import write_marker
 
     from .conftest import tiny_study_config
 
@@ -471,7 +471,7 @@ def table4_inputs(inputs, tmp_path):
     import sys
     from contextlib import ExitStack
 
-    from rloo.runtime.runfolder import write_marker
+    from rloo.runtime.runfolder.layout import write_marker
 
     d = tmp_path / "in4"
     d.mkdir()
@@ -531,7 +531,7 @@ def test_a_read_only_file_system_is_not_called_full(tmp_path, monkeypatch):
     import errno
     import shutil as sh
 
-    from rloo.runtime import atomic
+    from rloo.runtime.runfolder import atomic
 
     monkeypatch.setattr(sh, "disk_usage", lambda p: sh._ntuple_diskusage(1 << 30, 1 << 30, 0))
     e = OSError(errno.EROFS, "Read-only file system", str(tmp_path / "x"))
@@ -543,7 +543,7 @@ def test_a_read_only_file_system_is_not_called_full(tmp_path, monkeypatch):
 def test_a_dead_holders_malformed_lock_record_is_taken_over(record, tmp_path, capsys):
     """A lock record no live process holds (as `--resume` finds one) is taken over whatever it holds
     and named safely (before: AttributeError/TypeError/OverflowError in describing it)."""
-    from rloo.runtime.runlock import LOCK_NAME, run_folder
+    from rloo.runtime.runfolder.lock import LOCK_NAME, run_folder
 
     (tmp_path / LOCK_NAME).write_text(record)
     with run_folder(tmp_path):
@@ -576,7 +576,7 @@ def test_a_precision_note_does_not_precede_a_one_line_error(inputs, tmp_path, mo
 
 
 def test_held_notes_come_before_the_next_line_or_not_at_all(capsys):
-    from rloo.runtime.tracking import hold_notes, note, say
+    from rloo.runtime.tracking.log import hold_notes, note, say
 
     with hold_notes():
         note("precision: a")

@@ -16,8 +16,8 @@ import pytest
 
 from rloo import RLConfig, RlooError, train
 from rloo.cli import main
-from rloo.runtime.names import hub_problem
-from rloo.runtime.user_code import load_callable
+from rloo.runtime.inputs.names import hub_problem
+from rloo.runtime.inputs.user_code import load_callable
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 UNREACHABLE = "http://127.0.0.1:9"  # nothing listens on the discard port: connection refused at once

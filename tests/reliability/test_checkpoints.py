@@ -12,13 +12,20 @@ from pathlib import Path
 import pytest
 import torch
 
-import rloo.runtime.checkpoint as ckmod
+import rloo.runtime.checkpoint.save as ckmod
 from rloo import train
 from rloo.cli import main
 from rloo.errors import RlooError
 from rloo.modeling.loading import load_policy, save_pretrained_atomic
-from rloo.runtime.atomic import sync_and_hash
-from rloo.runtime.checkpoint import MARKER, latest_checkpoint, list_checkpoints, load_state, step_of, verify_checkpoint
+from rloo.runtime.checkpoint.verify import (
+    MARKER,
+    latest_checkpoint,
+    list_checkpoints,
+    load_state,
+    step_of,
+    verify_checkpoint,
+)
+from rloo.runtime.runfolder.atomic import sync_and_hash
 
 from ._helpers import PROMPTS, assert_same_params, leftovers, reward_short
 from .conftest import rl_config as _cfg

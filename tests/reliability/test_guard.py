@@ -10,7 +10,7 @@ import pytest
 import rloo.algorithms.common as common
 from rloo import RLConfig, train
 from rloo.errors import NonFiniteError
-from rloo.runtime.checkpoint import latest_checkpoint, list_checkpoints, load_state, step_of
+from rloo.runtime.checkpoint.verify import latest_checkpoint, list_checkpoints, load_state, step_of
 
 from ._helpers import PROMPTS, assert_same_params, reward_short
 from .conftest import rl_config as _cfg

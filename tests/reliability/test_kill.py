@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from rloo.runtime.checkpoint import latest_checkpoint, list_checkpoints, step_of, verify_checkpoint
+from rloo.runtime.checkpoint.verify import latest_checkpoint, list_checkpoints, step_of, verify_checkpoint
 
 from ._helpers import assert_params_moved, assert_same_params, metric_steps
 from ._runner import run_cli

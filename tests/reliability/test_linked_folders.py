@@ -1,7 +1,7 @@
 """A folder rloo writes or deletes in, inside a run folder, replaced by a symbolic link to a user's
 folder outside: the command refuses in one line (exit 2) that names the link, and the user's folder
-is left byte for byte, nothing added or removed (rloo.runtime.confine; the start-up check
-rloo.runtime.runfolder.refuse_linked_folders). Before, `rloo train --resume` overwrote the user's
+is left byte for byte, nothing added or removed (rloo.runtime.runfolder.confine; the start-up check
+rloo.runtime.runfolder.layout.refuse_linked_folders). Before, `rloo train --resume` overwrote the user's
 plots through a linked `plots/`, wrote checkpoints into a linked `checkpoints/` and pruned the
 user's `step-*` there, and added TensorBoard events to a linked `tensorboard/`: O_NOFOLLOW and the
 atomic rename protect only the last component of a path.
@@ -21,7 +21,7 @@ import pytest
 from rloo.cli import main
 from rloo.config import EvalConfig, PipelineConfig, RewardConfig, RLConfig, SFTConfig, load_config, save_config
 from rloo.errors import RlooError
-from rloo.runtime.runlock import run_folder
+from rloo.runtime.runfolder.lock import run_folder
 from rloo.training.common import prepare_output_dir, prepare_plain_folder
 
 from .conftest import TRAIN, tiny_study_config
@@ -175,7 +175,8 @@ def test_every_writer_refuses_a_path_under_a_linked_folder(tiny_model_dir, tmp_p
 
     from rloo.eval.plots import plot_training
     from rloo.modeling.loading import save_pretrained_atomic
-    from rloo.runtime.atomic import (
+    from rloo.runtime.checkpoint.save import save_checkpoint
+    from rloo.runtime.runfolder.atomic import (
         atomic_savefig,
         atomic_write_text,
         open_append,
@@ -183,9 +184,8 @@ def test_every_writer_refuses_a_path_under_a_linked_folder(tiny_model_dir, tmp_p
         remove_tree_reporting,
         truncate_file,
     )
-    from rloo.runtime.checkpoint import save_checkpoint
-    from rloo.runtime.trackers import TensorBoardTracker
-    from rloo.runtime.tracking import MetricsLogger
+    from rloo.runtime.tracking.log import MetricsLogger
+    from rloo.runtime.tracking.trackers import TensorBoardTracker
 
     model, tok = AutoModelForCausalLM.from_pretrained(tiny_model_dir), AutoTokenizer.from_pretrained(tiny_model_dir)
     out = tmp_path / "run"
@@ -230,9 +230,9 @@ def test_overwrite_of_an_async_run_deletes_its_ring(async_run, tiny_model_dir, t
 def test_a_run_folder_that_lies_under_a_link_is_used(tiny_model_dir, tmp_path):
     """The control: links above the run folder (an output_dir under a linked home folder) are the
     user's choice, and everything below it is written and deleted as before."""
-    from rloo.runtime.atomic import atomic_write_text, remove_tree
-    from rloo.runtime.confine import make_folder
-    from rloo.runtime.runfolder import refuse_linked_folders
+    from rloo.runtime.runfolder.atomic import atomic_write_text, remove_tree
+    from rloo.runtime.runfolder.confine import make_folder
+    from rloo.runtime.runfolder.layout import refuse_linked_folders
 
     (tmp_path / "disk").mkdir()
     (tmp_path / "home").symlink_to(tmp_path / "disk")

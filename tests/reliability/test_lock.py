@@ -1,4 +1,4 @@
-"""One process per run folder (rloo.runtime.runlock): a second process on a folder in use gets one line
+"""One process per run folder (rloo.runtime.runfolder.lock): a second process on a folder in use gets one line
 naming the holder's PID within 2 s; the run that holds it finishes whole; a lock left by a killed
 process is taken over. Every test here runs two or more real processes."""
 
@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from rloo.cli import main
-from rloo.experiments.compare_folder import claim as _claim
-from rloo.runtime.checkpoint import list_checkpoints, verify_checkpoint
+from rloo.experiments.compare.folder import claim as _claim
+from rloo.runtime.checkpoint.verify import list_checkpoints, verify_checkpoint
 
 from ._helpers import hold_lock, metric_steps
 from ._runner import _context, start_cli

@@ -16,7 +16,7 @@ from safetensors.torch import load_file
 
 import rloo.training.loop as online
 from rloo.cli import main
-from rloo.runtime.checkpoint import MARKER, list_checkpoints, step_of, verify_checkpoint
+from rloo.runtime.checkpoint.verify import MARKER, list_checkpoints, step_of, verify_checkpoint
 
 from ._helpers import leftovers
 from .test_bad_input import TINY_RUN, _one_line
@@ -160,7 +160,7 @@ def test_missing_complete_marker_is_reported(reference, tiny_model_dir, tmp_path
     out = tmp_path / "run"
     shutil.copytree(reference, out)
     (out / "checkpoints" / "step-000006" / MARKER).unlink()
-    from rloo.runtime.checkpoint import latest_checkpoint
+    from rloo.runtime.checkpoint.verify import latest_checkpoint
 
     assert step_of(latest_checkpoint(out)) == 4
     assert (

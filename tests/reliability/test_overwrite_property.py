@@ -1,4 +1,4 @@
-"""`--overwrite` of every command deletes only the command's own files (rloo.runtime.runfolder).
+"""`--overwrite` of every command deletes only the command's own files (rloo.runtime.runfolder.layout).
 
 For each kind of output folder (train, compare, sft, reward, eval, pipeline, bench) a finished run
 is copied, one thing is planted at a random place in it (seeded: the folder and the owned file are
@@ -25,12 +25,12 @@ from pathlib import Path
 
 import pytest
 
-import rloo.experiments.compare as compare_mod
+import rloo.experiments.compare.study as compare_mod
 from rloo.cli import main
 from rloo.config import EvalConfig, PipelineConfig, RewardConfig, SFTConfig, save_config
 from rloo.errors import RlooError
-from rloo.runtime.runfolder import BOOKKEEPING, MARKER, kind_of
-from rloo.runtime.runlock import run_folder
+from rloo.runtime.runfolder.layout import BOOKKEEPING, MARKER, kind_of
+from rloo.runtime.runfolder.lock import run_folder
 from rloo.training.common import prepare_output_dir, prepare_plain_folder
 
 from ._runner import start_lock_holder

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-import rloo.experiments.compare_folder as compare_folder
+import rloo.experiments.compare.folder as compare_folder
 from rloo.cli import main
 from rloo.config import save_config
 from rloo.errors import RlooError

@@ -14,7 +14,7 @@ import rloo.algorithms.rloo as rl
 from rloo import train
 from rloo.cli import main
 from rloo.errors import NonFiniteError
-from rloo.runtime.checkpoint import list_checkpoints, load_state, step_of
+from rloo.runtime.checkpoint.verify import list_checkpoints, load_state, step_of
 
 from ._helpers import PROMPTS, assert_same_params, params, reward_short
 from .conftest import rl_config as _cfg

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from rloo.cli import main
-from rloo.runtime.atomic import WriteError, atomic_savefig, open_append, truncate_file
+from rloo.runtime.runfolder.atomic import WriteError, atomic_savefig, open_append, truncate_file
 
 from .conftest import TRAIN
 
@@ -76,11 +76,11 @@ def test_a_plot_replaces_a_planted_link_instead_of_writing_through_it(tmp_path):
     assert not list(tmp_path.glob(".*.tmp"))
 
 
-# Files a command writes inside a run folder go through rloo.runtime.atomic (a temporary sibling and
+# Files a command writes inside a run folder go through rloo.runtime.runfolder.atomic (a temporary sibling and
 # a rename, or an O_NOFOLLOW open); these write elsewhere, to a path the user chose or a fresh folder:
 _ELSEWHERE = {
     "config/loading.py": "save_config writes where its caller says (a user's --config output)",
-    "runtime/atomic.py": "the safe writers themselves",
+    "runtime/runfolder/atomic.py": "the safe writers themselves",
 }
 
 

@@ -16,7 +16,7 @@ import pytest
 
 from rloo.cli import main
 from rloo.errors import ConfigError
-from rloo.runtime import address as address_module
+from rloo.runtime.link import address as address_module
 
 from ._procs import Cli, alive, children, free_port, last_line, remote_producer, remote_trainer, wait_for_steps
 from .test_bad_input import _one_line

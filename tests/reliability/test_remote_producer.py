@@ -69,7 +69,7 @@ def test_a_stopped_trainer_stops_the_producer_with_one_line(tiny_model_dir, tmp_
     finally:
         trainer.kill(), producer.kill()
     # the kernel closes a killed process's socket with FIN, or with RST where data sent to it was unread
-    # (seen on a loaded machine): rloo.runtime.link names either
+    # (seen on a loaded machine): rloo.runtime.link.gloo names either
     went = [
         f"rloo produce: error: the trainer at {address} went away (the connection was {how})"
         for how in ("closed by the other side", "reset")

@@ -11,10 +11,10 @@ import pytest
 import torch
 
 import rloo.algorithms.rloo as rl
-import rloo.runtime.tracking as tracking
+import rloo.runtime.tracking.log as tracking
 from rloo import train
 from rloo.errors import Interrupted, RlooError
-from rloo.runtime.checkpoint import latest_checkpoint, list_checkpoints, load_state, step_of
+from rloo.runtime.checkpoint.verify import latest_checkpoint, list_checkpoints, load_state, step_of
 
 from ._helpers import PROMPTS, assert_params_moved, assert_same_params, metric_steps, reward_short
 from .conftest import rl_config as _cfg

@@ -15,7 +15,7 @@ from safetensors.torch import load_file, save_file
 from rloo import train
 from rloo.cli import main
 from rloo.errors import RlooError
-from rloo.runtime.checkpoint import list_checkpoints, step_of, verify_checkpoint
+from rloo.runtime.checkpoint.verify import list_checkpoints, step_of, verify_checkpoint
 
 from ._helpers import PROMPTS, metric_steps, reward_short
 from .conftest import rl_config as _cfg

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from helpers.tiny import TINY_STUDY, as_overrides
-from rloo.runtime.checkpoint import list_checkpoints, step_of
+from rloo.runtime.checkpoint.verify import list_checkpoints, step_of
 
 from ._helpers import assert_same_params, metric_steps, params
 from ._runner import run_cli
@@ -201,10 +201,10 @@ def test_pipeline_resume_refuses_changed_settings(pipeline_reference, tmp_path):
 def test_lora_sft_resumes_exactly_and_its_folder_can_be_overwritten(tiny_model_dir, tmp_path, monkeypatch):
     """LoRA: a checkpoint holds the adapters (PEFT's save_pretrained, with its README.md model card);
     the resume loads them into the stage's own adapters. `--overwrite` of such a folder was refused:
-    the model card was not among the files rloo writes (rloo.runtime.runfolder)."""
+    the model card was not among the files rloo writes (rloo.runtime.runfolder.layout)."""
     import os
 
-    import rloo.runtime.tracking as tracking
+    import rloo.runtime.tracking.log as tracking
     from rloo.config import SFTConfig
     from rloo.errors import Interrupted
     from rloo.training.sft import sft

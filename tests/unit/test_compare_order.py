@@ -8,7 +8,7 @@ import json
 import pytest
 
 from rloo.config import CompareConfig
-from rloo.experiments.compare_order import (
+from rloo.experiments.compare.order import (
     PAPER_ORDER,
     correlation_table,
     ordering_table,
@@ -18,7 +18,7 @@ from rloo.experiments.compare_order import (
     spearman,
     verdict,
 )
-from rloo.experiments.compare_report import write_report
+from rloo.experiments.compare.report import write_report
 
 PAPER = [m for m, _ in PAPER_ORDER]
 

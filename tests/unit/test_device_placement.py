@@ -156,7 +156,7 @@ def test_guard_norms_make_no_fp32_copies():
 
 def test_cuda_random_state_is_saved_and_restored(monkeypatch):
     """Dropout on a GPU draws from the CUDA generator; its state was not in checkpoints."""
-    from rloo.runtime import rng
+    from rloo.runtime.checkpoint import rng
 
     saved, restored = torch.arange(8, dtype=torch.uint8), []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
@@ -172,7 +172,7 @@ def test_cuda_random_state_is_saved_and_restored(monkeypatch):
 
 def test_checkpoint_state_is_loaded_onto_the_cpu(tmp_path, monkeypatch):
     """Every rank loaded state.pt onto the device it was saved from (cuda:0): map_location='cpu'."""
-    from rloo.runtime import checkpoint_verify
+    from rloo.runtime.checkpoint import verify as checkpoint_verify
 
     torch.save({"x": torch.ones(2)}, tmp_path / "state.pt")
     real, seen = torch.load, []

@@ -30,7 +30,7 @@ LAZY_OK = {
         "rloo.experiments.bench",
         "rloo.experiments.compare",
         "rloo.data.preflight",
-        "rloo.runtime.user_code",  # --plugin only
+        "rloo.runtime.inputs.user_code",  # --plugin only
         "rloo.rollout.producer",  # rloo produce
     },
     "modeling/lora.py": {"peft"},
@@ -40,10 +40,10 @@ LAZY_OK = {
     "experiments/bench_workers.py": {"trl", "datasets"},
     "data/datasets.py": {"datasets"},
     "data/survey.py": {"transformers"},  # the pipeline's length survey on a dataset: the preflight stays light
-    "runtime/trackers.py": {"torch.utils.tensorboard", "wandb"},
-    "runtime/sizes.py": {"torch"},  # GPU memory only for device=cuda: the CLI's preflight stays torch-free
+    "runtime/tracking/trackers.py": {"torch.utils.tensorboard", "wandb"},
+    "runtime/inputs/sizes.py": {"torch"},  # GPU memory only for device=cuda: the CLI's preflight stays torch-free
     "eval/plots.py": {"matplotlib", "matplotlib.pyplot"},
-    "experiments/compare_plots.py": {"matplotlib", "matplotlib.pyplot"},
+    "experiments/compare/plots.py": {"matplotlib", "matplotlib.pyplot"},
 }
 
 

@@ -71,7 +71,7 @@ def test_the_line_and_the_metrics_say_only_what_was_cut():
 
 
 def test_a_checkpoint_saved_without_max_cut_share_resumes_as_an_exact_continuation():
-    from rloo.runtime.resumecheck import check_resume_config, describe_changes
+    from rloo.runtime.checkpoint.resumecheck import check_resume_config, describe_changes
 
     changed = check_resume_config({"steps": 4}, {"steps": 4, "max_cut_share": 0.25})
     assert describe_changes(changed, 2, 4) == [

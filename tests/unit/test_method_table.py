@@ -33,12 +33,12 @@ RESULTS = BENCHMARKS.parent / "docs" / "results"  # a study's own scripts sit be
 # its step (checked against the table at import), and the paper's published TL;DR ordering, a
 # citation keyed by name (checked against the table below; its home could become a field of the
 # table once the table's restructuring has landed).
-NAME_HOMES = {"config/methods.py", "algorithms/registry.py", "experiments/compare_order.py"}
+NAME_HOMES = {"config/methods.py", "algorithms/registry.py", "experiments/compare/order.py"}
 # "rloo" is the program's name as well as a method's: these files use it as the former.
 PROGRAM_NAME = {
     "cli.py": "the command's name",
-    "runtime/runlock.py": "the command named in a lock",
-    "runtime/trackers.py": "the default wandb project",
+    "runtime/runfolder/lock.py": "the command named in a lock",
+    "runtime/tracking/trackers.py": "the default wandb project",
     "experiments/bench.py": "rloo's trainer against TRL's",
     "benchmarks/gpu_check.py": "rloo's trainer against TRL's",
     "benchmarks/gpu_check_async.py": "rloo bench's trainer names (rloo, rloo-n1)",
@@ -75,7 +75,7 @@ def test_no_method_name_is_written_by_hand_outside_the_table():
 
 
 def test_the_papers_ordering_names_methods_of_the_table():
-    from rloo.experiments.compare_order import PAPER_ORDER
+    from rloo.experiments.compare.order import PAPER_ORDER
 
     assert {m for m, _ in PAPER_ORDER} <= set(compare_variants())
 

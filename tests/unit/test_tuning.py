@@ -10,7 +10,7 @@ import pytest
 from rloo.config import CompareConfig
 from rloo.config.tools import TuningSettings
 from rloo.errors import ConfigError
-from rloo.experiments.compare_kl import compute_trajectory, equal_compute_table, equal_kl_table, trajectory, win_at_kl
+from rloo.experiments.compare.kl import compute_trajectory, equal_compute_table, equal_kl_table, trajectory, win_at_kl
 from rloo.experiments.tuning import choose, select_trial, trial_name, trial_settings, tuning_root
 from rloo.tasks import get_task
 

@@ -12,7 +12,7 @@ from rloo.config import CompareConfig
 from rloo.config.tools import TuningSettings
 from rloo.errors import ConfigError
 from rloo.experiments.compare import tuned_variants
-from rloo.experiments.compare_report import collect
+from rloo.experiments.compare.report import collect
 from rloo.experiments.tuning import choose, report_names, trial_name, trial_settings, tuning_root, view_names
 
 

@@ -1,11 +1,11 @@
-"""rloo.runtime.weights.WeightRing: version v in slot v mod (N+1), refused once overwritten."""
+"""rloo.runtime.link.weights.WeightRing: version v in slot v mod (N+1), refused once overwritten."""
 
 import copy
 
 import pytest
 import torch
 
-from rloo.runtime.weights import StaleVersion, WeightRing
+from rloo.runtime.link.weights import StaleVersion, WeightRing
 
 
 def _model(value: float) -> torch.nn.Module:
@@ -81,7 +81,7 @@ def test_a_version_is_marked_only_after_its_copies_have_landed(monkeypatch):
     """On CUDA `copy_` is queued on the stream while the version numbers are read by another process
     at once: publish (and refill) must wait for the copies (`_settle`) before they mark the slot, and
     load_into before it re-checks the version. CPU-checkable through the order of the calls."""
-    import rloo.runtime.weights as weights
+    import rloo.runtime.link.weights as weights
 
     ring, seen = WeightRing(_model(0.0), staleness=1), []
     monkeypatch.setattr(weights, "_settle", lambda tensors: seen.append(ring.versions.tolist()))

@@ -1,5 +1,5 @@
 """CPU seconds of the pieces of a `rloo compare` study: each SFT stage and each RL run, timed with
-time.process_time() around rloo.experiments.compare's `sft` and `train` (one thread), to size a study
+time.process_time() around rloo.experiments.compare.study's `sft` and `train` (one thread), to size a study
 before it runs (docs/results/compare-agents/README.md).
 
     OMP_NUM_THREADS=1 python docs/results/compare-agents/compare_cpu.py STUDY.yaml OUT_DIR [key=value ...]
@@ -19,7 +19,7 @@ import time
 
 import torch
 
-import rloo.experiments.compare as C
+import rloo.experiments.compare.study as C
 from rloo.config import CompareConfig, load_config
 
 torch.set_num_threads(1)

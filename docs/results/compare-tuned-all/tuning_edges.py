@@ -49,7 +49,7 @@ import yaml
 from rloo.config import CompareConfig
 from rloo.config.methods import DEFAULT_METHOD, spec_of_variant
 from rloo.experiments.compare import run_cell
-from rloo.experiments.compare_tables import mean_ci
+from rloo.experiments.compare.tables import mean_ci
 from rloo.experiments.tuning import select_trial, trial_settings, tuning_root
 
 
@@ -130,7 +130,7 @@ def edge_points(cfg: CompareConfig, task: str, study: Path, out: Path) -> dict[s
 
 def _link_models(study: Path, out: Path, task: str, seed: int, part: str = "tuning") -> None:
     """OUT's cell uses the study cell's SFT and reward models and SFT result (links, never copies)
-    when STUDY still has both models; otherwise (a cell restored from compare_cells keeps only its
+    when STUDY still has both models; otherwise (a cell restored by rloo.experiments.compare.cells keeps only its
     runs' results) run_cell trains them again in OUT from the same seed."""
     src, dst = (r / part / task / f"seed-{seed}" for r in (study, out))
     dst.mkdir(parents=True, exist_ok=True)

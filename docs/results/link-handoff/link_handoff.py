@@ -2,7 +2,7 @@
 seconds per weight version (trainer -> producer: the trainable tensors, as RemoteProducer.published
 sends them and ReceivedVersions.wait receives them) and per batch (producer -> trainer: a Rollout
 as torch.save bytes, as the producer's `put` sends it), two processes on localhost over
-rloo.runtime.link. Median of --reps round trips each, after 2 untimed ones.
+rloo.runtime.link.gloo. Median of --reps round trips each, after 2 untimed ones.
 
     python benchmarks/link_handoff.py --shape M --reps 20 [--out FILE]
 
@@ -28,7 +28,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from rloo.experiments.bench_assets import SHAPES
 from rloo.rollout.remote import TAG_BATCH, TAG_WEIGHTS, trainable_names
 from rloo.rollout.sampler import Rollout
-from rloo.runtime.link import Link
+from rloo.runtime.link.gloo import Link
 
 WARMUP = 2
 

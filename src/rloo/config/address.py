@@ -6,7 +6,7 @@ in brackets, as in URLs); port 1-65535. Refused in one line: a scheme (`http://`
 characters no host name holds, an IPv4 address with a part above 255 (`256.1.1.1`), an unbracketed
 IPv6 or a second colon (`localhost:29511:1` once passed as host `localhost:29511`, port 1), a name
 longer than DNS allows (253 characters, 63 per label). Whether the name resolves, and for the
-trainer whether it is this machine's, is checked before the run by rloo.runtime.address."""
+trainer whether it is this machine's, is checked before the run by rloo.runtime.link.address."""
 
 from __future__ import annotations
 

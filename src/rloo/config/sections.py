@@ -214,7 +214,7 @@ class RLSettings(MethodChoice):
 
     @property
     def ring_lag(self) -> int:
-        """The weight ring keeps ring_lag + 1 versions (rloo.runtime.weights): min(N, steps), since batch
+        """The weight ring keeps ring_lag + 1 versions (rloo.runtime.link.weights): min(N, steps), since batch
         t < steps needs versions max(0, t - N) .. t, at most min(N, steps) + 1 of them (N = 30000 on a
         2-step run allocated 30001 copies)."""
         return min(self.max_staleness, self.steps)

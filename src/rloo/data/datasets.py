@@ -29,7 +29,7 @@ from pathlib import Path
 from rloo.config import DatasetSettings
 from rloo.data import conversational
 from rloo.errors import RlooError
-from rloo.runtime.names import check_name
+from rloo.runtime.inputs.names import check_name
 
 FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
 HUMAN, ASSISTANT = "\n\nHuman:", "\n\nAssistant:"

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from rloo.errors import RlooError
-from rloo.runtime.tracking import say
+from rloo.runtime.tracking.log import say
 
 if TYPE_CHECKING:  # the preflight imports this module and stays free of torch (collate's)
     from rloo.data.collate import Encoded

@@ -1,5 +1,5 @@
 """Checks of a stage's config that need no model, run before any model loads or any file is
-written: every model/tokenizer/dataset name exists (rloo.runtime.names), there is a reward source and
+written: every model/tokenizer/dataset name exists (rloo.runtime.inputs.names), there is a reward source and
 something to judge with, and the user's Python callables import.
 
 Light on purpose: the CLI runs `check_config` before importing torch-heavy stage code, so a typo
@@ -28,12 +28,12 @@ from rloo.data.datasets import read_records
 from rloo.data.split import check_sides, eval_records, split_records, train_eval_records, train_records
 from rloo.data.survey import survey_pipeline
 from rloo.errors import ConfigError, RlooError
-from rloo.runtime.address import check_trainer_address
-from rloo.runtime.names import check_local, check_name
-from rloo.runtime.sizes import check_generation, check_memory, check_ring_memory, shape_of
-from rloo.runtime.trackers import check_wandb_installed
-from rloo.runtime.user_code import load_callable
-from rloo.runtime.weightfiles import check_weight_files
+from rloo.runtime.inputs.names import check_local, check_name
+from rloo.runtime.inputs.sizes import check_generation, check_memory, check_ring_memory, shape_of
+from rloo.runtime.inputs.user_code import load_callable
+from rloo.runtime.inputs.weightfiles import check_weight_files
+from rloo.runtime.link.address import check_trainer_address
+from rloo.runtime.tracking.trackers import check_wandb_installed
 
 MODEL_KEYS = ("model", "tokenizer", "policy", "baseline", "reference_model", "reward_model", "sft_model")
 
@@ -102,7 +102,7 @@ def _check_output_dir(out: Path) -> None:
 
 
 def _check_sizes(cfg) -> None:
-    """Completions within the model's context, batches within memory (rloo.runtime.sizes)."""
+    """Completions within the model's context, batches within memory (rloo.runtime.inputs.sizes)."""
     if isinstance(cfg, PipelineConfig):
         shape, model, rl, ev = shape_of(cfg.model, cfg.sft.arch), cfg.model, cfg.rl, cfg.eval
         new_tokens, rl_keys, ev_keys = rl.max_new_tokens, "rl.batch_size x rl.k", "eval.batch_size"

@@ -14,7 +14,7 @@ from rloo.config import PipelineConfig
 from rloo.data.lengths import check_cuts, count
 from rloo.data.split import eval_records, train_eval_records, train_records
 from rloo.errors import RlooError
-from rloo.runtime.sizes import shape_of
+from rloo.runtime.inputs.sizes import shape_of
 
 
 def survey_pipeline(cfg: PipelineConfig) -> None:

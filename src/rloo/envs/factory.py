@@ -8,7 +8,7 @@ from functools import partial
 from rloo.config.tasks import TASK_SPECS, episode_tasks
 from rloo.envs.base import EnvFactory
 from rloo.errors import EnvError
-from rloo.runtime.user_code import load_callable
+from rloo.runtime.inputs.user_code import load_callable
 
 
 def builtin_env(name: str) -> type:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-from rloo.runtime.atomic import atomic_savefig
-from rloo.runtime.confine import make_folder
-from rloo.runtime.tracking import read_metrics
+from rloo.runtime.runfolder.atomic import atomic_savefig
+from rloo.runtime.runfolder.confine import make_folder
+from rloo.runtime.tracking.log import read_metrics
 
 
 def _series(records: list[dict], key: str) -> tuple[list[int], list[float]]:
@@ -42,7 +42,7 @@ def plot_training(metrics_path: Path, out_dir: Path, title: str = "", judge: str
     import matplotlib.pyplot as plt
 
     records = read_metrics(metrics_path)
-    make_folder(out_dir)  # never a link out of the run folder (rloo.runtime.confine)
+    make_folder(out_dir)  # never a link out of the run folder (rloo.runtime.runfolder.confine)
     panels = [
         ("reward.png", ["reward/score", "reward/total"], "reward"),
         ("kl.png", ["reward/kl"], "KL(pi || pi_ref) per response"),

@@ -42,9 +42,9 @@ from rloo.experiments.bench_machine import (  # noqa: F401 - the peak memory fun
 )
 from rloo.experiments.bench_workers import _rloo_worker, _start, _trl_worker
 from rloo.modeling.few_rows import few_rows_pays
-from rloo.runtime.atomic import atomic_write_text
 from rloo.runtime.precision import resolve_precision
-from rloo.runtime.runlock import run_folder
+from rloo.runtime.runfolder.atomic import atomic_write_text
+from rloo.runtime.runfolder.lock import run_folder
 from rloo.training.common import check_device, prepare_plain_folder
 
 

@@ -15,8 +15,8 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, LlamaForSequenceClassification, PreTrainedTokenizerFast
 
-from rloo.runtime.atomic import atomic_write_text
-from rloo.runtime.confine import confine
+from rloo.runtime.runfolder.atomic import atomic_write_text
+from rloo.runtime.runfolder.confine import confine
 
 SPECIALS = ["<pad>", "<eos>", "<unk>"]
 SYLLABLES = [c + v for c in "bcdfghjklmnprstvwz" for v in "aeiou"] + ["th", "sh", "ch", "qu", "x", "y"]
@@ -126,7 +126,7 @@ def make_prompts(tok, words: list[str], shape: Shape, n: int, seed: int) -> list
 
 def build_assets(shape: Shape, root: Path, seed: int = 0) -> Path:
     """policy/ and reward/ (HF format, tokenizer saved alongside) under root/shape.name; built once.
-    Inside `rloo bench`'s run folder: none of these folders may be a link (rloo.runtime.confine)."""
+    Inside `rloo bench`'s run folder: none of these folders may be a link (rloo.runtime.runfolder.confine)."""
     folder = Path(root) / shape.name
     if (folder / "reward" / "config.json").exists():
         return folder

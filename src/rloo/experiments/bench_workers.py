@@ -212,7 +212,7 @@ def _start(target, job):
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe()
     # a daemon cannot start the rollout producer: that worker ends when the parent says stop, or at
-    # the EOF of its pipe when the parent dies (the producer with it: rloo.runtime.child)
+    # the EOF of its pipe when the parent dies (the producer with it: rloo.runtime.link.child)
     proc = ctx.Process(target=target, args=(child, job), daemon=not job.get("max_staleness"))
     proc.start()
     child.close()  # the worker's end lives in the worker: if it dies, recv() raises instead of waiting for ever

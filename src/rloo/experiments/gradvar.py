@@ -27,8 +27,8 @@ from rloo.core.losses import sequence_sum_policy_gradient_loss, value_loss
 from rloo.modeling.loading import frozen, load_policy, load_reward_model
 from rloo.rewards import RewardModelScorer
 from rloo.rollout import rollout
-from rloo.runtime.atomic import atomic_write_text
-from rloo.runtime.tracking import say
+from rloo.runtime.runfolder.atomic import atomic_write_text
+from rloo.runtime.tracking.log import say
 from rloo.tasks import get_task
 from rloo.training.sft import sft
 

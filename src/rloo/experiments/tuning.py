@@ -20,8 +20,8 @@ from pathlib import Path
 from rloo.config.methods import spec_of_variant
 from rloo.config.tools import TuningSettings
 from rloo.errors import RlooError, option
-from rloo.runtime.atomic import atomic_write_text
-from rloo.runtime.confine import make_folder
+from rloo.runtime.runfolder.atomic import atomic_write_text
+from rloo.runtime.runfolder.confine import make_folder
 
 
 def read_result(path: Path) -> dict:

@@ -44,7 +44,7 @@ from rloo.modeling.attention import uses_rloo_attention
 from rloo.modeling.forward import MAX_LOGITS_MB, completion_logprobs, lm_token_logprobs, score_head
 from rloo.modeling.kvcache import Prefill, cache_kwarg, grouped_pass_cache, grouped_pays, prefill_prompts, whole_groups
 from rloo.modeling.layer_checkpoint import cache_keeping_checkpointing, prefix_cache, supports_shared_checkpointing
-from rloo.runtime.tracking import say_once
+from rloo.runtime.tracking.log import say_once
 
 
 def group_prompts(prompt_ids: Tensor, prompt_mask: Tensor, k: int) -> tuple[Tensor, Tensor]:

@@ -22,10 +22,10 @@ from rloo.errors import RlooError
 from rloo.modeling.attention import use_rloo_attention
 from rloo.modeling.fp32_head import use_fp32_heads
 from rloo.modeling.lora import is_adapter_folder, load_merged
-from rloo.runtime.atomic import WriteError, describe_write_failure, fsync_dir, sync_and_hash
-from rloo.runtime.confine import confine
-from rloo.runtime.names import check_name
+from rloo.runtime.inputs.names import check_name
 from rloo.runtime.precision import weights_dtype
+from rloo.runtime.runfolder.atomic import WriteError, describe_write_failure, fsync_dir, sync_and_hash
+from rloo.runtime.runfolder.confine import confine
 
 # Our own progress bars cover the long work; per-file load/save bars of tiny models are noise.
 hf_logging.disable_progress_bar()
@@ -55,7 +55,7 @@ def build_llama(arch: ArchConfig, tokenizer, seed: int) -> LlamaForCausalLM:
 
 
 def _check_dir(path: str, what: str) -> None:
-    """A missing local path fails at once; a Hub name is looked up once, without retries (rloo.runtime.names)."""
+    """A missing local path fails at once; a Hub name is looked up once, without retries (rloo.runtime.inputs.names)."""
     check_name(str(path), what)
 
 
@@ -173,7 +173,7 @@ def frozen(model):
 def save_pretrained_atomic(model, tokenizer, path: Path) -> None:
     """Write model + tokenizer to a sibling temp folder, then rename over `path`, so a crash or a
     full disk mid-write never leaves a half-written model where a reader expects a whole one.
-    None of the three folders may be a link out of a run folder (rloo.runtime.confine)."""
+    None of the three folders may be a link out of a run folder (rloo.runtime.runfolder.confine)."""
     path = confine(path, folder=True)
     tmp = confine(path.with_name(path.name + ".tmp"), folder=True)
     confine(path.with_name(path.name + ".old"), folder=True)

@@ -13,7 +13,7 @@ from rloo.data.collate import encode_completions, encode_prompts
 from rloo.errors import RewardError, RlooError, StopNow
 from rloo.modeling.forward import reward_scores
 from rloo.modeling.forward_shared import reward_scores_shared
-from rloo.runtime.user_code import load_callable
+from rloo.runtime.inputs.user_code import load_callable
 
 RewardFn = Callable[[list[str], list[str]], Sequence[float]]
 
@@ -164,5 +164,5 @@ class RewardModelScorer:
 
 
 def load_function(spec: str) -> RewardFn:
-    """`package.module:function` or `path/to/file.py:function` -> the function (rloo.runtime.user_code)."""
+    """`package.module:function` or `path/to/file.py:function` -> the function (rloo.runtime.inputs.user_code)."""
     return load_callable(spec, "reward function")

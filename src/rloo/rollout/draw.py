@@ -13,7 +13,7 @@ def uniforms(shape: tuple[int, ...], generator: torch.Generator | None, device: 
     """U(0,1) noise of `shape` for tensors on `device`, drawn where the generator lives and moved.
 
     The one place that decides where sampling noise is drawn: the loop's generator is a CPU one
-    (its state is what checkpoints save, rloo.runtime.rng), and CUDA refuses to draw a CUDA tensor
+    (its state is what checkpoints save, rloo.runtime.checkpoint.rng), and CUDA refuses to draw a CUDA tensor
     with it ("Expected a 'cuda' device type for generator"). Without a generator the noise is
     drawn on `device` itself, from that device's default generator."""
     where = generator.device if generator is not None else torch.device(device)

@@ -1,7 +1,7 @@
 """A sampler that lags the trainer by N updates, in the trainer's own process (rl.max_staleness = N):
 the deterministic, synchronous simulation of the asynchronous producer
 (rloo.rollout.producer). The batch of step t is sampled with exactly the weights of update
-max(0, t - N) (rloo.runtime.weights.WeightRing), so the off-policy estimator is exercised end to
+max(0, t - N) (rloo.runtime.link.weights.WeightRing), so the off-policy estimator is exercised end to
 end with the same staleness as the producer process, without its overlap (no speed-up).
 
 Used as `Models.sampler`: `__call__(policy, prompts)` samples, `sync(policy)` is called by the
@@ -19,8 +19,8 @@ import torch
 from rloo.config import RLConfig
 from rloo.rollout.sampler import Rollout
 from rloo.rollout.versioned import VersionSampler
-from rloo.runtime.rng import batch_generator
-from rloo.runtime.weights import WeightRing
+from rloo.runtime.checkpoint.rng import batch_generator
+from rloo.runtime.link.weights import WeightRing
 
 
 def shadow_copy(policy: torch.nn.Module) -> torch.nn.Module:

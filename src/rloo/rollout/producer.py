@@ -3,11 +3,11 @@ ahead", in its own process, so sampling overlaps the trainer's scoring and updat
 
 Trainer side, `ProducerSampler` (a `Models.sampler`): `__call__(policy, prompts)` takes the next batch
 from a bounded queue, `sync(policy)` publishes the weights after each update into a shared-memory
-`WeightRing` (rloo.runtime.weights). Producer side, `_produce`: batch j is sampled with exactly the
+`WeightRing` (rloo.runtime.link.weights). Producer side, `_produce`: batch j is sampled with exactly the
 weights of update max(oldest, j - N) (oldest: 0, or the oldest a resumed run's checkpoint had), with
 the generator `batch_generator(seed, j)`, the prompts from its own copy of the prompt stream (the
 trainer checks they are the prompts it expected). The process lives and dies with the trainer
-(rloo.runtime.child). With a `score` (rloo.algorithms.base.Scoring, built by rloo.training.rl) the
+(rloo.runtime.link.child). With a `score` (rloo.algorithms.base.Scoring, built by rloo.training.rl) the
 producer also scores each batch (reward model or function, reference log-probs) and hands over a
 `ScoredRollout`, so that the trainer's step is its update only (docs/async.md measures why).
 """
@@ -28,13 +28,13 @@ from rloo.rollout.lagged import LaggedSampler, shadow_copy
 from rloo.rollout.remote import TAG_BATCH, TAG_CONTROL, ReceivedVersions, RemoteProducer
 from rloo.rollout.sampler import Rollout
 from rloo.rollout.versioned import VersionSampler
-from rloo.runtime.address import resolve
-from rloo.runtime.child import ChildProcess, die_with_parent, put_until, wait_until
+from rloo.runtime.checkpoint.rng import batch_generator
 from rloo.runtime.distributed import Dist, unwrap
-from rloo.runtime.link import Link, LinkClosed
-from rloo.runtime.rng import batch_generator
-from rloo.runtime.tracking import say
-from rloo.runtime.weights import WeightRing
+from rloo.runtime.link.address import resolve
+from rloo.runtime.link.child import ChildProcess, die_with_parent, put_until, wait_until
+from rloo.runtime.link.gloo import Link, LinkClosed
+from rloo.runtime.link.weights import WeightRing
+from rloo.runtime.tracking.log import say
 
 
 @dataclass

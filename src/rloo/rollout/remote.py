@@ -1,6 +1,6 @@
 """The rollout producer on another machine (rl.producer_address = HOST:PORT, docs/async.md "Across
 machines"): the same producer as rloo.rollout.producer's process, over a torch.distributed link
-(rloo.runtime.link) instead of shared memory and a queue.
+(rloo.runtime.link.gloo) instead of shared memory and a queue.
 
 The trainer (`RemoteProducer`, rank 0) hosts HOST:PORT and waits for `rloo produce
 address=HOST:PORT` (rloo.rollout.producer.serve, rank 1). It sends everything the producer needs once (`Job`: the
@@ -18,9 +18,9 @@ from __future__ import annotations
 import torch
 
 from rloo.errors import option
-from rloo.runtime.child import ChildDied
-from rloo.runtime.link import Link, LinkClosed, LinkTimeout
-from rloo.runtime.tracking import say
+from rloo.runtime.link.child import ChildDied
+from rloo.runtime.link.gloo import Link, LinkClosed, LinkTimeout
+from rloo.runtime.tracking.log import say
 
 TAG_CONTROL, TAG_WEIGHTS, TAG_BATCH = 0, 1, 2
 WEIGHTS, STOP = 0, 1

@@ -56,7 +56,8 @@ class Rollout:
     per_sample: dict[str, Tensor] = field(default_factory=dict)
 
     def record(self, **values: Tensor) -> None:
-        """Keep detached (N,) copies of per-completion values (rloo.runtime.trackers.sample_rows shows them)."""
+        """Keep detached (N,) copies of per-completion values (shown by
+        rloo.runtime.tracking.trackers.sample_rows)."""
         self.per_sample.update({k: v.detach().float().cpu() for k, v in values.items()})
 
 

@@ -48,7 +48,7 @@ import torch
 from rloo.config.base import FLOAT16_REFUSED
 from rloo.errors import RlooError
 from rloo.runtime.cpukind import auto_bf16, cpu_flags
-from rloo.runtime.tracking import note
+from rloo.runtime.tracking.log import note
 
 P = ParamSpec("P")  # a stage's parameters and result type, which stage_precision keeps
 R = TypeVar("R")

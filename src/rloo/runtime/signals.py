@@ -18,7 +18,7 @@ import threading
 from pathlib import Path
 
 from rloo.errors import Interrupted, StopNow, how_to_continue, more_stages_follow, rerun_hint
-from rloo.runtime.tracking import say
+from rloo.runtime.tracking.log import say
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -93,5 +93,5 @@ def signals_stop_now():
 def sigint_stops_now():
     """Within this block SIGINT raises StopNow (in the main thread; elsewhere a no-op), so that a plain
     KeyboardInterrupt raised inside is the code's own, not a Ctrl-C (the user's modules, loaded by
-    rloo.runtime.user_code, are told apart from a real signal this way)."""
+    rloo.runtime.inputs.user_code, are told apart from a real signal this way)."""
     return _raising_stop_now(signal.SIGINT)

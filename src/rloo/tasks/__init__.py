@@ -14,7 +14,7 @@ of policy responses against the references, judged by the gold judge.
 from __future__ import annotations
 
 from rloo.config.tasks import DEFAULT_TASK, TASK_SPECS, TaskSpec, check_task, task_names
-from rloo.runtime.user_code import load_callable
+from rloo.runtime.inputs.user_code import load_callable
 from rloo.tasks.arithmetic import ArithmeticTask
 from rloo.tasks.base import (
     DEFAULT_LABEL_TEMPERATURE,

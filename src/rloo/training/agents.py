@@ -19,9 +19,9 @@ from rloo.data.split import eval_records
 from rloo.eval.episodes import ENV_MARK, EpisodeEval, evaluate_episodes
 from rloo.eval.passk import paired_pass_difference
 from rloo.modeling.loading import load_policy, model_options
-from rloo.runtime.atomic import atomic_write_text
-from rloo.runtime.tracking import say
-from rloo.runtime.user_code import load_callable
+from rloo.runtime.inputs.user_code import load_callable
+from rloo.runtime.runfolder.atomic import atomic_write_text
+from rloo.runtime.tracking.log import say
 from rloo.tasks import get_task
 from rloo.tasks.base import EpisodeSuccess
 from rloo.training.common import env_spec, prepare_output_dir

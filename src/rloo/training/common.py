@@ -18,12 +18,12 @@ from rloo.data.chat_turns import chat_frame, end_ids
 from rloo.envs import EnvSpec
 from rloo.envs.factory import env_factory
 from rloo.errors import RlooError, option
-from rloo.runtime.atomic import atomic_write_text
-from rloo.runtime.checkpoint import check_resume_config
-from rloo.runtime.confine import make_folder
-from rloo.runtime.fingerprint import refuse_inputs_inside
+from rloo.runtime.checkpoint.resumecheck import check_resume_config
+from rloo.runtime.inputs.fingerprint import refuse_inputs_inside
 from rloo.runtime.precision import recorded_precision, refresh_casts_after_step
-from rloo.runtime.runfolder import (
+from rloo.runtime.runfolder.atomic import atomic_write_text
+from rloo.runtime.runfolder.confine import make_folder
+from rloo.runtime.runfolder.layout import (
     empty_run_folder,
     is_bookkeeping_only,
     kind_of,
@@ -31,8 +31,8 @@ from rloo.runtime.runfolder import (
     run_kind,
     write_marker,
 )
-from rloo.runtime.runlock import LOCK_NAME, lock_now
-from rloo.runtime.tracking import say
+from rloo.runtime.runfolder.lock import LOCK_NAME, lock_now
+from rloo.runtime.tracking.log import say
 
 
 def seed_everything(seed: int) -> torch.Generator:
@@ -48,7 +48,7 @@ def prepare_output_dir(cfg, resume: bool = False, overwrite: bool = False, can_r
 
     A folder that already holds a run is refused unless `overwrite` (start over: the old run is
     deleted) or `resume` (continue it) is given, so one run never silently overwrites or mixes
-    into another. `overwrite` deletes only through rloo.runtime.runfolder.empty_run_folder: a
+    into another. `overwrite` deletes only through rloo.runtime.runfolder.layout.empty_run_folder: a
     folder that is not an rloo run of this kind, or that holds anything rloo did not write, is
     never deleted.
     """
@@ -98,7 +98,7 @@ def precision_comment() -> str:
 
 def prepare_plain_folder(out: Path, kind: str, overwrite: bool) -> Path:
     """The output folder of a command without a config.yaml of its own (`rloo bench`): created and
-    locked; emptied with `overwrite` (rloo.runtime.runfolder), refused when it holds anything else."""
+    locked; emptied with `overwrite` (rloo.runtime.runfolder.layout), refused when it holds anything else."""
     refuse_a_file(out)
     make_folder(out)
     lock_now(out)

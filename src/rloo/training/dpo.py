@@ -31,7 +31,7 @@ from rloo.modeling.loading import frozen, load_policy, load_reward_model, save_p
 from rloo.rewards import RewardModelScorer
 from rloo.runtime.precision import stage_precision
 from rloo.runtime.signals import StopFlag, stage_interrupted
-from rloo.runtime.tracking import MetricsLogger, progress, say
+from rloo.runtime.tracking.log import MetricsLogger, progress, say
 from rloo.tasks import get_task
 from rloo.training.common import (
     adamw,

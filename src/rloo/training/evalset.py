@@ -16,7 +16,7 @@ from rloo.rewards.base import HoldsRewardModel
 from rloo.rewards.judges import Judge, make_judge, task_judge
 from rloo.rollout.settings import decoding
 from rloo.runtime.distributed import unwrap
-from rloo.runtime.tracking import say
+from rloo.runtime.tracking.log import say
 
 
 @dataclass

@@ -22,10 +22,10 @@ from rloo.rewards import RewardModelScorer
 from rloo.rewards.judges import make_judge
 from rloo.rewards.sources import FunctionReward, load_function
 from rloo.rollout.settings import decoding
-from rloo.runtime.atomic import atomic_write_text
 from rloo.runtime.precision import MIN_BF16_WIDTH_SAMPLING, stage_precision
-from rloo.runtime.runlock import holds_run_folder
-from rloo.runtime.tracking import say
+from rloo.runtime.runfolder.atomic import atomic_write_text
+from rloo.runtime.runfolder.lock import holds_run_folder
+from rloo.runtime.tracking.log import say
 from rloo.tasks import Example, get_task, has_checker
 from rloo.tasks.base import ParsesAnswers
 from rloo.training.agents import evaluate_agents

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from rloo.algorithms.base import SKIPPED, guarded_step
 from rloo.errors import NonFiniteError, option, rerun_hint
-from rloo.runtime.checkpoint import Checkpointer
+from rloo.runtime.checkpoint.save import Checkpointer
 from rloo.runtime.paramguard import ParamGuard
-from rloo.runtime.tracking import say
+from rloo.runtime.tracking.log import say
 
 
 class NonFiniteGuard:

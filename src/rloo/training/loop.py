@@ -21,13 +21,13 @@ from rloo.eval.plots import plot_training
 from rloo.modeling.loading import save_pretrained_atomic
 from rloo.modeling.lora import for_saving
 from rloo.rollout.capabilities import part_metrics
-from rloo.runtime.checkpoint import Checkpointer
+from rloo.runtime.checkpoint.save import Checkpointer
 from rloo.runtime.distributed import unwrap
 from rloo.runtime.paramguard import ParamGuard
-from rloo.runtime.progress_text import progress_suffix
 from rloo.runtime.signals import StopFlag
-from rloo.runtime.trackers import sample_rows
-from rloo.runtime.tracking import MetricsLogger, progress, say
+from rloo.runtime.tracking.log import MetricsLogger, progress, say
+from rloo.runtime.tracking.progress_text import progress_suffix
+from rloo.runtime.tracking.trackers import sample_rows
 from rloo.training.evalset import EvalSet, eval_metrics
 from rloo.training.guard import NonFiniteGuard, VanishingWeights, check_update
 

@@ -13,9 +13,9 @@ from rloo.data.split import eval_records
 from rloo.errors import pipeline_rerun, rerun_continues
 from rloo.eval.paired import compare_paired, describe
 from rloo.eval.passk import paired_pass_difference
-from rloo.runtime.atomic import atomic_write_text
-from rloo.runtime.runlock import holds_run_folder
-from rloo.runtime.tracking import say
+from rloo.runtime.runfolder.atomic import atomic_write_text
+from rloo.runtime.runfolder.lock import holds_run_folder
+from rloo.runtime.tracking.log import say
 from rloo.training.agents import evaluate_agents
 from rloo.training.common import prepare_output_dir
 from rloo.training.evaluate import evaluate

@@ -20,10 +20,10 @@ import yaml
 
 from rloo.config import OFFLINE_ALGORITHMS, upgrade_saved_config
 from rloo.errors import RlooError, option
-from rloo.runtime.resumecheck import check_resume_config
-from rloo.runtime.runfolder import is_bookkeeping_only, kind_of, run_kind
-from rloo.runtime.tracking import say
-from rloo.runtime.weightfiles import check_weight_files
+from rloo.runtime.checkpoint.resumecheck import check_resume_config
+from rloo.runtime.inputs.weightfiles import check_weight_files
+from rloo.runtime.runfolder.layout import is_bookkeeping_only, kind_of, run_kind
+from rloo.runtime.tracking.log import say
 from rloo.training.loop import RLResult
 from rloo.training.reward import RewardResult
 

@@ -27,12 +27,12 @@ from rloo.modeling.loading import (
 )
 from rloo.modeling.lora import add_lora, for_saving, trained_network
 from rloo.rollout import rollout
-from rloo.runtime.atomic import atomic_write_text
-from rloo.runtime.fingerprint import fingerprints
+from rloo.runtime.checkpoint.resumecheck import prompts_digest
+from rloo.runtime.inputs.fingerprint import fingerprints
 from rloo.runtime.precision import stage_precision
-from rloo.runtime.resumecheck import prompts_digest
-from rloo.runtime.runlock import holds_run_folder
-from rloo.runtime.tracking import progress, say
+from rloo.runtime.runfolder.atomic import atomic_write_text
+from rloo.runtime.runfolder.lock import holds_run_folder
+from rloo.runtime.tracking.log import progress, say
 from rloo.tasks import get_task
 from rloo.training.common import (
     adamw,
@@ -229,5 +229,5 @@ def train_reward(cfg: RewardConfig, *, resume: bool = False, overwrite: bool = F
 
 
 def _digest(pairs) -> str:
-    """The training pairs' digest a resume compares (rloo.runtime.resumecheck.prompts_digest)."""
+    """The training pairs' digest a resume compares (rloo.runtime.checkpoint.resumecheck.prompts_digest)."""
     return prompts_digest([x for p in pairs for x in p])

@@ -30,18 +30,23 @@ from rloo.rollout.producer import stale_sampler
 from rloo.rollout.settings import sampling_settings
 from rloo.rollout.versioned import check_lagged_vllm
 from rloo.runtime import distributed
-from rloo.runtime.checkpoint import Checkpointer, check_resume_config, truncate_metrics
-from rloo.runtime.checkpoint_verify import latest_checkpoint, load_ring, load_state
-from rloo.runtime.child import can_send
+from rloo.runtime.checkpoint.resumecheck import (
+    check_optimizer_matches,
+    check_prompts_unchanged,
+    check_resume_config,
+    describe_changes,
+)
+from rloo.runtime.checkpoint.ringcheck import check_ring, config_change, config_dict, ring_window
+from rloo.runtime.checkpoint.save import Checkpointer, truncate_metrics
+from rloo.runtime.checkpoint.verify import latest_checkpoint, load_ring, load_state
 from rloo.runtime.cpukind import cpu_flags, cpu_kind, exactness_note
 from rloo.runtime.distributed import unwrap
-from rloo.runtime.fingerprint import check_inputs_unchanged, fingerprints
+from rloo.runtime.inputs.fingerprint import check_inputs_unchanged, fingerprints
+from rloo.runtime.link.child import can_send
 from rloo.runtime.paramguard import ParamGuard
 from rloo.runtime.precision import MIN_BF16_WIDTH_SAMPLING, stage_precision
-from rloo.runtime.resumecheck import check_optimizer_matches, check_prompts_unchanged, describe_changes
-from rloo.runtime.ringcheck import check_ring, config_change, config_dict, ring_window
-from rloo.runtime.runlock import holds_run_folder
-from rloo.runtime.tracking import say
+from rloo.runtime.runfolder.lock import holds_run_folder
+from rloo.runtime.tracking.log import say
 from rloo.tasks import get_task
 from rloo.training.common import (
     adamw,
@@ -57,7 +62,7 @@ from rloo.training.evalset import train_and_eval_prompts
 from rloo.training.loop import LoopState, RLResult, loop
 
 
-@holds_run_folder  # one process per run folder, for the whole run (rloo.runtime.runlock)
+@holds_run_folder  # one process per run folder, for the whole run (rloo.runtime.runfolder.lock)
 @stage_precision(min_width=MIN_BF16_WIDTH_SAMPLING)
 def train(
     cfg: RLConfig,
@@ -186,7 +191,7 @@ def _checked_resume(cfg, ckpt, state, changed, models):
 def producer_scoring(models: Models, cfg: RLConfig) -> Scoring | None:
     """Step 2 for the rollout producer to run where it samples (docs/async.md), or None (the trainer
     scores) for a reward source that cannot be sent to another process (a lambda or closure given to
-    rloo.train, a function loaded from path/to/file.py: rloo.runtime.child.can_send). Under LoRA the
+    rloo.train, a function loaded from path/to/file.py: rloo.runtime.link.child.can_send). Under LoRA the
     reference, the trained policy with its adapters off, goes as None: the producer takes its own
     copy of the policy with its adapters off (the same frozen base weights; rloo.rollout.producer)."""
     if models.scorer is None:
@@ -210,7 +215,7 @@ def _resume_point(cfg: RLConfig):
 def _checked_ring(cfg: RLConfig, ckpt: Path, state: dict, models: Models):
     """(the checkpoint's older weight versions at max_staleness > 0 (None at 0), a line saying the
     continuation is not exact or None), refused in one line when they, or the checkpoint's model,
-    are not this run's (rloo.runtime.ringcheck)."""
+    are not this run's (rloo.runtime.checkpoint.ringcheck)."""
     policy = unwrap(models.policy)
     if cfg.lora is None and (change := config_change(config_dict(models.ref), config_dict(policy))):
         raise RlooError(

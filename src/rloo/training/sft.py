@@ -22,11 +22,11 @@ from rloo.modeling.loading import (
     save_pretrained_atomic,
 )
 from rloo.modeling.lora import add_lora, for_saving
-from rloo.runtime.fingerprint import fingerprints
+from rloo.runtime.checkpoint.resumecheck import prompts_digest
+from rloo.runtime.inputs.fingerprint import fingerprints
 from rloo.runtime.precision import stage_precision
-from rloo.runtime.resumecheck import prompts_digest
-from rloo.runtime.runlock import holds_run_folder
-from rloo.runtime.tracking import progress, say
+from rloo.runtime.runfolder.lock import holds_run_folder
+from rloo.runtime.tracking.log import progress, say
 from rloo.tasks import Example, get_task
 from rloo.tasks.tokenizer import build_tokenizer
 from rloo.training.common import (

@@ -1,10 +1,10 @@
 """The checkpoints of a supervised stage (SFT, reward model), with the RL stage's promises: written
-atomically in the same layout (rloo.runtime.checkpoint), every `save_every` steps and when SIGINT or
+atomically in the same layout (rloo.runtime.checkpoint.save), every `save_every` steps and when SIGINT or
 SIGTERM stops the stage after its step, and read back by `resume` so that the stage continues bit for
 bit (one thread, as RL; rloo.runtime.cpukind says what another count promises).
 
 A checkpoint after step s holds the weights (model/), the optimizer, the schedule, every random
-stream (rloo.runtime.rng), the position in the data (epoch e, b batches of it trained, and epoch e's
+stream (rloo.runtime.checkpoint.rng), the position in the data (epoch e, b batches of it trained, and epoch e's
 permutation, drawn from the stage's generator when the epoch started, as rloo.data.collate.batches
 draws it), the guard's counters, the stage's own running values (`extra`: SFT's smoothed loss, the
 reward model's sampled preference pairs), the metrics file's length, a digest of the training data,
@@ -21,14 +21,14 @@ import torch
 from rloo.config import upgrade_saved_config
 from rloo.errors import Interrupted, RlooError, option, rerun_hint
 from rloo.modeling.lora import load_saved_weights
-from rloo.runtime.checkpoint import restore_optimizer, save_checkpoint, truncate_metrics
-from rloo.runtime.checkpoint_verify import latest_checkpoint, load_state
+from rloo.runtime.checkpoint.resumecheck import check_optimizer_matches, check_resume_config, describe_changes
+from rloo.runtime.checkpoint.rng import rng_state, set_rng_state
+from rloo.runtime.checkpoint.save import restore_optimizer, save_checkpoint, truncate_metrics
+from rloo.runtime.checkpoint.verify import latest_checkpoint, load_state
 from rloo.runtime.cpukind import cpu_flags, cpu_kind, exactness_note
-from rloo.runtime.fingerprint import check_inputs_unchanged
-from rloo.runtime.resumecheck import check_optimizer_matches, check_resume_config, describe_changes
-from rloo.runtime.rng import rng_state, set_rng_state
+from rloo.runtime.inputs.fingerprint import check_inputs_unchanged
 from rloo.runtime.signals import StopFlag, stage_interrupted
-from rloo.runtime.tracking import MetricsLogger, say
+from rloo.runtime.tracking.log import MetricsLogger, say
 
 
 def resume_point(cfg) -> tuple[Path | None, dict | None]:
@@ -44,7 +44,7 @@ def resume_point(cfg) -> tuple[Path | None, dict | None]:
 def check_stage_resume(cfg, ckpt: Path, state: dict, total: int, data_sha: str, inputs: dict, params) -> None:
     """Refuse, in one line and before the run folder is touched, a resume whose checkpoint is not this
     stage's: other fixed settings, other training data, other inputs, an optimizer state that does not
-    fit the model; then say the settings that changed (rloo.runtime.resumecheck). `total`: the stage's
+    fit the model; then say the settings that changed (rloo.runtime.checkpoint.resumecheck). `total`: the stage's
     steps now; `params`: its trainable parameters in the optimizer's order."""
     saved = upgrade_saved_config(json.loads(state["config"]))
     changed = check_resume_config(saved, cfg.model_dump(mode="json"))
@@ -81,7 +81,7 @@ class StageRun:
     def __init__(self, name: str, cfg, out: Path, model, tokenizer, opt, sched, gen, guard, n: int, data_sha: str):
         self.name, self.cfg, self.out, self.model, self.tokenizer = name, cfg, Path(out), model, tokenizer
         self.opt, self.sched, self.gen, self.guard, self.n, self.data_sha = opt, sched, gen, guard, n, data_sha
-        self.inputs: dict = {}  # rloo.runtime.fingerprint of cfg's inputs, set by the stage
+        self.inputs: dict = {}  # rloo.runtime.inputs.fingerprint of cfg's inputs, set by the stage
         self.extra: dict = {}  # the stage's own values saved with each checkpoint (plain types)
         self.step, self.epoch, self.done = 0, 0, 0
         self.order: torch.Tensor | None = None

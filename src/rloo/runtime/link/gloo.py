@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 
 from rloo.errors import RlooError
-from rloo.runtime.address import NobodyThere, Waiting, resolve, wait_for_listener
+from rloo.runtime.link.address import NobodyThere, Waiting, resolve, wait_for_listener
 from rloo.runtime.threads import call_all
 
 # A wait longer than this is an error: the trainer's update, eval and checkpoint between two

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import ParamSpec, TypeVar, cast
 
 from rloo.errors import RlooError
-from rloo.runtime.confine import confine, hold_root, release_root
+from rloo.runtime.runfolder.confine import confine, hold_root, release_root
 
 LOCK_NAME = ".rloo.lock"
 P = ParamSpec("P")  # a stage's parameters and result type, which holds_run_folder keeps
@@ -82,11 +82,11 @@ class _Lock:
         self.folder = Path(folder)
         self.path = self.folder / LOCK_NAME
         self.fd: int | None = None
-        self.roots: tuple[str, ...] = ()  # its keys in rloo.runtime.confine while held
+        self.roots: tuple[str, ...] = ()  # its keys in rloo.runtime.runfolder.confine while held
 
     def acquire(self) -> None:
         """Take the lock or raise RunFolderBusy naming the holder; never waits. A run folder inside
-        one this process holds (a pipeline's stage) must not be a link (rloo.runtime.confine)."""
+        one this process holds (a pipeline's stage) must not be a link (rloo.runtime.runfolder.confine)."""
         confine(self.folder, folder=True)
         while self.fd is None:
             fd = open_lock_file(self.path, os.O_RDWR | os.O_CREAT)

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from rloo.config.methods import DEFAULT_METHOD
-from rloo.experiments.compare_tables import mean_ci
+from rloo.experiments.compare.tables import mean_ci
 from rloo.experiments.tuning import describe
 
 

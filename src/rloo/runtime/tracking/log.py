@@ -13,18 +13,18 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from rloo.config import normalize_report_to
-from rloo.runtime.atomic import WriteError, describe_write_failure, open_append
-from rloo.runtime.confine import make_folder
-from rloo.runtime.progress_text import PlainProgress
-from rloo.runtime.trackers import start_trackers
+from rloo.runtime.runfolder.atomic import WriteError, describe_write_failure, open_append
+from rloo.runtime.runfolder.confine import make_folder
+from rloo.runtime.tracking.progress_text import PlainProgress
+from rloo.runtime.tracking.trackers import start_trackers
 
 
 class MetricsLogger:
     """Appends one JSON object per record to `metrics.jsonl` and mirrors scalars to the trackers of
-    `report_to` (rloo.runtime.trackers: TensorBoard by default, wandb, none).
+    `report_to` (rloo.runtime.tracking.trackers: TensorBoard by default, wandb, none).
 
     Lines are flushed as written, so a killed run keeps every record up to the kill; a resumed run
-    first cuts the file back to its checkpoint (rloo.runtime.checkpoint.truncate_metrics).
+    first cuts the file back to its checkpoint (rloo.runtime.checkpoint.save.truncate_metrics).
     """
 
     def __init__(
@@ -113,7 +113,7 @@ def _quiet_tensorboard_errors() -> None:
 
 def progress(total: int, desc: str, initial: int = 0, disable: bool = False, plain_lines: bool = True):
     """A progress bar on stderr when it is a terminal; otherwise (CI, a log file) plain lines with an
-    ETA every tenth of the run (rloo.runtime.progress_text), or nothing when not `plain_lines` (a loop that
+    ETA every tenth of the run (rloo.runtime.tracking.progress_text), or nothing when not `plain_lines` (a loop that
     prints its own). `disable`: quiet (processes other than rank 0)."""
     if not disable and is_main_process():
         _say_held_notes()  # a terminal's bar is drawn by tqdm, not by say

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 from rloo.errors import ConfigError, RlooError
-from rloo.runtime.confine import confine
+from rloo.runtime.runfolder.confine import confine
 
 SAMPLE_COLUMNS = ("prompt", "completion", "score", "kl", "advantage")
 

@@ -2,7 +2,7 @@
 
 Pattern: write into a temporary sibling, fsync, then `os.replace` it over the final name (atomic on
 POSIX file systems), then fsync the parent folder so the rename itself survives a power loss.
-Every path written or deleted here is first checked by rloo.runtime.confine: a folder above it
+Every path written or deleted here is first checked by rloo.runtime.runfolder.confine: a folder above it
 inside the run folder that is a link is refused (the rename protects only the last component).
 """
 
@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 
 from rloo.errors import RlooError
-from rloo.runtime.confine import confine
+from rloo.runtime.runfolder.confine import confine
 
 
 class WriteError(RlooError):

@@ -1,8 +1,8 @@
 """The output folder of `rloo compare`, shared by every process started with the same command.
 
-Each process holds the study's shared lock (rloo.runtime.sharedlock) for its whole run and claims
+Each process holds the study's shared lock (rloo.runtime.runfolder.sharedlock) for its whole run and claims
 one cell at a time (a (task, seed) folder, by its run lock). `--overwrite` takes the study's lock
-exclusively and empties the folder only through rloo.runtime.runfolder.empty_run_folder, so it
+exclusively and empties the folder only through rloo.runtime.runfolder.layout.empty_run_folder, so it
 never deletes under another live process nor deletes anything rloo did not write. A step that
 reads another cell's models (the gradient variance reads seed 0's SFT and reward models) waits for
 the process making them, and makes them itself when no live process is.
@@ -20,12 +20,18 @@ import yaml
 from rloo.config import CompareConfig, load_config
 from rloo.errors import ConfigError, RlooError, option
 from rloo.experiments.tuning import read_result
-from rloo.runtime.atomic import atomic_write_text
-from rloo.runtime.confine import make_folder
-from rloo.runtime.runfolder import empty_run_folder, is_bookkeeping_only, kind_of, refuse_linked_folders, write_marker
-from rloo.runtime.runlock import RunFolderBusy, describe_holder, is_busy, run_folder
-from rloo.runtime.sharedlock import SharedFolder
-from rloo.runtime.tracking import say
+from rloo.runtime.runfolder.atomic import atomic_write_text
+from rloo.runtime.runfolder.confine import make_folder
+from rloo.runtime.runfolder.layout import (
+    empty_run_folder,
+    is_bookkeeping_only,
+    kind_of,
+    refuse_linked_folders,
+    write_marker,
+)
+from rloo.runtime.runfolder.lock import RunFolderBusy, describe_holder, is_busy, run_folder
+from rloo.runtime.runfolder.sharedlock import SharedFolder
+from rloo.runtime.tracking.log import say
 from rloo.training.common import refuse_a_file
 
 WAIT_POLL_S = 10.0  # how often a process waiting for another's models looks again
@@ -69,7 +75,7 @@ def open_study(cfg: CompareConfig, overwrite: bool) -> SharedFolder:
 @contextmanager
 def claim(cell: Path, quiet: bool = False):
     """Lets several `rloo compare` processes on one output_dir share the cells: a cell whose lock
-    (rloo.runtime.runlock) a live process holds is left to it; the lock of a killed run is taken over."""
+    (rloo.runtime.runfolder.lock) a live process holds is left to it; the lock of a killed run is taken over."""
     make_folder(cell)
     with ExitStack() as stack:
         try:

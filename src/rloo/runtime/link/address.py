@@ -15,7 +15,7 @@ import time
 
 from rloo.config.address import split_address
 from rloo.errors import ConfigError, RlooError
-from rloo.runtime.tracking import say
+from rloo.runtime.tracking.log import say
 
 PROGRESS_S = 60.0  # a "still waiting" line this often while a side waits for the other
 

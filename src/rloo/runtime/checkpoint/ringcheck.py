@@ -18,8 +18,8 @@ import torch
 from safetensors import safe_open
 
 from rloo.errors import RlooError, option
-from rloo.runtime.checkpoint_verify import RING, ring_file
-from rloo.runtime.weights import frozen_names, tied_names
+from rloo.runtime.checkpoint.verify import RING, ring_file
+from rloo.runtime.link.weights import frozen_names, tied_names
 
 CONFIG_KEY = "rloo_policy_config"  # the safetensors metadata of a ring file: the policy's config_dict, JSON
 VOLATILE = {"torch_dtype", "dtype", "transformers_version", "use_cache", "architectures"}

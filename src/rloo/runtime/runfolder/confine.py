@@ -2,18 +2,18 @@
 folders only.
 
 The kernel follows a symbolic link in any component of a path. O_NOFOLLOW and writing through a
-temporary sibling and a rename (rloo.runtime.atomic) protect the last component only: with
+temporary sibling and a rename (rloo.runtime.runfolder.atomic) protect the last component only: with
 `<run>/plots` replaced by a link to a user's folder, `<run>/plots/reward.png` is that folder's
 file, and pruning `<run>/checkpoints/step-000001` deletes there. So each writer and deleter first
 passes its path through `confine`: every component between the run folder and the path must be a
 real folder (or not exist yet: it is then created as one), else one line (LinkedFolder, exit 2).
 
-Which run folders: those this process holds (registered by rloo.runtime.runlock and
-rloo.runtime.sharedlock when their lock is taken), the outermost one when they nest (a pipeline's
+Which run folders: those this process holds (registered by rloo.runtime.runfolder.lock and
+rloo.runtime.runfolder.sharedlock when their lock is taken), the outermost one when they nest (a pipeline's
 stages, a comparison's cells), so a stage folder replaced by a link is refused too. The run folder
 itself may lie under links (an output_dir under a linked home folder): only what lies below it is
 checked. A path under no held run folder (a config file the user names) is not checked. The whole
-folder is also checked once when a command starts (rloo.runtime.runfolder.refuse_linked_folders),
+folder is also checked once when a command starts (rloo.runtime.runfolder.layout.refuse_linked_folders),
 so a refusal comes before anything is written. A link planted while the run works is not guarded
 against (the check and the write are two system calls).
 """

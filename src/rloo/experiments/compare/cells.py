@@ -17,8 +17,8 @@ keeps, from an output folder:
 and `restore` puts them into a fresh output folder, marked as a comparison, so that `rloo compare`
 with the same settings continues with the runs not done.
 
-    python -m rloo.experiments.compare_cells save /work/tuned-runs/study docs/results/compare-tuned-all/cells
-    python -m rloo.experiments.compare_cells restore docs/results/compare-tuned-all/cells /work/tuned-runs/study
+    python -m rloo.experiments.compare.cells save /work/tuned-runs/study docs/results/compare-tuned-all/cells
+    python -m rloo.experiments.compare.cells restore docs/results/compare-tuned-all/cells /work/tuned-runs/study
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ from pathlib import Path
 from rloo.config import CompareConfig, load_config
 from rloo.errors import RlooError
 from rloo.experiments.tuning import read_result, report_names, trial_variants, tuning_done, view_names
-from rloo.runtime.atomic import atomic_write_bytes, atomic_write_text
-from rloo.runtime.runfolder import is_bookkeeping_only, write_marker
-from rloo.runtime.runlock import is_busy
+from rloo.runtime.runfolder.atomic import atomic_write_bytes, atomic_write_text
+from rloo.runtime.runfolder.layout import is_bookkeeping_only, write_marker
+from rloo.runtime.runfolder.lock import is_busy
 
 STAGES = ("sft", "reward")
 
@@ -141,7 +141,7 @@ def _tuning_cells(out: Path, cfg: CompareConfig) -> list[Path]:
 
 
 def main(argv: list[str]) -> int:
-    usage = "usage: python -m rloo.experiments.compare_cells save OUT DEST | restore DEST OUT | progress OUT"
+    usage = "usage: python -m rloo.experiments.compare.cells save OUT DEST | restore DEST OUT | progress OUT"
     if (
         len(argv) < 2
         or argv[0] not in ("save", "restore", "progress")

@@ -36,9 +36,9 @@ from rloo.config import (
     upgrade_saved_config,
 )
 from rloo.errors import RlooError, option
-from rloo.runtime.atomic import atomic_write_text
-from rloo.runtime.confine import linked_folder
-from rloo.runtime.runlock import LOCK_NAME, hold_existing
+from rloo.runtime.runfolder.atomic import atomic_write_text
+from rloo.runtime.runfolder.confine import linked_folder
+from rloo.runtime.runfolder.lock import LOCK_NAME, hold_existing
 
 MARKER = ".rloo-run"
 CONFIGS = {
@@ -153,9 +153,9 @@ def refuse_linked_folders(folder: Path, kind: str) -> None:
     """LinkedFolder (one line) when a folder rloo writes or deletes in, anywhere in the run folder
     `folder` of `kind` (LAYOUTS: plots/, checkpoints/, a checkpoint's ring/, tensorboard/, a
     pipeline's stages, a comparison's cells and report/...), is a symbolic link: its files would be
-    written or deleted outside the run (rloo.runtime.confine). Checked when a command starts, so
+    written or deleted outside the run (rloo.runtime.runfolder.confine). Checked when a command starts, so
     it is refused before anything is written; entries LAYOUTS does not name are not rloo's, and
-    links at file names are replaced, never written through (rloo.runtime.atomic)."""
+    links at file names are replaced, never written through (rloo.runtime.runfolder.atomic)."""
     if Path(folder).is_dir() and kind_of(folder) == kind:
         _refuse_links(Path(folder), LAYOUTS[kind])
 
@@ -215,7 +215,7 @@ def _match(name: str, spec: dict):
     for pattern, what in spec.items():
         if fnmatch.fnmatchcase(name, pattern):
             return what
-    # the temp name of an atomic write (rloo.runtime.atomic) of a file named here
+    # the temp name of an atomic write (rloo.runtime.runfolder.atomic) of a file named here
     if name.startswith(".") and name.endswith(".tmp") and _match(name[1:-4], spec) == FILE:
         return FILE
     return None

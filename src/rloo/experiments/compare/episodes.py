@@ -20,9 +20,9 @@ from rloo.config import CompareConfig, RLConfig
 from rloo.config.methods import DEFAULT_METHOD
 from rloo.eval.episodes import evaluate_episodes
 from rloo.eval.passk import paired_pass_difference
-from rloo.experiments.compare_eval import CellJudge
-from rloo.experiments.compare_plots import _grid, _legend, _methods_run, _plt, _save
-from rloo.experiments.compare_tables import _fmt, _fmt_signed
+from rloo.experiments.compare.eval import CellJudge
+from rloo.experiments.compare.plots import _grid, _legend, _methods_run, _plt, _save
+from rloo.experiments.compare.tables import _fmt, _fmt_signed
 from rloo.modeling.loading import frozen, load_policy
 from rloo.training.common import env_spec
 

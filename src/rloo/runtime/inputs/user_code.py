@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from rloo.errors import RlooError, StopNow
-from rloo.runtime.names import missing_path_error
+from rloo.runtime.inputs.names import missing_path_error
 from rloo.runtime.signals import sigint_stops_now
 
 

@@ -1,7 +1,7 @@
 """A folder several processes work in at once (an `rloo compare` study) and its shared lock.
 
 Each process holds a shared flock on `<folder>/.rloo.lock` for its whole run, so a stage (which
-takes the same file exclusively, rloo.runtime.runlock) cannot start there meanwhile, and a process
+takes the same file exclusively, rloo.runtime.runfolder.lock) cannot start there meanwhile, and a process
 that is to empty the folder (`--overwrite`) holds it exclusively first: it never deletes under a
 live process.
 """
@@ -12,8 +12,8 @@ import fcntl
 import os
 from pathlib import Path
 
-from rloo.runtime.confine import hold_root, release_root
-from rloo.runtime.runlock import LOCK_NAME, RunFolderBusy, open_lock_file, try_flock
+from rloo.runtime.runfolder.confine import hold_root, release_root
+from rloo.runtime.runfolder.lock import LOCK_NAME, RunFolderBusy, open_lock_file, try_flock
 
 
 class SharedFolder:

@@ -1,6 +1,6 @@
 """How `rloo compare` judges a policy on a text task: one sample per prompt with fixed sampling noise
 per seed, scored by the task's gold judge (and pass@k on a task scored by a checker). A task played
-as episodes is judged by rloo.experiments.compare_episodes instead (the same CellJudge)."""
+as episodes is judged by rloo.experiments.compare.episodes instead (the same CellJudge)."""
 
 from __future__ import annotations
 

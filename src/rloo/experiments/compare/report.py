@@ -2,7 +2,7 @@
 
 Everything is read back from the run folders (result.json, metrics.jsonl, gradient_variance.json),
 so the report can be regenerated without training: `write_report(cfg, out)`. The tables are made
-in rloo.experiments.compare_tables, the plots in rloo.experiments.compare_plots.
+in rloo.experiments.compare.tables, the plots in rloo.experiments.compare.plots.
 """
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from rloo.experiments.compare_episodes import episode_section, training_curves
-from rloo.experiments.compare_kl import equal_compute_table, equal_kl_table, tuning_table
-from rloo.experiments.compare_order import BOOTSTRAP_DRAWS, correlation_table, ordering_table, paper_pairs
-from rloo.experiments.compare_plots import plot_all
-from rloo.experiments.compare_tables import (  # noqa: F401 - mean_ci re-exported
+from rloo.experiments.compare.episodes import episode_section, training_curves
+from rloo.experiments.compare.kl import equal_compute_table, equal_kl_table, tuning_table
+from rloo.experiments.compare.order import BOOTSTRAP_DRAWS, correlation_table, ordering_table, paper_pairs
+from rloo.experiments.compare.plots import plot_all
+from rloo.experiments.compare.tables import (  # noqa: F401 - mean_ci re-exported
     mean_ci,
     paired_differences,
     pass_differences,
@@ -24,9 +24,9 @@ from rloo.experiments.compare_tables import (  # noqa: F401 - mean_ci re-exporte
     variance_table,
 )
 from rloo.experiments.tuning import read_result, report_names, updates_of, view_names
-from rloo.runtime.atomic import atomic_write_text
-from rloo.runtime.confine import make_folder
-from rloo.runtime.tracking import read_metrics
+from rloo.runtime.runfolder.atomic import atomic_write_text
+from rloo.runtime.runfolder.confine import make_folder
+from rloo.runtime.tracking.log import read_metrics
 from rloo.tasks import get_task, plays_episodes
 
 PER_PROMPT = ("metrics", "gold_per_prompt", "pass_counts", "success_counts")  # left out of report/results.json
@@ -151,7 +151,7 @@ def equal_kl_section(cfg, data: dict) -> list[str]:
 
 
 def ordering_section(cfg, data: dict) -> list[str]:
-    """The paper's ordering pair by pair and its rank correlation (rloo.experiments.compare_order)."""
+    """The paper's ordering pair by pair and its rank correlation (rloo.experiments.compare.order)."""
     if not any(paper_pairs([n for n in data[t] if n != "sft"]) for t in cfg.tasks):
         return []
     text = [

@@ -15,8 +15,8 @@ import math
 import random
 import re
 
-from rloo.experiments.compare_kl import compute_points, compute_trajectory, trajectory, values_at
-from rloo.experiments.compare_tables import mean_ci
+from rloo.experiments.compare.kl import compute_points, compute_trajectory, trajectory, values_at
+from rloo.experiments.compare.tables import mean_ci
 
 PAPER_ORDER: tuple[tuple[str, float], ...] = (
     ("rloo", 77.9),

@@ -25,7 +25,7 @@ import torch
 import torch.multiprocessing as mp
 
 from rloo.errors import RlooError
-from rloo.runtime.user_code import importable_by_name
+from rloo.runtime.inputs.user_code import importable_by_name
 
 POLL_S = 0.2
 PR_SET_PDEATHSIG = 1  # linux/prctl.h

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from rloo.config.methods import spec_of_variant
 from rloo.experiments.tuning import base_of
-from rloo.runtime.atomic import atomic_savefig
+from rloo.runtime.runfolder.atomic import atomic_savefig
 
 
 def _plt():

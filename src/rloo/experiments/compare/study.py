@@ -8,11 +8,11 @@ For every task and seed:
      win rate against the references and head to head against the SFT model (gold judge)
   4. gradient variance of the estimators at the SFT model and at a deliberately weak model
 A task played as episodes (calculator, guess) has no reward model (the environment gives the reward)
-and is judged by its episodes' success rate instead (rloo.experiments.compare_episodes; no step 4).
+and is judged by its episodes' success rate instead (rloo.experiments.compare.episodes; no step 4).
 With tuning on (tuning.trials > 0), steps 1-3 first run on the tuning seeds, once per trial of each
 method, judged on validation prompts (rloo.experiments.tuning); the reported seeds then run each
 method at the settings its trials chose.
-The report (table, plots) is written by rloo.experiments.compare_report from the per-run result files,
+The report (table, plots) is written by rloo.experiments.compare.report from the per-run result files,
 so an interrupted comparison continues where it stopped (finished runs are skipped), and several
 processes started with the same command share the work (each takes the (task, seed) cells no live
 process has claimed); the last one to finish writes the complete report.
@@ -28,16 +28,16 @@ from rloo.config import METHOD_SPECS, CompareConfig, PipelineConfig, RLConfig
 from rloo.config.method_choice import shared_settings
 from rloo.config.methods import compare_variants, spec_of_variant
 from rloo.errors import rerun_continues, study_rerun
-from rloo.experiments.compare_episodes import episode_judge
-from rloo.experiments.compare_eval import text_judge
-from rloo.experiments.compare_folder import claim, open_study, wait_for_models
-from rloo.experiments.compare_report import write_report
+from rloo.experiments.compare.episodes import episode_judge
+from rloo.experiments.compare.eval import text_judge
+from rloo.experiments.compare.folder import claim, open_study, wait_for_models
+from rloo.experiments.compare.report import write_report
 from rloo.experiments.gradvar import variance_cell
 from rloo.experiments.tuning import base_of, choose, read_result, trial_variants, tuning_done, tuning_root, untuned_name
 from rloo.modeling.loading import load_policy
-from rloo.runtime.atomic import atomic_write_text
 from rloo.runtime.precision import stage_precision
-from rloo.runtime.tracking import say
+from rloo.runtime.runfolder.atomic import atomic_write_text
+from rloo.runtime.tracking.log import say
 from rloo.tasks import get_task, has_checker, plays_episodes
 from rloo.training.reward import train_reward
 from rloo.training.rl import train
@@ -238,7 +238,7 @@ def _reported_cells(cfg: CompareConfig, out: Path, task_name: str) -> None:
 def tuned_variants(chosen: dict[str, dict]) -> dict[str, tuple[str, dict]]:
     """The reported runs of a tuned task, {name: (method, settings)}, from choose()'s {method or view:
     settings}: a view (ppo@2x2) whose choice is its method's own is not run twice (the report reads
-    the method's run for it, rloo.experiments.compare_report.collect)."""
+    the method's run for it, rloo.experiments.compare.report.collect)."""
     return {n: (base_of(n), s) for n, s in chosen.items() if n == base_of(n) or s != chosen.get(base_of(n))}
 
 

@@ -6,12 +6,12 @@ Layout: `<run>/checkpoints/step-000120/` with
               data-stream position, running counters, metrics-file offset, step and config;
               loaded with torch.load(weights_only=True), so no arbitrary pickle is ever executed
   ring/       rl.max_staleness = N > 0 only: version-000117.safetensors .. the older policy versions
-              the next N batches are sampled with (rloo.runtime.weights.WeightRing.older_versions)
+              the next N batches are sampled with (rloo.runtime.link.weights.WeightRing.older_versions)
   COMPLETE    written last: JSON {"step", "files": {path: [size, sha256]}}
 A checkpoint is written into `.tmp-step-*` and renamed into place, so a crash or `kill -9` while
 writing leaves the previous checkpoints untouched. On resume a folder without COMPLETE, or whose
 files do not match its manifest (truncated, corrupted), is reported and skipped: that check, and
-the listing, loading and pruning of checkpoints, are in rloo.runtime.checkpoint_verify.
+the listing, loading and pruning of checkpoints, are in rloo.runtime.checkpoint.verify.
 """
 
 from __future__ import annotations
@@ -25,7 +25,20 @@ import torch
 from safetensors.torch import save_file
 
 from rloo.errors import RlooError, option
-from rloo.runtime.atomic import (
+from rloo.runtime.checkpoint.resumecheck import prompts_digest
+from rloo.runtime.checkpoint.ringcheck import ring_metadata
+from rloo.runtime.checkpoint.rng import rng_state, set_rng_state
+from rloo.runtime.checkpoint.verify import (
+    MARKER,
+    RING,
+    list_checkpoints,
+    mark_verified,
+    prune_checkpoints,
+    ring_file,
+    step_of,
+)
+from rloo.runtime.link.weights import WeightRing
+from rloo.runtime.runfolder.atomic import (
     WriteError,
     describe_write_failure,
     fsync_dir,
@@ -33,26 +46,8 @@ from rloo.runtime.atomic import (
     sync_and_hash,
     truncate_file,
 )
-from rloo.runtime.checkpoint_verify import (  # noqa: F401 - the rest re-exported
-    MARKER,
-    RING,
-    is_verified,
-    latest_checkpoint,
-    list_checkpoints,
-    load_ring,
-    load_state,
-    mark_verified,
-    prune_checkpoints,
-    ring_file,
-    step_of,
-    verify_checkpoint,
-)
-from rloo.runtime.confine import make_folder
-from rloo.runtime.resumecheck import check_resume_config, prompts_digest  # noqa: F401 - re-exported
-from rloo.runtime.ringcheck import ring_metadata
-from rloo.runtime.rng import rng_state, set_rng_state  # noqa: F401 - re-exported
-from rloo.runtime.tracking import say_once
-from rloo.runtime.weights import WeightRing
+from rloo.runtime.runfolder.confine import make_folder
+from rloo.runtime.tracking.log import say_once
 
 # ---- writing ---------------------------------------------------------------------------------
 
@@ -100,7 +95,7 @@ def write_state(state: dict, path: Path) -> None:
 
 def write_ring(versions: dict[int, dict[str, torch.Tensor]], folder: Path, metadata: dict | None = None) -> None:
     """One safetensors file per weight version (`ring_file`) with `metadata` (the policy's
-    configuration, rloo.runtime.ringcheck); nothing for a synchronous run."""
+    configuration, rloo.runtime.checkpoint.ringcheck); nothing for a synchronous run."""
     for v, tensors in versions.items():
         folder.mkdir(exist_ok=True)
         save_file({n: t.contiguous() for n, t in tensors.items()}, str(ring_file(folder, v)), metadata=metadata)
@@ -194,7 +189,7 @@ class Checkpointer:
             "scored_steps": 0,
         }
         self.streak_start: dict | None = None  # snapshot before the first step of a non-finite streak
-        self.inputs: dict = inputs or {}  # content fingerprints of the run's inputs (rloo.runtime.fingerprint)
+        self.inputs: dict = inputs or {}  # content fingerprints of the run's inputs (rloo.runtime.inputs.fingerprint)
         self.prompt_steps = prompt_steps  # `steps` the built-in task's prompt list was made for
         self.guard = guard  # rloo.runtime.paramguard.ParamGuard: its starting norm is saved
         self.ring: WeightRing | None = None  # an asynchronous run's ring: its older versions are saved

@@ -1,6 +1,6 @@
 """Which checkpoints are whole: the manifest check, the newest good one on resume, and pruning.
 
-A checkpoint counts once its COMPLETE marker is written (rloo.runtime.checkpoint writes it last);
+A checkpoint counts once its COMPLETE marker is written (rloo.runtime.checkpoint.save writes it last);
 it is whole when the files match the marker's manifest and its state loads. Pruning keeps only
 checkpoints known to be whole, so a broken one never takes the place of a good one.
 """
@@ -13,8 +13,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from rloo.runtime.atomic import check_manifest, remove_tree_reporting
-from rloo.runtime.tracking import say
+from rloo.runtime.runfolder.atomic import check_manifest, remove_tree_reporting
+from rloo.runtime.tracking.log import say
 
 MARKER = "COMPLETE"
 
@@ -116,7 +116,7 @@ def prune_checkpoints(run_dir: Path, keep: int, newest: Path) -> None:
             say(f"warning: could not delete old checkpoint {ckpt} ({problem}); delete it by hand to free space")
 
 
-RING = "ring"  # an asynchronous run's older weight versions (rloo.runtime.checkpoint)
+RING = "ring"  # an asynchronous run's older weight versions (rloo.runtime.checkpoint.save)
 
 
 def ring_file(folder: Path, version: int) -> Path:
