@@ -142,3 +142,51 @@ def test_sft_refuses_targets_that_would_lose_their_eos(long_answers, monkeypatch
     assert line is not None and "lose their end and their EOS at max_response_tokens=8 tokens" in line.group(0), err
     n = float(line.group(1))
     assert _metrics(root / "runs" / "s3" / "metrics.jsonl") == {"data/prompts_cut": 0.0, "data/targets_cut": n}
+
+
+def _said(err: str, stage: str) -> dict[str, tuple[int, int]]:
+    """`{kind: (cut, of)}` from a stage's printed line (none printed: nothing cut)."""
+    line = re.search(rf"^{stage}: cut to the length limits: (.*)$", err, re.M)
+    found = re.findall(r"(\d+) of (\d+) ([a-z ]+?) \(", line.group(1)) if line else []
+    return {what: (int(n), int(total)) for n, total, what in found}
+
+
+def test_the_pipeline_summary_gathers_what_every_stage_cut(long_chat, monkeypatch, capsys):
+    # fails on main: each stage said its own cuts as it ran, the summary (printed and summary.json)
+    # said nothing of them. Here SFT keeps every prompt (no system message) but cuts every target
+    # before its EOS, the reward model cuts every chat prompt's start, RL and the evaluation cut nothing.
+    root, _, limit = long_chat
+    monkeypatch.chdir(root)
+    rows = [{"messages": _msgs(("user", q), ("assistant", f"{g} {b} {g}"))} for q, g, b in _chats(32, seed=0)]
+    _jsonl(root / "data" / "answers.jsonl", rows)
+    data = ["dataset.path=data/answers.jsonl", *DATA[1:]]
+    argv = ["pipeline", "model=models/policy", *data, f"max_prompt_tokens={limit}", "max_cut_share=1"]
+    assert main([*argv, "output_dir=runs/sum", *TINY, "max_response_tokens=8"]) == 0
+    err = capsys.readouterr().err
+    run = root / "runs" / "sum"
+    cut = json.loads((run / "summary.json").read_text())["cut"]
+    said = {stage: _said(err, stage) for stage in ("sft", "reward", "rl", "eval")}
+    assert set(said["sft"]) == {"targets"} and set(said["reward"]) >= {"prompts"}, said
+    assert said["rl"] == said["eval"] == {}, err
+    n_sft = said["sft"]["targets"][1]
+    for stage, kinds in {"sft": ("prompts", "targets"), "reward": ("prompts", "responses")}.items():
+        logged = _metrics(run / stage / "metrics.jsonl")  # the counts each stage logged at its step 0
+        assert {k: float(c["cut"]) for k, c in cut[stage].items()} == {k: logged[f"data/{k}_cut"] for k in kinds}
+        assert all((c["cut"], c["of"]) == said[stage][k] for k, c in cut[stage].items() if c["cut"]), (cut, said)
+    assert cut["sft"]["prompts"]["of"] == n_sft and cut["sft"]["targets"]["cut"] == n_sft > 0
+    assert cut["sft"]["targets"]["max_response_tokens"] == 8 and cut["reward"]["prompts"]["max_prompt_tokens"] == limit
+    # RL surveys the same training rows as SFT and its 4 held-out ones; the evaluation its 4 prompts
+    rl = {k: (c["cut"], c["of"], c["max_prompt_tokens"]) for k, c in cut["rl"].items()}
+    assert rl == {"prompts": (0, n_sft, limit), "eval prompts": (0, 4, limit)}
+    assert cut["eval"]["prompts"]["cut"] == 0 and cut["eval"]["prompts"]["of"] == 4
+    assert "data" not in json.loads((run / "eval" / "summary.json").read_text())  # nothing cut, nothing logged
+    assert not [k for k, v in _metrics(run / "rl" / "metrics.jsonl").items() if v]  # no prompts_truncated either
+    # the printed block, from the numbers the stages said
+    p, pairs = said["reward"]["prompts"]
+    r = said["reward"].get("responses", (0,))[0]  # a pair's two responses
+    block = (
+        f"cut to the length limits: sft 0/{n_sft} prompts, {n_sft}/{n_sft} targets (EOS lost); "
+        f"reward {p}/{pairs} prompts (start lost), {r}/{2 * pairs} responses{' (end lost)' if r else ''}; "
+        f"rl 0/{n_sft} prompts, 0/4 eval prompts; eval 0/4 prompts"
+    )
+    assert block in err.splitlines(), err

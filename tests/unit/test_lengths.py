@@ -6,7 +6,19 @@ from __future__ import annotations
 import pytest
 
 from rloo.data.collate import encode_completions, encode_prompts
-from rloo.data.lengths import Cut, check_cuts, count, cut_line, cut_metrics, prompt_cut, response_cut, target_cut
+from rloo.data.lengths import (
+    Cut,
+    check_cuts,
+    count,
+    cut_line,
+    cut_metrics,
+    cuts_summary,
+    prompt_cut,
+    read_cuts,
+    response_cut,
+    save_cuts,
+    target_cut,
+)
 from rloo.errors import RlooError
 
 
@@ -77,3 +89,21 @@ def test_a_checkpoint_saved_without_max_cut_share_resumes_as_an_exact_continuati
     assert describe_changes(changed, 2, 4) == [
         "resuming with changed settings (still an exact continuation): max_cut_share: None -> 0.25"
     ]
+
+
+def test_a_stages_record_keeps_zeros_and_the_summary_line_says_what_each_kind_lost(tmp_path):
+    assert read_cuts(tmp_path) is None  # a stage that never surveyed its data: left out of the summary
+    save_cuts(
+        tmp_path, [Cut("prompts", 0, 4, 3, "max_prompt_tokens", 3), Cut("targets", 2, 4, 9, "max_response_tokens", 8)]
+    )
+    sft = read_cuts(tmp_path)
+    assert sft == {
+        "prompts": {"cut": 0, "of": 4, "longest": 3, "max_prompt_tokens": 3},
+        "targets": {"cut": 2, "of": 4, "longest": 9, "max_response_tokens": 8},
+    }
+    rl = {"prompts": {"cut": 1, "of": 5}, "eval prompts": {"cut": 2, "of": 2}}
+    assert cuts_summary({"sft": sft, "rl": rl, "eval": {}}) == (
+        "cut to the length limits: sft 0/4 prompts, 2/4 targets (EOS lost); "
+        "rl 1/5 prompts (start lost), 2/2 eval prompts (start lost)"
+    )
+    assert cuts_summary({}) == "cut to the length limits: nothing counted"

@@ -6,15 +6,19 @@ so a chat template's system message is lost with its start. An SFT target longer
 it: a model that never sees the EOS never learns to stop. A preference response loses its end.
 Every stage counts its cuts (`rloo.data.collate.Encoded`, or `count` here for text it has not
 encoded yet), says them in one line with the numbers, and refuses, before it writes anything, when
-more than `max_cut_share` of one kind are cut (docs/configs.md#length-limits).
+more than `max_cut_share` of one kind are cut (docs/configs.md#length-limits). A stage that runs
+records its counts, zeros too, in its folder's `cuts.json`, which the pipeline's summary gathers.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rloo.errors import RlooError
+from rloo.runtime.runfolder.atomic import atomic_write_text
 from rloo.runtime.tracking.log import say
 
 if TYPE_CHECKING:  # the preflight imports this module and stays free of torch (collate's)
@@ -26,6 +30,8 @@ LOSES = {  # what each kind loses, for the printed line; keyed by its last word 
     "targets": "lose their end and their EOS at {limit} tokens (the model would not learn to stop)",
     "responses": "lose their end at {limit} tokens",
 }
+LOST = {"prompts": "start", "targets": "EOS", "responses": "end"}  # the same, in a word, for the pipeline's summary
+CUTS_FILE = "cuts.json"  # a stage's record of its cuts, in its folder
 
 
 @dataclass(frozen=True)
@@ -108,16 +114,45 @@ def check_cuts(stage: str, cuts: list[Cut], max_share: float, context: int | Non
             )
 
 
-def report_cuts(stage: str, cuts: list[Cut], max_share: float, context: int | None = None) -> dict[str, float]:
-    """Refuse above `max_share` (check_cuts), else say what was cut; returns the metrics to log."""
+def report_cuts(stage: str, cuts: list[Cut], max_share: float, context: int | None = None) -> list[Cut]:
+    """Refuse above `max_share` (check_cuts), else say what was cut; returns `cuts`, for the stage
+    to log (cut_metrics) and record (save_cuts) once its folder exists."""
     check_cuts(stage, cuts, max_share, context)
     if line := cut_line(stage, cuts):
         say(line)
-    return cut_metrics(cuts)
+    return cuts
 
 
-def report_prompt_cuts(stage: str, tokenizer, cfg, prompts: list[str], held_out: list[str], model) -> dict[str, float]:
+def report_prompt_cuts(stage: str, tokenizer, cfg, prompts: list[str], held_out: list[str], model) -> list[Cut]:
     """A sampling stage's prompts (training and held-out), surveyed before they are encoded batch by batch."""
     cuts = [count(tokenizer, prompts, "prompts", cfg.max_prompt_tokens)]
     cuts += [count(tokenizer, held_out, "eval prompts", cfg.max_prompt_tokens)] if held_out else []
     return report_cuts(stage, cuts, cfg.max_cut_share, context_of(model))
+
+
+def save_cuts(folder: Path, cuts: list[Cut]) -> None:
+    """`cuts.json` in a stage's folder: `{kind: {"cut": n, "of": total, "longest": tokens, key: limit}}`
+    for every kind counted, zeros too (nothing cut is said there, not left out)."""
+    record = {c.what: {"cut": c.n, "of": c.total, "longest": c.longest, c.key: c.limit} for c in cuts}
+    atomic_write_text(Path(folder) / CUTS_FILE, json.dumps(record, indent=2) + "\n")
+
+
+def read_cuts(folder: Path) -> dict | None:
+    """A stage folder's `cuts.json`, or None where there is none (a stage that never surveyed its data)."""
+    try:
+        held = json.loads((Path(folder) / CUTS_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return held if isinstance(held, dict) else None
+
+
+def cuts_summary(stages: dict[str, dict]) -> str:
+    """One line of every stage's record (read_cuts), as `sft 20/20 prompts (start lost), 0/20
+    targets; reward ...`: cut of counted, and what the cut ones lost (LOST)."""
+
+    def kind(what: str, c: dict) -> str:
+        lost = f" ({LOST[what.split()[-1]]} lost)" if c["cut"] else ""
+        return f"{c['cut']}/{c['of']} {what}{lost}"
+
+    parts = [f"{stage} " + ", ".join(kind(w, c) for w, c in rec.items()) for stage, rec in stages.items() if rec]
+    return "cut to the length limits: " + ("; ".join(parts) if parts else "nothing counted")

@@ -21,7 +21,7 @@ from rloo.config import ONLINE_ALGORITHMS, RLConfig
 from rloo.core.logprobs import sequence_logprobs
 from rloo.core.losses import dpo_loss
 from rloo.data.collate import batches
-from rloo.data.lengths import context_of, report_cuts
+from rloo.data.lengths import context_of, cut_metrics, report_cuts, save_cuts
 from rloo.data.preferences import encode_pairs, pair_cuts, pair_rows, preference_pairs
 from rloo.errors import ConfigError, RlooError, option
 from rloo.modeling.dropout import maybe_disable_dropout
@@ -115,8 +115,9 @@ def train_dpo(cfg: RLConfig, *, resume: bool = False, overwrite: bool = False) -
     # 1. the reward model's pairs (same seed, same first n), and the reference's log-probs once
     pairs = load_pairs(cfg, task)
     prompts, comps = encode_pairs(models.tokenizer, pairs, cfg)
-    cut_stats = report_cuts(cfg.algorithm, pair_cuts(prompts, comps, cfg), cfg.max_cut_share, context_of(models.policy))
+    cuts = report_cuts(cfg.algorithm, pair_cuts(prompts, comps, cfg), cfg.max_cut_share, context_of(models.policy))
     out = prepare_output_dir(cfg, overwrite=overwrite)  # after the refusal above: nothing written
+    save_cuts(out, cuts)
     with torch.no_grad():
         ref = [
             _pair_logprobs(models.ref, prompts, comps, idx, device, cfg.share_prompt)
@@ -144,7 +145,7 @@ def train_dpo(cfg: RLConfig, *, resume: bool = False, overwrite: bool = False) -
         log.log(s, metrics)
         history.append({"step": s, **metrics})
 
-    if cut_stats:
+    if cut_stats := cut_metrics(cuts):
         log.log(0, cut_stats)
 
     def pair_loss(idx):

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import torch
 
 from rloo.config import EvalConfig
-from rloo.data.lengths import report_prompt_cuts
+from rloo.data.lengths import cut_metrics, report_prompt_cuts, save_cuts
 from rloo.data.preflight import check_config
 from rloo.data.split import eval_records, text_field
 from rloo.errors import RlooError
@@ -71,8 +71,9 @@ def evaluate(cfg: EvalConfig, *, overwrite: bool = False) -> dict[str, PolicyEva
     if judge is None:  # rloo.data.preflight refuses this config first; kept for API callers that skip it
         raise RlooError("nothing to judge the responses with: set judge=module:function or reward_model=PATH")
     prompts, (policy, tokenizer) = [e.prompt for e in examples], loaded["policy"]  # cut prompts: said, too many refused
-    cut_stats = report_prompt_cuts("eval", tokenizer, cfg, prompts, [], policy)
+    cuts = report_prompt_cuts("eval", tokenizer, cfg, prompts, [], policy)
     out = prepare_output_dir(cfg, overwrite=overwrite)
+    save_cuts(out, cuts)
     results = {}
     for name, (model, tok) in loaded.items():
         model.eval()
@@ -92,7 +93,7 @@ def evaluate(cfg: EvalConfig, *, overwrite: bool = False) -> dict[str, PolicyEva
             generator=torch.Generator().manual_seed(cfg.seed + 7),
             keep_samples=5,
         )
-    _report(cfg, out, task, judge, examples, loaded, results, cut_stats)
+    _report(cfg, out, task, judge, examples, loaded, results, cut_metrics(cuts))
     return results
 
 

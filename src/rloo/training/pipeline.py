@@ -1,6 +1,6 @@
 """`rloo pipeline`: SFT -> reward model -> RLOO -> evaluation, one output folder. A task with a
 checker (arithmetic) has no reward-model stage: the checker is the reward, and the evaluation adds
-pass@k."""
+pass@k. The summary gathers what each stage cut to the length limits (each stage folder's cuts.json)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import json
 import time
 
 from rloo.config import PipelineConfig
+from rloo.data.lengths import cuts_summary, read_cuts
 from rloo.data.preflight import check_config
 from rloo.data.split import eval_records
 from rloo.errors import pipeline_rerun, rerun_continues
@@ -78,6 +79,7 @@ def _pipeline(cfg: PipelineConfig, resume: bool, overwrite: bool) -> dict:
         else {"accuracy_vs_labeler": rm.accuracy_vs_labeler, "accuracy_vs_gold": rm.accuracy_vs_gold},
         "eval": {k: _eval_summary(v) for k, v in results.items()},
         "difference": _difference(results),
+        "cut": _cuts(sft_cfg, rm_cfg if rm is not None else None, rl_cfg, ev_cfg),
         "seconds": times,
         "plots": [str(p) for p in plots],
     }
@@ -111,10 +113,20 @@ def _episodes_pipeline(cfg: PipelineConfig, rl_cfg, ev_cfg, out, times: dict, t:
     times["eval"] = time.perf_counter() - t
     task = cfg.task if cfg.dataset is None else None  # a dataset replaces the task's prompts
     summary = {"task": task, "seed": cfg.seed, "algorithm": rl_cfg.algorithm, "env": rl_cfg.env, "eval": results}
+    summary |= {"cut": _cuts(cfg.stage_configs()[0], None, rl_cfg, None)}
     summary |= {"seconds": times, "plots": [str(p) for p in rl.plots]}
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=2))
+    say(cuts_summary(summary["cut"]))
     say("time: " + ", ".join(f"{k} {v:.0f}s" for k, v in times.items()))
     return summary
+
+
+def _cuts(sft_cfg, rm_cfg, rl_cfg, ev_cfg) -> dict:
+    """`{"sft": {"prompts": {"cut": n, "of": total, ...}, ...}, "reward": ..., "rl": ..., "eval": ...}`:
+    each stage's own record (rloo.data.lengths.save_cuts); a stage that did not run is left out."""
+    stages = {"sft": sft_cfg, "reward": rm_cfg, "rl": rl_cfg, "eval": ev_cfg}
+    held = {name: read_cuts(c.output_dir) if c is not None else None for name, c in stages.items()}
+    return {name: rec for name, rec in held.items() if rec is not None}
 
 
 def _eval_summary(v) -> dict:
@@ -150,6 +162,7 @@ def _print_summary(s: dict) -> None:
             f"win rate vs references (judge: {s['judge']}): SFT {base['win_rate']:.3f} -> {s['algorithm'].upper()} "
             f"{pol['win_rate']:.3f} (seed {s['seed']})\n" + describe(s["difference"], s["judge"])
         )
+    say(cuts_summary(s["cut"]))
     say("time: " + ", ".join(f"{k} {v:.0f}s" for k, v in s["seconds"].items()) + f"; plots in {', '.join(s['plots'])}")
 
 

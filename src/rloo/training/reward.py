@@ -11,7 +11,7 @@ import torch
 from rloo.config import RewardConfig
 from rloo.core.losses import bradley_terry_loss
 from rloo.data.collate import batches
-from rloo.data.lengths import context_of, report_cuts
+from rloo.data.lengths import context_of, cut_metrics, report_cuts, save_cuts
 from rloo.data.preferences import encode_pairs, pair_cuts, pair_rows, preference_pairs
 from rloo.data.preflight import check_config
 from rloo.data.split import text_field, train_eval_records
@@ -185,12 +185,13 @@ def train_reward(cfg: RewardConfig, *, resume: bool = False, overwrite: bool = F
     else:  # sampled before the run folder is touched, so that a refusal below writes nothing
         train_pairs, held_out = _pairs(cfg, task, gen, state)
     prompts, comps = encode_pairs(tokenizer, train_pairs, cfg)
-    cut_stats = report_cuts("reward", pair_cuts(prompts, comps, cfg), cfg.max_cut_share, context_of(model))
+    cuts = report_cuts("reward", pair_cuts(prompts, comps, cfg), cfg.max_cut_share, context_of(model))
     inputs = fingerprints(cfg)
     if ckpt is not None and state is not None:  # every refusal before the run folder is touched
         n = steps_of(cfg, len(train_pairs))
         check_stage_resume(cfg, ckpt, state, n, _digest(train_pairs), inputs, trainable(model))
     out = prepare_output_dir(cfg, resume=resume, overwrite=overwrite, can_resume=True)
+    save_cuts(out, cuts)
     # kept so that DPO can train on exactly these pairs (rloo.training.dpo)
     atomic_write_text(out / "pairs.jsonl", "".join(json.dumps(p) + "\n" for p in train_pairs))
     # 2. Bradley-Terry training, from the newest checkpoint with `resume` (rloo.training.supervised)
@@ -207,7 +208,7 @@ def train_reward(cfg: RewardConfig, *, resume: bool = False, overwrite: bool = F
     run.start(ckpt, state, resume)
     share = _shares_prompts(net, cfg)
     log = run.logger()
-    if cut_stats and run.step == 0:
+    if (cut_stats := cut_metrics(cuts)) and run.step == 0:
         log.log(0, cut_stats)
     try:  # closed however the stage ends (a signal, an error): no TensorBoard writer thread left running
         with run.stop:

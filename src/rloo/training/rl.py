@@ -15,7 +15,7 @@ from rloo.algorithms import make_algorithm, supports_distributed
 from rloo.algorithms.agents import episode_reward, sample_episodes
 from rloo.algorithms.base import LearnsValues, Models, Scoring
 from rloo.config import OFFLINE_ALGORITHMS, RLConfig, upgrade_saved_config
-from rloo.data.lengths import report_prompt_cuts
+from rloo.data.lengths import report_prompt_cuts, save_cuts
 from rloo.data.preflight import check_config
 from rloo.data.prompts import PromptStream
 from rloo.errors import RlooError, option
@@ -118,12 +118,13 @@ def _train(cfg, dist, prompts, reward_fn, resume, overwrite) -> RLResult:
         eval_set = None
     stream = PromptStream(train_prompts, cfg.batch_size, cfg.seed)  # checks every prompt is text
     held_out = eval_set.prompts if eval_set is not None else []  # cut prompts said, too many refused
-    report_prompt_cuts("rl", models.tokenizer, cfg, train_prompts, held_out, models.policy)
+    cuts = report_prompt_cuts("rl", models.tokenizer, cfg, train_prompts, held_out, models.policy)
     if state is not None:  # every refusal comes before the run folder (config.yaml) is touched
         check_prompts_unchanged(state, stream.prompts, from_api=prompts is not None)
     _preflight(models, stream.prompts[0], cfg)
     if dist.is_main:
         out = prepare_output_dir(cfg, resume=resume, overwrite=overwrite, can_resume=True)
+        save_cuts(out, cuts)
     else:
         out = Path(cfg.output_dir)
     dist.barrier()

@@ -8,7 +8,7 @@ from pathlib import Path
 from rloo.config import SFTConfig
 from rloo.core.losses import sft_loss
 from rloo.data.collate import encode_completions, encode_prompts, trim_left, trim_right
-from rloo.data.lengths import context_of, prompt_cut, report_cuts, target_cut
+from rloo.data.lengths import context_of, cut_metrics, prompt_cut, report_cuts, save_cuts, target_cut
 from rloo.data.preflight import check_config
 from rloo.data.split import text_field, train_records
 from rloo.errors import RlooError
@@ -127,11 +127,12 @@ def sft(cfg: SFTConfig, *, resume: bool = False, overwrite: bool = False) -> SFT
     prompts, _ = encode_prompts(tokenizer, [e.prompt for e in examples], cfg.max_prompt_tokens)
     targets = encode_completions(tokenizer, [e.reference for e in examples], cfg.max_response_tokens)
     cuts = [prompt_cut(prompts, cfg.max_prompt_tokens), target_cut(targets, cfg.max_response_tokens)]
-    cut_stats = report_cuts("sft", cuts, cfg.max_cut_share, context_of(model))  # refused: nothing written
+    report_cuts("sft", cuts, cfg.max_cut_share, context_of(model))  # refused: nothing written
     data_sha, inputs = prompts_digest([x for e in examples for x in (e.prompt, e.reference)]), fingerprints(cfg)
     if ckpt is not None and state is not None:  # every refusal before the run folder is touched
         check_stage_resume(cfg, ckpt, state, steps_of(cfg, len(examples)), data_sha, inputs, trainable(model))
     out = prepare_output_dir(cfg, resume=resume, overwrite=overwrite, can_resume=True)
+    save_cuts(out, cuts)
     # 3. train, from the newest checkpoint with `resume` (rloo.training.supervised)
     opt = adamw(model.parameters(), cfg.lr, cfg.weight_decay)
     total = steps_of(cfg, len(examples))
@@ -140,7 +141,7 @@ def sft(cfg: SFTConfig, *, resume: bool = False, overwrite: bool = False) -> SFT
     run = StageRun("sft", cfg, out, model, tokenizer, opt, sched, gen, guard, len(examples), data_sha)
     run.inputs = inputs
     run.start(ckpt, state, resume)
-    _train(run, lambda i: _loss(model, prompts, targets, i, device), targets.mask, cut_stats)
+    _train(run, lambda i: _loss(model, prompts, targets, i, device), targets.mask, cut_metrics(cuts))
     guard.finish()
     # as RL saves: full weights, or with LoRA the adapters merged in (lora.save=merged) or alone
     save_pretrained_atomic(for_saving(model, cfg.lora), tokenizer, out / "model")

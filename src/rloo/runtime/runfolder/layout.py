@@ -69,7 +69,7 @@ _MODEL_FILES = (
 ).split()
 MODEL = dict.fromkeys(_MODEL_FILES, FILE)
 _CKPT = {"model": MODEL, "state.pt": FILE, "COMPLETE": FILE, "ring": {"version-*.safetensors": FILE}}
-_STAGE = dict.fromkeys(BOOKKEEPING | {"config.yaml", "metrics.jsonl"}, FILE) | {
+_STAGE = dict.fromkeys(BOOKKEEPING | {"config.yaml", "metrics.jsonl", "cuts.json"}, FILE) | {
     "tensorboard": {"events.out.tfevents.*": FILE},
     "wandb": TREE,
 }
