@@ -47,8 +47,8 @@ MUTANTS = {
     ),
     "weights_only": Mutant(
         "runtime/checkpoint/verify.py",
-        'state.pt", weights_only=True)',
-        'state.pt", weights_only=False)',
+        'state.pt", weights_only=True, map_location="cpu")',
+        'state.pt", weights_only=False, map_location="cpu")',
         R + "test_checkpoints.py::test_pickled_code_in_state_is_never_run",
         "weights_only loading",
     ),
@@ -68,8 +68,9 @@ MUTANTS = {
     ),
     "optimizer": Mutant(
         "runtime/checkpoint/save.py",
-        '        self.opt.load_state_dict(state["optimizer"])',
-        "        pass",
+        # restore_optimizer, which the RL loop's restore calls: the LambdaLR schedule is still restored
+        '    opt.load_state_dict(state["optimizer"])',
+        "    pass",
         R + "test_resume.py::test_sigterm_then_resume_is_bitwise_exact",
         "optimizer restore",
     ),
@@ -107,10 +108,10 @@ MUTANTS = {
         "    if finite:\n        opt.step()",
         "    if True:\n        opt.step()",
         R + "test_guard.py::test_isolated_non_finite_step_is_skipped_and_counted",
-        "non-finite guard",
+        "non-finite guard (guarded_step)",
     ),
     "signals": Mutant(
-        "training/loop.py",
+        "runtime/signals.py",
         "            self._old = {s: signal.signal(s, self._handle)",
         "            self._old = {s: signal.getsignal(s)",
         R + "test_resume.py::test_sigterm_then_resume_is_bitwise_exact",
@@ -125,16 +126,16 @@ MUTANTS = {
     ),
     "reward_nan": Mutant(
         "rewards/sources.py",
-        "            if not math.isfinite(float(v)):",
-        "            if False:",
-        R + "test_errors.py",
+        "    if not math.isfinite(x):",
+        "    if False:",
+        R + "test_errors.py::test_broken_reward_function",
         "NaN reward check",
     ),
     "reward_count": Mutant(
         "rewards/sources.py",
-        'raise RewardError(f"reward function {self.name} returned {len(values)} scores',
-        'print(f"reward function {self.name} returned {len(values)} scores',
-        R + "test_errors.py",
+        "        if len(values) != len(completions):\n            raise RewardError(",
+        "        if len(values) != len(completions):\n            print(",
+        R + "test_errors.py::test_broken_reward_function",
         "score-count check",
     ),
     "pad_token": Mutant(
@@ -146,8 +147,8 @@ MUTANTS = {
     ),
     "truncation_count": Mutant(
         "data/collate.py",
-        "    truncated = sum(len(r) > max_len for r in rows)",
-        "    truncated = 0",
+        "    truncated, longest = sum(len(r) > max_len for r in rows),",
+        "    truncated, longest = 0,",
         R + "test_bad_input.py::test_long_prompts_are_truncated_and_counted",
         "truncated-prompt count",
     ),
@@ -168,7 +169,8 @@ class StaleMutant(ValueError):
 def apply_edits(text: str, old: str | tuple[str, ...], new: str | tuple[str, ...]) -> str:
     """`text` with each edit old[i] -> new[i] applied; StaleMutant if an old[i] does not occur exactly
     once (checked before any replacement, and on the text as the earlier edits left it)."""
-    olds, news = (old, new) if isinstance(old, tuple) else ((old,), (new,))
+    olds = old if isinstance(old, tuple) else (old,)
+    news = new if isinstance(new, tuple) else (new,)
     if len(olds) != len(news):
         raise StaleMutant(f"{len(olds)} originals for {len(news)} replacements")
     for o, n in zip(olds, news, strict=True):
