@@ -5,7 +5,8 @@ behaviour there with one textual edit (or two, where one line alone cannot remov
 "mutant"), runs the test that is meant to catch it against the mutated copy, and reports
 whether that test failed (caught) or passed (a test that could not fail). The edit must match
 the source exactly once, so a mutant that no longer applies is reported as stale instead of
-silently testing nothing. The real source is never touched.
+silently testing nothing (tests/unit/test_mutation_table.py checks that in the quick suite, without
+running any mutant). The real source is never touched.
 
     python benchmarks/mutation_check.py                 # all mutants, ~5-10 min on 2 cores
     python benchmarks/mutation_check.py guard rng       # only these
