@@ -97,17 +97,23 @@ def _episode_metrics(models: Models, ev: EvalSet, cfg: RLConfig, step: int) -> d
         )
     finally:
         policy.train()  # the sampler put it in eval mode
-    say(episode_eval_line(step, cfg.steps, res, len(ev.prompts)))
-    return episode_metrics(res)
+    say(_episode_line(step, cfg.steps, res, len(ev.prompts)))
+    return _episode_record(res)
 
 
-def episode_metrics(res: EpisodeEval, prefix: str = "eval/") -> dict[str, float]:
+def _episode_record(res: EpisodeEval) -> dict[str, float]:
     """The metrics.jsonl record of an episode evaluation."""
-    d = {"success": res.pass_at_1, "tool_calls": res.tool_calls, "turns": res.turns, "reward": res.reward}
-    return {prefix + k: v for k, v in (d | {"truncated": res.truncated}).items()}
+    d = {
+        "success": res.pass_at_1,
+        "tool_calls": res.tool_calls,
+        "turns": res.turns,
+        "reward": res.reward,
+        "truncated": res.truncated,
+    }
+    return {f"eval/{k}": v for k, v in d.items()}
 
 
-def episode_eval_line(step: int, steps: int, res: EpisodeEval, n: int) -> str:
+def _episode_line(step: int, steps: int, res: EpisodeEval, n: int) -> str:
     """`eval at step 20/100 (64 prompts, one episode each): success rate 0.250, tool calls 0.94, turns 2.06,
     reward 0.250, truncated 0.016 per episode`."""
     return (
