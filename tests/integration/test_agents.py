@@ -1,5 +1,6 @@
 """`env=`: training on multi-turn episodes from the command line, built-in and a user's class from a
-file, and the one-line errors of a broken environment (docs/agents.md)."""
+file, their periodic evaluation on held-out episodes, and the one-line errors of a broken environment
+(docs/agents.md)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,15 @@ import textwrap
 import pytest
 
 from conftest import TINY
+from rloo import RLConfig, train
 from rloo.cli import main
 from rloo.config.methods import capable
-from rloo.modeling.loading import build_llama
+from rloo.eval.episodes import evaluate_episodes
+from rloo.modeling.loading import build_llama, load_policy
 from rloo.tasks import get_task
 from rloo.tasks.tokenizer import build_tokenizer
+from rloo.training.agents import success_threshold
+from rloo.training.common import env_spec
 
 TINY_ARGS = [
     "steps=2",
@@ -126,3 +131,87 @@ def test_pipeline_on_the_guess_game_plays_episodes_before_and_after(tmp_path, ca
         assert 0 <= ev["pass_at_1"] <= 1 and 1 <= ev["turns"] <= 8 and 0 <= ev["reward"] <= 1
         assert ev["tool_calls"] == 0 and ev["no_tool_share"] == 1
     assert "success rate (pass@1): SFT" in capsys.readouterr().err
+
+
+VARY_ENV = """
+from rloo.envs import Step
+
+class VaryEnv:
+    '''Episodes whose turns, tool calls and reward follow the sampled ids: a first turn whose ids sum
+    to a multiple of 3 ends the episode, any other is a tool call answered with "out 3"; the reward is 1
+    when the last turn's ids sum to an even number.'''
+    stop_ids = ()
+
+    def __init__(self, tokenizer):
+        self.tokenizer, self.tool_calls = tokenizer, 0
+
+    def reset(self, prompt):
+        return self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+
+    def step(self, turn):
+        if self.tool_calls == 0 and sum(turn) % 3:
+            self.tool_calls = 1
+            return Step(self.tokenizer("out 3", add_special_tokens=False)["input_ids"], 0.0, False)
+        return Step([], float(sum(turn) % 2 == 0), True)
+"""
+EVAL_ARGS = [a for a in TINY_ARGS if not a.startswith("eval_every=")]
+
+
+@pytest.mark.parametrize("env", ["calculator", "VaryEnv"])
+def test_train_env_evaluates_episodes_every_eval_every_steps(calculator_model, tmp_path, capsys, env):
+    """`rloo train env=... eval_every=1 steps=2`: eval/success, eval/tool_calls, eval/turns, eval/reward and
+    eval/truncated at steps 0 and 1 (periodic) and 2 (final), one printed line each; at step 0 (the
+    starting policy) and step 2 (the saved model) they are `evaluate_episodes`' numbers for that policy
+    on the task's held-out prompts, one episode each, seed + 1, eval's temperature."""
+    if env == "VaryEnv":
+        (tmp_path / "myenv.py").write_text(textwrap.dedent(VARY_ENV))
+        env = f"{tmp_path / 'myenv.py'}:VaryEnv"
+    out = tmp_path / "run"
+    argv = ["train", f"policy={calculator_model}", f"output_dir={out}", "task=calculator", *EVAL_ARGS, f"env={env}"]
+    argv += ["eval_every=1", "eval_prompts=6", "eval.batch_size=4", "dtype=float32", "report_to=none"]
+    rc = main([*argv, "lr=0.05"])  # moves the tiny policy: the check at step 2 reads trained weights
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    recs = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    evals = {r["step"]: r for r in recs if "eval/success" in r}
+    assert sorted(evals) == [0, 1, 2], recs
+    assert len([x for x in err.splitlines() if x.startswith("eval at step")]) == 3, err
+    for r in evals.values():
+        assert 0 <= r["eval/success"] <= 1 and 1 <= r["eval/turns"] <= 2 and 0 <= r["eval/tool_calls"] <= 1
+        assert 0 <= r["eval/reward"] <= 1 and 0 <= r["eval/truncated"] <= 1
+    cfg = RLConfig(policy=str(calculator_model), env=env, env_settings=_limits(EVAL_ARGS))
+    prompts = [e.prompt for e in get_task("calculator").examples("eval", 6, seed=0)]
+    for step, model in ((0, calculator_model), (2, out / "model")):
+        policy, tok = load_policy(str(model))
+        res = evaluate_episodes(
+            policy, tok, env_spec(cfg, tok), prompts, n=1, seed=1, batch_size=4, threshold=success_threshold(env)
+        )
+        want = (res.pass_at_1, res.tool_calls, res.turns, res.reward, res.truncated)
+        keys = ("eval/success", "eval/tool_calls", "eval/turns", "eval/reward", "eval/truncated")
+        assert tuple(evals[step][k] for k in keys) == want, (step, evals[step], want)
+
+
+def _limits(args: list[str]) -> dict:
+    return {a.split("=")[0].split(".")[1]: int(a.split("=")[1]) for a in args if a.startswith("env_settings.")}
+
+
+def test_train_env_with_prompts_of_its_own_says_the_periodic_eval_is_off(calculator_model, tmp_path, capsys):
+    """rloo.train(cfg, prompts=...) with env= has no held-out prompts: one line says so, no eval/ rows."""
+    (tmp_path / "myenv.py").write_text(textwrap.dedent(VARY_ENV))
+    cfg = RLConfig(
+        policy=str(calculator_model),
+        output_dir=tmp_path / "run",
+        env=f"{tmp_path / 'myenv.py'}:VaryEnv",
+        env_settings=_limits(EVAL_ARGS),
+        steps=1,
+        batch_size=2,
+        k=2,
+        eval_every=1,
+        save_every=None,
+        report_to="none",
+    )
+    train(cfg, prompts=["q : 1 + 2 =", "q : 3 * 4 ="])
+    err = capsys.readouterr().err
+    assert len([x for x in err.splitlines() if "no periodic evaluation of episodes" in x]) == 1, err
+    assert "eval at step" not in err
+    assert not any("eval/" in x for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines())

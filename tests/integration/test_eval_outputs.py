@@ -112,6 +112,7 @@ def test_pipeline_trains_and_evaluates_on_the_users_environment(tmp_path, capsys
     out = tmp_path / "p"
     arch = ["sft.arch.hidden_size=32", "sft.arch.num_layers=1", "sft.arch.num_heads=2", "sft.arch.intermediate_size=64"]
     rl = ["rl.steps=2", "rl.batch_size=2", "rl.k=2", "rl.warmup_steps=0", "rl.save_every=null"]
+    rl += ["rl.eval_every=2", "rl.eval_prompts=4"]  # task=calculator's pipeline sets none
     args = ["pipeline", "task=calculator", obs_env, f"output_dir={out}", "sft.num_examples=32", "sft.epochs=1"]
     rc = main([*args, *arch, *rl, *LIMITS, "eval.num_prompts=3", "eval.pass_samples=8", "report_to=none"])
     err = capsys.readouterr().err
@@ -120,6 +121,9 @@ def test_pipeline_trains_and_evaluates_on_the_users_environment(tmp_path, capsys
     summary = json.loads((out / "summary.json").read_text())
     assert summary["env"].endswith("myenv.py:ObsEnv") and summary["eval"]["env"] == summary["env"]
     _episodes_check(out / "eval", err)
+    # the RL stage's own evaluation of episodes: at its start and end
+    recs = [json.loads(x) for x in (out / "rl" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in recs if "eval/success" in r] == [0, 2]
 
 
 @pytest.mark.parametrize(

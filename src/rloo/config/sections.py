@@ -226,7 +226,7 @@ class RLSettings(MethodChoice):
         "and printed samples.",
     )
     eval_every: int | None = Field(
-        default=20, ge=1, description="Steps between evals by eval.judge, one printed line each (null: off)."
+        default=20, ge=1, description="Steps between evals by eval.judge, one line each (null: off; env=: episodes)."
     )
     eval_prompts: int = Field(default=128, ge=1, description="Held-out prompts used by the periodic eval.")
     eval_split: Literal["eval", "valid"] = Field(

@@ -30,10 +30,11 @@ def _smooth(ys: list[float], window: int) -> list[float]:
 
 
 def plot_training(metrics_path: Path, out_dir: Path, title: str = "", judge: str = "gold judge") -> list[Path]:
-    """reward.png, kl.png, win_rate.png and judge_score.png from a run's metrics.jsonl; returns the
-    files written. `judge` names who produced the win rate and the score (the eval set's judge). The
-    score's plot is the one that moves: a win rate against references is 0 on every eval while the
-    policy's responses score below every reference, however much the score rises."""
+    """reward.png, kl.png, win_rate.png and judge_score.png (success.png for episodes) from a run's
+    metrics.jsonl; returns the files written. `judge` names who produced the win rate and the score
+    (the eval set's judge). The score's plot is the one that moves: a win rate against references is
+    0 on every eval while the policy's responses score below every reference, however much the score
+    rises."""
     # imported here, not at the top: the file backend must be chosen before pyplot loads, and
     # only when plotting (importing this module must not change a notebook's backend)
     import matplotlib
@@ -48,6 +49,7 @@ def plot_training(metrics_path: Path, out_dir: Path, title: str = "", judge: str
         ("kl.png", ["reward/kl"], "KL(pi || pi_ref) per response"),
         ("win_rate.png", ["eval/win_rate"], f"win rate vs references ({judge})"),
         ("judge_score.png", score_keys(records), f"mean score ({judge})"),
+        ("success.png", ["eval/success"], "success rate of held-out episodes"),  # env= runs
     ]
     written = []
     for fname, keys, ylabel in panels:

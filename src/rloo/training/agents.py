@@ -52,7 +52,7 @@ def evaluate_agents(ev: EvalConfig, *, overwrite: bool = False, name: str = "pol
             top_k=ev.top_k,
             max_prompt_len=ev.max_prompt_tokens,
             batch_size=ev.batch_size,
-            threshold=success_threshold(ev),
+            threshold=success_threshold(ev.env),
         )
     summary: dict = {"env": ev.env} | {who: r.summary() | {"examples": r.examples} for who, r in results.items()}
     lines = [f"episodes of {ev.env} on {len(prompts)} held-out prompts ({ev.pass_samples} each, seed {ev.seed}):"]
@@ -79,13 +79,13 @@ def _prompts(ev: EvalConfig) -> list[str]:
     return [e.prompt for e in get_task(ev.task).examples("eval", ev.num_prompts, seed=ev.seed)]
 
 
-def success_threshold(ev: EvalConfig) -> float:
-    """The episode reward that counts as solved (the module docstring)."""
-    assert ev.env is not None
-    if ev.env in episode_tasks():
-        task = get_task(ev.env)
+def success_threshold(env: str) -> float:
+    """The episode reward that counts as solved in episodes of `env` (the module docstring); also the
+    periodic evaluation's of `rloo train env=` (rloo.training.evalset)."""
+    if env in episode_tasks():
+        task = get_task(env)
         return task.success_threshold if isinstance(task, EpisodeSuccess) else 1.0
-    return float(getattr(load_callable(ev.env, "environment"), "success_threshold", 1.0))
+    return float(getattr(load_callable(env, "environment"), "success_threshold", 1.0))
 
 
 def _paired_lines(base: EpisodeEval, pol: EpisodeEval, diff: float, half: float, names: tuple[str, str]) -> list[str]:

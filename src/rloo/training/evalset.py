@@ -1,5 +1,6 @@
 """The held-out prompts a training run is evaluated on, and the periodic evaluation itself
-(shared by the online loop and DPO, so both report the same metrics the same way)."""
+(shared by the online loop and DPO, so both report the same metrics the same way). With env= the
+evaluation plays episodes of the held-out prompts instead of sampling single responses (docs/agents.md)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,15 @@ import torch
 from rloo.algorithms.base import Models
 from rloo.config import RLConfig
 from rloo.data.split import text_field, train_eval_records
+from rloo.eval.episodes import EpisodeEval, evaluate_episodes
 from rloo.eval.judge import evaluate_policy
 from rloo.rewards.base import HoldsRewardModel
 from rloo.rewards.judges import Judge, make_judge, task_judge
 from rloo.rollout.settings import decoding
+from rloo.runtime.checkpoint.rng import global_streams_kept
 from rloo.runtime.distributed import unwrap
 from rloo.runtime.tracking.log import say
+from rloo.training.agents import success_threshold
 
 
 @dataclass
@@ -24,6 +28,7 @@ class EvalSet:
     prompts: list[str]
     references: list[str] | None
     judge: Judge | None  # judge(prompt, response) -> float; None: no win rate
+    threshold: float | None = None  # episodes (env=): the episode reward that counts as a success
 
     @classmethod
     def of_task(cls, task, examples) -> EvalSet:
@@ -32,9 +37,18 @@ class EvalSet:
 
 
 def eval_metrics(models: Models, ev: EvalSet, cfg: RLConfig, step: int, all_done=None) -> dict[str, float]:
-    """Periodic evaluation of the policy on `ev`; one printed line per eval (rank 0). `all_done`: under
-    FSDP every process must stop decoding at the same step (its forward passes are collectives:
-    a process that stopped first would leave the others waiting forever); `Dist.eval_kwargs`."""
+    """Periodic evaluation of the policy on `ev` (episodes with env=); one printed line per eval (rank 0).
+    `all_done`: under FSDP every process must stop decoding at the same step (its forward passes are
+    collectives: a process that stopped first would leave the others waiting forever); `Dist.eval_kwargs`.
+    The global random streams are restored afterwards: a user's environment or judge may draw from them,
+    and the training steps after an eval must draw what they would have drawn without it."""
+    with global_streams_kept():
+        if models.env is not None:
+            return _episode_metrics(models, ev, cfg, step)
+        return _response_metrics(models, ev, cfg, step, all_done)
+
+
+def _response_metrics(models: Models, ev: EvalSet, cfg: RLConfig, step: int, all_done) -> dict[str, float]:
     # A fixed generator per eval: every eval sees the same sampling noise, so curves are smoother.
     policy = unwrap(models.policy)
     res = evaluate_policy(
@@ -58,6 +72,71 @@ def eval_metrics(models: Models, ev: EvalSet, cfg: RLConfig, step: int, all_done
     if res.win_rate is not None or res.gold is not None or cfg.eval_every:
         say(eval_line(step, cfg.steps, res, len(ev.prompts)))
     return res.as_metrics()
+
+
+def _episode_metrics(models: Models, ev: EvalSet, cfg: RLConfig, step: int) -> dict[str, float]:
+    """One episode of each held-out prompt (eval's temperature, top_p, top_k; the same seed at every
+    eval, as for single responses): eval/success (the share of successful episodes, `ev.threshold`),
+    eval/tool_calls, eval/turns, eval/reward and eval/truncated per episode (rloo.eval.episodes)."""
+    assert models.env is not None and ev.threshold is not None
+    policy = unwrap(models.policy)
+    try:
+        res = evaluate_episodes(
+            policy,
+            models.tokenizer,
+            models.env,
+            ev.prompts,
+            n=1,
+            seed=cfg.seed + 1,
+            temperature=cfg.eval.temperature,
+            top_p=cfg.eval.top_p,
+            top_k=cfg.eval.top_k,
+            max_prompt_len=cfg.max_prompt_tokens,
+            batch_size=cfg.eval.batch_size,
+            threshold=ev.threshold,
+        )
+    finally:
+        policy.train()  # the sampler put it in eval mode
+    say(_episode_line(step, cfg.steps, res, len(ev.prompts)))
+    return _episode_record(res)
+
+
+def _episode_record(res: EpisodeEval) -> dict[str, float]:
+    """The metrics.jsonl record of an episode evaluation."""
+    d = {
+        "success": res.pass_at_1,
+        "tool_calls": res.tool_calls,
+        "turns": res.turns,
+        "reward": res.reward,
+        "truncated": res.truncated,
+    }
+    return {f"eval/{k}": v for k, v in d.items()}
+
+
+def _episode_line(step: int, steps: int, res: EpisodeEval, n: int) -> str:
+    """`eval at step 20/100 (64 prompts, one episode each): success rate 0.250, tool calls 0.94, turns 2.06,
+    reward 0.250, truncated 0.016 per episode`."""
+    return (
+        f"eval at step {step}/{steps} ({n} prompts, one episode each): success rate {res.pass_at_1:.3f}, "
+        f"tool calls {res.tool_calls:.2f}, turns {res.turns:.2f}, reward {res.reward:.3f}, "
+        f"truncated {res.truncated:.3f} per episode"
+    )
+
+
+def episode_eval_set(cfg: RLConfig, ev: EvalSet | None) -> EvalSet | None:
+    """The periodic evaluation of an env= run: `ev`'s held-out prompts played as episodes, every
+    cfg.eval_every steps and at the end; None when eval_every is null, or when there are no held-out
+    prompts (prompts given to rloo.train: said in one line)."""
+    assert cfg.env is not None
+    if not cfg.eval_every:
+        return None
+    if ev is None:
+        say(
+            f"note: no periodic evaluation of episodes (eval_every={cfg.eval_every}): the prompts given to "
+            f"rloo.train have no held-out part; evaluate the saved policy with rloo eval env=..."
+        )
+        return None
+    return EvalSet(ev.prompts, None, None, threshold=success_threshold(cfg.env))
 
 
 def eval_line(step: int, steps: int, res, n: int) -> str:

@@ -123,9 +123,15 @@ def loop(cfg, dist, models, state: LoopState, eval_set: EvalSet | None, start: i
         judge = eval_set.judge.name if eval_set is not None and eval_set.judge else "judge"
         data = cfg.dataset.path if cfg.dataset else cfg.task
         plots = plot_training(out / "metrics.jsonl", out / "plots", title=f"{cfg.algorithm} on {data}", judge=judge)
-        win = f" (win rate {final['eval/win_rate']:.3f})" if "eval/win_rate" in final else ""
-        say(f"{cfg.algorithm}: saved {out / 'model'}{win}; plots in {out / 'plots'}")
+        say(f"{cfg.algorithm}: saved {out / 'model'}{_headline(final)}; plots in {out / 'plots'}")
     return RLResult(out / "model", history, final, plots)
+
+
+def _headline(final: dict) -> str:
+    """The final evaluation's headline for the run's last line: the win rate, or episodes' success rate."""
+    if "eval/win_rate" in final:
+        return f" (win rate {final['eval/win_rate']:.3f})"
+    return f" (success rate {final['eval/success']:.3f})" if "eval/success" in final else ""
 
 
 def _saved(ck: Checkpointer, path: Path | None) -> str | None:

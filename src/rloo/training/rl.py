@@ -58,7 +58,7 @@ from rloo.training.common import (
     warmup_constant,
 )
 from rloo.training.dpo import check_dpo_arguments, train_dpo
-from rloo.training.evalset import train_and_eval_prompts
+from rloo.training.evalset import episode_eval_set, train_and_eval_prompts
 from rloo.training.loop import LoopState, RLResult, loop
 
 
@@ -114,8 +114,8 @@ def _train(cfg, dist, prompts, reward_fn, resume, overwrite) -> RLResult:
     # the steps the prompt list was made for: those of the run's start, kept across extensions
     started_steps = cfg.steps if state is None else (state.get("prompt_steps") or json.loads(state["config"])["steps"])
     train_prompts, eval_set = train_and_eval_prompts(cfg, task, prompts, models, started_steps)
-    if models.env is not None:  # the periodic eval samples single responses; episodes: rloo.eval.episodes
-        eval_set = None
+    if models.env is not None:  # episodes of the held-out prompts, at eval_every only (no final eval without it)
+        eval_set = episode_eval_set(cfg, eval_set)
     stream = PromptStream(train_prompts, cfg.batch_size, cfg.seed)  # checks every prompt is text
     held_out = eval_set.prompts if eval_set is not None else []  # cut prompts said, too many refused
     cuts = report_prompt_cuts("rl", models.tokenizer, cfg, train_prompts, held_out, models.policy)

@@ -6,10 +6,10 @@ episodes each, with the same sampling noise (seed 20000 + seed): the success rat
 headline; rloo.tasks.plays_episodes says which tasks are judged so), turns, tool calls, reward and
 truncations per episode (rloo.eval.episodes). There is no reward model (the environment gives the
 reward), no win rate, no gradient-variance measurement (it is the reward model's gradient) and no
-equal-KL / equal-compute view: those read periodic held-out evaluations along training, which an
-episode run does not make (its periodic eval samples single responses; rloo.training.rl turns it
-off). The training batches' own episode reward and KL (per policy tokens) are logged every step: the
-plot shows them, and the tables give the KL of the last steps.
+equal-KL / equal-compute view: those read the win rate and KL of periodic held-out evaluations along
+training, which an episode run's periodic evaluation does not measure (it plays episodes: success
+rate, turns, tool calls; rloo.training.evalset). The training batches' own episode reward and KL (per
+policy tokens) are logged every step: the plot shows them, and the tables give the KL of the last steps.
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 import torch
@@ -47,6 +49,24 @@ def set_rng_state(state: dict, generator: torch.Generator) -> None:
     generator.set_state(state["sampler"])
     if "cuda" in state and torch.cuda.is_available():  # a checkpoint from a CPU run has none
         torch.cuda.set_rng_state(state["cuda"])
+
+
+@contextmanager
+def global_streams_kept() -> Iterator[None]:
+    """Python's, NumPy's and torch's global random streams (and the GPU's, where CUDA is in use) as
+    they were before the block, whatever it drew: an evaluation between training steps whose user
+    code (an environment's reset, a judge) draws from them leaves the training's draws as they would
+    have been without it."""
+    py, np_state, cpu = random.getstate(), np.random.get_state(), torch.get_rng_state()
+    cuda = _cuda_state().get("cuda")
+    try:
+        yield
+    finally:
+        random.setstate(py)
+        np.random.set_state(np_state)
+        torch.set_rng_state(cpu)
+        if cuda is not None:
+            torch.cuda.set_rng_state(cuda)
 
 
 def batch_generator(seed: int, batch: int) -> torch.Generator:
