@@ -59,7 +59,7 @@ $(VLLM_STAMP): pyproject.toml
 	touch $(VLLM_STAMP)
 
 test-vllm: $(VLLM_STAMP)
-	$(VLLM_VENV)/bin/python -m pytest -m vllm tests/integration/test_vllm.py tests/integration/test_vllm_lagged.py $(ARGS)
+	$(VLLM_VENV)/bin/python -m pytest -m vllm tests/integration/test_vllm.py tests/integration/test_vllm_lagged.py tests/integration/test_vllm_bench.py $(ARGS)
 
 # Re-resolve .ci/oldest-requirements.txt after changing a floor: the lowest version of each direct
 # requirement that resolves (uv's lowest-direct), for this CI's Python and platform.

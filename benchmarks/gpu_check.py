@@ -11,8 +11,9 @@ only), the JSON rewritten after every part (a timeout of the whole run keeps wha
     with is/* metrics and lag 1, and s/step at N = 0 against N = 1 on M (benchmarks/gpu_check_async.py);
   cuda_tests: `pytest -m cuda --continue-on-collection-errors`: the suite's CUDA tests (bf16 vs fp32
     log-probs and one RLOO step's gradient against tests/equivalence/test_precision.py's tolerances);
-  vllm_tests: `pytest -m vllm` on VLLM_TESTS (test_vllm.py, test_vllm_lagged.py), the tier of `make test-vllm`, here
-    with the engine and the trainer on the GPU (needs vLLM 0.32.0 installed; its tests skip without it);
+  vllm_tests: `pytest -m vllm` on VLLM_TESTS (test_vllm.py, test_vllm_lagged.py, test_vllm_bench.py), the tier of
+    `make test-vllm`, here with the engine and the trainer on the GPU (needs vLLM 0.32.0 installed; its tests skip
+    without it);
   bench: `rloo bench` on CUDA for the shapes M, L and 1B (Pythia-1B-sized Llama, random weights,
     rloo.experiments.bench_assets), with TRL's RLOOTrainer side by side when TRL is importable, both on
     the same precision scheme (fp32 master weights, bf16 autocast): s/step, completion tokens/s, peak GPU
@@ -49,7 +50,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-VLLM_TESTS = ("test_vllm.py", "test_vllm_lagged.py")  # the tier `make test-vllm` runs
+VLLM_TESTS = ("test_vllm.py", "test_vllm_lagged.py", "test_vllm_bench.py")  # the tier `make test-vllm` runs
 
 
 def versions() -> dict:

@@ -15,7 +15,8 @@ from rloo.config.tasks import TASK_SPECS, check_task, episode_tasks
 
 
 class BenchConfig(Strict):
-    """`rloo bench`: rloo's RL step against TRL's RLOOTrainer, side by side (needs the `bench` extra)."""
+    """`rloo bench`: rloo's RL step against TRL's RLOOTrainer (needs the `bench` extra), and with
+    generation=vllm rloo generating with vLLM, side by side."""
 
     shapes: list[Literal["S", "M", "L", "1B"]] = Field(
         default=["S", "M", "L"],
@@ -43,6 +44,12 @@ class BenchConfig(Strict):
         default=[0],
         description="rl.max_staleness values to time rloo at, one rloo trainer each (docs/async.md); N > 0: "
         "a producer process samples and scores, the threads split between the two (1 + 1 on 2).",
+    )
+
+    generation: Literal["sampler", "vllm"] = Field(
+        default="sampler",
+        description="vllm: also time rloo generating with vLLM (trainer rloo-vllm: rl.generation=vllm at "
+        "max_staleness 0, the engine in its process) beside rloo's own sampler; needs vLLM installed.",
     )
 
     @model_validator(mode="after")

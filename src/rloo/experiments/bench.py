@@ -17,11 +17,16 @@ master weights, on CUDA too) and TRL with `bf16=True` (autocast over fp32 weight
 each beside TRL's synchronous step (TRL's RLOOTrainer has no asynchronous mode). At N > 0 a step's time
 is the trainer's, its wait for the producer's batch included (rloo.experiments.bench_workers); the
 first max(warmup, N_max + 1) steps, while the producer's queue fills, are not timed.
+
+`generation=vllm`: a third kind of trainer, "rloo-vllm": rloo's step with rl.generation=vllm (vLLM's engine
+in the worker's process, its weights reloaded after each update), on the same batches, beside "rloo"
+(its own sampler) and TRL; its ratio to "rloo" says what vLLM's decode buys on this machine.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import statistics
@@ -40,8 +45,10 @@ from rloo.experiments.bench_machine import (  # noqa: F401 - the peak memory fun
     peak_memory_gb,
     peak_rss_gb,
 )
+from rloo.experiments.bench_report import format_table, ratios
 from rloo.experiments.bench_workers import _rloo_worker, _start, _trl_worker
 from rloo.modeling.few_rows import few_rows_pays
+from rloo.rollout.vllm_engine import INSTALL
 from rloo.runtime.precision import resolve_precision
 from rloo.runtime.runfolder.atomic import atomic_write_text
 from rloo.runtime.runfolder.lock import run_folder
@@ -117,8 +124,9 @@ def bench_shape(
     log=print,
 ) -> dict:
     """Alternate the trainers step by step on one shape; return per-trainer summaries. `trainers`:
-    "rloo" (one worker per value in `staleness`) and/or "trl"."""
+    "rloo" (one worker per value in `staleness`), "rloo-vllm" (generation=vllm) and/or "trl"."""
     variants = rloo_variants(staleness) if "rloo" in trainers else {}
+    variants |= {"rloo-vllm": 0} if "rloo-vllm" in trainers else {}  # generation=vllm, on-policy
     warmup = max(warmup, max(variants.values(), default=0) + 1) if any(variants.values()) else warmup
     load = os.getloadavg()[0]  # the machine's 1-minute load before and after: what else ran beside it
     folder = build_assets(shape, root, seed)
@@ -143,7 +151,10 @@ def bench_shape(
         dtype=dtype,
         batches=[prompts[i * batch_size : (i + 1) * batch_size] for i in range(total)],
     )
-    jobs = {name: (_rloo_worker, job | {"max_staleness": n}) for name, n in variants.items()}
+    gen = {"rloo-vllm": "vllm"}
+    jobs = {
+        n: (_rloo_worker, job | {"max_staleness": v, "generation": gen.get(n, "sampler")}) for n, v in variants.items()
+    }
     jobs |= {"trl": (_trl_worker, job)} if "trl" in trainers else {}
     workers = {}
     try:
@@ -172,20 +183,7 @@ def bench_shape(
         "load_avg": [load, os.getloadavg()[0]],
         "results": {n: _summary(n, results[n], peak, variants.get(n)) for n in workers},
     }
-    return out | _ratios(out["results"], variants)
-
-
-def _ratios(res: dict, variants: dict[str, int]) -> dict:
-    """TRL's s/step over each rloo trainer's ("speedups"; "speedup": at N = 0) and N = 0's over N > 0's."""
-    out = {}
-    if "trl" in res:
-        out["speedups"] = {n: res["trl"]["median_s"] / res[n]["median_s"] for n in variants}
-    if "rloo" in res and "trl" in res:
-        out["speedup"] = out["speedups"]["rloo"]
-        out["memory_ratio"] = res["rloo"]["peak_rss_gb"] / res["trl"]["peak_rss_gb"]
-    if "rloo" in res and len(variants) > 1:
-        out["async_speedups"] = {n: res["rloo"]["median_s"] / res[n]["median_s"] for n, v in variants.items() if v}
-    return out
+    return out | ratios(out["results"], variants)
 
 
 def _alternate(workers: dict, job: dict, tok, arch: Arch, shape: Shape, warmup: int, log, variants: dict) -> dict:
@@ -207,33 +205,12 @@ def _alternate(workers: dict, job: dict, tok, arch: Arch, shape: Shape, warmup: 
                 else trl_step_flops(arch, batch_size, k, P, T)
             )
             log(
-                f"  {shape.name} {name:4s} step {i + 1}/{total}{' (warm-up)' if i < warmup else ''}: "
+                f"  {shape.name} {name:9s} step {i + 1}/{total}{' (warm-up)' if i < warmup else ''}: "
                 f"{r['time']:.2f} s, {r['tokens']} tokens, P={P} T={T}, {r['flops'] / r['time'] / 1e9:.1f} GFLOP/s"
             )
             if i >= warmup:
                 results[name].append(r)
     return results
-
-
-def format_table(report: dict) -> str:
-    lines = [
-        f"machine: {report['machine']}; {report.get('device', 'cpu')} {report.get('dtype', 'float32')} "
-        f"matmul peak {report['matmul_peak_gflops']:.1f} GFLOP/s",
-        "shape trainer  s/step   tok/s  peak GB  GFLOP/step  GFLOP/s  %peak  speedup  mem ratio",
-    ]
-    for s in report["shapes"]:
-        for name, r in s["results"].items():
-            gf = r["flops_per_step"] / 1e9 if r["flops_per_step"] else float("nan")
-            extra = f"  {s['speedups'][name]:6.2f}x" if name in s.get("speedups", {}) else ""
-            extra += f"  {s['memory_ratio']:8.2f}" if name == "rloo" and "memory_ratio" in s else ""
-            if name in s.get("async_speedups", {}):  # N = 0's s/step over this N's
-                extra += f"  ({s['async_speedups'][name]:.2f}x N=0's step, lag {statistics.median(r['lags']):g})"
-            lines.append(
-                f"{s['shape']:5s} {name:7s} {r['median_s']:7.2f} {r['completion_tokens_per_s']:7.0f} "
-                f"{r['peak_rss_gb']:8.2f} {gf:11.1f} {(r['achieved_flops'] or 0) / 1e9:8.1f} "
-                f"{100 * (r['achieved_frac_peak'] or 0):5.1f}%{extra}"
-            )
-    return "\n".join(lines)
 
 
 def bench_dtype(name: str, device: str) -> str:
@@ -251,7 +228,9 @@ def run_bench(cfg, log=print, overwrite: bool = False) -> dict:
 
 
 def _run_bench(cfg, log, overwrite: bool) -> dict:
-    trainers = ["rloo", "trl"] if cfg.trl else ["rloo"]
+    trainers = ["rloo"] + (["rloo-vllm"] if cfg.generation == "vllm" else []) + (["trl"] if cfg.trl else [])
+    if cfg.generation == "vllm" and importlib.util.find_spec("vllm") is None:  # before any work, as TRL's
+        raise RlooError(f"generation=vllm needs vLLM, which is not installed: {INSTALL} (or generation=sampler)")
     if cfg.trl:
         try:
             import trl  # noqa: F401  (optional: the `bench` extra; checked before any work)
@@ -268,6 +247,7 @@ def _run_bench(cfg, log, overwrite: bool) -> dict:
         "matmul_peak_gflops": peak / 1e9,
         "decode_few_rows": few_rows_pays(cfg.device, cfg.threads),  # rloo's decode products swapped (few_rows)
         "staleness": cfg.staleness,
+        "generation": cfg.generation,
         "shapes": [],
     }
     for name in cfg.shapes:

@@ -2,6 +2,10 @@
 takes one step when the parent says go and sends back its time, tokens, widths and peak memory.
 Each runs in a process of its own, so each one's peak memory is its own.
 
+rloo with generation=vllm (trainer rloo-vllm): the same worker, its RLConfig saying generation=vllm, so
+load_models starts vLLM's engine in the worker's process (rloo.rollout.vllm_engine); a step's time
+includes the reload of the updated weights into the engine (phase time/weight_sync), as in `rloo train`.
+
 rloo at max_staleness = N > 0 (docs/async.md): the worker starts the rollout producer as `rloo train`
 does (rloo.rollout.producer.ProducerSampler, scoring in the producer, threads split 1 + 1 on 2) and
 publishes the weights after each update, as the loop does. A step's time is the trainer's: its wait
@@ -49,6 +53,7 @@ def _rloo_worker(conn, job: dict) -> None:
         device=job["device"],
         dtype=job["dtype"],
         max_staleness=job.get("max_staleness", 0),
+        generation=job.get("generation", "sampler"),  # vllm: load_models starts the engine in this process
     )
     gen = seed_everything(cfg.seed)
     models = load_models(cfg)
@@ -82,6 +87,10 @@ def _rloo_step(models, opt, cfg, gen, batch: list[str], producer) -> dict:
         producer.sync(models.policy)
         # the trainer's wait; not the producer's time/producer_*: its clock runs on while it is stopped
         stats["time/trainer_wait"] = producer.part_metrics()["time/trainer_wait"]
+    elif models.sampler is not None:  # vLLM's copy of the weights, reloaded after each update as the loop does
+        t_sync = time.perf_counter()
+        models.sampler.sync(models.policy)
+        stats["time/weight_sync"] = time.perf_counter() - t_sync
     if cfg.device.startswith("cuda"):
         torch.cuda.synchronize()
     dt = time.perf_counter() - t0
