@@ -32,20 +32,49 @@ def _missing(printed: str, md: Path) -> list[str]:
     return [ln for ln in printed.splitlines() if ln.strip() and ln not in lines]
 
 
-# the guess game has no tool: its README leaves out the all-zero tool-calls row
-@pytest.mark.parametrize(("study", "left_out"), [("agents-calculator", ()), ("agents-game", ("| tool calls",))])
-def test_agents_seeds_prints_the_studys_seed_table(study, left_out, tmp_path):
-    raw = _unpack(RESULTS / study / "runs.tar.xz", tmp_path / "raw")
+def _seed_folders(jsons: list[Path], into: Path) -> list[str]:
+    """A run folder per archived seed<S>.json (its summary.json), in seed order."""
     runs = []
-    for seed in range(3):  # the archive holds each run's summary.json as seed<S>.json
-        run = tmp_path / f"seed-{seed}"
-        run.mkdir()
-        (run / "summary.json").write_text((raw / f"seed{seed}.json").read_text())
+    for js in sorted(jsons, key=lambda p: int(p.stem.removeprefix("seed"))):
+        run = into / js.stem
+        run.mkdir(parents=True)
+        (run / "summary.json").write_text(js.read_text())
         runs.append(str(run))
+    return runs
+
+
+# the guess game has no tool: its README leaves out the all-zero tool-calls row
+def test_agents_seeds_prints_the_games_seed_table(tmp_path):
+    raw = _unpack(RESULTS / "agents-game" / "runs.tar.xz", tmp_path / "raw")
+    runs = _seed_folders([raw / f"seed{s}.json" for s in range(3)], tmp_path / "runs")
     mod = _script("agents_seeds")
     printed = mod.table([mod.load(r) for r in runs])
-    missing = _missing(printed, RESULTS / study / "README.md")
-    assert printed.count("\n") >= 7 and [m for m in missing if not m.startswith(left_out)] == []
+    missing = _missing(printed, RESULTS / "agents-game" / "README.md")
+    assert printed.count("\n") >= 7 and [m for m in missing if not m.startswith("| tool calls")] == []
+
+
+def test_agents_seeds_rows_print_each_calculator_setting(tmp_path):
+    """The calculator study archives one folder of seed<S>.json per setting (defaults, CPU kernels,
+    threads); `--rows` of each is a table of its README."""
+    raw = _unpack(RESULTS / "agents-calculator" / "runs.tar.xz", tmp_path / "raw")
+    settings = sorted(p for p in raw.iterdir() if p.is_dir())
+    mod = _script("agents_seeds")
+    assert len(settings) >= 2
+    for setting in settings:
+        runs = _seed_folders(list(setting.glob("seed*.json")), tmp_path / setting.name)
+        printed = mod.seed_rows([mod.load(r) for r in runs])
+        assert printed.count("\n") == len(runs) + 3
+        assert _missing(printed, RESULTS / "agents-calculator" / "README.md") == [], setting.name
+
+
+def test_agents_seeds_tool_pass_is_the_success_among_tool_calls():
+    """pass = tool share x tool pass + no-tool share x no-tool pass, solved for the tool pass."""
+    tool_pass = _script("agents_seeds").tool_pass
+    assert tool_pass({"pass_at_1": 0.25 * 0.7 + 0.75 * 0.01, "no_tool_share": 0.75, "no_tool_pass": 0.01}) == (
+        pytest.approx(0.7)
+    )
+    assert tool_pass({"pass_at_1": 0.5, "no_tool_share": 1.0, "no_tool_pass": 0.5}) is None
+    assert tool_pass({"pass_at_1": 0.5}) is None  # a task without a tool
 
 
 def test_compare_check_prints_the_committed_reproduction(capsys):

@@ -81,12 +81,16 @@ TASK_SPECS: dict[str, TaskSpec] = {
             "rloo.tasks.calculator:CalculatorTask",
             judge="checker",
             env="rloo.envs.calculator:CalculatorEnv",
-            # a short SFT teaches the format on the share of traces that use the tool; RLOO on whole
-            # episodes, beta = 0 (the checker is the reward, as for arithmetic); the evaluation plays
-            # episodes (rloo.eval.episodes)
+            # SFT teaches the format on the share of traces that use the tool, and to copy the tool's
+            # output into the answer: 12 epochs, as copying forms late (around step 200-250 of a cosine
+            # schedule at lr 3e-3); with 6 epochs (282 steps) 4 of 10 seeds ended without it (right on
+            # 3-15% of their tool calls instead of 50-90%) and RLOO, given almost no success to learn
+            # from, drifted (KL to 11-15) and lost points (docs/results/agents-calculator/README.md).
+            # RLOO on whole episodes, beta = 0 (the checker is the reward, as for arithmetic); the
+            # evaluation plays episodes (rloo.eval.episodes)
             pipeline={
                 "max_response_tokens": 20,
-                "sft": {"num_examples": 3000, "epochs": 6},
+                "sft": {"num_examples": 3000, "epochs": 12},
                 "rl": {
                     "k": 4,
                     "batch_size": 16,
