@@ -101,3 +101,14 @@ def test_gradient_matrix_table_summarises_the_committed_rows(tmp_path, capsys):
     summary = capsys.readouterr().out.strip().splitlines()[-1]
     assert summary.startswith("992 combinations") and summary.endswith("failures: 0")
     assert not _missing(summary, RESULTS / "gradient-matrix" / "README.md")
+
+
+def test_offpolicy_study_report_prints_the_readmes_table():
+    """docs/results/offpolicy: the README's table is `report` run on the committed results.json."""
+    study = RESULTS / "offpolicy"
+    spec = importlib.util.spec_from_file_location("offpolicy_study", study / "offpolicy_study.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    results = json.loads((study / "results.json").read_text())
+    printed = mod.markdown(mod.report(results, list(results)))
+    assert printed.count("\n") >= 25 and not _missing(printed, study / "README.md")
