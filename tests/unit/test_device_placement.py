@@ -223,7 +223,7 @@ def test_fsdp_evaluation_stops_decoding_together(monkeypatch):
         raise Stop
 
     monkeypatch.setattr(sampling, "rollout", rollout)
-    models = SimpleNamespace(policy=torch.nn.Linear(1, 1), tokenizer=None, scorer=None, ref=None)
+    models = SimpleNamespace(policy=torch.nn.Linear(1, 1), tokenizer=None, scorer=None, ref=None, env=None)
     cfg = SimpleNamespace(eval=EvalSettings(batch_size=4), max_prompt_tokens=8, max_new_tokens=4, seed=0, steps=1)
     with pytest.raises(Stop):
         evalset.eval_metrics(models, evalset.EvalSet(["p"], None, None), cfg, 0, **fsdp.eval_kwargs())
