@@ -11,6 +11,8 @@ import torch
 
 from rloo.algorithms.base import Models
 from rloo.config import RLConfig
+from rloo.data.lengths import report_prompt_cuts
+from rloo.data.prompts import PromptStream
 from rloo.data.split import text_field, train_eval_records
 from rloo.eval.episodes import EpisodeEval, evaluate_episodes
 from rloo.eval.judge import evaluate_policy
@@ -180,3 +182,15 @@ def train_and_eval_prompts(
     judge = make_judge(cfg.eval.judge, task=task, reward_scorer=rm, reward_name=rm_name)
     train_prompts = [e.prompt for e in task.examples("train", (steps or cfg.steps) * cfg.batch_size, seed=cfg.seed)]
     return train_prompts, EvalSet([e.prompt for e in examples], [e.reference for e in examples], judge)
+
+
+def rl_prompts(cfg, task, prompts, models, started_steps: int):
+    """The RL stage's prompt stream, its held-out set (episodes with env=: at eval_every only, no final
+    eval without it) and what the length limits cut of both (said; too many refused)."""
+    train_prompts, eval_set = train_and_eval_prompts(cfg, task, prompts, models, started_steps)
+    if models.env is not None:
+        eval_set = episode_eval_set(cfg, eval_set)
+    stream = PromptStream(train_prompts, cfg.batch_size, cfg.seed)  # checks every prompt is text
+    held_out = eval_set.prompts if eval_set is not None else []
+    cuts = report_prompt_cuts("rl", models.tokenizer, cfg, train_prompts, held_out, models.policy)
+    return stream, eval_set, cuts

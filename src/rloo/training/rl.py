@@ -15,9 +15,8 @@ from rloo.algorithms import make_algorithm, supports_distributed
 from rloo.algorithms.agents import episode_reward, sample_episodes
 from rloo.algorithms.base import LearnsValues, Models, Scoring
 from rloo.config import OFFLINE_ALGORITHMS, RLConfig, upgrade_saved_config
-from rloo.data.lengths import report_prompt_cuts, save_cuts
+from rloo.data.lengths import save_cuts
 from rloo.data.preflight import check_config
-from rloo.data.prompts import PromptStream
 from rloo.errors import RlooError, option
 from rloo.modeling.dropout import maybe_disable_dropout
 from rloo.modeling.loading import enable_gradient_checkpointing, frozen, load_policy, load_reward_model, model_options
@@ -58,7 +57,7 @@ from rloo.training.common import (
     warmup_constant,
 )
 from rloo.training.dpo import check_dpo_arguments, train_dpo
-from rloo.training.evalset import episode_eval_set, train_and_eval_prompts
+from rloo.training.evalset import rl_prompts
 from rloo.training.loop import LoopState, RLResult, loop
 
 
@@ -113,12 +112,7 @@ def _train(cfg, dist, prompts, reward_fn, resume, overwrite) -> RLResult:
         note_builtin_task(cfg, models.tokenizer, task, cfg.policy)
     # the steps the prompt list was made for: those of the run's start, kept across extensions
     started_steps = cfg.steps if state is None else (state.get("prompt_steps") or json.loads(state["config"])["steps"])
-    train_prompts, eval_set = train_and_eval_prompts(cfg, task, prompts, models, started_steps)
-    if models.env is not None:  # episodes of the held-out prompts, at eval_every only (no final eval without it)
-        eval_set = episode_eval_set(cfg, eval_set)
-    stream = PromptStream(train_prompts, cfg.batch_size, cfg.seed)  # checks every prompt is text
-    held_out = eval_set.prompts if eval_set is not None else []  # cut prompts said, too many refused
-    cuts = report_prompt_cuts("rl", models.tokenizer, cfg, train_prompts, held_out, models.policy)
+    stream, eval_set, cuts = rl_prompts(cfg, task, prompts, models, started_steps)
     if state is not None:  # every refusal comes before the run folder (config.yaml) is touched
         check_prompts_unchanged(state, stream.prompts, from_api=prompts is not None)
     _preflight(models, stream.prompts[0], cfg)
