@@ -10,7 +10,6 @@ import pytest
 import rloo.training.evalset as evalset_mod
 import rloo.training.evaluate as evaluate_mod
 import rloo.training.reward as reward_mod
-import rloo.training.rl as rl_mod
 import rloo.training.sft as sft_mod
 from rloo import PipelineConfig, pipeline
 from rloo.config import DatasetSettings
@@ -49,7 +48,7 @@ def _spy(monkeypatch, module, name, seen: list, pick):
 def test_no_stage_trains_on_an_evaluation_row(data, tiny_model_dir, tmp_path, monkeypatch):
     seen = {k: [] for k in ("sft", "rl", "rm_held", "rl_eval", "eval")}
     _spy(monkeypatch, sft_mod, "encode_prompts", seen["sft"], lambda a, k: a[1])
-    _spy(monkeypatch, rl_mod, "PromptStream", seen["rl"], lambda a, k: a[0])
+    _spy(monkeypatch, evalset_mod, "PromptStream", seen["rl"], lambda a, k: a[0])
     _spy(monkeypatch, reward_mod, "evaluate_reward_model", seen["rm_held"], lambda a, k: [p[0] for p in a[3]])
     _spy(monkeypatch, evalset_mod, "evaluate_policy", seen["rl_eval"], lambda a, k: a[2])
     _spy(monkeypatch, evaluate_mod, "evaluate_policy", seen["eval"], lambda a, k: a[2])
