@@ -13,7 +13,8 @@ model: one SFT model takes the SFT stage's variance out of every difference). A 
 the RL stage again from that model (`rloo train -c RUNS/base/rl/config.yaml lr=LR max_staleness=N
 is_correction=CORR seed=S steps=STEPS`, the rest the pipeline's) into RUNS/lr<LR>/N<N>-<CORR>/seed<S>,
 then evaluates it like the pipeline's evaluation stage (`rloo eval -c RUNS/base/eval/config.yaml`: the
-same held-out problems for every run, pass@1 from the checker). CORR `paper` is the paper's update
+same held-out prompts for every run: pass@1 from the checker on a checker task such as arithmetic, the
+win rate against the references by the gold judge on the demo's summarize). CORR `paper` is the paper's update
 (is_correction unset; N must be 0). The seed changes the RL stage's sampling and the evaluation's
 samples; every cell of a seed shares them, so differences between cells of one seed are paired.
 
@@ -21,7 +22,9 @@ Runs are in this process (`rloo.cli.main`: no interpreter start per run); a fini
 eval/summary.json) is skipped, so an interrupted study continues where it stopped (seed by seed:
 `run --seeds 0-4` first, then `--seeds 5-9` where the intervals are still wide).
 
-`report` (from RUNS or from `collect`'s results.json): per cell the mean final pass@1 over seeds,
+The demo: `base RUNS --task summarize`, then `run RUNS --steps 100 ...` (the pipeline's RL length).
+
+`report` (from RUNS or from `collect`'s results.json): per cell the mean final score over seeds,
 the paired difference in points to the same lr's N = 0 paper run and to the same lr and N's `none`
 and `tis` runs, each with the half-width of its 95% t-interval over seeds; the median seconds per RL
 step; the logged share of clipped, truncated or masked samples (is/clipped, is/truncated,
@@ -43,6 +46,7 @@ T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8
         10: 2.228, 11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 17: 2.110, 18: 2.101,
         19: 2.093, 20: 2.086, 24: 2.064, 29: 2.045, 39: 2.023}  # fmt: skip
 STAT_KEYS = ("is/clipped", "is/truncated", "is/masked", "is/ratio_mean")
+SCORE_KEYS = ("pass@1", "win_rate")  # a checker task's pass@1; a judged task's win rate (summarize)
 
 
 def rloo(*argv: str) -> None:
@@ -104,9 +108,20 @@ def cost(runs: Path, lr: str, n: int, corrs: list[str], rounds: int, steps: int)
     return {c: {k: statistics.median(v) for k, v in t.items()} for c, t in times.items()}
 
 
-def pass_at_1(runs: Path, cell: str, seed: int) -> float | None:
+def final_score(runs: Path, cell: str, seed: int) -> dict[str, float] | None:
+    """The run's evaluation: {"pass@1": ...} on a checker task, {"win_rate": ...} on a judged one."""
     f = run_dir(runs, cell, seed) / "eval" / "summary.json"
-    return json.loads(f.read_text())["policy"]["pass"]["pass_at_k"]["1"]["mean"] if f.exists() else None
+    if not f.exists():
+        return None
+    policy = json.loads(f.read_text())["policy"]
+    if "pass" in policy:
+        return {"pass@1": policy["pass"]["pass_at_k"]["1"]["mean"]}
+    return {"win_rate": policy["win_rate"]}
+
+
+def score(run: dict) -> float:
+    """A collected run's score, whichever the task's (SCORE_KEYS)."""
+    return next(run[k] for k in SCORE_KEYS if k in run)
 
 
 def run_stats(runs: Path, cell: str, seed: int) -> dict[str, float]:
@@ -121,13 +136,13 @@ def run_stats(runs: Path, cell: str, seed: int) -> dict[str, float]:
 
 
 def collect(runs: Path, seeds: list[int], cells: list[str]) -> dict[str, dict[str, dict[str, float]]]:
-    """cell -> seed -> {"pass@1": ..., the run's stats}: every finished run, what `report` reads
-    (results.json here: the study's numbers without its models)."""
+    """cell -> seed -> {"pass@1" or "win_rate": ..., the run's stats}: every finished run, what
+    `report` reads (results.json here: the study's numbers without its models)."""
     out: dict[str, dict[str, dict[str, float]]] = {}
     for cell in cells:
         for seed in seeds:
-            if (score := pass_at_1(runs, cell, seed)) is not None:
-                out.setdefault(cell, {})[str(seed)] = {"pass@1": score} | run_stats(runs, cell, seed)
+            if (got := final_score(runs, cell, seed)) is not None:
+                out.setdefault(cell, {})[str(seed)] = got | run_stats(runs, cell, seed)
     return out
 
 
@@ -144,7 +159,7 @@ def interval(diffs: list[float]) -> tuple[float, float | None]:
 def paired(results: dict, cell: str, other: str) -> dict | None:
     """The cell minus another at the seeds both have, in points."""
     a, b = results.get(cell, {}), results.get(other, {})
-    diffs = [100 * (a[s]["pass@1"] - b[s]["pass@1"]) for s in a if s in b]
+    diffs = [100 * (score(a[s]) - score(b[s])) for s in a if s in b]
     if not diffs or cell == other:
         return None
     mean, half = interval(diffs)
@@ -158,8 +173,10 @@ def report(results: dict, cells: list[str]) -> list[dict]:
         runs = results.get(cell, {})
         if not runs:
             continue
-        keys = {k for r in runs.values() for k in r if k != "pass@1"}
-        row = {"cell": cell, "seeds": len(runs), "mean": statistics.fmean(r["pass@1"] for r in runs.values())}
+        keys = {k for r in runs.values() for k in r if k not in SCORE_KEYS}
+        metric = next(k for k in SCORE_KEYS if k in next(iter(runs.values())))
+        row = {"cell": cell, "seeds": len(runs), "metric": metric}
+        row["mean"] = statistics.fmean(score(r) for r in runs.values())
         row["stats"] = {k: statistics.fmean(r[k] for r in runs.values() if k in r) for k in keys}
         others = [f"{lr}:0:paper", f"{lr}:{n}:none", f"{lr}:{n}:tis"]
         row["paired"] = [p for o in others if (p := paired(results, cell, o))]
@@ -168,7 +185,8 @@ def report(results: dict, cells: list[str]) -> list[dict]:
 
 
 def markdown(table: list[dict]) -> str:
-    head = "| lr | N | estimator | seeds | pass@1 | minus N = 0 | minus none | minus tis | s/step | "
+    metric = table[0].get("metric", "pass@1").replace("_", " ") if table else "pass@1"
+    head = f"| lr | N | estimator | seeds | {metric} | minus N = 0 | minus none | minus tis | s/step | "
     head += "clipped / truncated / masked |"
     lines = [head, "|---|---|---|---|---|---|---|---|---|---|"]
     for row in table:
