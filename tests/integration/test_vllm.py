@@ -148,6 +148,23 @@ def test_after_each_sync_vllm_decodes_as_the_policy(arch, tied, dtype, lora, tmp
                       "kl_mu_pi": s.metrics["vllm/kl_mu_pi"]}))  # fmt: skip
 
 
+@pytest.mark.vllm
+def test_a_batch_of_more_prompt_tokens_than_one_engine_step_samples(tmp_path):
+    """24 prompts x k = 4 of 50 tokens: 4800 prompt tokens, over vLLM's CPU budget of one engine step
+    (4096). vLLM then split a prompt over two steps and rewound its seeded generator, which
+    raised on CPU ("CPU Generator does not use offset"; `rloo bench shapes=[L]`, 454-token prompts,
+    crashed at its first rloo-vllm step). Every row is sampled, and its log-probs are the policy's."""
+    from helpers.vllm_models import save_vllm_lm
+
+    path = save_vllm_lm(tmp_path / "m", "llama")
+    words = "job rent exam car dog my ate post".split()
+    prompts = ["post : " + " ".join(words[(i + j) % 8] for j in range(60)) + " tl;dr :" for i in range(24)]
+    s, policy, _, _ = _sampler(path, tmp_path, k=4, batch_size=24, max_prompt_tokens=50, max_new_tokens=8)
+    roll = s(policy, prompts, generator=torch.Generator().manual_seed(0))
+    assert int(roll.prompt_mask.sum()) > 4096 and roll.completion_ids.shape[0] == 96
+    assert_close(roll.sampler_logprobs, roll.logprobs, TINY_MODEL_FORWARD)
+
+
 def _eos_heavy(policy, tok, ids: list[list[int]]) -> None:
     """Point the head's EOS row along the policy's mean final hidden state, so EOS is often the
     greedy choice and min_new_tokens has something to hold back."""

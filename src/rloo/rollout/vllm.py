@@ -19,7 +19,14 @@ from rloo.data.collate import encode_prompts
 from rloo.modeling.forward import completion_logprobs
 from rloo.rollout.sampler import Rollout
 from rloo.rollout.settings import decoding
-from rloo.rollout.vllm_engine import check_device, import_vllm, merged_weights, reload_weights, start_engine
+from rloo.rollout.vllm_engine import (
+    check_device,
+    import_vllm,
+    merged_weights,
+    reload_weights,
+    start_engine,
+    whole_prompts,
+)
 from rloo.runtime.precision import MIN_BF16_WIDTH_SAMPLING, model_width, resolve_precision
 
 
@@ -48,6 +55,7 @@ class VLLMSampler:
                 seed=cfg.seed,
                 config=config,
                 gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
+                **whole_prompts(device, cfg.max_prompt_tokens + cfg.max_new_tokens, cfg.batch_size * cfg.k),
             )
         kw = sampling_params(cfg.k, max_new_tokens=cfg.max_new_tokens, eos_id=tokenizer.eos_token_id, **decoding(cfg))
         self.params = vllm.SamplingParams(**kw, logprobs=0)

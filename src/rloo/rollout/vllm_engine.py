@@ -109,6 +109,18 @@ def kv_cache_bytes(config, rows: int, max_model_len: int, dtype: str) -> int:
     return 2 * rows * blocks * 32 * per_token
 
 
+def whole_prompts(device: torch.device, max_model_len: int, rows: int) -> dict:
+    """Engine settings that keep every prompt's prefill in one engine step on a CPU. When a batch's
+    prompt tokens exceed the step's budget (vLLM's CPU default, 4096), vLLM splits a prompt over two steps
+    and rewinds that request's seeded generator (`set_offset`), which a CPU generator does not have:
+    `RuntimeError: CPU Generator does not use offset` at the first batch of long prompts. Without
+    chunked prefill a prompt waits for the next step instead; the budget holds the longest sequence
+    and one token per row. On CUDA vLLM's own defaults (its generators rewind)."""
+    if device.type != "cpu":
+        return {}
+    return {"enable_chunked_prefill": False, "max_num_batched_tokens": max(4096, max_model_len, rows)}
+
+
 def start_engine(vllm, model_path: str, *, dtype: str, max_model_len: int, rows: int, seed: int, config, **kw):
     """vllm.LLM for `model_path` in eager mode with a KV cache for `rows` sequences; any failure to build
     it (an architecture vLLM does not know, a head size its kernels lack, memory) is one RlooError line.
