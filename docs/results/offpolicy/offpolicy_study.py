@@ -69,7 +69,7 @@ def run_dir(runs: Path, cell: str, seed: int) -> Path:
     return runs / f"lr{lr}" / f"N{n}-{corr}" / f"seed{seed}"
 
 
-def run_one(runs: Path, cell: str, seed: int, steps: int, eval_args: list[str]) -> bool:
+def run_one(runs: Path, cell: str, seed: int, steps: int, eval_args: list[str], train_args: list[str]) -> bool:
     out = run_dir(runs, cell, seed)
     if (out / "eval" / "summary.json").exists():
         return False
@@ -77,7 +77,7 @@ def run_one(runs: Path, cell: str, seed: int, steps: int, eval_args: list[str]) 
     if corr == "paper" and n != "0":
         raise SystemExit(f"{cell}: the paper's update is on-policy (N = 0)")
     train = [f"output_dir={out}", f"lr={lr}", f"max_staleness={n}", f"seed={seed}", f"steps={steps}"]
-    train += [] if corr == "paper" else [f"is_correction={corr}"]
+    train += ([] if corr == "paper" else [f"is_correction={corr}"]) + train_args
     t0 = time.perf_counter()
     rloo("train", "-c", str(runs / "base" / "rl" / "config.yaml"), *train, "eval_every=null", "report_to=none",
          "--overwrite")  # fmt: skip
@@ -225,6 +225,9 @@ def main() -> None:
         help="KEY=VALUE ... for `base`'s pipeline (its RL stage is not used: short)",
     )
     ap.add_argument("--eval-args", default="pass_samples=8", help="KEY=VALUE ... for every run's `rloo eval`")
+    ap.add_argument(
+        "--train-args", default="", help="KEY=VALUE ... for every run's `rloo train` (e.g. generation=vllm)"
+    )
     ap.add_argument("--seeds", default="0-4")
     ap.add_argument("--cells", default="1e-4:0:paper")
     ap.add_argument("--steps", type=int, default=60)
@@ -236,7 +239,7 @@ def main() -> None:
     elif a.what == "run":
         for seed in seeds:  # seed by seed: a study cut short has every cell at the same seeds
             for cell in cells:
-                run_one(a.runs, cell, seed, a.steps, a.eval_args.split())
+                run_one(a.runs, cell, seed, a.steps, a.eval_args.split(), a.train_args.split())
     elif a.what == "cost":  # --cells LR:N:CORR,... at one LR and N; --steps per run (e.g. 12), 3 rounds
         lr, n, _ = cells[0].split(":")
         res = cost(a.runs, lr, int(n), [c.split(":")[2] for c in cells], rounds=3, steps=a.steps)
