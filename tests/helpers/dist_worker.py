@@ -134,12 +134,10 @@ def torchrun(jobs: list[dict], threads: int = 1) -> None:
     import subprocess
     import tempfile
 
+    from helpers.child_env import child_env
+
     here = Path(__file__).parent
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(here.parent.parent / "src"), str(here)]),
-        "OMP_NUM_THREADS": str(threads),
-    }
+    env = child_env(here, OMP_NUM_THREADS=str(threads))
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump([{**j, "model": str(j["model"]), "out": str(j["out"])} for j in jobs], f)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]

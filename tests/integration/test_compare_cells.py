@@ -12,9 +12,12 @@ import pytest
 import rloo.experiments.compare.report as report_mod
 import rloo.experiments.compare.study as compare_mod
 from helpers.tiny import no_plots
+from rloo.config import RLConfig
 from rloo.errors import RlooError
 from rloo.experiments.compare import compare
 from rloo.experiments.compare.cells import main, restore, save
+from rloo.runtime.runfolder.lock import run_folder
+from rloo.training.common import prepare_output_dir
 
 
 def test_a_saved_study_resumes_without_rerunning_its_done_runs(tuned_study, tmp_path, monkeypatch):
@@ -67,3 +70,28 @@ def test_a_saved_study_resumes_without_rerunning_its_done_runs(tuned_study, tmp_
     assert "| rloo@untuned |" in (report / "report.md").read_text()
     # finished now: a second save drops the models it kept for the unfinished cells
     assert save(out, dest)["cells_with_models"] == 0 and not list(dest.rglob("model"))
+
+
+def _listing(folder):
+    return sorted((p.relative_to(folder).as_posix(), p.stat().st_size) for p in folder.rglob("*"))
+
+
+def test_progress_of_a_folder_that_is_not_a_study_says_so_in_one_short_line(tmp_path, capsys):
+    """A train run's folder holds a config.yaml too: read as a comparison's it failed key by key, in
+    one line of thousands of characters. Now: one line naming what the folder is and what a study is."""
+    run = tmp_path / "run"
+    with run_folder(run):  # what `rloo train` writes first, its lock released after
+        prepare_output_dir(RLConfig(policy="gpt2", output_dir=run))
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    before = _listing(tmp_path)
+    for folder, what in (
+        (run, "is an `rloo train` run's folder, not a study"),
+        (empty, "holds no rloo run, so it is not a study"),
+        (tmp_path / "missing", "does not exist"),
+    ):
+        assert main(["progress", str(folder)]) == 2
+        out, err = capsys.readouterr()
+        assert out == ""
+        assert err == f"error: {folder} {what}; a study is the output_dir of `rloo compare`\n"
+    assert _listing(tmp_path) == before  # nothing written

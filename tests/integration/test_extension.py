@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
 import re
 import subprocess
 import sys
@@ -17,7 +16,7 @@ import pytest
 import torch
 import yaml
 
-import rloo
+from helpers.child_env import child_env
 from helpers.tiny import TINY_STUDY, as_overrides, no_plots
 from rloo.algorithms import STEPS
 from rloo.cli import main
@@ -159,7 +158,7 @@ def test_a_reward_source_from_its_own_module_is_used_as_it_is(plugin, tiny_model
 
 def _rloo(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     """The `rloo` command in a process of its own (the source this test imports), as a user runs it."""
-    env = dict(os.environ, PYTHONPATH=str(Path(rloo.__file__).parents[1]))
+    env = child_env()
     return subprocess.run(
         [sys.executable, "-m", "rloo.cli", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
     )

@@ -4,12 +4,13 @@ The quick test skips the train/resume part (two `rloo train` runs; the CLI's own
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from helpers.child_env import child_env
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -20,7 +21,7 @@ QUICK_PARTS = "update_fraction,collectives,logprobs,guard_memory,async_steps,cud
 def _dry_run(tmp_path, *extra):
     out = tmp_path / "out" / "gpu_check.json"
     out.parent.mkdir()
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    env = child_env()
     proc = subprocess.run(
         [
             sys.executable,

@@ -21,13 +21,14 @@ from pathlib import Path
 import pytest
 import torch
 
+from helpers.child_env import child_env
 from rloo import RLConfig
 from tolerance import TINY_MODEL_FORWARD
 
 PROMPTS = ["post : job rent tl;dr :", "post : exam car tl;dr :", "post : my dog ate tl;dr :"]
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 TESTS = Path(__file__).resolve().parents[1]
-ENV = os.environ | {"PYTHONPATH": f"{TESTS.parent / 'src'}{os.pathsep}{TESTS}", "OMP_NUM_THREADS": "2"}
+ENV = child_env(TESTS, OMP_NUM_THREADS="2")
 
 
 def _vllm():

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
+from helpers.child_env import child_env
+
 from ._helpers import assert_same_params
 from ._procs import Cli, alive, children, cmdline, metrics, wait_for_steps
 
 TESTS = Path(__file__).resolve().parents[1]
-SRC = TESTS.parent / "src"
-
-ENV = os.environ | {"PYTHONPATH": f"{SRC}{os.pathsep}{TESTS}", "OMP_NUM_THREADS": "2"}
+ENV = child_env(TESTS, OMP_NUM_THREADS="2")
 # the run that is resumed to its end: after step 2 is logged, 10 more of at least 0.2 s each
 # (slow_reward) remain to kill its producer in; runs that are stopped for good have 30
 STEPS = 12

@@ -10,16 +10,15 @@ import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import pytest
 
+from helpers.child_env import child_env
 from rloo import RLConfig, RlooError, train
 from rloo.cli import main
 from rloo.runtime.inputs.names import hub_problem
 from rloo.runtime.inputs.user_code import load_callable
 
-SRC = str(Path(__file__).resolve().parents[2] / "src")
 UNREACHABLE = "http://127.0.0.1:9"  # nothing listens on the discard port: connection refused at once
 
 
@@ -35,8 +34,9 @@ def workdir(tmp_path, monkeypatch):
 
 def _cli(args, cwd, **env):
     """`python -m rloo.cli ARGS` in `cwd` with the Hub unreachable; (rc, stderr lines, seconds)."""
-    full_env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
-    full_env |= {"PYTHONPATH": SRC, "HF_ENDPOINT": UNREACHABLE, **env}
+    offline = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+    full_env = {k: v for k, v in child_env(inherit_pythonpath=False).items() if k not in offline}
+    full_env |= {"HF_ENDPOINT": UNREACHABLE, **env}
     t = time.perf_counter()
     p = subprocess.run(
         [sys.executable, "-m", "rloo.cli", *args], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=120
@@ -179,7 +179,7 @@ def test_cli_reward_fn_from_current_folder_without_pythonpath(workdir, tiny_mode
     script = workdir.parent / f"{workdir.name}-bin" / "rloo"
     script.parent.mkdir()
     script.write_text("import sys\nfrom rloo.cli import main\nsys.exit(main())\n")
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"PYTHONPATH": SRC}
+    env = child_env(inherit_pythonpath=False)
     p = subprocess.run(
         [
             sys.executable,

@@ -12,7 +12,6 @@ the tensors' bytes unchanged). rloo sets MKL's reproducibility mode (MKL_CBWR=AU
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import struct
 import subprocess
@@ -22,9 +21,9 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
+from helpers.child_env import child_env
 from rloo.runtime.cpukind import THREADS_BITWISE_MEASURED, cpu_flags, cpu_kind
 
-SRC = str(Path(__file__).resolve().parents[2] / "src")
 TESTS = str(Path(__file__).resolve().parents[1])
 KIND = cpu_kind(cpu_flags())
 
@@ -41,7 +40,7 @@ def shifted_copy(model_dir: Path, dest: Path, shift: int = 8) -> Path:
 
 
 def _train(policy: Path, out: Path, threads: int) -> tuple[list[dict], dict]:
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONPATH": os.pathsep.join([SRC, TESTS])}
+    env = child_env(TESTS, OMP_NUM_THREADS=str(threads))
     env.pop("MKL_CBWR", None)  # what rloo does by itself
     argv = [f"policy={policy}", "reward_fn=reliability._helpers:reward_short", "steps=4", "batch_size=4", "k=2"]
     argv += ["max_new_tokens=6", "eval_every=2", "eval_prompts=8", "save_every=null", "report_to=none"]

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 import sys
 from pathlib import Path
 
+from helpers.child_env import child_env
 from rloo.runtime.distributed import _extreme
 
 HELPERS = Path(__file__).parents[1] / "helpers"
@@ -28,7 +28,7 @@ def test_extremes_are_named_by_their_last_word():
 
 
 def test_two_processes_combine_means_and_extremes(tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2] / "src"), "OMP_NUM_THREADS": "1"}
+    env = child_env(OMP_NUM_THREADS="1")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--standalone"]
     proc = subprocess.run(
         [*cmd, str(HELPERS / "metrics_worker.py"), str(tmp_path)], env=env, capture_output=True, text=True, timeout=300

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from rloo.errors import RlooError
-from rloo.runtime import precision
+from rloo.runtime import matmul_timing, precision
 from rloo.runtime.precision import Precision, choose_bf16, resolve_precision, update_fraction
 
 
@@ -216,7 +216,7 @@ def test_where_the_flags_cannot_tell_the_median_of_alternated_timings_decides(mo
     bf16_ticks = iter([4e-4, 4e-4, 4e-4, 0.5] + [4e-4] * 20)  # warm-up, 2 tries, one preempted, the rest
     order = []
     monkeypatch.setattr(
-        precision,
+        matmul_timing,
         "_time_once",
         lambda a, b: order.append(a.dtype) or (1e-3 if a.dtype == torch.float32 else next(bf16_ticks)),
     )

@@ -12,6 +12,7 @@ use it. `from rloo.config import RLConfig` is the stable import path; the module
     method_settings.py  the built-in methods' own settings, and AlgorithmSettings (every built-in key: the
                  `algorithm_settings:` section's type; a run holds its method's own model)
     sections.py  the stage sections: model shape, SFT, reward model, RL (+ methods), evaluation
+    supervised.py  the SFT and reward-model sections (+ model shape), imported through sections.py
     memory.py    micro_batch_size (gradient accumulation) and LoRA, shared by the training stages
     dataset.py   the `dataset:` section (your own data)
     stages.py    the stage configs: run-wide keys + a section (`rloo sft|reward|train|eval|pipeline`)

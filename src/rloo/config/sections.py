@@ -1,6 +1,7 @@
-"""The sections of the stage configs: model shape, SFT, reward model, RL (with the methods'
-settings and LoRA) and evaluation. The stage configs (config/stages.py) combine them with the
-run-wide keys; every field's description is its documentation (`rloo <stage> --help-config`).
+"""The sections of the stage configs: RL (with the methods' settings and LoRA), and, from their own
+modules, model shape, SFT and reward model (config/supervised.py) and evaluation (config/evaluation.py).
+The stage configs (config/stages.py) combine them with the run-wide keys; every field's description is
+its documentation (`rloo <stage> --help-config`).
 """
 
 from __future__ import annotations
@@ -17,8 +18,6 @@ from rloo.config.base import (
     MAX_SAMPLES,
     MAX_SCORE,
     MAX_STALENESS,
-    MAX_WEIGHT_DECAY,
-    Strict,
     check_address,
 )
 from rloo.config.evaluation import EvalSettings  # noqa: F401 (the sections are imported from here)
@@ -34,7 +33,6 @@ from rloo.config.generation import (
 from rloo.config.memory import (
     RL_MICRO_UNIT,
     LoraSettings,
-    SupervisedMemory,
     check_micro_batch,
     micro_batch_field,
 )
@@ -49,66 +47,7 @@ from rloo.config.offpolicy import (
     check_off_policy,
     truncates_logprobs,
 )
-from rloo.config.saving import SupervisedSaving
-
-
-class ArchConfig(Strict):
-    """Shape of the small Llama built from scratch when no model path is given."""
-
-    hidden_size: int = Field(default=128, gt=0, description="Model width.")
-    num_layers: int = Field(default=3, gt=0, description="Transformer blocks.")
-    num_heads: int = Field(default=4, gt=0, description="Attention heads (hidden_size must divide by it).")
-    intermediate_size: int = Field(default=384, gt=0, description="MLP width.")
-    max_position_embeddings: int = Field(default=128, gt=0, description="Longest prompt + response.")
-
-
-class SFTSettings(SupervisedMemory, SupervisedSaving):
-    """Hyperparameters of supervised fine-tuning on the task's reference responses."""
-
-    num_examples: int = Field(default=6000, ge=1, description="Prompt/reference pairs generated for SFT.")
-    epochs: int = Field(default=6, ge=1, description="Passes over the SFT data.")
-    batch_size: int = Field(default=64, ge=1, description="Sequences per optimizer step.")
-    lr: float = Field(default=3e-3, gt=0, le=MAX_LR, description="Peak AdamW learning rate (cosine decay to 10%).")
-    weight_decay: float = Field(
-        default=0.0, ge=0, le=MAX_WEIGHT_DECAY, description="AdamW decoupled weight decay (lr x weight_decay < 1)."
-    )
-    arch: ArchConfig = Field(default_factory=ArchConfig, description="Used only when `model` is null.")
-
-    @model_validator(mode="after")
-    def _decay_below_one(self):
-        if self.lr * self.weight_decay >= 1:
-            raise ValueError(
-                f"weight_decay: lr x weight_decay must be below 1 (each step multiplies the weights by "
-                f"1 - lr x weight_decay), got {self.lr:g} x {self.weight_decay:g}"
-            )
-        return self
-
-
-class RewardSettings(SupervisedMemory, SupervisedSaving):
-    """Hyperparameters of reward-model training with the Bradley-Terry loss."""
-
-    num_pairs: int = Field(default=6000, ge=1, description="Preference pairs labeled by the simulated labeler.")
-    eval_pairs: int = Field(default=500, ge=1, description="Held-out pairs for pairwise accuracy.")
-    policy_pairs: float = Field(
-        default=0.5,
-        ge=0,
-        le=1,
-        description="Share of pairs comparing two SFT-policy samples (the rest compare two references).",
-    )
-    epochs: int = Field(default=2, ge=1)
-    batch_size: int = Field(default=64, ge=1)
-    lr: float = Field(default=1e-3, gt=0, le=MAX_LR)
-    model: str | None = Field(
-        default=None,
-        description="Model the reward model starts from (any architecture and tokenizer; a one-output "
-        "head is added); null: the SFT model.",
-    )
-    disable_dropout: bool = Field(
-        default=True,
-        description="Dropout off in the reward model while it trains (chosen and rejected are scored "
-        "by one function); false keeps the model's dropout.",
-    )
-
+from rloo.config.supervised import ArchConfig, RewardSettings, SFTSettings  # noqa: F401 (re-exported, as EvalSettings)
 
 # The methods are written once, in rloo.config.methods' table; these are derived from it.
 ALGORITHMS: tuple[str, ...] = names()

@@ -132,42 +132,9 @@ def bench_shape(
     folder = build_assets(shape, root, seed)
     tok = AutoTokenizer.from_pretrained(folder / "policy")
     arch = Arch.of(AutoConfig.from_pretrained(folder / "policy"))
-    total = warmup + steps
-    prompts = make_prompts(tok, load_words(folder), shape, total * batch_size, seed)
-    job = dict(
-        policy=str(folder / "policy"),
-        reward=str(folder / "reward"),
-        k=k,
-        beta=beta,
-        lr=lr,
-        seed=seed,
-        batch_size=batch_size,
-        max_new_tokens=shape.max_new_tokens,
-        max_prompt_tokens=shape.max_prompt_tokens,
-        threads=threads,
-        share_prompt=share_prompt,
-        tmp=tempfile.mkdtemp(prefix="rloo-bench-"),
-        device=device,
-        dtype=dtype,
-        batches=[prompts[i * batch_size : (i + 1) * batch_size] for i in range(total)],
-    )
-    gen = {"rloo-vllm": "vllm"}
-    jobs = {
-        n: (_rloo_worker, job | {"max_staleness": v, "generation": gen.get(n, "sampler")}) for n, v in variants.items()
-    }
-    jobs |= {"trl": (_trl_worker, job)} if "trl" in trainers else {}
-    workers = {}
-    try:
-        for name, (target, worker_job) in jobs.items():
-            workers[name] = _start(target, worker_job)
-        results = _alternate(workers, job, tok, arch, shape, warmup, log, variants)
-    finally:  # a worker that died (its error is what propagates) cannot take the message
-        for proc, conn, _ in workers.values():
-            with contextlib.suppress(OSError):
-                conn.send("stop")
-            proc.join(timeout=60)
-            if proc.is_alive():  # not a daemon (at max_staleness > 0): it must not outlive the bench
-                proc.kill()
+    shared = dict(k=k, beta=beta, lr=lr, seed=seed, batch_size=batch_size, threads=threads)
+    job = _job(folder, shape, tok, warmup + steps, shared | dict(share_prompt=share_prompt, device=device, dtype=dtype))
+    results = _run_workers(_worker_jobs(job, variants, "trl" in trainers), job, tok, arch, shape, warmup, log, variants)
     out = {
         "shape": shape.name,
         "device": device,
@@ -181,9 +148,50 @@ def bench_shape(
         "beta": beta,
         "lr": lr,
         "load_avg": [load, os.getloadavg()[0]],
-        "results": {n: _summary(n, results[n], peak, variants.get(n)) for n in workers},
+        "results": {n: _summary(n, results[n], peak, variants.get(n)) for n in results},
     }
     return out | ratios(out["results"], variants)
+
+
+def _job(folder: Path, shape: Shape, tok, total: int, settings: dict) -> dict:
+    """What every worker is given: `settings` (k, beta, lr, seed, batch_size, threads, share_prompt,
+    device, dtype), the models in `folder`, the shape's lengths and `total` batches of prompts."""
+    batch_size = settings["batch_size"]
+    prompts = make_prompts(tok, load_words(folder), shape, total * batch_size, settings["seed"])
+    return settings | dict(
+        policy=str(folder / "policy"),
+        reward=str(folder / "reward"),
+        max_new_tokens=shape.max_new_tokens,
+        max_prompt_tokens=shape.max_prompt_tokens,
+        tmp=tempfile.mkdtemp(prefix="rloo-bench-"),
+        batches=[prompts[i * batch_size : (i + 1) * batch_size] for i in range(total)],
+    )
+
+
+def _worker_jobs(job: dict, variants: dict[str, int], trl: bool) -> dict:
+    """Trainer name -> (worker function, its job): one rloo worker per variant (its max_staleness,
+    and generation=vllm for "rloo-vllm"), and TRL's with `trl`."""
+    gen = {"rloo-vllm": "vllm"}
+    jobs = {
+        n: (_rloo_worker, job | {"max_staleness": v, "generation": gen.get(n, "sampler")}) for n, v in variants.items()
+    }
+    return jobs | ({"trl": (_trl_worker, job)} if trl else {})
+
+
+def _run_workers(jobs: dict, job: dict, tok, arch: Arch, shape: Shape, warmup: int, log, variants: dict) -> dict:
+    """Start every worker, alternate them (_alternate), and stop them all, even after an error."""
+    workers = {}
+    try:
+        for name, (target, worker_job) in jobs.items():
+            workers[name] = _start(target, worker_job)
+        return _alternate(workers, job, tok, arch, shape, warmup, log, variants)
+    finally:  # a worker that died (its error is what propagates) cannot take the message
+        for proc, conn, _ in workers.values():
+            with contextlib.suppress(OSError):
+                conn.send("stop")
+            proc.join(timeout=60)
+            if proc.is_alive():  # not a daemon (at max_staleness > 0): it must not outlive the bench
+                proc.kill()
 
 
 def _alternate(workers: dict, job: dict, tok, arch: Arch, shape: Shape, warmup: int, log, variants: dict) -> dict:

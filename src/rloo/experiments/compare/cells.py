@@ -34,7 +34,7 @@ from rloo.config import CompareConfig, load_config
 from rloo.errors import RlooError
 from rloo.experiments.tuning import read_result, report_names, trial_variants, tuning_done, view_names
 from rloo.runtime.runfolder.atomic import atomic_write_bytes, atomic_write_text
-from rloo.runtime.runfolder.layout import is_bookkeeping_only, write_marker
+from rloo.runtime.runfolder.layout import is_bookkeeping_only, kind_of, write_marker
 from rloo.runtime.runfolder.lock import is_busy
 
 STAGES = ("sft", "reward")
@@ -48,6 +48,19 @@ def cpu_kind() -> str:
     return next(
         (k for k, f in (("avx512_bf16", "avx512_bf16"), ("avx512", "avx512f"), ("avx2", "avx2")) if f in flags), "other"
     )
+
+
+def study_config(out: Path) -> CompareConfig:
+    """The settings of study folder `out`; RlooError (one line) when `out` is another run's folder (its
+    config.yaml would fail as a comparison's, key by key, in one very long line) or no run's."""
+    kind = kind_of(out)
+    if kind != "compare":
+        if kind:
+            what = f"is an `rloo {kind}` run's folder, not a study"
+        else:
+            what = "holds no rloo run, so it is not a study" if out.is_dir() else "does not exist"
+        raise RlooError(f"{out} {what}; a study is the output_dir of `rloo compare`")
+    return load_config(CompareConfig, out / "config.yaml")
 
 
 def cells(out: Path) -> list[Path]:
@@ -76,7 +89,7 @@ def _at_updates(result: Path, upd: tuple[int, int]) -> bool:
 def save(out: Path, dest: Path) -> dict[str, int]:
     """Copy what resuming needs (the module's docstring) from study folder `out` into `dest`; returns
     {"runs": done runs saved, "cells_with_models": unfinished cells whose models were saved}."""
-    cfg = load_config(CompareConfig, out / "config.yaml")
+    cfg = study_config(out)
     dest.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(out / "config.yaml", dest / "config.yaml")
     manifest_file = dest / "manifest.json"
@@ -127,7 +140,7 @@ def restore(src: Path, out: Path) -> int:
 
 def progress(out: Path) -> str:
     """`done/all trials, done reported cells` of a study folder, for a status line."""
-    cfg = load_config(CompareConfig, out / "config.yaml")
+    cfg = study_config(out)
     names = trial_variants(cfg.tuning, cfg.methods)
     trials = [tuning_root_cell / n for tuning_root_cell in _tuning_cells(out, cfg) for n in names]
     done = sum((t / "result.json").exists() for t in trials)
