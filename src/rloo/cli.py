@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 from rloo.config import (
-    OFFLINE_ALGORITHMS,
     BenchConfig,
     CompareConfig,
     EvalConfig,
@@ -132,12 +131,6 @@ COMMANDS = {
 }
 
 
-def _train_rerun(cfg) -> str:
-    if cfg is not None and cfg.algorithm in OFFLINE_ALGORITHMS:  # dpo: no checkpoints
-        return how_to_continue(False)
-    return _resume_rerun(cfg)
-
-
 def _resume_rerun(cfg) -> str:
     return f"rerun with {option('resume')} to continue from the newest checkpoint (step 0 if none)"
 
@@ -147,7 +140,7 @@ def _resume_rerun(cfg) -> str:
 RERUN = {
     "compare": lambda cfg: study_rerun(),
     "pipeline": lambda cfg: pipeline_rerun(),
-    "train": _train_rerun,
+    "train": _resume_rerun,
     "sft": _resume_rerun,
     "reward": _resume_rerun,
 }

@@ -1,9 +1,10 @@
 """SFT and reward-model training stopped by SIGINT/SIGTERM (a checkpoint written) or SIGKILL (after
 a periodic checkpoint) and resumed end with parameters bitwise equal to an uninterrupted run's, as
 RL's runs do (tests/reliability/test_kill.py); `rloo pipeline --resume` keeps the finished stages
-and continues the interrupted one, ending with the same models as a pipeline never stopped. Every
-child runs the real CLI with one torch thread (reliability._runner). Before, SFT and the reward
-model had no checkpoints ("nothing saved") and `rloo pipeline` had no --resume."""
+and continues the interrupted one (the reward model's; DPO's as the RL stage), ending with the same
+models as a pipeline never stopped. Every child runs the real CLI with one torch thread
+(reliability._runner). Before, SFT and the reward model had no checkpoints ("nothing saved"), `rloo
+pipeline` had no --resume, and its DPO stage started over. DPO on its own: test_dpo_resume.py."""
 
 from __future__ import annotations
 
@@ -142,8 +143,8 @@ PIPELINE = as_overrides(_TINY) + [
 ]
 
 
-def _pipeline(out: Path) -> list[str]:
-    return ["pipeline", f"output_dir={out}", *PIPELINE]
+def _pipeline(out: Path, *extra: str) -> list[str]:
+    return ["pipeline", f"output_dir={out}", *PIPELINE, *extra]
 
 
 def _sha(model_dir: Path) -> str:
@@ -180,6 +181,42 @@ def test_pipeline_stopped_in_the_reward_stage_resumes_to_the_same_models(fault, 
     for stage in ("sft", "reward", "rl"):
         assert _sha(out / stage / "model") == _sha(pipeline_reference / stage / "model"), stage
     summary, ref = (json.loads((d / "summary.json").read_text()) for d in (out, pipeline_reference))
+    assert {k: v for k, v in summary.items() if k not in ("seconds", "plots")} == {
+        k: v for k, v in ref.items() if k not in ("seconds", "plots")
+    }
+
+
+# DPO as the RL stage, on the reward model's 64 pairs in batches of 32: records 1-2 SFT's steps, 3-5 the
+# reward model's (its held-out evaluation last), 6 DPO's evaluation at step 0, 7 its step 1
+DPO_STAGE = ("rl.algorithm=dpo", "rl.algorithm_settings.dpo_batch_size=32")
+
+
+@pytest.fixture(scope="module")
+def dpo_pipeline_reference(tmp_path_factory):
+    out = tmp_path_factory.mktemp("pipedpo") / "run"
+    _finished(_pipeline(out, *DPO_STAGE), out.parent / "log.txt")
+    return out
+
+
+def test_pipeline_stopped_in_its_dpo_stage_continues_it(dpo_pipeline_reference, tmp_path):
+    """SIGTERM after DPO's step 1 writes its checkpoint; --resume keeps SFT and the reward model and
+    continues DPO at step 1 (before: nothing saved, and the DPO stage started over)."""
+    out = tmp_path / "run"
+    argv = _pipeline(out, *DPO_STAGE)
+    rc, text = run_cli(argv, tmp_path / "log0.txt", "term-log@7")
+    assert rc == 128 + signal.SIGTERM, text
+    assert _last(text) == (
+        f"rloo pipeline: interrupted: SIGTERM received; dpo stopped at step 1/2 and saved "
+        f"{out}/rl/checkpoints/step-000001; continue with the same command plus --resume"
+    )
+    rc, text = run_cli([*argv, "--resume"], tmp_path / "log1.txt")
+    assert rc == 0, text
+    assert f"finished in {out / 'sft'}: kept" in text and f"finished in {out / 'reward'}: kept" in text
+    assert f"resuming dpo from {out}/rl/checkpoints/step-000001 at step 1" in text
+    for stage in ("sft", "reward", "rl"):
+        assert _sha(out / stage / "model") == _sha(dpo_pipeline_reference / stage / "model"), stage
+    assert (out / "rl" / "metrics.jsonl").read_text() == (dpo_pipeline_reference / "rl" / "metrics.jsonl").read_text()
+    summary, ref = (json.loads((d / "summary.json").read_text()) for d in (out, dpo_pipeline_reference))
     assert {k: v for k, v in summary.items() if k not in ("seconds", "plots")} == {
         k: v for k, v in ref.items() if k not in ("seconds", "plots")
     }

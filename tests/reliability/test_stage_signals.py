@@ -120,24 +120,22 @@ def test_sigterm_outside_a_training_step_is_one_line(monkeypatch, tmp_path, caps
 
 def test_a_stop_at_once_says_how_each_command_continues():
     """The CLI's line for a stop outside a training step: --resume where a checkpoint can be read
-    back (online `rloo train`, sft, reward, pipeline), not for dpo (offline, no checkpoints) or eval."""
+    back (`rloo train` of every method, dpo included, sft, reward, pipeline), not for eval (before, dpo,
+    which had no checkpoints, said --overwrite)."""
     from rloo.cli import _stopped_at_once
     from rloo.config import RLConfig
 
     overwrite = "rerun the same command with --overwrite to start it over"
-    assert _stopped_at_once("train", RLConfig(policy="p"), 130) == (
-        "interrupted by SIGINT; rerun with --resume to continue from the newest checkpoint (step 0 if none)"
-    )
+    resume = "rerun with --resume to continue from the newest checkpoint (step 0 if none)"
+    assert _stopped_at_once("train", RLConfig(policy="p"), 130) == f"interrupted by SIGINT; {resume}"
     dpo = RLConfig(policy="p", algorithm="dpo")
-    assert _stopped_at_once("train", dpo, 143) == f"interrupted by SIGTERM; {overwrite}"
+    assert _stopped_at_once("train", dpo, 143) == f"interrupted by SIGTERM; {resume}"
     assert _stopped_at_once("eval", None, 143) == f"interrupted by SIGTERM; {overwrite}"
     assert _stopped_at_once("pipeline", None, 143) == (
         "interrupted by SIGTERM; continue with the same command plus --resume"
     )
     for stage in ("sft", "reward"):
-        assert _stopped_at_once(stage, None, 130) == (
-            "interrupted by SIGINT; rerun with --resume to continue from the newest checkpoint (step 0 if none)"
-        )
+        assert _stopped_at_once(stage, None, 130) == f"interrupted by SIGINT; {resume}"
     assert _stopped_at_once("compare", None, 143) == f"interrupted by SIGTERM; {STUDY}"
 
 

@@ -2,8 +2,8 @@
 continue (the CLI prints it; exit code 128 + the signal's number: 130 for SIGINT, 143 for SIGTERM).
 
   - `StopFlag`: inside a training loop a signal only sets a flag; the loop stops after the step it
-    is in with a checkpoint (the RL loop, rloo.training.loop; the SFT and reward-model stages,
-    rloo.training.supervised; DPO, which has none, says so: `stage_interrupted`). A second signal
+    is in with a checkpoint (the RL loop, rloo.training.loop; the SFT, reward-model and DPO stages,
+    rloo.training.supervised: `stage_interrupted`). A second signal
     stops at once (StopNow), and so does one that came after the last step, once the stage is done,
     under `rloo compare` or `rloo pipeline`.
   - `signals_stop_now`: everywhere else (loading, judging, a study between its runs) SIGTERM stops at
@@ -55,15 +55,13 @@ class StopFlag:
             raise StopNow(self.signum)
 
 
-def stage_interrupted(stage: str, signum: int, step: int, total: int, saved: Path | None = None) -> Interrupted:
-    """The stop of a stage after its step `step` of `total`: with the checkpoint `saved`, or none
-    (under `rloo compare`, which reruns it from its start; DPO, which has no checkpoints)."""
+def stage_interrupted(stage: str, signum: int, step: int, total: int, saved: Path | None) -> Interrupted:
+    """The stop of a stage after its step `step` of `total`, with the checkpoint `saved` (None under
+    `rloo compare`, which reruns the stage from its start: rloo.errors.rerun_hint)."""
     stopped = f"{signal.Signals(signum).name} received; {stage} stopped at step {step}/{total}"
     if saved is not None:
         return Interrupted(f"{stopped} and saved {saved}; {how_to_continue(True)}", signum)
-    if rerun_hint() is not None:
-        return Interrupted(f"{stopped}; {how_to_continue(True)}", signum)
-    return Interrupted(f"{stopped}; nothing saved ({stage} has no checkpoints): {how_to_continue(False)}", signum)
+    return Interrupted(f"{stopped}; {how_to_continue(True)}", signum)
 
 
 def _stop_now(signum, frame):

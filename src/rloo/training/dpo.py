@@ -7,6 +7,9 @@ Offline: nothing is sampled during training.
   2. the frozen reference is the SFT model (cfg.policy); its log-probs are computed once
   3. dpo_epochs passes of the DPO loss (eq. 7) over shuffled batches of pairs
 Periodic and final evaluations are the online loop's (same prompts, same judge, same sampling).
+Checkpoints and resume are SFT's and the reward model's (rloo.training.supervised.StageRun): every
+`save_every` steps and on SIGINT/SIGTERM; `resume` continues bit for bit (the reference's log-probs,
+a function of the frozen reference and the pairs, are computed again rather than saved).
 """
 
 from __future__ import annotations
@@ -23,15 +26,16 @@ from rloo.core.losses import dpo_loss
 from rloo.data.collate import batches
 from rloo.data.lengths import context_of, cut_metrics, report_cuts, save_cuts
 from rloo.data.preferences import encode_pairs, pair_cuts, pair_rows, preference_pairs
-from rloo.errors import ConfigError, RlooError, option
+from rloo.errors import ConfigError, RlooError
 from rloo.modeling.dropout import maybe_disable_dropout
 from rloo.modeling.forward import completion_logprobs
 from rloo.modeling.forward_shared import completion_logprobs_shared
 from rloo.modeling.loading import frozen, load_policy, load_reward_model, save_pretrained_atomic
 from rloo.rewards import RewardModelScorer
+from rloo.runtime.checkpoint.resumecheck import prompts_digest
+from rloo.runtime.inputs.fingerprint import fingerprints
 from rloo.runtime.precision import stage_precision
-from rloo.runtime.signals import StopFlag, stage_interrupted
-from rloo.runtime.tracking.log import MetricsLogger, progress, say
+from rloo.runtime.tracking.log import progress, say
 from rloo.tasks import get_task
 from rloo.training.common import (
     adamw,
@@ -45,6 +49,7 @@ from rloo.training.common import (
 from rloo.training.evalset import EvalSet, eval_metrics, train_and_eval_prompts
 from rloo.training.guard import StageGuard
 from rloo.training.loop import RLResult
+from rloo.training.supervised import Plan, StageRun, check_stage_resume, resume_point, steps_of, trainable
 
 
 def _pair_logprobs(model, prompts, comps, idx, device, share: bool = True):
@@ -101,79 +106,107 @@ def check_dpo_arguments(prompts, reward_fn) -> None:
         )
 
 
-@stage_precision
-def train_dpo(cfg: RLConfig, *, resume: bool = False, overwrite: bool = False) -> RLResult:
-    """Fine-tune cfg.policy with DPO; returns the online loop's RLResult (history, final eval)."""
-    if resume:
-        raise RlooError(f"dpo runs are short and offline: resume is not supported; rerun with {option('overwrite')}")
-    if cfg.reward_fn is not None:
-        raise RlooError("dpo trains on the task's preference pairs; reward_fn does not apply")
-    device = check_device(cfg.device)
-    gen = seed_everything(cfg.seed)
-    task = get_task(cfg.task)
-    models = _load(cfg)
-    # 1. the reward model's pairs (same seed, same first n), and the reference's log-probs once
-    pairs = load_pairs(cfg, task)
-    prompts, comps = encode_pairs(models.tokenizer, pairs, cfg)
-    cuts = report_cuts(cfg.algorithm, pair_cuts(prompts, comps, cfg), cfg.max_cut_share, context_of(models.policy))
-    out = prepare_output_dir(cfg, overwrite=overwrite)  # after the refusal above: nothing written
-    save_cuts(out, cuts)
+def dpo_plan(cfg: RLConfig) -> Plan:
+    """DPO's passes over its pairs (rloo.training.supervised.Plan): its own epochs, batch size and lr."""
+    s = cfg.algorithm_settings
+    return Plan(s.dpo_epochs, s.dpo_batch_size, s.dpo_lr)
+
+
+def _reference_logprobs(
+    models: Models, prompts, comps, n: int, device, share: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The frozen reference's summed log-probs of the `n` pairs, (chosen (n,), rejected (n,)), computed once."""
     with torch.no_grad():
-        ref = [
-            _pair_logprobs(models.ref, prompts, comps, idx, device, cfg.share_prompt)
-            for idx in batches(len(pairs), 256, shuffle=False)
-        ]
-    ref_c, ref_r = torch.cat([c for c, _ in ref]), torch.cat([r for _, r in ref])
-    eval_set = (  # own data: its held-out rows (rloo.data.split), never among the reward model's pairs
-        train_and_eval_prompts(cfg, task, None, models)[1]
-        if cfg.dataset is not None
-        else EvalSet.of_task(task, task.examples(cfg.eval_split, cfg.eval_prompts, seed=cfg.seed))
-    )
-    # 2. DPO epochs
-    total = cfg.algorithm_settings.dpo_epochs * -(-len(pairs) // cfg.algorithm_settings.dpo_batch_size)
-    opt = adamw(models.policy.parameters(), cfg.algorithm_settings.dpo_lr)
-    sched = warmup_constant(opt, cfg.warmup_steps)
-    guard = StageGuard(cfg.algorithm, models.policy.parameters(), opt, cfg.max_skipped_steps, cfg.max_param_growth)
-    log, history, bar, step = (
-        MetricsLogger(out, report_to=cfg.report_to, config=cfg.model_dump(mode="json")),
-        [],
-        progress(total, cfg.algorithm),
-        0,
-    )
+        ref = [_pair_logprobs(models.ref, prompts, comps, idx, device, share) for idx in batches(n, 256, shuffle=False)]
+    return torch.cat([c for c, _ in ref]), torch.cat([r for _, r in ref])
+
+
+def _eval_set(cfg: RLConfig, task, models: Models) -> EvalSet:
+    """The periodic evaluation's prompts: a dataset's held-out rows (rloo.data.split), never among the
+    reward model's pairs, or the task's eval split."""
+    if cfg.dataset is not None:
+        return train_and_eval_prompts(cfg, task, None, models)[1]
+    return EvalSet.of_task(task, task.examples(cfg.eval_split, cfg.eval_prompts, seed=cfg.seed))
+
+
+def _train(run: StageRun, models: Models, eval_set: EvalSet, pair_loss, cut_stats: dict) -> tuple[list[dict], dict]:
+    """The DPO steps from `run`'s position to its end, each `eval_every`-th preceded by an evaluation,
+    then the final evaluation and model. `pair_loss(idx)`: (dpo_loss, stats) of pairs idx. Returns
+    (the records logged by this process, the final evaluation)."""
+    cfg, history = run.cfg, []
+    log, bar = run.logger(), progress(run.total, cfg.algorithm, initial=run.step)
 
     def record(s, metrics):
         log.log(s, metrics)
         history.append({"step": s, **metrics})
 
-    if cut_stats := cut_metrics(cuts):
+    if cut_stats and run.step == 0:
         log.log(0, cut_stats)
+    try:  # closed however the loop ends (a signal, an error): no TensorBoard writer thread left running
+        with run.stop:
+            for idx in run.batches():
+                if cfg.eval_every and run.step % cfg.eval_every == 0:
+                    record(run.step, eval_metrics(models, eval_set, cfg, run.step))
+                # one pass, or rl.micro_batch_size pairs per pass (the DPO loss is a mean over pairs)
+                loss, stats = batch_loss(idx, cfg.micro_batch_size, pair_loss)
+                grad_norm, _ = run.guard.step(loss, run.step + 1, cfg.max_grad_norm)
+                run.sched.step()
+                if (run.step + 1) % cfg.log_every == 0:
+                    record(run.step + 1, after_step(loss, stats)[1] | {"grad/norm": grad_norm})
+                bar.update()
+                run.end_step()  # a checkpoint every save_every steps, and on SIGINT/SIGTERM
+            run.guard.finish()
+            # past the last step a signal no longer interrupts (as in the online loop): finishing is
+            # quicker than resuming
+            final = eval_metrics(models, eval_set, cfg, run.step)
+            record(run.step, final)
+            save_pretrained_atomic(models.policy, models.tokenizer, run.out / "model")
+    finally:
+        bar.close()
+        log.close()
+    return history, final
+
+
+@stage_precision
+def train_dpo(cfg: RLConfig, *, resume: bool = False, overwrite: bool = False) -> RLResult:
+    """Fine-tune cfg.policy with DPO; returns the online loop's RLResult (history, final eval). `resume`
+    continues from the newest whole checkpoint in `cfg.output_dir`, bit for bit (rloo.training.supervised)."""
+    if cfg.reward_fn is not None:
+        raise RlooError("dpo trains on the task's preference pairs; reward_fn does not apply")
+    device = check_device(cfg.device)
+    gen = seed_everything(cfg.seed)
+    task = get_task(cfg.task)
+    ckpt, state = resume_point(cfg) if resume else (None, None)
+    models = _load(cfg)
+    # 1. the reward model's pairs (same seed, same first n)
+    pairs = load_pairs(cfg, task)
+    prompts, comps = encode_pairs(models.tokenizer, pairs, cfg)
+    cuts = report_cuts(cfg.algorithm, pair_cuts(prompts, comps, cfg), cfg.max_cut_share, context_of(models.policy))
+    plan, data_sha, inputs = dpo_plan(cfg), prompts_digest([x for p in pairs for x in p]), fingerprints(cfg)
+    if ckpt is not None and state is not None:  # every refusal before the run folder is touched
+        how = "use the same preference pairs (algorithm_settings.dpo_pairs, the reward model's pairs.jsonl)"
+        total = steps_of(plan, len(pairs))
+        check_stage_resume(cfg, ckpt, state, total, data_sha, inputs, trainable(models.policy), how)
+    out = prepare_output_dir(cfg, resume=resume, overwrite=overwrite, can_resume=True)
+    save_cuts(out, cuts)
+    # 2. the reference's log-probs, once
+    ref_c, ref_r = _reference_logprobs(models, prompts, comps, len(pairs), device, cfg.share_prompt)
+    eval_set = _eval_set(cfg, task, models)
+    # 3. DPO epochs, from the newest checkpoint with `resume` (rloo.training.supervised)
+    opt = adamw(models.policy.parameters(), plan.lr)
+    sched = warmup_constant(opt, cfg.warmup_steps)
+    guard = StageGuard(cfg.algorithm, models.policy.parameters(), opt, cfg.max_skipped_steps, cfg.max_param_growth)
+    run = StageRun(
+        cfg.algorithm, cfg, out, models.policy, models.tokenizer, opt, sched, gen, guard, len(pairs), data_sha, plan
+    )
+    run.inputs = inputs
+    run.start(ckpt, state, resume)
 
     def pair_loss(idx):
         pc, pr = _pair_logprobs(models.policy, prompts, comps, idx, device, cfg.share_prompt)
         return dpo_loss(pc, pr, ref_c[idx], ref_r[idx], cfg.algorithm_settings.dpo_beta)
 
-    try:
-        with StopFlag(f"stopping {cfg.algorithm} after this step") as stop:
-            for _ in range(cfg.algorithm_settings.dpo_epochs):
-                for idx in batches(len(pairs), cfg.algorithm_settings.dpo_batch_size, gen):
-                    if cfg.eval_every and step % cfg.eval_every == 0:
-                        record(step, eval_metrics(models, eval_set, cfg, step))
-                    # one pass, or rl.micro_batch_size pairs per pass (the DPO loss is a mean over pairs)
-                    loss, stats = batch_loss(idx, cfg.micro_batch_size, pair_loss)
-                    step += 1
-                    grad_norm, _ = guard.step(loss, step, cfg.max_grad_norm)
-                    sched.step()
-                    if step % cfg.log_every == 0:
-                        record(step, after_step(loss, stats)[1] | {"grad/norm": grad_norm})
-                    bar.update()
-                    if stop.signum is not None:
-                        raise stage_interrupted(cfg.algorithm, stop.signum, step, total)
-        guard.finish()
-        final = eval_metrics(models, eval_set, cfg, step)
-        record(step, final)
-        save_pretrained_atomic(models.policy, models.tokenizer, out / "model")
-    finally:
-        bar.close()
-        log.close()
-    say(f"dpo: saved {out / 'model'} after {step} steps on {len(pairs)} pairs (win rate {final['eval/win_rate']:.3f})")
+    history, final = _train(run, models, eval_set, pair_loss, cut_metrics(cuts))
+    win = final["eval/win_rate"]
+    say(f"dpo: saved {out / 'model'} after {run.step} steps on {len(pairs)} pairs (win rate {win:.3f})")
     return RLResult(out / "model", history, final)

@@ -5,7 +5,7 @@
 - a finished stage is kept: its folder holds a run of its kind whose config.yaml is the stage's
   config now (else refused in one line) and its final outputs (`FINAL`), its model files whole;
 - the interrupted stage continues from its newest whole checkpoint (bit for bit, as on its own:
-  rloo.training.supervised for SFT and the reward model, rloo.training.rl for RL);
+  rloo.training.supervised for SFT, the reward model and DPO, rloo.training.rl for the online methods);
 - the stages after it run; the evaluation, the last stage, always runs again (it is deterministic
   and writes the summary the pipeline reads back).
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import yaml
 
-from rloo.config import OFFLINE_ALGORITHMS, upgrade_saved_config
+from rloo.config import upgrade_saved_config
 from rloo.errors import RlooError, option
 from rloo.runtime.checkpoint.resumecheck import check_resume_config
 from rloo.runtime.inputs.weightfiles import check_weight_files
@@ -78,14 +78,14 @@ def finished(stage_cfg) -> bool:
 def run_stage(train: Callable, stage_cfg, resume: bool, kept: Callable | None = None):
     """Run one stage of the pipeline: from its start (a new pipeline), or with `resume`: kept when
     finished (`kept(out)` reads back the result the pipeline uses; None: it uses none), continued
-    from its newest checkpoint when it was interrupted, started when it never was (DPO, which has
-    no checkpoints, starts over)."""
+    from its newest checkpoint when it was interrupted (from step 0 when it has none), started when
+    it never was."""
     out = Path(stage_cfg.output_dir)
     if resume and finished(stage_cfg):
         say(f"  finished in {out}: kept")
         return kept(out) if kept is not None else None
     started = out.is_dir() and not is_bookkeeping_only(out)
-    if resume and started and getattr(stage_cfg, "algorithm", None) not in OFFLINE_ALGORITHMS:
+    if resume and started:
         return train(stage_cfg, resume=True)
     return train(stage_cfg, overwrite=True)
 

@@ -1,19 +1,21 @@
-"""The checkpoints of a supervised stage (SFT, reward model), with the RL stage's promises: written
-atomically in the same layout (rloo.runtime.checkpoint.save), every `save_every` steps and when SIGINT or
-SIGTERM stops the stage after its step, and read back by `resume` so that the stage continues bit for
-bit (one thread, as RL; rloo.runtime.cpukind says what another count promises).
+"""The checkpoints of a stage that passes over its data in epochs (SFT, the reward model, DPO), with the
+RL stage's promises: written atomically in the same layout (rloo.runtime.checkpoint.save), every
+`save_every` steps and when SIGINT or SIGTERM stops the stage after its step, and read back by
+`resume` so that the stage continues bit for bit (one thread, as RL; rloo.runtime.cpukind says what
+another count promises).
 
 A checkpoint after step s holds the weights (model/), the optimizer, the schedule, every random
 stream (rloo.runtime.checkpoint.rng), the position in the data (epoch e, b batches of it trained, and epoch e's
 permutation, drawn from the stage's generator when the epoch started, as rloo.data.collate.batches
 draws it), the guard's counters, the stage's own running values (`extra`: SFT's smoothed loss, the
-reward model's sampled preference pairs), the metrics file's length, a digest of the training data,
-the inputs' fingerprints and the config.
+reward model's sampled preference pairs; DPO has none), the metrics file's length, a digest of the
+training data, the inputs' fingerprints and the config.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -41,16 +43,19 @@ def resume_point(cfg) -> tuple[Path | None, dict | None]:
     return ckpt, load_state(ckpt)
 
 
-def check_stage_resume(cfg, ckpt: Path, state: dict, total: int, data_sha: str, inputs: dict, params) -> None:
+def check_stage_resume(
+    cfg, ckpt: Path, state: dict, total: int, data_sha: str, inputs: dict, params, how: str | None = None
+) -> None:
     """Refuse, in one line and before the run folder is touched, a resume whose checkpoint is not this
     stage's: other fixed settings, other training data, other inputs, an optimizer state that does not
     fit the model; then say the settings that changed (rloo.runtime.checkpoint.resumecheck). `total`: the stage's
-    steps now; `params`: its trainable parameters in the optimizer's order."""
+    steps now; `params`: its trainable parameters in the optimizer's order; `how`: what the refusal of other
+    training data asks (by default: the same dataset or task settings)."""
     saved = upgrade_saved_config(json.loads(state["config"]))
     changed = check_resume_config(saved, cfg.model_dump(mode="json"))
     lines = describe_changes(changed, state["step"], total)
     if state.get("data_sha") != data_sha:
-        how = "use the same dataset settings" if cfg.dataset is not None else "use the same task settings"
+        how = how or ("use the same dataset settings" if cfg.dataset is not None else "use the same task settings")
         raise RlooError(
             f"cannot resume: the training data differ from those this run was started with; {how}, "
             f"or {option('overwrite')} to start a new run"
@@ -61,9 +66,25 @@ def check_stage_resume(cfg, ckpt: Path, state: dict, total: int, data_sha: str, 
         say(line)
 
 
-def steps_of(cfg, n: int) -> int:
-    """Steps of a whole supervised stage on `n` rows: epochs x ceil(n / batch_size)."""
-    return cfg.epochs * -(-n // cfg.batch_size)
+@dataclass(frozen=True)
+class Plan:
+    """How a stage passes over its rows: `epochs` passes in batches of `batch_size`, at the schedule's
+    base learning rate `lr`. SFT and the reward model read theirs from their config (`Plan.of`); DPO
+    from its method's settings (dpo_epochs, dpo_batch_size, dpo_lr: rloo.training.dpo)."""
+
+    epochs: int
+    batch_size: int
+    lr: float
+
+    @classmethod
+    def of(cls, cfg) -> Plan:
+        return cls(cfg.epochs, cfg.batch_size, cfg.lr)
+
+
+def steps_of(plan, n: int) -> int:
+    """Steps of a whole stage on `n` rows: epochs x ceil(n / batch_size). `plan`: a Plan, or a config
+    with those two fields (SFT's, the reward model's)."""
+    return plan.epochs * -(-n // plan.batch_size)
 
 
 def trainable(model) -> list[torch.nn.Parameter]:
@@ -72,15 +93,31 @@ def trainable(model) -> list[torch.nn.Parameter]:
 
 
 class StageRun:
-    """A supervised stage's loop state: its step, its position in the data, its checkpoints.
+    """A stage's loop state: its step, its position in the data (`plan`: its epochs and batch size;
+    by default its config's), its checkpoints.
 
     The stage iterates `batches()`, makes its update and logs it, then calls `end_step`, which
     counts the step and writes the periodic checkpoint, or the one of a SIGINT/SIGTERM that
     arrived meanwhile (`stop`, entered by the stage) before raising Interrupted."""
 
-    def __init__(self, name: str, cfg, out: Path, model, tokenizer, opt, sched, gen, guard, n: int, data_sha: str):
+    def __init__(
+        self,
+        name: str,
+        cfg,
+        out: Path,
+        model,
+        tokenizer,
+        opt,
+        sched,
+        gen,
+        guard,
+        n: int,
+        data_sha: str,
+        plan: Plan | None = None,
+    ):
         self.name, self.cfg, self.out, self.model, self.tokenizer = name, cfg, Path(out), model, tokenizer
         self.opt, self.sched, self.gen, self.guard, self.n, self.data_sha = opt, sched, gen, guard, n, data_sha
+        self.plan: Plan = plan or Plan.of(cfg)
         self.inputs: dict = {}  # rloo.runtime.inputs.fingerprint of cfg's inputs, set by the stage
         self.extra: dict = {}  # the stage's own values saved with each checkpoint (plain types)
         self.step, self.epoch, self.done = 0, 0, 0
@@ -91,7 +128,7 @@ class StageRun:
 
     @property
     def total(self) -> int:
-        return steps_of(self.cfg, self.n)
+        return steps_of(self.plan, self.n)
 
     def start(self, ckpt: Path | None, state: dict | None, resume: bool) -> None:
         """Continue from checkpoint `ckpt` (`state`), or start at step 0, after the records of a
@@ -104,8 +141,8 @@ class StageRun:
     def batches(self):
         """Row-index batches from the current position to the end of the last epoch; each epoch's
         order is torch.randperm(n) from the stage's generator, drawn when the epoch starts."""
-        size = self.cfg.batch_size
-        while self.epoch < self.cfg.epochs:
+        size = self.plan.batch_size
+        while self.epoch < self.plan.epochs:
             if self.order is None:
                 self.order = torch.randperm(self.n, generator=self.gen)
             while self.done * size < self.n:
@@ -156,7 +193,7 @@ class StageRun:
     def restore(self, ckpt, state: dict) -> None:
         """Load checkpoint `ckpt` (its `state` checked by check_stage_resume) into the live objects."""
         load_saved_weights(self.model, ckpt / "model")
-        restore_optimizer(self.opt, self.sched, state, self.cfg.lr)
+        restore_optimizer(self.opt, self.sched, state, self.plan.lr)
         set_rng_state(state["rng"], self.gen)
         self.guard.load_state_dict(state["guard"])
         self.step, self.epoch, self.done = state["step"], state["epoch"], state["done"]

@@ -8,7 +8,17 @@ from rloo.errors import RlooError, option
 
 # Settings a resumed run must share with the run it continues: changing them would make the
 # checkpoint's weights, optimizer state or data position mean something else.
-RESUME_FIXED = ("policy", "task", "seed", "algorithm", "k", "batch_size", "reward_model", "reward_fn")
+RESUME_FIXED = (
+    "policy",
+    "task",
+    "seed",
+    "algorithm",
+    "k",
+    "batch_size",
+    "reward_model",
+    "reward_fn",
+    "algorithm_settings.dpo_batch_size",  # DPO's batch size: its data position counts batches of it
+)
 
 # Changing these on resume leaves the continuation exact: they decide how long the run goes and
 # what it writes on the side, not what a step computes.
