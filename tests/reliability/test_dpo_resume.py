@@ -57,6 +57,7 @@ def dpo_reference(tiny_model_dir, tmp_path_factory):
     assert rc == 0, text
     # the faults below are placed by record number: the records must be the ones listed above
     assert [r["step"] for r in _records(out)] == RECORDS
+    assert "eval at step 2/6 (" in text and "/100 (" not in text  # DPO's steps, not rl.steps' default
     return out
 
 

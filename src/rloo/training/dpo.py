@@ -142,11 +142,13 @@ def _train(run: StageRun, models: Models, eval_set: EvalSet, pair_loss, cut_stat
 
     if cut_stats and run.step == 0:
         log.log(0, cut_stats)
+    # the eval line's "step s/N": N is DPO's own step count, not the online methods' rl.steps
+    ev_cfg = cfg.model_copy(update={"steps": run.total})
     try:  # closed however the loop ends (a signal, an error): no TensorBoard writer thread left running
         with run.stop:
             for idx in run.batches():
                 if cfg.eval_every and run.step % cfg.eval_every == 0:
-                    record(run.step, eval_metrics(models, eval_set, cfg, run.step))
+                    record(run.step, eval_metrics(models, eval_set, ev_cfg, run.step))
                 # one pass, or rl.micro_batch_size pairs per pass (the DPO loss is a mean over pairs)
                 loss, stats = batch_loss(idx, cfg.micro_batch_size, pair_loss)
                 grad_norm, _ = run.guard.step(loss, run.step + 1, cfg.max_grad_norm)
@@ -158,7 +160,7 @@ def _train(run: StageRun, models: Models, eval_set: EvalSet, pair_loss, cut_stat
             run.guard.finish()
             # past the last step a signal no longer interrupts (as in the online loop): finishing is
             # quicker than resuming
-            final = eval_metrics(models, eval_set, cfg, run.step)
+            final = eval_metrics(models, eval_set, ev_cfg, run.step)
             record(run.step, final)
             save_pretrained_atomic(models.policy, models.tokenizer, run.out / "model")
     finally:
