@@ -1,4 +1,5 @@
-"""The rollout producer samples and scores in the RL stage's precision (docs/async.md): at
+"""The rollout producer samples and scores as the in-process lag does (docs/async.md): in the RL
+stage's precision, and with the same noise whether or not the step hands the sampler its rows. At
 dtype=bfloat16 the stage runs under bf16 autocast, whose context does not cross into the producer's
 process, so the producer enters the precision the trainer hands it. Its batches (sampled tokens,
 behaviour log-probs mu, scores and reference log-probs) equal the in-process lag's, which samples
@@ -50,9 +51,10 @@ def _move(policy: torch.nn.Module, t: int) -> None:
 
 # the RL stage's own wrapper (rloo.training.rl.train): the trainer's sampler is built and called inside it
 @stage_precision(min_width=MIN_BF16_WIDTH_SAMPLING)
-def _batches(cfg: RLConfig, models, kind: str) -> list[tuple[torch.Tensor, ...]]:
+def _batches(cfg: RLConfig, models, kind: str, step_rows: bool = True) -> list[tuple[torch.Tensor, ...]]:
     """(completion ids, mu, scores, reference log-probs) of BATCHES lagged batches, from the producer
-    process (scored there) or the in-process lag (scored by the trainer's step 2)."""
+    process (scored there) or the in-process lag (scored by the trainer's step 2). `step_rows`: the
+    loop hands the sampler the batch's rows (plain rloo's step), else none (every other method's)."""
     policy, stream = copy.deepcopy(models.policy), PromptStream(PROMPTS, cfg.batch_size, seed=0)
     threads = torch.get_num_threads()
     if kind == "producer":
@@ -66,8 +68,7 @@ def _batches(cfg: RLConfig, models, kind: str) -> list[tuple[torch.Tensor, ...]]
         out = []
         for t in range(BATCHES):
             prompts = stream.next()
-            # rows: the whole batch's, as the loop passes them to plain rloo's step and the producer uses
-            roll = sampler(policy, prompts, rows=(0, len(prompts) * cfg.k))
+            roll = sampler(policy, prompts, rows=(0, len(prompts) * cfg.k) if step_rows else None)
             if kind == "producer":
                 assert isinstance(roll, ScoredRollout) and roll.scored is not None
                 scores, ref_lp = roll.scored
@@ -82,12 +83,18 @@ def _batches(cfg: RLConfig, models, kind: str) -> list[tuple[torch.Tensor, ...]]
         torch.set_num_threads(threads)
 
 
-# float32 (the control: no autocast anywhere) in the slow tier; each case starts a producer process
-@pytest.mark.parametrize("dtype", [pytest.param("float32", marks=pytest.mark.slow), "bfloat16"])
-def test_the_producer_samples_and_scores_in_the_stages_precision(tiny_model_dir, tmp_path, dtype):
+# float32 with rows (the control: no autocast anywhere) in the slow tier; each case starts a producer
+# process. Without rows (the loop of a method other than plain rloo) the in-process lag must still draw
+# the producer's noise, which the producer always takes from the batch's rows.
+@pytest.mark.parametrize(
+    ("dtype", "step_rows"),
+    [pytest.param("float32", True, marks=pytest.mark.slow), ("bfloat16", True), ("float32", False)],
+    ids=["float32", "bfloat16", "float32-no-rows"],
+)
+def test_the_producer_samples_and_scores_as_the_in_process_lag(tiny_model_dir, tmp_path, dtype, step_rows):
     cfg = _cfg(tiny_model_dir, tmp_path, dtype)
     models = load_models(cfg)
-    want = _batches(cfg, models, "in_process")
+    want = _batches(cfg, models, "in_process", step_rows)
     got = _batches(cfg, models, "producer")
     names = ("tokens", "mu", "scores", "reference log-probs")
     for t, (g, w) in enumerate(zip(got, want, strict=True)):
