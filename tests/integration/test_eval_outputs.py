@@ -124,6 +124,50 @@ def test_pipeline_trains_and_evaluates_on_the_users_environment(tmp_path, capsys
     # the RL stage's own evaluation of episodes: at its start and end
     recs = [json.loads(x) for x in (out / "rl" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in recs if "eval/success" in r] == [0, 2]
+    # the evaluation's prompt count is in the summary and its printed line, as the other stages' are
+    # (fails on the code before it: the episode evaluation wrote no cuts.json, the pipeline left it out)
+    cut = summary["cut"]
+    assert set(cut) == {"sft", "rl", "eval"} and cut["eval"] == json.loads((out / "eval" / "cuts.json").read_text())
+    assert (cut["eval"]["prompts"]["cut"], cut["eval"]["prompts"]["of"]) == (0, 3)
+    assert cut["eval"]["prompts"]["max_prompt_tokens"] == 64
+    assert "; eval 0/3 prompts" in next(x for x in err.splitlines() if x.startswith("cut to the length limits:"))
+
+
+def _eval_prompt_lengths(model, n: int) -> list[int]:
+    """The token lengths of `rloo eval task=calculator`'s first n held-out prompts (the word tokenizer
+    has no chat template: an episode starts with its prompt's ids alone)."""
+    from rloo.modeling.loading import load_tokenizer
+
+    tok = load_tokenizer(str(model))
+    assert not getattr(tok, "chat_template", None)
+    prompts = [e.prompt for e in get_task("calculator").examples("eval", n, seed=0)]
+    return [len(tok(p, add_special_tokens=False)["input_ids"]) for p in prompts]
+
+
+def test_an_episode_evaluation_counts_says_and_records_the_prompts_it_cuts(tmp_path, capsys, obs_env):
+    """max_prompt_tokens below every held-out prompt: refused in one line with nothing written, as
+    `rloo eval` on text; with max_cut_share=1 played, said, and recorded in cuts.json and results.json
+    (fails on the code before it: the prompts were cut without a word)."""
+    model = _model(tmp_path / "m", "calculator", seed=0)
+    lengths = _eval_prompt_lengths(model, 3)
+    limit = min(lengths) - 1
+    args = ["eval", f"policy={model}", obs_env, "task=calculator", *LIMITS, "num_prompts=3", "pass_samples=8"]
+    args += [f"max_prompt_tokens={limit}", "report_to=none"]
+    assert main([*args, f"output_dir={tmp_path / 'refused'}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert (
+        len(err.splitlines()) == 1 and f"eval: 3 of 3 prompts (100%) are longer than max_prompt_tokens={limit} " in err
+    )
+    assert f"set max_prompt_tokens={max(lengths)} to keep them whole" in err, err
+    assert not (tmp_path / "refused").exists()
+    out = tmp_path / "ev"
+    assert main([*args, "max_cut_share=1", f"output_dir={out}"]) == 0
+    err = capsys.readouterr().err
+    said = f"eval: cut to the length limits: 3 of 3 prompts (100%, longest {max(lengths)} tokens) keep their last "
+    assert said + f"max_prompt_tokens={limit} tokens" in err, err
+    record = {"cut": 3, "of": 3, "longest": max(lengths), "max_prompt_tokens": limit}
+    assert json.loads((out / "cuts.json").read_text()) == {"prompts": record}
+    assert json.loads((out / "results.json").read_text())["data"] == {"data/prompts_cut": 3.0}
 
 
 @pytest.mark.parametrize(

@@ -23,13 +23,17 @@ def reference(tiny_model_dir, tmp_path_factory):
     return out
 
 
-@pytest.mark.parametrize("lora", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["full", "lora"])
-def test_two_processes_on_localhost_equal_the_in_process_lag(tiny_model_dir, tmp_path, lora, request):
+VARIANTS = {"full": [], "lora": ["lora.r=4", "lora.save=merged"], "bf16": ["dtype=bfloat16"]}
+
+
+@pytest.mark.parametrize("variant", ["full", pytest.param("lora", marks=pytest.mark.slow), "bf16"])
+def test_two_processes_on_localhost_equal_the_in_process_lag(tiny_model_dir, tmp_path, variant, request):
     """Every metric (sampled tokens' scores, KL, importance weights, lags) and the final weights
     bitwise: the producer sampled batch t with exactly the weights of update t - 2, received over
-    the link (under LoRA: the adapters only)."""
-    extra = ["lora.r=4", "lora.save=merged"] if lora else []
-    if lora:
+    the link (under LoRA: the adapters only), in the trainer's precision (bf16: the stage's autocast,
+    which the producer's machine enters from the job it receives)."""
+    extra = VARIANTS[variant]
+    if extra:
         ref = tmp_path / "ref"
         assert remote_trainer(tiny_model_dir, ref, None, *extra).wait(300) == 0, (
             tmp_path / "ref-trainer.txt"

@@ -14,6 +14,7 @@ from rloo.algorithms.agents import episode_reward, limits, sample_episodes
 from rloo.algorithms.base import Models
 from rloo.config import RLConfig
 from rloo.data.chat_turns import chat_frame, end_ids
+from rloo.data.lengths import count
 from rloo.envs import EnvSpec, Step, make_env
 from rloo.errors import RlooError
 from rloo.rollout.multiturn import episodes
@@ -146,3 +147,24 @@ def test_train_env_episodes_start_from_the_template():
         assert " ".join(text.split()) == " ".join(expected.split()), on
     token_by_token = RLConfig(policy="unused", env="calculator", env_settings={"prefill_observations": False})
     assert env_spec(cfg, tok).prefill_observations and not env_spec(token_by_token, tok).prefill_observations
+
+
+def test_the_length_survey_counts_an_episodes_start_as_the_sampler_cuts_it():
+    """An episode starts with its prompt in the template's frame (ChatFrame.first), so the survey of
+    the prompts (rloo.data.lengths.count, as `rloo eval env=` and `rloo train env=` count them) adds
+    the frame's tokens: a prompt that fits alone but not in its frame is cut, and counted."""
+    tok = chat_tokenizer("chatml")
+    frame = chat_frame(tok)
+    spec = EnvSpec(CountEnv, max_turns=1, max_turn_tokens=2, max_total_tokens=4, chat=frame)
+    assert spec.prompt_frame == len(frame.first([])) > 0 and EnvSpec(CountEnv).prompt_frame == 0
+    prompts = ["guess 3 + 4", "ans 5", "call calc 3 * 4 + 5 * 6 end"]
+    starts = [len(frame.first(_ids(tok, p))) for p in prompts]
+    limit = max(starts) - 1  # the longest start (the third) is cut, the others fit; every prompt alone fits
+    assert max(len(_ids(tok, p)) for p in prompts) <= limit and count(tok, prompts, "prompts", limit).n == 0
+    survey = count(tok, prompts, "prompts", limit, spec.prompt_frame)
+    assert (survey.n, survey.total, survey.longest) == (1, 3, max(starts))
+    model = tiny_lm("qwen2", tokenizer=tok).eval()
+    envs = [make_env(lambda: CountEnv(tok), len(tok)) for _ in range(2 * len(prompts))]
+    gen = torch.Generator().manual_seed(0)
+    roll = episodes(model, tok, envs, prompts, 2, limits(spec), max_prompt_len=limit, generator=gen, chat=frame)
+    assert roll.prompts_truncated == 2 * survey.n  # k = 2 episodes of each prompt

@@ -35,6 +35,11 @@ class ChatFrame:
     obs_head: tuple[int, ...]
     obs_tail: tuple[int, ...]
 
+    @property
+    def around_prompt(self) -> int:
+        """The tokens `first` adds to a prompt's: what counts against max_prompt_tokens besides it."""
+        return len(self.head) + len(self.tail)
+
     def first(self, prompt_ids: list[int]) -> list[int]:
         """The first context: the prompt's ids as the user message, then the assistant header."""
         return [*self.head, *prompt_ids, *self.tail]

@@ -71,11 +71,11 @@ def context_of(model) -> int | None:
     return n if isinstance(n, int) else None
 
 
-def count(tokenizer, texts: list[str], what: str, limit: int) -> Cut:
-    """The cut of `texts` without encoding a batch: their token lengths (an SFT target's with its EOS)."""
+def count(tokenizer, texts: list[str], what: str, limit: int, frame: int = 0) -> Cut:
+    """The cut of `texts` without encoding a batch: their token lengths (an SFT target's with its EOS;
+    `frame`: tokens written around each, an episode's chat template around its prompt)."""
     lengths = [len(ids) for ids in tokenizer(list(texts), add_special_tokens=False)["input_ids"]] if texts else []
-    if what == "targets":
-        lengths = [n + 1 for n in lengths]
+    lengths = [n + frame + (what == "targets") for n in lengths]
     key = PROMPT_KEY if what.endswith("prompts") else RESPONSE_KEY
     return Cut(what, sum(n > limit for n in lengths), len(lengths), max(lengths, default=0), key, limit)
 
@@ -123,10 +123,13 @@ def report_cuts(stage: str, cuts: list[Cut], max_share: float, context: int | No
     return cuts
 
 
-def report_prompt_cuts(stage: str, tokenizer, cfg, prompts: list[str], held_out: list[str], model) -> list[Cut]:
-    """A sampling stage's prompts (training and held-out), surveyed before they are encoded batch by batch."""
-    cuts = [count(tokenizer, prompts, "prompts", cfg.max_prompt_tokens)]
-    cuts += [count(tokenizer, held_out, "eval prompts", cfg.max_prompt_tokens)] if held_out else []
+def report_prompt_cuts(
+    stage: str, tokenizer, cfg, prompts: list[str], held_out: list[str], model, frame: int = 0
+) -> list[Cut]:
+    """A sampling stage's prompts (training and held-out), surveyed before they are encoded batch by
+    batch; `frame`: the tokens an episode's chat template writes around each (rloo.data.chat_turns)."""
+    cuts = [count(tokenizer, prompts, "prompts", cfg.max_prompt_tokens, frame)]
+    cuts += [count(tokenizer, held_out, "eval prompts", cfg.max_prompt_tokens, frame)] if held_out else []
     return report_cuts(stage, cuts, cfg.max_cut_share, context_of(model))
 
 

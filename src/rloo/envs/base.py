@@ -66,6 +66,11 @@ class EnvSpec:
     chat: ChatFrame | None = None
     prefill_observations: bool = True  # an observation in one forward pass (rloo.rollout.multiturn)
 
+    @property
+    def prompt_frame(self) -> int:
+        """Tokens of an episode's first context besides its prompt's (the chat template's frame)."""
+        return self.chat.around_prompt if self.chat is not None else 0
+
 
 def turn_text(tokenizer, turn: list[int], end_ids: frozenset[int] | set[int]) -> str:
     """A policy turn's text, for an environment to parse: its ids decoded with their special tokens

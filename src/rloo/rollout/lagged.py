@@ -50,7 +50,9 @@ class LaggedSampler:
 
     def __call__(self, policy: torch.nn.Module, prompts: list[str], rows=None, generator=None) -> Rollout:
         """`rows`: this process's rows of the global batch (torchrun; `rollout`): the same tokens on any
-        number of processes."""
+        number of processes. None (a step that passes none: every method but plain rloo): the whole
+        batch's, which the producer always samples with (`Dist.shard`), so both draw the same tokens."""
+        rows = rows if rows is not None else (0, len(prompts) * self.cfg.k)
         v = self.behaviour_version()
         self.ring.load_into(v, self.shadow)
         roll = self.sample(self.shadow, v, prompts, batch_generator(self.cfg.seed, self.version), rows)

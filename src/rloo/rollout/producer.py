@@ -6,7 +6,8 @@ from a bounded queue, `sync(policy)` publishes the weights after each update int
 `WeightRing` (rloo.runtime.link.weights). Producer side, `_produce`: batch j is sampled with exactly the
 weights of update max(oldest, j - N) (oldest: 0, or the oldest a resumed run's checkpoint had), with
 the generator `batch_generator(seed, j)`, the prompts from its own copy of the prompt stream (the
-trainer checks they are the prompts it expected). The process lives and dies with the trainer
+trainer checks they are the prompts it expected), in the trainer's precision (`Job.precision`: the
+RL stage's autocast does not cross a process). The process lives and dies with the trainer
 (rloo.runtime.link.child). With a `score` (rloo.algorithms.base.Scoring, built by rloo.training.rl) the
 producer also scores each batch (reward model or function, reference log-probs) and hands over a
 `ScoredRollout`, so that the trainer's step is its update only (docs/async.md measures why).
@@ -27,13 +28,14 @@ from rloo.modeling.lora import AdapterDisabled
 from rloo.rollout.lagged import LaggedSampler, shadow_copy
 from rloo.rollout.remote import TAG_BATCH, TAG_CONTROL, ReceivedVersions, RemoteProducer
 from rloo.rollout.sampler import Rollout
-from rloo.rollout.versioned import VersionSampler
+from rloo.rollout.versioned import VersionSampler, sampling_precision
 from rloo.runtime.checkpoint.rng import batch_generator
 from rloo.runtime.distributed import Dist, unwrap
 from rloo.runtime.link.address import resolve
 from rloo.runtime.link.child import ChildProcess, die_with_parent, put_until, wait_until
 from rloo.runtime.link.gloo import Link, LinkClosed
 from rloo.runtime.link.weights import WeightRing
+from rloo.runtime.precision import Precision
 from rloo.runtime.tracking.log import say
 
 
@@ -60,8 +62,9 @@ def thread_split(total: int) -> tuple[int, int]:
 class Job:
     """What the producer samples with, handed over once: the policy's copy (its weights are set
     from the ring per batch), the prompt stream at the trainer's position, the first batch, the
-    scoring (None: the trainer scores), and under torchrun the trainer process it serves (`dist`:
-    it samples that process's share of each global batch, `Dist.shard`)."""
+    scoring (None: the trainer scores), under torchrun the trainer process it serves (`dist`: it
+    samples that process's share of each global batch, `Dist.shard`), and the trainer's precision
+    (rloo.rollout.versioned.sampling_precision; None: resolved from the config where it samples)."""
 
     cfg: RLConfig
     model: torch.nn.Module
@@ -70,6 +73,7 @@ class Job:
     start: int
     score: Any = None
     dist: Dist = field(default_factory=Dist)
+    precision: Precision | None = None
 
 
 def produce(job: Job, ring, wait, put) -> None:
@@ -79,6 +83,10 @@ def produce(job: Job, ring, wait, put) -> None:
     cfg = job.cfg
     if job.score is not None and job.score.ref is None:  # LoRA: pi_ref is the policy with its adapters off
         job.score.ref = AdapterDisabled(job.model)
+    # The stage's autocast does not reach this process (or machine): without the trainer's precision
+    # here, mu at dtype=bfloat16 would be the fp32 policy and step 2 another computation, while the
+    # trainer (N = 0, the in-process lag) samples and scores under bf16 autocast.
+    precision = job.precision or sampling_precision(cfg, job.model)
     oldest = ring.oldest()  # read before the trainer's first publish
     sampler = VersionSampler(cfg, job.tokenizer)  # rloo's sampler, or vLLM started here (generation=vllm)
     for j in range(job.start, cfg.steps):  # the run's batches, no more (N may exceed the steps left)
@@ -90,12 +98,13 @@ def produce(job: Job, ring, wait, put) -> None:
         ring.load_into(version, job.model)
         gen = batch_generator(cfg.seed, j)
         prompts, rows = job.dist.shard(job.stream.next(), cfg.k)  # as the trainer's loop draws them
-        roll = sampler(job.model, version, prompts, gen, rows)
-        t2 = time.perf_counter()
-        parts = {"time/producer_idle": t1 - t0, "time/producer_sample": t2 - t1} | sampler.part_metrics()
-        if job.score is not None:  # logged only when the producer scores: which side did is in the metrics
-            roll = scored_rollout(roll, job.score)
-            parts |= job.score.part_metrics() | {"time/producer_score": time.perf_counter() - t2}
+        with precision.autocast():  # per batch: no cast of the weights outlives their version
+            roll = sampler(job.model, version, prompts, gen, rows)
+            t2 = time.perf_counter()
+            parts = {"time/producer_idle": t1 - t0, "time/producer_sample": t2 - t1} | sampler.part_metrics()
+            if job.score is not None:  # logged only when the producer scores: which side did is in the metrics
+                roll = scored_rollout(roll, job.score)
+                parts |= job.score.part_metrics() | {"time/producer_score": time.perf_counter() - t2}
         if not put(("batch", j, version, parts, roll)):
             return
     wait(cfg.steps + 1)  # a version never published: stay (the trainer still takes the batches) until told to stop
@@ -166,7 +175,16 @@ class ProducerSampler:
         self.ring.refill(older or {}, policy, start)
         self.threads_before = torch.get_num_threads()
         # the stream is copied at the trainer's position: both draw the same prompts in the same order
-        job = Job(cfg, shadow_copy(policy), tokenizer, copy.deepcopy(stream), start, score, dist or Dist())
+        job = Job(
+            cfg,
+            shadow_copy(policy),
+            tokenizer,
+            copy.deepcopy(stream),
+            start,
+            score,
+            dist or Dist(),
+            sampling_precision(cfg, policy),  # this stage's: dtype=auto decided once, by the trainer
+        )
         if cfg.producer_address is not None:  # remote
             self.remote = self.child = RemoteProducer(
                 cfg.producer_address, job, self.ring, policy, cfg.producer_connect_timeout_s

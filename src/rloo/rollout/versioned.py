@@ -9,6 +9,9 @@ Its rollouts carry vLLM's own log-probs as `logprobs`: the behaviour policy mu o
 importance weight pi / mu is the lagged engine, so the weight corrects the lag and the engines'
 arithmetic together (docs/async.md). Its `vllm/*` metrics compare mu with the lagged policy's
 recomputed log-probs: the engines' mismatch alone, without the lag.
+
+Either samples in the trainer's precision (`sampling_precision`): inside the RL stage's autocast in
+the trainer's process, inside the one the producer enters (rloo.rollout.producer.produce) elsewhere.
 """
 
 from __future__ import annotations
@@ -20,7 +23,13 @@ from rloo.rollout.sampler import Rollout, rollout
 from rloo.rollout.settings import sampling_settings
 from rloo.rollout.vllm import VLLMSampler
 from rloo.rollout.vllm_engine import check_device, import_vllm
-from rloo.runtime.precision import MIN_BF16_WIDTH_SAMPLING, model_width, resolve_precision
+from rloo.runtime.precision import (
+    MIN_BF16_WIDTH_SAMPLING,
+    Precision,
+    model_width,
+    resolve_precision,
+    running_precision,
+)
 
 
 class VersionSampler:
@@ -43,17 +52,21 @@ class VersionSampler:
         elif version != self.synced:
             self.engine.sync(model)
         self.synced = version
-        # the trainer's precision for the lagged policy's log-probs beside vLLM's (the `vllm/*` metrics)
-        with sampling_precision(cfg, model).autocast():
-            return self.engine(model, prompts, rows=rows, generator=generator)
+        return self.engine(model, prompts, rows=rows, generator=generator)
 
     def part_metrics(self) -> dict[str, float]:
         """The last batch's sampler/trainer mismatch (vLLM only; rloo.rollout.vllm.mismatch_stats)."""
         return self.engine.part_metrics() if self.engine is not None else {}
 
 
-def sampling_precision(cfg: RLConfig, model: torch.nn.Module):
-    """The precision the trainer samples in (its stage's, rloo.training.rl), for `model`'s device."""
+def sampling_precision(cfg: RLConfig, model: torch.nn.Module) -> Precision:
+    """The precision the trainer samples in: its running stage's (rloo.training.rl), or outside a stage
+    what that stage would resolve cfg.dtype to for `model`'s device. Every sampler computes in it: at
+    N = 0 and with the in-process lag inside the stage's autocast, the producer (in its process or on
+    another machine, outside that context) in the one the trainer hands it (rloo.rollout.producer)."""
+    running = running_precision()
+    if running is not None:
+        return running
     device = next(model.parameters()).device
     return resolve_precision(cfg.dtype, device, model_width(cfg), MIN_BF16_WIDTH_SAMPLING)
 

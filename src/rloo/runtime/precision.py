@@ -227,10 +227,16 @@ def model_width(cfg) -> int | None:
 _STAGE_PRECISION: contextvars.ContextVar[Precision | None] = contextvars.ContextVar("stage_precision", default=None)
 
 
+def running_precision() -> Precision | None:
+    """The precision of the stage running now in this process (None outside one): what a helper
+    process (the rollout producer) must compute in to compute as the stage does."""
+    return _STAGE_PRECISION.get()
+
+
 def recorded_precision() -> dict | None:
     """{"dtype": what the matmuls run in, "reason": why} of the stage running now (None outside one):
     what a run folder records beside its settings (rloo.training.common.prepare_run_dir)."""
-    p = _STAGE_PRECISION.get()
+    p = running_precision()
     return None if p is None else {"dtype": p.name, "reason": p.why}
 
 

@@ -4,7 +4,9 @@ model) each play the same held-out prompts, `pass_samples` episodes each (seeded
 reports pass@1 (success rate), turns and tool calls per episode, and the paired pass@1 difference
 with its 95% interval (one seed: the interval is over prompts, not over seeds). It writes
 results.json (the summary), report.md and samples.jsonl (every episode, the environment's text marked
-`[env: ...]`).
+`[env: ...]`), and, as every stage, cuts.json: the held-out prompts longer than max_prompt_tokens in
+the chat template's frame, which keep their last tokens (rloo.data.lengths; said in one line, in
+results.json's `data` when any, refused above max_cut_share before anything is written).
 
 Success is an episode reward >= a threshold: a built-in task's `success_threshold`, else the
 environment class's own `success_threshold` attribute when it has one, else 1."""
@@ -15,6 +17,7 @@ import json
 
 from rloo.config import EvalConfig
 from rloo.config.tasks import episode_tasks
+from rloo.data.lengths import cut_metrics, report_prompt_cuts, save_cuts
 from rloo.data.split import eval_records
 from rloo.eval.episodes import ENV_MARK, EpisodeEval, evaluate_episodes
 from rloo.eval.passk import paired_pass_difference
@@ -34,27 +37,16 @@ def evaluate_agents(ev: EvalConfig, *, overwrite: bool = False, name: str = "pol
     to results.json."""
     assert ev.env is not None
     prompts = _prompts(ev)
+    policy = load_policy(ev.policy, **model_options(ev))
+    # the prompts as the episodes start (in the chat template's frame), counted as every stage counts
+    # its prompts (rloo.data.lengths): said, too many refused before anything is written
+    frame = env_spec(ev, policy[1]).prompt_frame
+    cuts = report_prompt_cuts("eval", policy[1], ev, prompts, [], policy[0], frame)
     out = prepare_output_dir(ev, overwrite=overwrite)
-    names = {"baseline": ev.baseline} if ev.baseline else {}
-    results: dict[str, EpisodeEval] = {}
-    for who, path in (names | {"policy": ev.policy}).items():
-        model, tokenizer = load_policy(path, **model_options(ev))
-        model.eval()
-        results[who] = evaluate_episodes(
-            model,
-            tokenizer,
-            env_spec(ev, tokenizer),
-            prompts,
-            n=ev.pass_samples,
-            seed=ev.seed,
-            temperature=ev.temperature,
-            top_p=ev.top_p,
-            top_k=ev.top_k,
-            max_prompt_len=ev.max_prompt_tokens,
-            batch_size=ev.batch_size,
-            threshold=success_threshold(ev.env),
-        )
+    save_cuts(out, cuts)
+    results = _play(ev, prompts, policy)
     summary: dict = {"env": ev.env} | {who: r.summary() | {"examples": r.examples} for who, r in results.items()}
+    summary |= {"data": stats} if (stats := cut_metrics(cuts)) else {}  # as `rloo eval`'s summary.json
     lines = [f"episodes of {ev.env} on {len(prompts)} held-out prompts ({ev.pass_samples} each, seed {ev.seed}):"]
     if "baseline" in results:
         pol = results["policy"]
@@ -71,6 +63,32 @@ def evaluate_agents(ev: EvalConfig, *, overwrite: bool = False, name: str = "pol
     atomic_write_text(out / "report.md", "# Episodes\n\n" + "\n".join(lines) + f"\n\n{marks}\n")
     say("\n" + "\n".join(lines))
     return summary
+
+
+def _play(ev: EvalConfig, prompts: list[str], policy: tuple) -> dict[str, EpisodeEval]:
+    """The baseline (loaded here), then `policy` (model, tokenizer), each playing ev.pass_samples
+    episodes of every prompt with the same seed."""
+    assert ev.env is not None
+    results: dict[str, EpisodeEval] = {}
+    paths = ({"baseline": ev.baseline} if ev.baseline else {}) | {"policy": None}  # None: `policy`, loaded
+    for who, path in paths.items():
+        model, tokenizer = policy if path is None else load_policy(path, **model_options(ev))
+        model.eval()
+        results[who] = evaluate_episodes(
+            model,
+            tokenizer,
+            env_spec(ev, tokenizer),
+            prompts,
+            n=ev.pass_samples,
+            seed=ev.seed,
+            temperature=ev.temperature,
+            top_p=ev.top_p,
+            top_k=ev.top_k,
+            max_prompt_len=ev.max_prompt_tokens,
+            batch_size=ev.batch_size,
+            threshold=success_threshold(ev.env),
+        )
+    return results
 
 
 def _prompts(ev: EvalConfig) -> list[str]:

@@ -113,7 +113,7 @@ def _episodes_pipeline(cfg: PipelineConfig, rl_cfg, ev_cfg, out, times: dict, t:
     times["eval"] = time.perf_counter() - t
     task = cfg.task if cfg.dataset is None else None  # a dataset replaces the task's prompts
     summary = {"task": task, "seed": cfg.seed, "algorithm": rl_cfg.algorithm, "env": rl_cfg.env, "eval": results}
-    summary |= {"cut": _cuts(cfg.stage_configs()[0], None, rl_cfg, None)}
+    summary |= {"cut": _cuts(cfg.stage_configs()[0], None, rl_cfg, ev_cfg)}
     summary |= {"seconds": times, "plots": [str(p) for p in rl.plots]}
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=2))
     say(cuts_summary(summary["cut"]))
