@@ -41,6 +41,7 @@ PROGRAM_NAME = {
     "runtime/tracking/trackers.py": "the default wandb project",
     "experiments/bench.py": "rloo's trainer against TRL's",
     "experiments/bench_report.py": "rloo bench's trainer names (rloo, rloo-vllm) against TRL's",
+    "docs/results/bench-vllm/table.py": "rloo bench's trainer names (rloo, rloo-vllm) against TRL's",
     "benchmarks/gpu_check.py": "rloo's trainer against TRL's",
     "benchmarks/gpu_check_async.py": "rloo bench's trainer names (rloo, rloo-n1)",
     "benchmarks/memory_sweep.py": "rloo's trainer against TRL's",

@@ -112,3 +112,20 @@ def test_offpolicy_study_report_prints_the_readmes_table():
     results = json.loads((study / "results.json").read_text())
     printed = mod.markdown(mod.report(results, list(results)))
     assert printed.count("\n") >= 25 and not _missing(printed, study / "README.md")
+
+
+def test_bench_vllm_table_prints_the_readmes_table_from_its_archive(tmp_path, capsys):
+    """docs/results/bench-vllm: the quiet run's table is table.py run on the bench.json files of
+    runs-idle.tar.xz."""
+    import tarfile
+
+    study = RESULTS / "bench-vllm"
+    with tarfile.open(study / "runs-idle.tar.xz") as tar:
+        tar.extractall(tmp_path, filter="data")
+    spec = importlib.util.spec_from_file_location("bench_vllm_table", study / "table.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    files = [tmp_path / f"bench_{s}-{d}.json" for s in "SML" for d in ("float32", "bfloat16")]
+    mod.main([str(f) for f in files])
+    printed = capsys.readouterr().out.strip()
+    assert printed.count("\n") == 19 and not _missing(printed, study / "README.md")
