@@ -146,6 +146,12 @@ def collect(runs: Path, seeds: list[int], cells: list[str]) -> dict[str, dict[st
     return out
 
 
+def dump(results: dict) -> str:
+    """results.json's text: a line per cell, numbers to 6 significant digits (the report prints 3)."""
+    rounded = {c: {s: {k: float(f"{v:.6g}") for k, v in r.items()} for s, r in by.items()} for c, by in results.items()}
+    return "{\n" + ",\n".join(f"{json.dumps(c)}: {json.dumps(by)}" for c, by in rounded.items()) + "\n}\n"
+
+
 def interval(diffs: list[float]) -> tuple[float, float | None]:
     """Mean and 95% t half-width of paired differences (points)."""
     mean = statistics.fmean(diffs)
@@ -249,7 +255,7 @@ def main() -> None:
         if a.out:
             Path(a.out).write_text(json.dumps({"command": " ".join(sys.argv), "cost": res}, indent=1))
     elif a.what == "collect":  # RUNS -> --out (results.json)
-        Path(a.out).write_text(json.dumps(collect(a.runs, seeds, cells), indent=1) + "\n")
+        Path(a.out).write_text(dump(collect(a.runs, seeds, cells)))
     else:  # report from RUNS, or from a results.json given as RUNS
         results = json.loads(a.runs.read_text()) if a.runs.is_file() else collect(a.runs, seeds, cells)
         print(markdown(report(results, cells)))
