@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.append(str(ROOT / "tests"))  # helpers.child_env: last, so that nothing there shadows a module
 IS_KEYS = ("is/lag", "is/ratio_mean", "is/ratio_max", "is/ratio_min", "is/truncated", "is/weight_mean")
 
 
@@ -41,11 +42,19 @@ def threads() -> int:
     return max(2, min(16, os.cpu_count() or 1))
 
 
+def child_env(**overrides: str) -> dict[str, str]:
+    """The environment of a child that must import the rloo this process imported (not this checkout's
+    src/: under benchmarks/mutation_check.py that is the unmutated source): tests/helpers/child_env.py's
+    rule, imported when called, after the caller has put its rloo on the path."""
+    from helpers.child_env import child_env as env
+
+    return env(**overrides)
+
+
 def cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    """`rloo ARGS` with this checkout's source first on the path, on threads() threads (with one, rloo
-    would simulate the lag in the trainer's process instead of starting the producer)."""
-    path = os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])
-    env = dict(os.environ, PYTHONPATH=path, OMP_NUM_THREADS=str(threads()))
+    """`rloo ARGS` importing the rloo this process imported (`child_env`), on threads() threads (with
+    one, rloo would simulate the lag in the trainer's process instead of starting the producer)."""
+    env = child_env(OMP_NUM_THREADS=str(threads()))
     return subprocess.run([sys.executable, "-m", "rloo.cli", *args], capture_output=True, text=True, env=env, cwd=cwd)
 
 

@@ -28,11 +28,16 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
+# this checkout's rloo, unless PYTHONPATH names one (gpu_check.sh's src/, or the mutated copy of src/ that
+# benchmarks/mutation_check.py puts first: the checks here and in the children must run on that one)
+if not any(
+    (Path(p) / "rloo" / "__init__.py").is_file() for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p
+):
+    sys.path.insert(0, str(ROOT / "src"))
 
 import torch  # noqa: E402
 
-from gpu_check_async import async_steps, tiny_policy  # noqa: E402 - beside this file
+from gpu_check_async import async_steps, child_env, tiny_policy  # noqa: E402 - beside this file
 
 
 def _model(device: str, dry: bool, cls=None):
@@ -114,7 +119,7 @@ def train_resume(device: str, dry: bool, assets: Path) -> dict:
     base = [sys.executable, "-m", "rloo.cli", "train", f"policy={model_dir}", f"reward_model={model_dir}",
             f"output_dir={run}", f"device={device}", "batch_size=2", "k=2", "max_new_tokens=5", "eval_every=1",
             "eval_prompts=4", "eval.batch_size=4", "save_every=1"]  # fmt: skip
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]))
+    env = child_env()  # the children import the rloo this process imported
     out = {}
     for name, extra in (("first", ["steps=2", "--overwrite"]), ("resumed", ["steps=3", "--resume"])):
         proc = subprocess.run(base + extra, capture_output=True, text=True, env=env, cwd=assets)

@@ -116,7 +116,9 @@ def test_the_weight_uses_the_engines_own_logprobs(tiny_model_dir, tmp_path, monk
     if lag == 0:  # generation=vllm at lag 0: the trainer's own engine, synced to the trained weights
         models.sampler = standin(cfg, models.tokenizer, models.policy, engine)
     else:  # the lagged sampler starts its engine from version 0; the trainer is at version 1
-        monkeypatch.setattr(versioned, "VLLMSampler", lambda c, tok, model: standin(c, tok, model, engine))
+        monkeypatch.setattr(
+            versioned, "VLLMSampler", lambda c, tok, model, precision=None: standin(c, tok, model, engine)
+        )
         lagged = cfg.model_copy(update={"generation": "vllm"})
         models.sampler = LaggedSampler(models.policy, models.tokenizer, lagged)
         _move(models.policy, 3)

@@ -37,6 +37,7 @@ def test_compare_quick_on_calculator_reports_success_rates_paired_by_seed(tmp_pa
     cell = out / "runs" / "calculator" / "seed-0"
     assert (cell / "sft" / "model").is_dir() and not (cell / "reward").exists()  # the environment is the reward
     assert not (cell / "gradient_variance.json").exists()
+    assert json.loads((cell / "cuts.json").read_text())["prompts"]["of"] == 8  # the evaluation's prompts, counted
     results = json.loads((out / "report" / "results.json").read_text())["calculator"]
     for name in ("sft", "rloo", "grpo"):
         r = results[name][0]
@@ -85,3 +86,49 @@ def test_episode_differences_pair_by_seed():
     grpo = [run(2, 0.9, 3), run(0, 0.3, 5), run(1, 0.6, 4)]
     text = paired_table(cfg, {"guess": {"rloo": rloo, "grpo": grpo}}, "guess")
     assert "| grpo | +0.100 ± 0.000 | -1.000 ± 0.000 | +0.000 ± 0.000 | +0.100 ± 0.000 | 3/3 |" in text, text
+
+
+def test_a_cells_episode_evaluation_counts_says_and_records_the_prompts_it_cuts(tmp_path, capsys):
+    """A cell's episode judge counts its prompts as `rloo eval env=` does (in the chat template's
+    frame): max_prompt_tokens below every prompt is refused in one line before any policy is judged,
+    with nothing recorded; with max_cut_share=1 it is said and recorded in the cell's cuts.json,
+    which the study folder's layout names (fails on the code before it: compare cut them without a
+    word, no cuts.json, no refusal)."""
+    from conftest import TINY
+    from rloo.config import CompareConfig, PipelineConfig
+    from rloo.errors import RlooError
+    from rloo.experiments.compare.episodes import episode_judge
+    from rloo.modeling.loading import build_llama
+    from rloo.runtime.runfolder.layout import FILE, LAYOUTS, _match
+    from rloo.tasks import get_task
+    from rloo.tasks.tokenizer import build_tokenizer
+    from rloo.training.common import env_spec
+
+    task = get_task("calculator")
+    tok, cell = build_tokenizer(task), tmp_path / "runs" / "calculator" / "seed-0"
+    build_llama(TINY, tok, seed=0).save_pretrained(cell / "sft" / "model")
+    tok.save_pretrained(cell / "sft" / "model")
+    examples = task.examples("eval", 3, seed=0)
+
+    def judge(limit: int, share: float):
+        cfg = CompareConfig(tasks=["calculator"], methods=["rloo"], max_prompt_tokens=limit, max_cut_share=share)
+        pipe = PipelineConfig(task="calculator", output_dir=cell, max_prompt_tokens=limit, max_cut_share=share)
+        rl = pipe.stage_configs()[2]
+        frame = env_spec(rl, tok).prompt_frame  # the tokens an episode's start writes around its prompt
+        starts = [len(tok(e.prompt, add_special_tokens=False)["input_ids"]) + frame for e in examples]
+        return lambda: episode_judge(cfg, rl, task, examples, cell, 0), starts
+
+    _, starts = judge(64, 0.25)
+    limit = min(starts) - 1
+    refused, _ = judge(limit, 0.25)
+    with pytest.raises(RlooError, match=rf"^eval: 3 of 3 prompts \(100%\) are longer than max_prompt_tokens={limit} "):
+        refused()
+    assert not (cell / "cuts.json").exists()
+    capsys.readouterr()
+    allowed, _ = judge(limit, 1.0)
+    allowed()
+    said = f"eval: cut to the length limits: 3 of 3 prompts (100%, longest {max(starts)} tokens) keep their last "
+    assert said + f"max_prompt_tokens={limit} tokens" in capsys.readouterr().err
+    record = {"cut": 3, "of": 3, "longest": max(starts), "max_prompt_tokens": limit}
+    assert json.loads((cell / "cuts.json").read_text()) == {"prompts": record}
+    assert _match("cuts.json", LAYOUTS["compare"]["runs"]["*"]["seed-*"]) == FILE  # --overwrite may delete it

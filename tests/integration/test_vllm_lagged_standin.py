@@ -22,12 +22,12 @@ DELTA = -0.25  # the stand-in's log mu - log pi on every token: far above any ro
 
 
 class StandIn:
-    """What rloo.rollout.versioned needs of rloo.rollout.vllm.VLLMSampler: (cfg, tokenizer, policy),
-    `sync`, `__call__` and `part_metrics`, each engine made recorded in `made`."""
+    """What rloo.rollout.versioned needs of rloo.rollout.vllm.VLLMSampler: (cfg, tokenizer, policy,
+    precision=), `sync`, `__call__` and `part_metrics`, each engine made recorded in `made`."""
 
     made: list[StandIn] = []
 
-    def __init__(self, cfg, tokenizer, policy):
+    def __init__(self, cfg, tokenizer, policy, precision=None):
         self.cfg, self.tokenizer, self.weights, self.synced = cfg, tokenizer, copy.deepcopy(policy), []
         self.metrics: dict[str, float] = {}
         self.sync(policy)
@@ -159,3 +159,44 @@ def test_a_lagged_vllm_run_without_vllm_is_one_line_exit_2(tiny_model_dir, tmp_p
     errors = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
     assert rc == 2 and len(errors) == 1 and errors[0].startswith("rloo train: error: generation=vllm needs vLLM")
     assert not out.exists()
+
+
+class EngineStarted(Exception):
+    """Raised by the stand-in engine once it is built: the test needs its dtype, not its samples."""
+
+
+@pytest.mark.parametrize("here,trainer", [("float32", torch.bfloat16), ("bfloat16", None), ("bfloat16", "none")])
+def test_the_producers_engine_computes_in_the_trainers_precision(tiny_model_dir, tmp_path, monkeypatch, here, trainer):
+    """With dtype=auto the producer's machine (another CPU kind: its dtype=auto pinned to `here` by
+    RLOO_AUTO_DTYPE) starts rloo's real VLLMSampler in the precision the trainer handed over
+    (`trainer`: its compute dtype, None = fp32 without autocast), not its own resolution of dtype=auto:
+    the engine's mu must be the distribution the trainer's precision samples. "none": a job without a
+    precision, where the engine follows the producer's own rule (`sampling_precision`), as before."""
+    from types import SimpleNamespace
+
+    import rloo.rollout.vllm as vllm
+    from rloo.data.prompts import PromptStream
+    from rloo.modeling.loading import load_policy
+    from rloo.rollout.lagged import shadow_copy
+    from rloo.rollout.producer import Job, produce
+    from rloo.runtime.link.weights import WeightRing
+    from rloo.runtime.precision import Precision
+
+    started = {}
+
+    def start_engine(_vllm, _path, *, dtype, **kw):
+        started["dtype"] = dtype
+        raise EngineStarted
+
+    monkeypatch.setattr(vllm, "import_vllm", lambda: SimpleNamespace(SamplingParams=dict))
+    monkeypatch.setattr(vllm, "check_device", lambda v, device: None)
+    monkeypatch.setattr(vllm, "start_engine", start_engine)
+    monkeypatch.setenv("RLOO_AUTO_DTYPE", here)
+    policy, tok = load_policy(str(tiny_model_dir))
+    cfg = _cfg(tiny_model_dir, tmp_path, dtype="auto")
+    precision = None if trainer == "none" else Precision("cpu", torch.float32, trainer, "the trainer's")
+    job = Job(cfg, shadow_copy(policy), tok, PromptStream(PROMPTS, cfg.batch_size, cfg.seed), 0, precision=precision)
+    with pytest.raises(EngineStarted):
+        produce(job, WeightRing(policy, cfg.ring_lag), lambda v: True, lambda item: True)
+    expected = here if precision is None else str(trainer or torch.float32).removeprefix("torch.")
+    assert started["dtype"] == expected

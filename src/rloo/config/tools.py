@@ -202,6 +202,7 @@ class CompareConfig(Strict):
     )
     max_prompt_tokens: int = Field(default=64, ge=1)
     max_response_tokens: int = Field(default=32, ge=1)
+    max_cut_share: float = Field(default=0.25, ge=0, le=1, description="As every stage's; the cells' evaluation too.")
     sft: SFTSettings = Field(default_factory=SFTSettings)
     reward: RewardSettings = Field(default_factory=RewardSettings)
     rl: SharedRLSettings = Field(

@@ -28,7 +28,8 @@ from rloo.modeling.lora import AdapterDisabled
 from rloo.rollout.lagged import LaggedSampler, shadow_copy
 from rloo.rollout.remote import TAG_BATCH, TAG_CONTROL, ReceivedVersions, RemoteProducer
 from rloo.rollout.sampler import Rollout
-from rloo.rollout.versioned import VersionSampler, sampling_precision
+from rloo.rollout.settings import sampling_precision
+from rloo.rollout.versioned import VersionSampler
 from rloo.runtime.checkpoint.rng import batch_generator
 from rloo.runtime.distributed import Dist, unwrap
 from rloo.runtime.link.address import resolve
@@ -64,7 +65,7 @@ class Job:
     from the ring per batch), the prompt stream at the trainer's position, the first batch, the
     scoring (None: the trainer scores), under torchrun the trainer process it serves (`dist`: it
     samples that process's share of each global batch, `Dist.shard`), and the trainer's precision
-    (rloo.rollout.versioned.sampling_precision; None: resolved from the config where it samples)."""
+    (rloo.rollout.settings.sampling_precision; None: resolved from the config where it samples)."""
 
     cfg: RLConfig
     model: torch.nn.Module
@@ -88,7 +89,9 @@ def produce(job: Job, ring, wait, put) -> None:
     # trainer (N = 0, the in-process lag) samples and scores under bf16 autocast.
     precision = job.precision or sampling_precision(cfg, job.model)
     oldest = ring.oldest()  # read before the trainer's first publish
-    sampler = VersionSampler(cfg, job.tokenizer)  # rloo's sampler, or vLLM started here (generation=vllm)
+    # rloo's sampler, or vLLM started here (generation=vllm), whose dtype is this precision's too: on
+    # another machine its own dtype=auto could pick bf16 where the trainer runs fp32, or the reverse
+    sampler = VersionSampler(cfg, job.tokenizer, precision)
     for j in range(job.start, cfg.steps):  # the run's batches, no more (N may exceed the steps left)
         version = max(oldest, j - cfg.max_staleness)
         t0 = time.perf_counter()

@@ -10,8 +10,9 @@ importance weight pi / mu is the lagged engine, so the weight corrects the lag a
 arithmetic together (docs/async.md). Its `vllm/*` metrics compare mu with the lagged policy's
 recomputed log-probs: the engines' mismatch alone, without the lag.
 
-Either samples in the trainer's precision (`sampling_precision`): inside the RL stage's autocast in
-the trainer's process, inside the one the producer enters (rloo.rollout.producer.produce) elsewhere.
+Either samples in the trainer's precision (rloo.rollout.settings.sampling_precision): inside the RL
+stage's autocast in the trainer's process, inside the one the producer enters
+(rloo.rollout.producer.produce) elsewhere; the engine computes in it too (`precision`, handed on).
 """
 
 from __future__ import annotations
@@ -23,21 +24,16 @@ from rloo.rollout.sampler import Rollout, rollout
 from rloo.rollout.settings import sampling_settings
 from rloo.rollout.vllm import VLLMSampler
 from rloo.rollout.vllm_engine import check_device, import_vllm
-from rloo.runtime.precision import (
-    MIN_BF16_WIDTH_SAMPLING,
-    Precision,
-    model_width,
-    resolve_precision,
-    running_precision,
-)
+from rloo.runtime.precision import Precision
 
 
 class VersionSampler:
     """`(model, version, prompts, generator, rows) -> Rollout`: K samples per prompt drawn with
-    `model`, which holds the weights of `version` (the caller loads them from its ring)."""
+    `model`, which holds the weights of `version` (the caller loads them from its ring). `precision`:
+    the trainer's, for the vLLM engine's dtype (None: `sampling_precision` where the engine starts)."""
 
-    def __init__(self, cfg: RLConfig, tokenizer):
-        self.cfg, self.tokenizer = cfg, tokenizer
+    def __init__(self, cfg: RLConfig, tokenizer, precision: Precision | None = None):
+        self.cfg, self.tokenizer, self.precision = cfg, tokenizer, precision
         self.engine: VLLMSampler | None = None
         self.synced: int | None = None  # the version the engine holds
 
@@ -48,7 +44,7 @@ class VersionSampler:
                 model, self.tokenizer, prompts, cfg.k, **sampling_settings(cfg), generator=generator, rows=rows
             )
         if self.engine is None:  # started here, in the sampling process; it loads `model`'s weights at once
-            self.engine = VLLMSampler(cfg, self.tokenizer, model)
+            self.engine = VLLMSampler(cfg, self.tokenizer, model, precision=self.precision)
         elif version != self.synced:
             self.engine.sync(model)
         self.synced = version
@@ -57,18 +53,6 @@ class VersionSampler:
     def part_metrics(self) -> dict[str, float]:
         """The last batch's sampler/trainer mismatch (vLLM only; rloo.rollout.vllm.mismatch_stats)."""
         return self.engine.part_metrics() if self.engine is not None else {}
-
-
-def sampling_precision(cfg: RLConfig, model: torch.nn.Module) -> Precision:
-    """The precision the trainer samples in: its running stage's (rloo.training.rl), or outside a stage
-    what that stage would resolve cfg.dtype to for `model`'s device. Every sampler computes in it: at
-    N = 0 and with the in-process lag inside the stage's autocast, the producer (in its process or on
-    another machine, outside that context) in the one the trainer hands it (rloo.rollout.producer)."""
-    running = running_precision()
-    if running is not None:
-        return running
-    device = next(model.parameters()).device
-    return resolve_precision(cfg.dtype, device, model_width(cfg), MIN_BF16_WIDTH_SAMPLING)
 
 
 def check_lagged_vllm(cfg: RLConfig, device: torch.device) -> None:

@@ -18,7 +18,7 @@ from rloo.config import RLConfig
 from rloo.data.collate import encode_prompts
 from rloo.modeling.forward import completion_logprobs
 from rloo.rollout.sampler import Rollout
-from rloo.rollout.settings import decoding
+from rloo.rollout.settings import decoding, sampling_precision
 from rloo.rollout.vllm_engine import (
     check_device,
     import_vllm,
@@ -27,16 +27,24 @@ from rloo.rollout.vllm_engine import (
     start_engine,
     whole_prompts,
 )
-from rloo.runtime.precision import MIN_BF16_WIDTH_SAMPLING, model_width, resolve_precision
+from rloo.runtime.precision import Precision
 
 
 class VLLMSampler:
     """Rollouts with the layout of `rollout()`: rows grouped by prompt, left-padded prompts,
     right-padded completions ending at the first EOS. The engine computes in the trainer's compute
-    dtype (`vllm_dtype`), not vLLM's "auto" (the checkpoint's own). `policy`: the trained model (its
-    device is the engine's; its weights are loaded at once)."""
+    dtype (`vllm_dtype`), not vLLM's "auto" (the checkpoint's own): `precision`'s, the one the trainer
+    handed a producer (rloo.rollout.producer.Job), else `sampling_precision` here. `policy`: the
+    trained model (its device is the engine's; its weights are loaded at once)."""
 
-    def __init__(self, cfg: RLConfig, tokenizer, policy: torch.nn.Module, model_path: str | None = None):
+    def __init__(
+        self,
+        cfg: RLConfig,
+        tokenizer,
+        policy: torch.nn.Module,
+        model_path: str | None = None,
+        precision: Precision | None = None,
+    ):
         vllm = import_vllm()
         device = next(policy.parameters()).device
         check_device(vllm, device)
@@ -45,11 +53,12 @@ class VLLMSampler:
         self.metrics: dict[str, float] = {}
         config = getattr(policy, "get_base_model", lambda: policy)().config
         self.device = device
+        dtype = vllm_dtype(precision or sampling_precision(cfg, policy))
         with own_arithmetic(device):
             self.llm = start_engine(
                 vllm,
                 model_path or cfg.policy,
-                dtype=vllm_dtype(resolve_precision(cfg.dtype, device, model_width(cfg), MIN_BF16_WIDTH_SAMPLING)),
+                dtype=dtype,
                 max_model_len=cfg.max_prompt_tokens + cfg.max_new_tokens,
                 rows=cfg.batch_size * cfg.k,
                 seed=cfg.seed,

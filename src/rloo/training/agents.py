@@ -17,8 +17,9 @@ import json
 
 from rloo.config import EvalConfig
 from rloo.config.tasks import episode_tasks
-from rloo.data.lengths import cut_metrics, report_prompt_cuts, save_cuts
+from rloo.data.lengths import Cut, cut_metrics, report_prompt_cuts, save_cuts
 from rloo.data.split import eval_records
+from rloo.envs import EnvSpec
 from rloo.eval.episodes import ENV_MARK, EpisodeEval, evaluate_episodes
 from rloo.eval.passk import paired_pass_difference
 from rloo.modeling.loading import load_policy, model_options
@@ -38,10 +39,8 @@ def evaluate_agents(ev: EvalConfig, *, overwrite: bool = False, name: str = "pol
     assert ev.env is not None
     prompts = _prompts(ev)
     policy = load_policy(ev.policy, **model_options(ev))
-    # the prompts as the episodes start (in the chat template's frame), counted as every stage counts
-    # its prompts (rloo.data.lengths): said, too many refused before anything is written
-    frame = env_spec(ev, policy[1]).prompt_frame
-    cuts = report_prompt_cuts("eval", policy[1], ev, prompts, [], policy[0], frame)
+    # counted before anything is written: too many cut is refused with nothing in the folder
+    cuts = episode_prompt_cuts(ev, env_spec(ev, policy[1]), policy[1], policy[0], prompts)
     out = prepare_output_dir(ev, overwrite=overwrite)
     save_cuts(out, cuts)
     results = _play(ev, prompts, policy)
@@ -63,6 +62,14 @@ def evaluate_agents(ev: EvalConfig, *, overwrite: bool = False, name: str = "pol
     atomic_write_text(out / "report.md", "# Episodes\n\n" + "\n".join(lines) + f"\n\n{marks}\n")
     say("\n" + "\n".join(lines))
     return summary
+
+
+def episode_prompt_cuts(cfg, spec: EnvSpec, tokenizer, model, prompts: list[str]) -> list[Cut]:
+    """The evaluation's prompts as its episodes start them (in the chat template's frame,
+    spec.prompt_frame), counted as every stage counts its prompts (rloo.data.lengths): said in one
+    `eval: cut to the length limits` line, refused above cfg.max_cut_share. `cfg`: any config with
+    max_prompt_tokens and max_cut_share (`rloo eval env=`'s, a `rloo compare` cell's RL stage's)."""
+    return report_prompt_cuts("eval", tokenizer, cfg, prompts, [], model, spec.prompt_frame)
 
 
 def _play(ev: EvalConfig, prompts: list[str], policy: tuple) -> dict[str, EpisodeEval]:

@@ -10,6 +10,9 @@ equal-KL / equal-compute view: those read the win rate and KL of periodic held-o
 training, which an episode run's periodic evaluation does not measure (it plays episodes: success
 rate, turns, tool calls; rloo.training.evalset). The training batches' own episode reward and KL (per
 policy tokens) are logged every step: the plot shows them, and the tables give the KL of the last steps.
+The cell's evaluation prompts are counted as `rloo eval env=` counts them (`episode_prompt_cuts`): a
+line says those cut to max_prompt_tokens, more than max_cut_share of them is refused before any policy
+is judged, and the cell's cuts.json records the counts.
 """
 
 from __future__ import annotations
@@ -18,12 +21,14 @@ from pathlib import Path
 
 from rloo.config import CompareConfig, RLConfig
 from rloo.config.methods import DEFAULT_METHOD
+from rloo.data.lengths import save_cuts
 from rloo.eval.episodes import evaluate_episodes
 from rloo.eval.passk import paired_pass_difference
 from rloo.experiments.compare.eval import CellJudge
 from rloo.experiments.compare.plots import _grid, _legend, _methods_run, _plt, _save
 from rloo.experiments.compare.tables import _fmt, _fmt_signed
 from rloo.modeling.loading import frozen, load_policy
+from rloo.training.agents import episode_prompt_cuts
 from rloo.training.common import env_spec
 
 # (result key, column) of the episode tables; success_rate is the headline
@@ -37,10 +42,12 @@ COLUMNS = (
 
 
 def episode_judge(cfg: CompareConfig, rl: RLConfig, task, examples, root: Path, seed: int) -> CellJudge:
-    """Episodes of rl.env (its env_settings' limits) on the examples' prompts (see the module docstring)."""
+    """Episodes of rl.env (its env_settings' limits) on the examples' prompts (see the module docstring).
+    `root`: the cell's folder, where its cuts.json goes."""
     sft, tok = load_policy(str(root / "sft" / "model"), device=cfg.device, dtype=cfg.dtype)
     spec = env_spec(rl, tok)
     prompts = [e.prompt for e in examples]
+    save_cuts(root, episode_prompt_cuts(rl, spec, tok, sft, prompts))  # every policy plays these prompts
 
     def evaluate(policy, _sft: dict | None) -> dict:
         policy.eval()

@@ -144,6 +144,7 @@ def run_cell(
         eval=cfg.eval,
         max_prompt_tokens=cfg.max_prompt_tokens,
         max_response_tokens=cfg.max_response_tokens,
+        max_cut_share=cfg.max_cut_share,
     )
     _stage_models(cfg, pipe)
     task = get_task(task_name)

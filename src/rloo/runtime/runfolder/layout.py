@@ -75,7 +75,8 @@ _STAGE = dict.fromkeys(BOOKKEEPING | {"config.yaml", "metrics.jsonl", "cuts.json
 }
 _MODELS = {"model": MODEL, "model.tmp": MODEL, "model.old": MODEL}
 _CHECKPOINTS = {"checkpoints": {"step-*": _CKPT, ".tmp-step-*": _CKPT, ".old-step-*": _CKPT}}
-_CELL = {LOCK_NAME: FILE, "gradient_variance.json": FILE} | {
+# cuts.json: what the cell's episode evaluation cut (rloo.experiments.compare.episodes)
+_CELL = {LOCK_NAME: FILE, "gradient_variance.json": FILE, "cuts.json": FILE} | {
     "sft": _run("sft"),
     "reward": _run("reward"),
     "weak_sft": _run("sft"),
