@@ -45,7 +45,7 @@ from pathlib import Path
 T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
         10: 2.228, 11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 17: 2.110, 18: 2.101,
         19: 2.093, 20: 2.086, 24: 2.064, 29: 2.045, 39: 2.023}  # fmt: skip
-STAT_KEYS = ("is/clipped", "is/truncated", "is/masked", "is/ratio_mean")
+STAT_KEYS = ("is/clipped", "is/truncated", "is/masked")  # the shares the table shows
 SCORE_KEYS = ("pass@1", "win_rate")  # a checker task's pass@1; a judged task's win rate (summarize)
 
 
@@ -204,7 +204,7 @@ def markdown(table: list[dict]) -> str:
             return "-" if p is None else f"{p['diff']:+.1f}" + (f" ± {p['ci95']:.1f}" if p["ci95"] is not None else "")
 
         st = row["stats"]
-        shares = " / ".join(f"{100 * st[k]:.1f}%" if k in st else "-" for k in STAT_KEYS[:3])
+        shares = " / ".join(f"{100 * st[k]:.1f}%" if k in st else "-" for k in STAT_KEYS)
         step = f"{st['step_s']:.2f}" if "step_s" in st else "-"
         lines.append(f"| {lr} | {n} | {corr} | {row['seeds']} | {row['mean']:.3f} | {cmp('0:paper')} | "
                      f"{cmp(f'{n}:none')} | {cmp(f'{n}:tis')} | {step} | {shares} |")  # fmt: skip
