@@ -46,6 +46,7 @@ PROGRAM_NAME = {
     "benchmarks/gpu_check_async.py": "rloo bench's trainer names (rloo, rloo-n1)",
     "benchmarks/memory_sweep.py": "rloo's trainer against TRL's",
     "benchmarks/mutation_check.py": "the package's folder, src/rloo",
+    "benchmarks/gpu_check_parts.py": "the package's folder, src/rloo (is one on PYTHONPATH?)",
 }
 
 
