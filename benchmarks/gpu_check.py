@@ -4,7 +4,9 @@
     python benchmarks/gpu_check.py --dry-run --out /tmp/dry.json  # CPU, tiny (tests/integration/test_gpu_check.py)
 
 What it does: parts, each in its own process with its own time limit (a hang or a crash costs that part
-only), the JSON rewritten after every part (a timeout of the whole run keeps what was done):
+only), the JSON rewritten after every part and every bench shape (a timeout keeps what was done). The bench
+runs first: on the H200 of 2026-12-04 every other part passed, and its numbers are the open question
+(docs/results/gpu-check). Parts:
   update_fraction, collectives, train_resume, logprobs, guard_memory: benchmarks/gpu_check_parts.py
     (each would have caught one of the CUDA defects docs/precision.md lists; on the 1B shape where it matters);
   async_steps: rl.max_staleness=1, producer and trainer on the GPU: a `rloo train` run that must finish
@@ -26,13 +28,14 @@ no pydantic, datasets or TRL. Bring those as wheels (Python 3.12), from the repo
     echo /.whl/ >> .git/info/exclude
     python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \\
         --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \\
-        -d .whl pydantic pydantic-core annotated-types typing-inspection pyyaml trl datasets dill \\
-        multiprocess xxhash pyarrow fsspec
+        -d .whl pydantic pydantic-core annotated-types typing-inspection typing-extensions trl==1.16.0 \\
+        datasets dill multiprocess fsspec
 (`unzip -p .whl/NAME-*.whl '*/METADATA' | grep ^Requires-Dist` lists what else one needs; keep one
-version of each and stay under the 64 MiB a call may carry: pyarrow alone is ~40 MiB, so without
-room for it run with --no-trl, since only TRL's worker needs `datasets`.) Then, there:
+version of each and stay under the 64 MiB a call may carry; 4.7 MB on 2026-12-04.) Then, there:
     python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:src
     bash benchmarks/gpu_check.sh
+The image's pyarrow (25.0.1 on 2026-12-04) served `datasets`, so pyarrow need not travel. vLLM is not in the
+image and its CUDA wheel with its needs is far over the 64 MiB a call may carry: vllm_tests skip there.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ import sys
 import time
 from pathlib import Path
 
+T_START = time.perf_counter()  # the budget counts from here: a cold machine's imports took ~30 s before main()
 ROOT = Path(__file__).resolve().parents[1]
 VLLM_TESTS = ("test_vllm.py", "test_vllm_lagged.py", "test_vllm_bench.py")  # the tier `make test-vllm` runs
 
@@ -109,9 +113,11 @@ def cuda_tests(timeout: float, paths: list[str] | None = None, marker: str = "cu
     }
 
 
-def bench(shapes: list, device: str, dtype: str, trl: bool, steps: int, root: Path, log) -> dict:
+def bench(
+    shapes: list, device: str, dtype: str, trl: bool, steps: int, warmup: int, root: Path, log, report: dict
+) -> dict:
     """`rloo bench` in-process for each shape (rloo.experiments.bench.bench_shape), bf16, alternating the
-    trainers."""
+    trainers, into `report` (the caller's, saved after each shape: a time limit keeps the shapes done)."""
     import torch
 
     from rloo.experiments.bench import bench_dtype, bench_shape
@@ -119,14 +125,14 @@ def bench(shapes: list, device: str, dtype: str, trl: bool, steps: int, root: Pa
 
     dtype = bench_dtype(dtype, device)
     peak = matmul_peak_flops(threads=min(16, os.cpu_count() or 1), dtype=getattr(torch, dtype), device=device)
-    report = {"machine": machine(), "device": device, "dtype": dtype, "matmul_peak_gflops": peak / 1e9, "shapes": []}
+    report |= {"machine": machine(), "device": device, "dtype": dtype, "matmul_peak_gflops": peak / 1e9, "shapes": []}
     for shape in shapes:
         t0 = time.perf_counter()
         try:
             res = bench_shape(
                 shape,
                 root=root,
-                warmup=1,
+                warmup=warmup,
                 steps=steps,
                 k=4,
                 batch_size=8,
@@ -140,15 +146,20 @@ def bench(shapes: list, device: str, dtype: str, trl: bool, steps: int, root: Pa
                 dtype=dtype,
                 log=log,
             )
+        except TimeoutError:  # the part's time limit (_time_limit): the bench stops, what it saved stays
+            raise
         except Exception as e:  # noqa: BLE001 - one shape failing (e.g. out of memory) must not lose the others
             res = {"shape": shape.name, "error": f"{type(e).__name__}: {e}"}
         res["seconds"] = time.perf_counter() - t0
         report["shapes"].append(res)
         log(json.dumps({k: v for k, v in res.items() if k != "results"}))
+        report["save"]()
     return report
 
 
 PART_LIMITS = {  # seconds; the whole run is capped by --budget (gpu_check.sh: under 10 minutes)
+    # bench first: every other part passed on the H200 (docs/results/gpu-check), the bench's numbers are open
+    "bench": 300,
     "update_fraction": 60,
     "collectives": 90,
     "train_resume": 150,
@@ -157,7 +168,6 @@ PART_LIMITS = {  # seconds; the whole run is capped by --budget (gpu_check.sh: u
     "async_steps": 240,
     "cuda_tests": 120,
     "vllm_tests": 240,
-    "bench": 300,
 }
 
 
@@ -184,17 +194,24 @@ def main(argv=None) -> int:
     ap.add_argument("--dry-run", action="store_true", help="CPU, a tiny shape: checks the script itself")
     ap.add_argument("--no-trl", action="store_true", help="rloo only (TRL or datasets not installed)")
     ap.add_argument("--steps", type=int, default=3, help="timed steps per trainer and shape")
+    # on the H200 rloo's 1B steps 2-3 took 3.7 s and step 4 1.2 s (TRL's 1.2-1.3 s from step 2): one warm-up step
+    # is too few there (docs/results/gpu-check); the dry run keeps 1
+    ap.add_argument(
+        "--warmup", type=int, default=None, help="warm-up steps per trainer and shape (default 3, dry run 1)"
+    )
     ap.add_argument("--test-timeout", type=float, default=PART_LIMITS["cuda_tests"])
     # the suite's test of the dry run names one file: collecting every test module again took ~20 s of it
     ap.add_argument("--tests", nargs="+", default=None, help="cuda_tests: test paths (default: all of tests/)")
-    ap.add_argument("--budget", type=float, default=540, help="seconds for all parts together")
+    # gpu_check.sh kills the whole run at 570 s: the margin is for the last part's stop and the last save
+    ap.add_argument("--budget", type=float, default=530, help="seconds for all parts together, from start")
+    ap.add_argument("--shapes", default="M,L,1B", help="bench: comma-separated shapes (rloo.experiments.bench_assets)")
     ap.add_argument("--assets", type=Path, default=None, help="where models are built (default: in $TMPDIR)")
     ap.add_argument("--parts", default=",".join(PART_LIMITS), help="comma-separated subset of the parts")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(ROOT / "src"))
     from rloo.experiments.bench_assets import SHAPES, Shape
 
-    t0 = time.perf_counter()
+    t0 = T_START
     assets = args.assets or Path(os.environ.get("TMPDIR", "/tmp")) / f"gpu_check_assets_{os.getuid()}"
     assets.mkdir(parents=True, exist_ok=True)
     device = "cpu" if args.dry_run else "cuda"
@@ -202,7 +219,7 @@ def main(argv=None) -> int:
         shapes = [Shape(name="tiny", tokenizer="char", vocab_size=0, hidden=32, layers=2, heads=2,
                         intermediate=64, prompt_tokens=(6, 12), max_new_tokens=8)]  # fmt: skip
     else:
-        shapes = [SHAPES[n] for n in ("M", "L", "1B")]
+        shapes = [SHAPES[n] for n in args.shapes.split(",")]
     trl = not args.no_trl and importlib.util.find_spec("trl") is not None
     out = {"dry_run": args.dry_run, "versions": versions(), "trl_side_by_side": trl, "parts": {}}
     lines = []
@@ -231,12 +248,14 @@ def main(argv=None) -> int:
             res = cuda_tests(limit, [str(ROOT / "tests/integration" / f) for f in VLLM_TESTS], marker="vllm")
             out["vllm_tests"] = res
         elif name == "bench":
+            res = out["bench"] = {"save": save}
             try:
                 with _time_limit(limit):  # in-process (its workers are its own children): an alarm
-                    res = bench(shapes, device, "bfloat16", trl, args.steps, assets / "bench", log)
+                    warmup = args.warmup if args.warmup is not None else (1 if args.dry_run else 3)
+                    bench(shapes, device, "bfloat16", trl, args.steps, warmup, assets / "bench", log, res)
             except TimeoutError as e:
-                res = {"error": str(e)}
-            out["bench"] = res
+                res["error"] = str(e)
+            del res["save"]
         else:
             res = run_part(name, device, args.dry_run, assets, limit)
         out["parts"][name] = {k: v for k, v in res.items() if k not in ("tests", "shapes", "machine")}

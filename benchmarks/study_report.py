@@ -32,11 +32,12 @@ KEPT = ("config.yaml", "manifest.json", "result.json", "metrics.jsonl", "selecti
 
 
 def members(study: Path) -> list[Path]:
-    """The files of a study folder the report reads (and the CPU-kind manifest), in a stable order:
-    never a model, a checkpoint, a lock or the report itself."""
+    """The files of a study folder the report reads (and the CPU-kind manifest), in a stable order that
+    puts files of one name together (xz finds their likeness: 1% smaller than by path): never a model,
+    a checkpoint, a lock or the report itself."""
     found = [p for p in study.rglob("*") if p.is_file() and p.name in KEPT]
     found = [p for p in found if p.relative_to(study).parts[0] != "report"]
-    return sorted(found, key=lambda p: p.relative_to(study).as_posix())
+    return sorted(found, key=lambda p: (p.name, p.relative_to(study).as_posix()))
 
 
 def pack(study: Path, archive: Path) -> int:

@@ -94,3 +94,31 @@ def test_gpu_check_dry_run_every_part_with_trl(tmp_path):
     report = _dry_run(tmp_path)
     _check(report, ["rloo", "trl"], ",".join(PART_LIMITS))
     assert report["parts"]["train_resume"]["ok"]
+
+
+def test_a_bench_stopped_at_its_time_limit_keeps_the_shapes_it_finished(tmp_path, monkeypatch):
+    """The H200 run of 2026-12-04 was killed in the bench's third shape and its JSON held none of the two
+    shapes it had timed (they were only in the log): each shape is now saved as it finishes, and the time
+    limit stops the bench (it was caught as one shape's error, and the next shape ran on past it)."""
+    import time
+    from types import SimpleNamespace
+
+    import rloo.experiments.bench as rb
+    import rloo.experiments.bench_machine as bm
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import gpu_check
+
+    def shape_run(shape, **_):
+        if shape.name == "slow":
+            time.sleep(30)  # stopped by the alarm
+        return {"shape": shape.name, "results": {}}
+
+    monkeypatch.setattr(rb, "bench_shape", shape_run)
+    monkeypatch.setattr(bm, "matmul_peak_flops", lambda **_: 1e9)
+    saved = []
+    report = {"save": lambda: saved.append([s["shape"] for s in report["shapes"]])}
+    with pytest.raises(TimeoutError), gpu_check._time_limit(2):
+        shapes = [SimpleNamespace(name=n) for n in ("fast", "slow", "after")]
+        gpu_check.bench(shapes, "cpu", "float32", False, 1, 1, tmp_path, lambda _: None, report)
+    assert saved == [["fast"]] and [s["shape"] for s in report["shapes"]] == ["fast"]
