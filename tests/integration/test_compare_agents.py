@@ -132,3 +132,38 @@ def test_a_cells_episode_evaluation_counts_says_and_records_the_prompts_it_cuts(
     record = {"cut": 3, "of": 3, "longest": max(starts), "max_prompt_tokens": limit}
     assert json.loads((cell / "cuts.json").read_text()) == {"prompts": record}
     assert _match("cuts.json", LAYOUTS["compare"]["runs"]["*"]["seed-*"]) == FILE  # --overwrite may delete it
+
+
+def test_a_cells_text_evaluation_counts_says_and_records_the_prompts_it_cuts(tmp_path, capsys):
+    """The text tasks' judge (rloo.experiments.compare.eval.text_judge) counts its prompts as the episode
+    judge above does: refused in one line past max_cut_share, else said and recorded in cuts.json
+    (fails on the code before it: it cut them to max_prompt_tokens without a word)."""
+    from conftest import TINY
+    from rloo.config import CompareConfig
+    from rloo.errors import RlooError
+    from rloo.experiments.compare.eval import text_judge
+    from rloo.modeling.loading import build_llama
+    from rloo.tasks import get_task
+    from rloo.tasks.tokenizer import build_tokenizer
+
+    task = get_task("arithmetic")  # a checker task: no reward model to build
+    tok, cell = build_tokenizer(task), tmp_path / "runs" / "arithmetic" / "seed-0"
+    build_llama(TINY, tok, seed=0).save_pretrained(cell / "sft" / "model")
+    tok.save_pretrained(cell / "sft" / "model")
+    examples = task.examples("eval", 3, seed=0)
+    starts = [len(tok(e.prompt)["input_ids"]) for e in examples]
+    limit = min(starts) - 1
+
+    def judge(share: float):
+        cfg = CompareConfig(tasks=["arithmetic"], methods=["rloo"], max_prompt_tokens=limit, max_cut_share=share)
+        return text_judge(cfg, task, examples, cell, 0)
+
+    with pytest.raises(RlooError, match=rf"^eval: 3 of 3 prompts \(100%\) are longer than max_prompt_tokens={limit} "):
+        judge(0.25)
+    assert not (cell / "cuts.json").exists()
+    capsys.readouterr()
+    judge(1.0)
+    said = f"eval: cut to the length limits: 3 of 3 prompts (100%, longest {max(starts)} tokens) keep their last "
+    assert said + f"max_prompt_tokens={limit} tokens" in capsys.readouterr().err
+    record = {"cut": 3, "of": 3, "longest": max(starts), "max_prompt_tokens": limit}
+    assert json.loads((cell / "cuts.json").read_text()) == {"prompts": record}

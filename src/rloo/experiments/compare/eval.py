@@ -1,6 +1,10 @@
 """How `rloo compare` judges a policy on a text task: one sample per prompt with fixed sampling noise
 per seed, scored by the task's gold judge (and pass@k on a task scored by a checker). A task played
-as episodes is judged by rloo.experiments.compare.episodes instead (the same CellJudge)."""
+as episodes is judged by rloo.experiments.compare.episodes instead (the same CellJudge).
+
+The cell's evaluation prompts are counted as `rloo eval` counts them: a line says those cut to
+max_prompt_tokens, more than max_cut_share of them is refused before any policy is judged, and the
+cell's cuts.json records the counts."""
 
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ import torch
 
 from rloo.config import CompareConfig
 from rloo.core.kl import sequence_kl
+from rloo.data.lengths import report_prompt_cuts, save_cuts
 from rloo.eval.judge import win_rate
 from rloo.eval.passk import evaluate_pass_at_k
 from rloo.modeling.forward import completion_logprobs
@@ -38,9 +43,12 @@ class CellJudge:
 
 def text_judge(cfg: CompareConfig, task, examples, root: Path, seed: int) -> CellJudge:
     """The gold judge's win rates (against the references and head to head against the SFT model), the
-    reward model's score and the KL to the SFT model; pass@k on a checker task."""
+    reward model's score and the KL to the SFT model; pass@k on a checker task. `root`: the cell's
+    folder, where its cuts.json goes."""
     ref, tok = load_policy(str(root / "sft" / "model"), device=cfg.device, dtype=cfg.dtype)
     ref, scorer = frozen(ref), None
+    prompts = [e.prompt for e in examples]
+    save_cuts(root, report_prompt_cuts("eval", tok, cfg, prompts, [], ref))  # every policy sees these prompts
     if not has_checker(task):
         rm, rm_tok = load_reward_model(str(root / "reward" / "model"), device=cfg.device, dtype=cfg.dtype)
         scorer = RewardModelScorer(frozen(rm), rm_tok, policy_tokenizer=tok)
