@@ -25,6 +25,7 @@ JOBS = {
     "micro": ("tiny", ["ddp", "fsdp"], ["micro"], "dist"),
     "lagged-in-process": ("tiny", ["ddp"], ["lag=1"], "dist"),
     "dropout": ("gpt2_dropout", ["ddp", "fsdp", "ddp-gc"], [], "dropout"),
+    "release": ("tiny", ["ddp"], [], "release"),
 }
 
 

@@ -119,10 +119,31 @@ def run_job(job: dict) -> None:
 
         dropout_dist_worker.run(job["model"], job["out"], job["modes"])
         return
+    if job.get("worker") == "release":
+        release_job(job["model"], job["out"])
+        return
     flags = job.get("flags", [])
     ints = {k: int(v) for k, v in (f.split("=") for f in flags if "=" in f)}
     lag = ints.pop("lag", 0)
     run(job["model"], job["out"], job["modes"], "grouped" in flags, "micro" in flags, lag, "resume" in flags, **ints)
+
+
+def release_job(model_dir: str, out_root: str) -> None:
+    """One DDP run with the collector off (cycles are then freed only where rloo collects them);
+    writes out_root/ddp_left.<rank>: how many DDP wrappers are still alive once train() returned.
+    One left alive holds the process group's Gloo threads to interpreter shutdown (Dist.close)."""
+    import gc
+    import os
+
+    from torch.nn.parallel import DistributedDataParallel
+
+    gc.disable()
+    try:
+        run(model_dir, out_root, ["ddp"], steps=1)
+        left = sum(isinstance(o, DistributedDataParallel) for o in gc.get_objects())
+    finally:
+        gc.enable()
+    (Path(out_root) / f"ddp_left.{os.environ.get('RANK', '0')}").write_text(str(left))
 
 
 def torchrun(jobs: list[dict], threads: int = 1) -> None:
@@ -162,4 +183,7 @@ if __name__ == "__main__":
         for job in json.loads(Path(sys.argv[1]).read_text()):
             run_job(job)
     finally:
+        import gc
+
+        gc.collect()  # as rloo's Dist.close: the group's Gloo threads end now, not in interpreter shutdown
         dist.destroy_process_group()
