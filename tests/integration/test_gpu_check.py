@@ -94,6 +94,10 @@ def test_gpu_check_dry_run_every_part_with_trl(tmp_path):
     report = _dry_run(tmp_path)
     _check(report, ["rloo", "trl"], ",".join(PART_LIMITS))
     assert report["parts"]["train_resume"]["ok"]
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:  # said, not a tier of skips counted as passed
+        assert "not_run" in report["parts"]["vllm_tests"] and report["versions"]["vllm"] == "missing"
 
 
 def test_a_bench_stopped_at_its_time_limit_keeps_the_shapes_it_finished(tmp_path, monkeypatch):
