@@ -214,7 +214,12 @@ def main(argv=None) -> int:
     ap.add_argument("--assets", type=Path, default=None, help="where models are built (default: in $TMPDIR)")
     ap.add_argument("--parts", default=",".join(PART_LIMITS), help="comma-separated subset of the parts")
     args = ap.parse_args(argv)
-    sys.path.insert(0, str(ROOT / "src"))
+    # this checkout's rloo unless PYTHONPATH names one (the mutated copy mutation_check.py puts first), as
+    # gpu_check_parts.py decides for its children
+    if not any(
+        (Path(p) / "rloo" / "__init__.py").is_file() for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p
+    ):
+        sys.path.insert(0, str(ROOT / "src"))
     from rloo.experiments.bench_assets import SHAPES, Shape
 
     t0 = T_START

@@ -103,3 +103,19 @@ def test_the_gpu_checks_children_import_the_rloo_the_script_imported(tmp_path, m
     paths = [e["PYTHONPATH"] for e in envs]
     assert all(p.split(os.pathsep) == [str(copy), "inherited"] for p in paths), paths
     assert envs[0]["OMP_NUM_THREADS"] == str(gpu_check_async.threads())
+
+
+def test_the_gpu_check_imports_the_rloo_pythonpath_names(tmp_path, monkeypatch):
+    """benchmarks/gpu_check.py itself (its bench runs in its process) imports the rloo that PYTHONPATH
+    names (the mutated copy in the mutation run), as gpu_check_parts.py decides; it put the checkout's
+    src/ first (fails on that code: the stand-in is never imported and the part runs)."""
+    fake = tmp_path / "copy" / "rloo"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise SystemExit('the stand-in rloo was imported')\n")
+    monkeypatch.setattr(rloo, "__path__", [str(fake)])  # child_env puts the stand-in first
+    env = child_env(inherit_pythonpath=False)
+    cmd = [sys.executable, str(BENCHMARKS / "gpu_check.py"), "--dry-run", "--parts", "update_fraction"]
+    out = subprocess.run(
+        [*cmd, "--out", str(tmp_path / "o.json")], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert "the stand-in rloo was imported" in out.stderr, out.stdout[-2000:] + out.stderr[-2000:]
