@@ -147,8 +147,13 @@ def collect(runs: Path, seeds: list[int], cells: list[str]) -> dict[str, dict[st
 
 
 def dump(results: dict) -> str:
-    """results.json's text: a line per cell, numbers to 6 significant digits (the report prints 3)."""
-    rounded = {c: {s: {k: float(f"{v:.6g}") for k, v in r.items()} for s, r in by.items()} for c, by in results.items()}
+    """results.json's text: a line per cell; scores to 6 significant digits (exact: counts over at most
+    1600 samples), the rest to the 3 the report prints (docs/results stays under its 3 MB)."""
+
+    def digits(k: str, v: float) -> float:
+        return float(f"{v:.6g}") if k in SCORE_KEYS else float(f"{v:.3g}")
+
+    rounded = {c: {s: {k: digits(k, v) for k, v in r.items()} for s, r in by.items()} for c, by in results.items()}
     return "{\n" + ",\n".join(f"{json.dumps(c)}: {json.dumps(by)}" for c, by in rounded.items()) + "\n}\n"
 
 
@@ -239,6 +244,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
+    a.runs = a.runs.absolute()  # base writes it into the stage configs: a relative one only works from its cwd
     seeds, cells = seed_list(a.seeds), a.cells.split(",")
     if a.what == "base":
         base(a.runs, a.task, a.base_args.split())
