@@ -35,7 +35,7 @@ version of each and stay under the 64 MiB a call may carry; 4.7 MB on 2026-12-04
     python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:src
     bash benchmarks/gpu_check.sh
 The image's pyarrow (25.0.1 on 2026-12-04) served `datasets`, so pyarrow need not travel. vLLM is not in the
-image and its CUDA wheel with its needs is far over the 64 MiB a call may carry: vllm_tests skip there.
+image and its CUDA wheel with its needs is far over the 64 MiB a call may carry: vllm_tests is "not run" there.
 """
 
 from __future__ import annotations
@@ -120,10 +120,10 @@ def cuda_tests(timeout: float, paths: list[str] | None = None, marker: str = "cu
 
 
 def bench(
-    shapes: list, device: str, dtype: str, trl: bool, steps: int, warmup: int, root: Path, log, report: dict
-) -> dict:
+    shapes: list, device: str, dtype: str, trl: bool, steps: int, warmup: int, root: Path, log, report: dict, save
+) -> None:
     """`rloo bench` in-process for each shape (rloo.experiments.bench.bench_shape), bf16, alternating the
-    trainers, into `report` (the caller's, saved after each shape: a time limit keeps the shapes done)."""
+    trainers, into `report` (the caller's, `save`d after each shape: a time limit keeps the shapes done)."""
     import torch
 
     from rloo.experiments.bench import bench_dtype, bench_shape
@@ -159,8 +159,7 @@ def bench(
         res["seconds"] = time.perf_counter() - t0
         report["shapes"].append(res)
         log(json.dumps({k: v for k, v in res.items() if k != "results"}))
-        report["save"]()
-    return report
+        save()
 
 
 PART_LIMITS = {  # seconds; the whole run is capped by --budget (gpu_check.sh: under 10 minutes)
@@ -214,12 +213,9 @@ def main(argv=None) -> int:
     ap.add_argument("--assets", type=Path, default=None, help="where models are built (default: in $TMPDIR)")
     ap.add_argument("--parts", default=",".join(PART_LIMITS), help="comma-separated subset of the parts")
     args = ap.parse_args(argv)
-    # this checkout's rloo unless PYTHONPATH names one (the mutated copy mutation_check.py puts first), as
-    # gpu_check_parts.py decides for its children
-    if not any(
-        (Path(p) / "rloo" / "__init__.py").is_file() for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p
-    ):
-        sys.path.insert(0, str(ROOT / "src"))
+    # its import puts this checkout's rloo on sys.path unless PYTHONPATH names one (the mutated copy
+    # mutation_check.py puts first): the parts and this process then import the same rloo
+    import gpu_check_parts  # noqa: F401
     from rloo.experiments.bench_assets import SHAPES, Shape
 
     t0 = T_START
@@ -262,14 +258,13 @@ def main(argv=None) -> int:
             res = cuda_tests(limit, [str(ROOT / "tests/integration" / f) for f in VLLM_TESTS], marker="vllm")
             out["vllm_tests"] = res
         elif name == "bench":
-            res = out["bench"] = {"save": save}
+            res = out["bench"] = {}
+            warmup = args.warmup if args.warmup is not None else (1 if args.dry_run else 3)
             try:
                 with _time_limit(limit):  # in-process (its workers are its own children): an alarm
-                    warmup = args.warmup if args.warmup is not None else (1 if args.dry_run else 3)
-                    bench(shapes, device, "bfloat16", trl, args.steps, warmup, assets / "bench", log, res)
+                    bench(shapes, device, "bfloat16", trl, args.steps, warmup, assets / "bench", log, res, save)
             except TimeoutError as e:
                 res["error"] = str(e)
-            del res["save"]
         else:
             res = run_part(name, device, args.dry_run, assets, limit)
         out["parts"][name] = {k: v for k, v in res.items() if k not in ("tests", "shapes", "machine")}

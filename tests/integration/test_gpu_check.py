@@ -121,8 +121,9 @@ def test_a_bench_stopped_at_its_time_limit_keeps_the_shapes_it_finished(tmp_path
     monkeypatch.setattr(rb, "bench_shape", shape_run)
     monkeypatch.setattr(bm, "matmul_peak_flops", lambda **_: 1e9)
     saved = []
-    report = {"save": lambda: saved.append([s["shape"] for s in report["shapes"]])}
+    report: dict = {}
     with pytest.raises(TimeoutError), gpu_check._time_limit(2):
         shapes = [SimpleNamespace(name=n) for n in ("fast", "slow", "after")]
-        gpu_check.bench(shapes, "cpu", "float32", False, 1, 1, tmp_path, lambda _: None, report)
+        save = lambda: saved.append([s["shape"] for s in report["shapes"]])  # noqa: E731
+        gpu_check.bench(shapes, "cpu", "float32", False, 1, 1, tmp_path, lambda _: None, report, save)
     assert saved == [["fast"]] and [s["shape"] for s in report["shapes"]] == ["fast"]
