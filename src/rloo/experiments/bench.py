@@ -133,7 +133,9 @@ def bench_shape(
     tok = AutoTokenizer.from_pretrained(folder / "policy")
     arch = Arch.of(AutoConfig.from_pretrained(folder / "policy"))
     shared = dict(k=k, beta=beta, lr=lr, seed=seed, batch_size=batch_size, threads=threads)
-    job = _job(folder, shape, tok, warmup + steps, shared | dict(share_prompt=share_prompt, device=device, dtype=dtype))
+    job = bench_job(
+        folder, shape, tok, warmup + steps, shared | dict(share_prompt=share_prompt, device=device, dtype=dtype)
+    )
     results = _run_workers(_worker_jobs(job, variants, "trl" in trainers), job, tok, arch, shape, warmup, log, variants)
     out = {
         "shape": shape.name,
@@ -153,7 +155,7 @@ def bench_shape(
     return out | ratios(out["results"], variants)
 
 
-def _job(folder: Path, shape: Shape, tok, total: int, settings: dict) -> dict:
+def bench_job(folder: Path, shape: Shape, tok, total: int, settings: dict) -> dict:
     """What every worker is given: `settings` (k, beta, lr, seed, batch_size, threads, share_prompt,
     device, dtype), the models in `folder`, the shape's lengths and `total` batches of prompts."""
     batch_size = settings["batch_size"]

@@ -35,7 +35,9 @@ from rloo.training.rl import load_models, producer_scoring
 # ---------------------------------------------------------------- rloo worker
 
 
-def _rloo_worker(conn, job: dict) -> None:
+def rloo_trainer(job: dict):
+    """rloo's trainer as the bench runs it, from a bench job (rloo.experiments.bench.bench_job):
+    (models, AdamW, its RLConfig, the seeded generator)."""
     torch.set_num_threads(job["threads"])
     cfg = RLConfig(
         policy=job["policy"],
@@ -57,7 +59,11 @@ def _rloo_worker(conn, job: dict) -> None:
     )
     gen = seed_everything(cfg.seed)
     models = load_models(cfg)
-    opt = adamw(models.policy.parameters(), cfg.lr)
+    return models, adamw(models.policy.parameters(), cfg.lr), cfg, gen
+
+
+def _rloo_worker(conn, job: dict) -> None:
+    models, opt, cfg, gen = rloo_trainer(job)
     producer = None
     if cfg.max_staleness:  # as rloo.training.rl starts it, on the bench's batches
         score = producer_scoring(models, cfg)
@@ -68,14 +74,14 @@ def _rloo_worker(conn, job: dict) -> None:
     conn.send({"ready": True, "rss_gb": peak_memory_gb(cfg.device)})
     try:
         for i, _ in enumerate(iter(conn.recv, "stop")):
-            conn.send(_rloo_step(models, opt, cfg, gen, job["batches"][i], producer))
+            conn.send(timed_rloo_step(models, opt, cfg, gen, job["batches"][i], producer))
     finally:  # a stopped producer could neither stop nor be reaped
         if producer is not None:
             _signal(producer, signal.SIGCONT)
             producer.close()
 
 
-def _rloo_step(models, opt, cfg, gen, batch: list[str], producer) -> dict:
+def timed_rloo_step(models, opt, cfg, gen, batch: list[str], producer) -> dict:
     """One step (with the producer: let it run, step, publish the weights, stop it), what it took."""
     _signal(producer, signal.SIGCONT)
     t0 = time.perf_counter()
