@@ -12,9 +12,12 @@ Jobs (each one process group, pinned with sched_setaffinity to its own cores, OM
   bench-D    `rloo bench dtype=D "shapes=[S,M]" threads=2` with TRL side by side (needs TRL), 2 cores.
   profile    benchmarks/profile_step.py at M in bf16 on 2 cores: each phase's top operators.
   cuda       benchmarks/profile_step.py --device cuda at 1B in bf16: rloo's warm-up step by step.
-Jobs start in that order (ORDER) as cores free up (one logical CPU per physical core first); at the budget every job
-still running is killed (its process group) and listed as `killed`. host.json: the CPU (model, flags of
-interest, topology), each job's command, cores, rc and seconds; rewritten after each job.
+Jobs start in that order (ORDER) as cores free up, one logical CPU per physical core first. At the
+budget every job still running is killed (its process group) and listed as `killed`; a job's process
+is SIGKILLed if this script dies, however it dies. host.json: the CPU (model, flags of interest,
+topology), each job's command, cores, pid, status, rc and seconds; rewritten as jobs start and end.
+The device tool brings back a limited number of files: pack --out into one archive before the call ends
+(`tar -cJf $OUT/host.tar.xz -C $OUT host`), or its run folders' summaries are lost (docs/results/host-amx).
 --dry-run: tiny settings (calculator: 1 SFT epoch, 2 RL steps, 8 prompts; bench: S, 1+1 steps) to check
 the script itself on any machine.
 """
@@ -22,6 +25,7 @@ the script itself on any machine.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import shutil
@@ -34,6 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 RLOO = [sys.executable, "-c", "import sys; from rloo.cli import main; sys.exit(main(sys.argv[1:]))"]
 FLAGS = ("amx_bf16", "amx_tile", "avx512_bf16", "avx512f", "avx2")
+PR_SET_PDEATHSIG = 1  # linux/prctl.h, as rloo.runtime.link.child
 DRY_CALC = ["sft.epochs=1", "sft.num_examples=200", "rl.steps=2", "eval.num_prompts=8", "eval.pass_samples=8"]
 
 
@@ -118,12 +123,22 @@ def seeds(text: str) -> list[int]:
 def start(job: dict, cpus: list[int], logs: Path) -> subprocess.Popen:
     env = os.environ | job["env"] | {"OMP_NUM_THREADS": str(len(cpus)), "PYTHONUNBUFFERED": "1"}
     log = open(logs / f"{job['name']}.log", "w")  # noqa: SIM115 - the child writes it; closed with the job
+    parent = os.getpid()
     proc = subprocess.Popen(
         job["argv"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        preexec_fn=lambda: os.sched_setaffinity(0, cpus),
+        preexec_fn=lambda: pinned_child(cpus, parent),
     )  # fmt: skip
-    job.update(cpus=cpus, t0=time.perf_counter(), log=log, status="running")
+    job.update(cpus=cpus, pid=proc.pid, t0=time.perf_counter(), log=log, status="running")
     return proc
+
+
+def pinned_child(cpus: list[int], parent: int) -> None:
+    """In the job's process before exec: its cores, and SIGKILL when this script dies (even by SIGKILL:
+    its own session is out of reach of a Ctrl-C or a kill of this script's process group)."""
+    os.sched_setaffinity(0, cpus)
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # this script died before prctl took effect
+        os._exit(1)
 
 
 def finish(job: dict, rc: int | None) -> None:
@@ -147,6 +162,7 @@ def schedule(todo: list[dict], budget: float, out: Path, report: dict) -> None:
             job = pending.pop(0)
             cpus, free = free[: job["cores"]], free[job["cores"] :]
             running[job["name"]] = (start(job, cpus, logs), job)
+            write(out, report)
         for name, (proc, job) in list(running.items()):
             if proc.poll() is not None:
                 finish(job, proc.returncode)
@@ -172,7 +188,7 @@ def with_group(proc: subprocess.Popen, sig: int) -> None:
 
 
 def write(out: Path, report: dict) -> None:
-    keep = ("name", "argv", "cores", "cpus", "status", "rc", "seconds")
+    keep = ("name", "argv", "cores", "cpus", "pid", "status", "rc", "seconds")
     rows = [{k: (list(map(str, v)) if k == "argv" else v) for k, v in j.items() if k in keep} for j in report["jobs"]]
     (out / "host.json").write_text(json.dumps(report | {"jobs": rows}, indent=1))
 
