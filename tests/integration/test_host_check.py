@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers.child_env import child_env
 from rloo.experiments import bench_assets
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,7 +55,7 @@ def test_a_profiled_step_splits_its_operators_by_phase_and_leaves_the_step_as_it
 def run_host_check(tmp_path: Path, *extra: str) -> subprocess.Popen:
     argv = [sys.executable, str(ROOT / "benchmarks" / "host_check.py"), "--out", str(tmp_path / "out")]
     argv += ["--work", str(tmp_path / "work"), "--calc-seeds", "0", "--bench", "", *extra]
-    return subprocess.Popen(argv, env=os.environ | {"PYTHONPATH": str(ROOT / "src")})
+    return subprocess.Popen(argv, env=child_env())
 
 
 def job_pid(out: Path, timeout: float = 60) -> int:

@@ -81,11 +81,13 @@ TASK_SPECS: dict[str, TaskSpec] = {
             "rloo.tasks.calculator:CalculatorTask",
             judge="checker",
             env="rloo.envs.calculator:CalculatorEnv",
-            # SFT teaches the format on the share of traces that use the tool, and to copy the tool's
-            # output into the answer: 12 epochs, as copying forms late (around step 200-250 of a cosine
-            # schedule at lr 3e-3); with 6 epochs (282 steps) 4 of 10 seeds ended without it (right on
-            # 3-15% of their tool calls instead of 50-90%) and RLOO, given almost no success to learn
-            # from, drifted (KL to 11-15) and lost points (docs/results/agents-calculator/README.md).
+            # SFT teaches the format on the share of traces that use the tool (half of them), and to
+            # copy the tool's output into the answer, which forms late in the schedule: a seed whose SFT
+            # ends without it is right on a few % of its tool calls, and RLOO at beta 0, given almost no
+            # success to learn from, drifts and gains little (6 epochs, 30% tool traces, observations in
+            # the loss: 4 of 10 seeds on one CPU kind; 12 epochs: 1 of 10 on the AMX kind). With half the
+            # traces calling the tool and the observations out of SFT's loss, the seeds that failed copy
+            # at 98-99% after 6 epochs; 12 leave the margin (docs/results/agents-calculator/README.md).
             # RLOO on whole episodes, beta = 0 (the checker is the reward, as for arithmetic); the
             # evaluation plays episodes (rloo.eval.episodes)
             pipeline={

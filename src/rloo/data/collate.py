@@ -66,6 +66,32 @@ def encode_completions(tokenizer, texts: list[str], max_len: int, add_eos: bool 
     return Encoded(ids, mask, cut=cut, eos_cut=eos_cut, longest=longest)
 
 
+def environment_token_mask(tokenizer, texts: list[str], env_words: list[list[bool]], enc: Encoded) -> Tensor:
+    """(N, L) bool: True on the tokens of `enc` (encode_completions of `texts`) that fall in a word the
+    environment wrote: env_words[i][j] for word j of texts[i], words separated by single spaces
+    (rloo.tasks.base.SyntheticTask.environment_words). A token overlapping such a word counts as the
+    environment's; EOS and padding never do. Needs a fast tokenizer (its character offsets)."""
+    out = torch.zeros_like(enc.mask)
+    for i, (text, flags) in enumerate(zip(texts, env_words, strict=True)):
+        words = text.split(" ")
+        if len(flags) != len(words):
+            raise ValueError(f"{len(flags)} environment flags for the {len(words)} words of {text!r}")
+        starts = [sum(len(w) + 1 for w in words[:j]) for j in range(len(words))]
+        spans = [(a, a + len(w)) for a, w, env in zip(starts, words, flags, strict=True) if env]
+        if not spans:
+            continue
+        try:
+            offsets = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+        except NotImplementedError:
+            raise RlooError(
+                "SFT on episode traces needs a fast tokenizer (its character offsets tell the environment's "
+                "words from the policy's); this one is a slow (Python) tokenizer"
+            ) from None
+        for j, (a, b) in enumerate(offsets[: enc.ids.shape[1]]):
+            out[i, j] = any(s < b and a < e for s, e in spans)
+    return out & enc.mask
+
+
 def position_ids(mask: Tensor) -> Tensor:
     """Positions counted over real tokens only, so left padding does not shift them. (N, L)."""
     return (mask.long().cumsum(-1) - 1).clamp(min=0)

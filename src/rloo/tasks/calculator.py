@@ -10,9 +10,10 @@ at once (``"ans 3 8 2"``) or call the tool first, in the format of rloo.envs.too
 
 The reward is the arithmetic checker on the final turn (1 for the right number after ``ans``, else
 0); the built-in environment is rloo.envs.calculator.CalculatorEnv. SFT references are whole
-traces in that layout (the observation included), mixed like arithmetic's: a share P_TOOL use the
-tool (and are right), the others answer from memory and are wrong P_WRONG of the time. The SFT
-model therefore calls the tool sometimes; RLOO on episodes can learn to call it always.
+traces in that layout, mixed like arithmetic's: a share P_TOOL use the tool (and are right), the
+others answer from memory and are wrong P_WRONG of the time; SFT trains on the policy's words only
+(`environment_words`: the observation is the environment's). The SFT model therefore calls the tool
+sometimes; RLOO on episodes can learn to call it always.
 """
 
 from __future__ import annotations
@@ -34,8 +35,9 @@ from rloo.tasks.arithmetic import (
 from rloo.tasks.base import SyntheticTask
 
 TOOL = "calc"
-TOOL_WORDS = ("call", TOOL, "end", "out", "error")  # rloo.envs.tools.WORDS and the tool's name
-P_TOOL = 0.3  # share of SFT traces that call the tool
+CALL, END, OUT, ERROR = "call", "end", "out", "error"  # rloo.envs.tools' format (a lower layer: not imported)
+TOOL_WORDS = (CALL, TOOL, END, OUT, ERROR)  # rloo.envs.tools.WORDS and the tool's name
+P_TOOL = 0.5  # share of SFT traces that call the tool
 P_WRONG = 0.6  # share of the other (memory) answers that are wrong
 
 
@@ -84,6 +86,15 @@ class CalculatorTask(SyntheticTask):
         value = answer(prompt)
         final = _wrong(value, rng) if rng.random() < P_WRONG else value
         return " ".join([ANSWER, *digits(final)])
+
+    def environment_words(self, reference: str) -> list[bool]:
+        """The observations: from each ``out`` or ``error`` after a call's ``end`` up to the policy's
+        next ``call`` or ``ans``."""
+        flags, env = [], False
+        for i, w in enumerate(words := reference.split(" ")):
+            env = (env or (w in (OUT, ERROR) and i > 0 and words[i - 1] == END)) and w not in (CALL, ANSWER)
+            flags.append(env)
+        return flags
 
     def gold_score(self, prompt: str, response: str) -> float:
         """The checker on the final answer (the words after the last ``ans``)."""

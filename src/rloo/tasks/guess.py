@@ -129,6 +129,10 @@ class GuessTask(SyntheticTask):
 
         return trace(prompt, choose)
 
+    def environment_words(self, reference: str) -> list[bool]:
+        """The environment's answers, ``higher`` and ``lower`` (the policy writes ``guess <n>``)."""
+        return [w in (HIGHER, LOWER) for w in reference.split(" ")]
+
     def gold_score(self, prompt: str, response: str) -> float:
         """The reward of the trace as played (rloo.envs.guess.GuessEnv gives the same); 0 for a prompt
         that is not a game's."""

@@ -5,9 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
 from rloo.config import SFTConfig
 from rloo.core.losses import sft_loss
-from rloo.data.collate import encode_completions, encode_prompts, trim_left, trim_right
+from rloo.data.collate import Encoded, encode_completions, encode_prompts, environment_token_mask, trim_left, trim_right
 from rloo.data.lengths import context_of, cut_metrics, prompt_cut, report_cuts, save_cuts, target_cut
 from rloo.data.preflight import check_config
 from rloo.data.split import text_field, train_records
@@ -50,12 +52,26 @@ class SFTResult:
     final_loss: float
 
 
-def _loss(model, prompts, targets, idx, device):
-    """sft_loss of examples idx: their prompts and targets trimmed to the longest, one forward pass."""
+def _loss(model, prompts, targets, loss_mask, idx, device):
+    """sft_loss of examples idx over their `loss_mask` tokens (the policy's: targets.mask less the
+    environment's words in an episode trace): prompts and targets trimmed to the longest, one pass."""
     p_ids, p_mask = trim_left(prompts.ids[idx], prompts.mask[idx])
     c_ids, c_mask = trim_right(targets.ids[idx], targets.mask[idx])
     lp = completion_logprobs(model, p_ids.to(device), p_mask.to(device), c_ids.to(device), c_mask.to(device))
-    return sft_loss(lp, c_mask.to(device))
+    return sft_loss(lp, loss_mask[idx][:, : c_ids.shape[1]].to(device))
+
+
+def policy_tokens(task, tokenizer, examples: list[Example], targets: Encoded, own_data: bool) -> torch.Tensor:
+    """The target tokens SFT trains on: all of them, less the words the environment wrote in a task's
+    episode traces (Task.environment_words; a dataset's completions are all the policy's), said in one line."""
+    env_words = None if own_data else getattr(task, "environment_words", None)
+    if env_words is None:
+        return targets.mask
+    refs = [e.reference for e in examples]
+    env = environment_token_mask(tokenizer, refs, [env_words(r) for r in refs], targets)
+    if env.any():
+        say(f"sft: {int(env.sum())} environment tokens of {int(env.any(-1).sum())} episode traces left out of the loss")
+    return targets.mask & ~env
 
 
 def _train(run: StageRun, loss_of, mask, cut_stats: dict) -> None:
@@ -141,7 +157,8 @@ def sft(cfg: SFTConfig, *, resume: bool = False, overwrite: bool = False) -> SFT
     run = StageRun("sft", cfg, out, model, tokenizer, opt, sched, gen, guard, len(examples), data_sha)
     run.inputs = inputs
     run.start(ckpt, state, resume)
-    _train(run, lambda i: _loss(model, prompts, targets, i, device), targets.mask, cut_metrics(cuts))
+    loss_mask = policy_tokens(task, tokenizer, examples, targets, cfg.dataset is not None)
+    _train(run, lambda i: _loss(model, prompts, targets, loss_mask, i, device), loss_mask, cut_metrics(cuts))
     guard.finish()
     # as RL saves: full weights, or with LoRA the adapters merged in (lora.save=merged) or alone
     save_pretrained_atomic(for_saving(model, cfg.lora), tokenizer, out / "model")
