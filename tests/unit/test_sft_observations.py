@@ -1,6 +1,7 @@
-"""SFT on episode traces trains on the policy's words only: the environment's observations (the
-calculator's `out ...`, the game's `higher`/`lower`) are left out of its loss, as RL leaves them out
-(rloo.data.collate.environment_token_mask, Task.environment_words, rloo.training.sft)."""
+"""SFT on episode traces with sft.observation_loss=false trains on the policy's words only: the
+environment's observations (the calculator's `out ...`, the game's `higher`/`lower`) are left out of
+its loss, as RL leaves them out (rloo.data.collate.environment_token_mask, Task.environment_words,
+rloo.training.sft)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 import torch
 
 from helpers.chat_tokenizers import chat_tokenizer
-from rloo.config import ArchConfig
+from rloo.config import ArchConfig, PipelineConfig, SFTConfig
 from rloo.data.collate import encode_completions, encode_prompts, environment_token_mask
 from rloo.envs.base import make_env
 from rloo.envs.calculator import CalculatorEnv
@@ -69,7 +70,7 @@ def test_the_sft_loss_is_the_mean_over_the_policy_tokens_only():
     model = build_llama(ArchConfig(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64), tok, seed=0)
     p, _ = encode_prompts(tok, prompts, 16)
     c = encode_completions(tok, refs, 24)
-    mask = policy_tokens(task, tok, [Example(a, b) for a, b in zip(prompts, refs, strict=True)], c, own_data=False)
+    mask = policy_tokens(task, tok, [Example(a, b) for a, b in zip(prompts, refs, strict=True)], c, policy_only=True)
     loss, _ = _loss(model, p, c, mask, torch.arange(2), "cpu")
     lp = completion_logprobs(model, p.ids, p.mask, c.ids, c.mask)
     per_word = [task.environment_words(r) for r in refs]
@@ -84,9 +85,18 @@ def test_the_sft_loss_is_the_mean_over_the_policy_tokens_only():
     assert int(c.mask.sum() - policy.sum()) == 4  # out 3 8 2
 
 
-def test_own_data_completions_are_all_the_policys():
+def test_with_observation_loss_every_target_token_is_trained_on():
     task = get_task("calculator")
     tok = build_tokenizer(task)
     ref = task.ideal_response("q : 4 7 * 8 + 6 =")
     c = encode_completions(tok, [ref], 24)
-    assert torch.equal(policy_tokens(task, tok, [Example("q", ref)], c, own_data=True), c.mask)
+    assert torch.equal(policy_tokens(task, tok, [Example("q", ref)], c, policy_only=False), c.mask)
+
+
+def test_the_calculator_pipeline_trains_sft_on_the_policys_words_and_the_game_on_the_whole_trace():
+    """The task table's choice (sft.observation_loss): predicting the calculator's output is arithmetic
+    the policy need not learn; predicting higher/lower teaches the game's rule (the guess SFT's success
+    fell from ~0.6 to 0.34 without it, seed 0)."""
+    assert PipelineConfig(task="calculator").sft.observation_loss is False
+    assert PipelineConfig(task="guess").sft.observation_loss is True
+    assert SFTConfig().observation_loss is True  # `rloo sft`, own tasks: every target token, as before

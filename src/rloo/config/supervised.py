@@ -31,6 +31,13 @@ class SFTSettings(SupervisedMemory, SupervisedSaving):
         default=0.0, ge=0, le=MAX_WEIGHT_DECAY, description="AdamW decoupled weight decay (lr x weight_decay < 1)."
     )
     arch: ArchConfig = Field(default_factory=ArchConfig, description="Used only when `model` is null.")
+    observation_loss: bool = Field(
+        default=True,
+        description="A built-in task's episode traces (calculator, guess): train on the environment's "
+        "words too, its observations, which RL never trains on; a world-model signal that helps the guess "
+        "game's SFT (it learns the rule behind higher/lower). false: the policy's words only, the "
+        "calculator's default (its tool output is arithmetic the policy need not predict).",
+    )
 
     @model_validator(mode="after")
     def _decay_below_one(self):

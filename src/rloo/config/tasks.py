@@ -86,13 +86,14 @@ TASK_SPECS: dict[str, TaskSpec] = {
             # ends without it is right on a few % of its tool calls, and RLOO at beta 0, given almost no
             # success to learn from, drifts and gains little (6 epochs, 30% tool traces, observations in
             # the loss: 4 of 10 seeds on one CPU kind; 12 epochs: 1 of 10 on the AMX kind). With half the
-            # traces calling the tool and the observations out of SFT's loss, the seeds that failed copy
-            # at 98-99% after 6 epochs; 12 leave the margin (docs/results/agents-calculator/README.md).
+            # traces calling the tool and the observations out of SFT's loss (observation_loss: its tool
+            # output is arithmetic the policy need not predict), the seeds that failed copy at 98-99%
+            # after 6 epochs; 12 leave the margin (docs/results/agents-calculator/README.md).
             # RLOO on whole episodes, beta = 0 (the checker is the reward, as for arithmetic); the
             # evaluation plays episodes (rloo.eval.episodes)
             pipeline={
                 "max_response_tokens": 20,
-                "sft": {"num_examples": 3000, "epochs": 12},
+                "sft": {"num_examples": 3000, "epochs": 12, "observation_loss": False},
                 "rl": {
                     "k": 4,
                     "batch_size": 16,

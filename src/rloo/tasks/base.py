@@ -154,8 +154,8 @@ class SyntheticTask:
 
     def environment_words(self, reference: str) -> list[bool]:
         """Per word of `reference`, whether the environment wrote it (an observation in an episode
-        trace): SFT leaves those words out of its loss, as RL leaves observations out of its own (the
-        policy never writes them; rloo.data.collate.environment_token_mask). Single-turn: none."""
+        trace): with sft.observation_loss=false SFT leaves those words out of its loss, as RL leaves
+        observations out of its own (rloo.data.collate.environment_token_mask). Single-turn: none."""
         return [False] * len(reference.split(" "))
 
     def examples(self, split: str, n: int, seed: int = 0) -> list[Example]:

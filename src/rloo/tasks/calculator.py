@@ -11,9 +11,9 @@ at once (``"ans 3 8 2"``) or call the tool first, in the format of rloo.envs.too
 The reward is the arithmetic checker on the final turn (1 for the right number after ``ans``, else
 0); the built-in environment is rloo.envs.calculator.CalculatorEnv. SFT references are whole
 traces in that layout, mixed like arithmetic's: a share P_TOOL use the tool (and are right), the
-others answer from memory and are wrong P_WRONG of the time; SFT trains on the policy's words only
-(`environment_words`: the observation is the environment's). The SFT model therefore calls the tool
-sometimes; RLOO on episodes can learn to call it always.
+others answer from memory and are wrong P_WRONG of the time; the pipeline's SFT trains on the
+policy's words only (sft.observation_loss=false; `environment_words` names the observation). The SFT
+model therefore calls the tool sometimes; RLOO on episodes can learn to call it always.
 """
 
 from __future__ import annotations
