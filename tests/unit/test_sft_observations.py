@@ -95,8 +95,9 @@ def test_with_observation_loss_every_target_token_is_trained_on():
 
 def test_the_calculator_pipeline_trains_sft_on_the_policys_words_and_the_game_on_the_whole_trace():
     """The task table's choice (sft.observation_loss): predicting the calculator's output is arithmetic
-    the policy need not learn; predicting higher/lower teaches the game's rule (the guess SFT's success
-    fell from ~0.6 to 0.34 without it, seed 0)."""
+    the policy need not learn; predicting higher/lower is the game's rule (guess, seed 0, without the
+    answers in SFT's loss: SFT 0.564 of games won against 0.627 with them, RLOO 0.675 against 0.759;
+    one seed each, docs/results/agents-calculator)."""
     assert PipelineConfig(task="calculator").sft.observation_loss is False
     assert PipelineConfig(task="guess").sft.observation_loss is True
     assert SFTConfig().observation_loss is True  # `rloo sft`, own tasks: every target token, as before

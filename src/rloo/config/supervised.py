@@ -34,9 +34,9 @@ class SFTSettings(SupervisedMemory, SupervisedSaving):
     observation_loss: bool = Field(
         default=True,
         description="A built-in task's episode traces (calculator, guess): train on the environment's "
-        "words too, its observations, which RL never trains on; a world-model signal that helps the guess "
-        "game's SFT (it learns the rule behind higher/lower). false: the policy's words only, the "
-        "calculator's default (its tool output is arithmetic the policy need not predict).",
+        "words too, its observations, which RL never trains on (predicting higher/lower is the game's "
+        "rule: the guess game keeps them). false: the policy's words only, the calculator's default "
+        "(its tool output is arithmetic the policy need not predict).",
     )
 
     @model_validator(mode="after")
