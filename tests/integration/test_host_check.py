@@ -40,15 +40,17 @@ def test_a_profiled_step_splits_its_operators_by_phase_and_leaves_the_step_as_it
     monkeypatch.setattr(profile_step, "SHAPES", bench_assets.SHAPES)
     before = {name: getattr(rloo_module, name) for name in profile_step.PHASES}
     out = tmp_path / "p.json"
-    args = ["--shape", "T", "--threads", "1", "--steps", "2", "--profile", "1", "--top", "5"]
+    args = ["--shape", "T", "--threads", "1", "--steps", "2", "--profile", "1", "--top", "60"]
     assert profile_step.main([*args, "--assets", str(tmp_path / "a"), "--json", str(out)]) == 0
     report = json.loads(out.read_text())
     assert [s["step"] for s in report["steps"]] == [0, 1]
     assert [s["profiled"] for s in report["steps"]] == [False, True]
     ops = report["steps"][1]["ops"]
     assert set(ops["by_phase"]) == {"rollout", "score", "update"} == set(report["steps"][1]["phases"])
-    for phase, rows in ops["by_phase"].items():  # each phase ran matmuls of its own
-        assert 0 < len(rows) <= 5 and any(r["op"] in ("aten::mm", "aten::addmm", "aten::bmm") for r in rows), phase
+    # each phase ran matmuls of its own (at this tiny width not always among its 5 costliest operators)
+    for phase, rows in ops["by_phase"].items():
+        assert 0 < len(rows) <= 60 and any(r["op"] in ("aten::mm", "aten::addmm", "aten::bmm") for r in rows), phase
+    assert len(ops["by_self_cpu"]) <= 60
     assert {name: getattr(rloo_module, name) for name in profile_step.PHASES} == before  # labels removed
 
 
