@@ -154,7 +154,8 @@ def dump(results: dict) -> str:
         return float(f"{v:.6g}") if k in SCORE_KEYS else float(f"{v:.3g}")
 
     rounded = {c: {s: {k: digits(k, v) for k, v in r.items()} for s, r in by.items()} for c, by in results.items()}
-    return "{\n" + ",\n".join(f"{json.dumps(c)}: {json.dumps(by)}" for c, by in rounded.items()) + "\n}\n"
+    compact = lambda x: json.dumps(x, separators=(",", ":"))  # noqa: E731 - no spaces: 12% of the file
+    return "{\n" + ",\n".join(f"{json.dumps(c)}:{compact(by)}" for c, by in rounded.items()) + "\n}\n"
 
 
 def interval(diffs: list[float]) -> tuple[float, float | None]:
