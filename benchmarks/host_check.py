@@ -79,17 +79,8 @@ def jobs(args, out: Path) -> list[dict]:
     todo = []
     env_cpu = {"CUDA_VISIBLE_DEVICES": ""}
     if args.cuda_profile:
-        argv = [
-            sys.executable,
-            "benchmarks/profile_step.py",
-            "--device",
-            "cuda",
-            "--shape",
-            "1B",
-            "--dtype",
-            "bfloat16",
-        ]
-        argv += ["--steps", "8", "--profile", "0,1,6", "--json", str(out / "profile-cuda-1B.json")]
+        args_ = "--device cuda --shape 1B --dtype bfloat16 --steps 8 --profile 0,1,6".split()
+        argv = [sys.executable, "benchmarks/profile_step.py", *args_, "--json", str(out / "profile-cuda-1B.json")]
         todo.append({"name": "cuda", "argv": argv, "cores": 2, "env": {}})
     for dtype in [d for d in args.bench.split(",") if d]:
         shapes = "[S]" if args.dry_run else "[S,M]"

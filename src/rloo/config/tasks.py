@@ -83,7 +83,7 @@ TASK_SPECS: dict[str, TaskSpec] = {
             env="rloo.envs.calculator:CalculatorEnv",
             # SFT teaches the format on the share of traces that use the tool (half of them), and to
             # copy the tool's output into the answer, which forms late in the schedule: a seed whose SFT
-            # ends without it is right on a few % of its tool calls, and RLOO at beta 0, given almost no
+            # ends without it is right on 3-26% of its tool calls, and RLOO at beta 0, given almost no
             # success to learn from, drifts and gains little (6 epochs, 30% tool traces, observations in
             # the loss: 4 of 10 seeds on one CPU kind; 12 epochs: 1 of 10 on the AMX kind). With half the
             # traces calling the tool and the observations out of SFT's loss (observation_loss: its tool

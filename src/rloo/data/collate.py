@@ -7,6 +7,7 @@ Masks are bool, True = a real token that counts.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import torch
@@ -76,7 +77,7 @@ def environment_token_mask(tokenizer, texts: list[str], env_words: list[list[boo
         words = text.split(" ")
         if len(flags) != len(words):
             raise ValueError(f"{len(flags)} environment flags for the {len(words)} words of {text!r}")
-        starts = [sum(len(w) + 1 for w in words[:j]) for j in range(len(words))]
+        starts = itertools.accumulate((len(w) + 1 for w in words[:-1]), initial=0)  # each word's first char
         spans = [(a, a + len(w)) for a, w, env in zip(starts, words, flags, strict=True) if env]
         if not spans:
             continue
