@@ -60,8 +60,11 @@ def table(runs: list[dict]) -> str:
 
 def tool_pass(e: dict) -> float | None:
     """Success rate among the episodes that called the tool: (pass - no-tool pass x no-tool share) /
-    tool share; None without a tool call (or a task without a tool)."""
+    tool share; None without a tool call (or a task without a tool). Where every episode called the
+    tool (share 0) the evaluation logs no no-tool pass (None): the tool pass is then the pass."""
     share, nt = e.get("no_tool_share"), e.get("no_tool_pass")
+    if share == 0:
+        return e["pass_at_1"]
     if share is None or nt is None or share >= 1:
         return None
     return (e["pass_at_1"] - nt * share) / (1 - share)

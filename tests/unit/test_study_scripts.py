@@ -75,6 +75,8 @@ def test_agents_seeds_tool_pass_is_the_success_among_tool_calls():
     )
     assert tool_pass({"pass_at_1": 0.5, "no_tool_share": 1.0, "no_tool_pass": 0.5}) is None
     assert tool_pass({"pass_at_1": 0.5}) is None  # a task without a tool
+    # every episode called the tool: the evaluation logs no_tool_pass None (AMX seed 12 printed "-")
+    assert tool_pass({"pass_at_1": 0.9825, "no_tool_share": 0.0, "no_tool_pass": None}) == 0.9825
 
 
 def test_compare_check_prints_the_committed_reproduction(capsys):
