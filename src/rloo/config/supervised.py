@@ -35,8 +35,9 @@ class SFTSettings(SupervisedMemory, SupervisedSaving):
         default=True,
         description="A built-in task's episode traces (calculator, guess): train on the environment's "
         "words too, its observations, which RL never trains on (predicting higher/lower is the game's "
-        "rule: the guess game keeps them). false: the policy's words only, the calculator's default "
-        "(its tool output is arithmetic the policy need not predict).",
+        "rule: the guess game keeps them). false: the policy's words only, what `rloo pipeline "
+        "task=calculator` sets (its tool output is arithmetic the policy need not predict; `rloo sft "
+        "task=calculator` alone keeps the stage default, true).",
     )
 
     @model_validator(mode="after")
