@@ -3,13 +3,14 @@ while (the GPU machine's host: an Intel Xeon with AMX-BF16, 16 cores): jobs pinn
 side within one time budget, their results copied to --out as each finishes.
 
     python benchmarks/host_check.py --out OUT [--budget 480] [--calc-seeds 0-9] [--calc-threads 1,2]
-        [--bench bfloat16,float32] [--profile] [--cuda-profile] [--dry-run]
+        [--bench bfloat16,float32] [--bench-shapes "S,M;L"] [--profile] [--cuda-profile] [--dry-run]
 
 Jobs (each one process group, pinned with sched_setaffinity to its own cores, OMP_NUM_THREADS = its cores):
   calc-T-sS  `rloo pipeline task=calculator seed=S` (the README's agent demo, its defaults) at T threads,
              for S in --calc-seeds and T in --calc-threads (1-thread seeds first); copies summary.json and
              the log (benchmarks/agents_seeds.py tabulates them). GPUs hidden: the CPU is the question.
-  bench-D    `rloo bench dtype=D "shapes=[S,M]" threads=2` with TRL side by side (needs TRL), 2 cores.
+  bench-D    `rloo bench dtype=D "shapes=[S,M]" threads=2` with TRL side by side (needs TRL), 2 cores;
+             --bench-shapes "S,M;L": one such job per group, each on its own 2 cores (bench-D-L).
   profile    benchmarks/profile_step.py at M in bf16 on 2 cores: each phase's top operators.
   cuda       benchmarks/profile_step.py --device cuda at 1B in bf16: rloo's warm-up step by step.
 Jobs start in that order (ORDER) as cores free up, one logical CPU per physical core first. At the
@@ -83,12 +84,13 @@ def jobs(args, out: Path) -> list[dict]:
         argv = [sys.executable, "benchmarks/profile_step.py", *args_, "--json", str(out / "profile-cuda-1B.json")]
         todo.append({"name": "cuda", "argv": argv, "cores": 2, "env": {}})
     for dtype in [d for d in args.bench.split(",") if d]:
-        shapes = "[S]" if args.dry_run else "[S,M]"
-        steps = ["warmup=1", "steps=1"] if args.dry_run else ["warmup=1", "steps=5"]
-        argv = RLOO + ["bench", f"dtype={dtype}", f"shapes={shapes}", "threads=2", *steps]
-        argv += [f"output_dir={args.work / f'bench-{dtype}'}"]
-        todo.append({"name": f"bench-{dtype}", "argv": argv, "cores": 2, "env": env_cpu,
-                     "copy": {args.work / f"bench-{dtype}" / "bench.json": out / f"bench-{dtype}.json"}})  # fmt: skip
+        for group in ["S"] if args.dry_run else args.bench_shapes.split(";"):
+            name = f"bench-{dtype}" + ("" if group == "S,M" else "-" + group.replace(",", ""))
+            steps = ["warmup=1", "steps=1"] if args.dry_run else ["warmup=1", "steps=5"]
+            argv = RLOO + ["bench", f"dtype={dtype}", f"shapes=[{group}]", "threads=2", *steps]
+            argv += [f"output_dir={args.work / name}"]
+            todo.append({"name": name, "argv": argv, "cores": 2, "env": env_cpu,
+                         "copy": {args.work / name / "bench.json": out / f"{name}.json"}})  # fmt: skip
     if args.profile:
         shape, steps = ("S", "2") if args.dry_run else ("M", "4")
         argv = [sys.executable, "benchmarks/profile_step.py", "--shape", shape, "--dtype", "bfloat16", "--threads", "2"]
@@ -192,6 +194,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--calc-seeds", default="0-9")
     ap.add_argument("--calc-threads", default="1", help="comma-separated thread counts, each over every seed")
     ap.add_argument("--bench", default="bfloat16,float32", help="comma-separated dtypes for rloo bench (empty: none)")
+    ap.add_argument(
+        "--bench-shapes", default="S,M", help="shape groups, ';' between them: one bench job (2 cores) per dtype and group"
+    )
     ap.add_argument("--profile", action="store_true", help="profile_step.py at M, bf16, 2 threads")
     ap.add_argument("--cuda-profile", action="store_true", help="profile_step.py on CUDA at 1B, bf16")
     ap.add_argument("--dry-run", action="store_true")
