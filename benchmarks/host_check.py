@@ -195,7 +195,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--calc-threads", default="1", help="comma-separated thread counts, each over every seed")
     ap.add_argument("--bench", default="bfloat16,float32", help="comma-separated dtypes for rloo bench (empty: none)")
     ap.add_argument(
-        "--bench-shapes", default="S,M", help="shape groups, ';' between them: one bench job (2 cores) per dtype and group"
+        "--bench-shapes",
+        default="S,M",
+        help="shape groups, ';' between them: one bench job (2 cores) per dtype and group",
     )
     ap.add_argument("--profile", action="store_true", help="profile_step.py at M, bf16, 2 threads")
     ap.add_argument("--cuda-profile", action="store_true", help="profile_step.py on CUDA at 1B, bf16")
