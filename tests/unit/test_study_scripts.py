@@ -106,14 +106,14 @@ def test_gradient_matrix_table_summarises_the_committed_rows(tmp_path, capsys):
 
 
 def test_offpolicy_study_report_prints_the_readmes_table():
-    """docs/results/offpolicy: the README's two tables are `report` run on the committed results.json
-    (arithmetic) and results-demo.json (the demo), cells in the files' order."""
+    """docs/results/offpolicy: the README's two tables are `report` run on the committed results.json.xz
+    (arithmetic) and results-demo.json.xz (the demo), cells in the files' order."""
     study = RESULTS / "offpolicy"
     spec = importlib.util.spec_from_file_location("offpolicy_study", study / "offpolicy_study.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    for name, rows in (("results.json", 25), ("results-demo.json", 20)):
-        results = json.loads((study / name).read_text())
+    for name, rows in (("results.json.xz", 25), ("results-demo.json.xz", 20)):
+        results = mod.load(study / name)
         printed = mod.markdown(mod.report(results, list(results)))
         assert printed.count("\n") >= rows and not _missing(printed, study / "README.md"), name
 

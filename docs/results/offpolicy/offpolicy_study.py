@@ -3,8 +3,8 @@
     S=docs/results/offpolicy/offpolicy_study.py
     python $S base RUNS                                            # the SFT model, once
     python $S run RUNS --seeds 0-9 --cells 1e-4:0:paper,1e-4:16:tis,...   # resumable
-    python $S collect RUNS --seeds 0-9 --cells ... --out results.json  # every run's numbers
-    python $S report results.json --cells ...                        # the table (or from RUNS)
+    python $S collect RUNS --seeds 0-9 --cells ... --out results.json.xz # every run's numbers
+    python $S report results.json.xz --cells ...                     # the table (or from RUNS)
     python $S cost RUNS --cells 1e-4:16:none,1e-4:16:tis,... --steps 12   # s/update side by side
 
 `base` runs `rloo pipeline task=TASK seed=0 rl.steps=20` into RUNS/base: one SFT model and the pipeline's
@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import lzma
 import math
 import statistics
 import sys
@@ -144,6 +145,19 @@ def collect(runs: Path, seeds: list[int], cells: list[str]) -> dict[str, dict[st
             if (got := final_score(runs, cell, seed)) is not None:
                 out.setdefault(cell, {})[str(seed)] = got | run_stats(runs, cell, seed)
     return out
+
+
+def load(path: Path) -> dict:
+    """A results file `collect` wrote: JSON, xz-compressed where the name ends in .xz (the committed
+    ones: a tenth of the size, so docs/results stays under its 3 MB)."""
+    raw = path.read_bytes()
+    return json.loads(lzma.decompress(raw) if path.suffix == ".xz" else raw)
+
+
+def save(path: Path, text: str) -> None:
+    """`load`'s inverse: the text, xz-compressed where the name ends in .xz."""
+    data = text.encode()
+    path.write_bytes(lzma.compress(data, preset=9 | lzma.PRESET_EXTREME) if path.suffix == ".xz" else data)
 
 
 def dump(results: dict) -> str:
@@ -261,10 +275,10 @@ def main() -> None:
             print(f"| {corr} | {t['update']:.3f} | {t['update'] / first['update']:.2f} | {t['step']:.3f} |")
         if a.out:
             Path(a.out).write_text(json.dumps({"command": " ".join(sys.argv), "cost": res}, indent=1))
-    elif a.what == "collect":  # RUNS -> --out (results.json)
-        Path(a.out).write_text(dump(collect(a.runs, seeds, cells)))
-    else:  # report from RUNS, or from a results.json given as RUNS
-        results = json.loads(a.runs.read_text()) if a.runs.is_file() else collect(a.runs, seeds, cells)
+    elif a.what == "collect":  # RUNS -> --out (results.json.xz: compressed)
+        save(Path(a.out), dump(collect(a.runs, seeds, cells)))
+    else:  # report from RUNS, or from a results file (results.json.xz) given as RUNS
+        results = load(a.runs) if a.runs.is_file() else collect(a.runs, seeds, cells)
         print(markdown(report(results, cells)))
 
 
