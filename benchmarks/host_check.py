@@ -186,7 +186,7 @@ def write(out: Path, report: dict) -> None:
     (out / "host.json").write_text(json.dumps(report | {"jobs": rows}, indent=1))
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--work", type=Path, default=None, help="run folders (default: a folder in $TMPDIR)")
@@ -202,7 +202,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", action="store_true", help="profile_step.py at M, bf16, 2 threads")
     ap.add_argument("--cuda-profile", action="store_true", help="profile_step.py on CUDA at 1B, bf16")
     ap.add_argument("--dry-run", action="store_true")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     args.work = args.work or Path(os.environ.get("TMPDIR", "/tmp")) / "rloo-host-check"
     args.out.mkdir(parents=True, exist_ok=True)
     report = {"cpu": cpu_facts(), "budget_s": args.budget, "jobs": jobs(args, args.out)}

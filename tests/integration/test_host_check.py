@@ -111,3 +111,21 @@ def test_a_dry_run_runs_the_calculator_demo_and_the_profile_and_keeps_their_resu
     assert summary["task"] == "calculator" and "pass_at_1" in summary["eval"]["policy"]
     profile = json.loads((out / "profile-S-bf16.json").read_text())
     assert len(profile["steps"]) == 2 and profile["steps"][1]["profiled"]
+
+
+def test_bench_shape_groups_are_one_job_each_on_their_own_two_cores(tmp_path):
+    """--bench-shapes "S,M;L": per dtype one `rloo bench` job for S and M (named as before) and one for
+    L, each 2 cores, each copying its own bench.json (the L job ran beside S and M on the AMX host)."""
+    ap = ["--out", str(tmp_path), "--calc-seeds", "", "--calc-threads", "", "--bench", "bfloat16,float32"]
+    args = host_check.parser().parse_args([*ap, "--bench-shapes", "S,M;L", "--work", str(tmp_path / "w")])
+    jobs = host_check.jobs(args, tmp_path)
+    shapes = {j["name"]: next(a for a in j["argv"] if a.startswith("shapes=")) for j in jobs}
+    assert shapes == {
+        "bench-bfloat16": "shapes=[S,M]",
+        "bench-bfloat16-L": "shapes=[L]",
+        "bench-float32": "shapes=[S,M]",
+        "bench-float32-L": "shapes=[L]",
+    }
+    assert all(j["cores"] == 2 for j in jobs)
+    copies = [dst.name for j in jobs for dst in j["copy"].values()]
+    assert sorted(copies) == sorted(f"{name}.json" for name in shapes)
