@@ -133,3 +133,16 @@ def test_bench_vllm_table_prints_the_readmes_table_from_its_archive(tmp_path, ca
     mod.main([str(f) for f in files])
     printed = capsys.readouterr().out.strip()
     assert printed.count("\n") == 19 and not _missing(printed, study / "README.md")
+
+
+def test_offpolicy_merge_places_new_cells_by_lr_and_lag_and_keeps_committed_seeds():
+    """A later session's cells go after the last committed cell of their lr:N, new seeds of a committed
+    cell join it in seed order, and a seed both hold keeps the committed numbers (its s/step)."""
+    spec = importlib.util.spec_from_file_location("offpolicy_study", RESULTS / "offpolicy" / "offpolicy_study.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    into = {"1e-3:0:paper": {"0": {"s": 1}}, "1e-3:1:tis": {"0": {"s": 2}}, "1e-3:4:tis": {"0": {"s": 3}}}
+    new = {"1e-3:1:cispo": {"0": {"s": 4}}, "1e-3:1:tis": {"1": {"s": 5}, "0": {"s": 9}}, "1e-4:1:tis": {"0": {}}}
+    got = mod.merge(into, new)
+    assert list(got) == ["1e-3:0:paper", "1e-3:1:tis", "1e-3:1:cispo", "1e-3:4:tis", "1e-4:1:tis"]
+    assert got["1e-3:1:tis"] == {"0": {"s": 2}, "1": {"s": 5}} and list(got["1e-3:1:tis"]) == ["0", "1"]

@@ -5,6 +5,7 @@
     python $S run RUNS --seeds 0-9 --cells 1e-4:0:paper,1e-4:16:tis,...   # resumable
     python $S collect RUNS --seeds 0-9 --cells ... --out results.json.xz # every run's numbers
     python $S report results.json.xz --cells ...                     # the table (or from RUNS)
+    python $S collect RUNS2 --seeds 0-9 --cells ... --into results.json.xz   # a later session's cells, merged
     python $S cost RUNS --cells 1e-4:16:none,1e-4:16:tis,... --steps 12   # s/update side by side
 
 `base` runs `rloo pipeline task=TASK seed=0 rl.steps=20` into RUNS/base: one SFT model and the pipeline's
@@ -160,6 +161,22 @@ def save(path: Path, text: str) -> None:
     path.write_bytes(lzma.compress(data, preset=9 | lzma.PRESET_EXTREME) if path.suffix == ".xz" else data)
 
 
+def merge(into: dict, new: dict) -> dict:
+    """`new`'s cells added to a committed results dict (a later session's runs of the same frozen code):
+    a new cell after the last cell of its lr:N (a new lr:N at the end), a committed cell's new seeds
+    beside its own, in seed order; a seed both hold keeps the committed numbers (its s/step)."""
+    out = dict(into)
+    for cell, by_seed in new.items():
+        if cell in out:
+            both = by_seed | out[cell]
+            out[cell] = {s: both[s] for s in sorted(both, key=int)}
+            continue
+        items, group = list(out.items()), cell.rsplit(":", 1)[0]
+        at = max((i + 1 for i, (c, _) in enumerate(items) if c.rsplit(":", 1)[0] == group), default=len(items))
+        out = dict(items[:at] + [(cell, by_seed)] + items[at:])
+    return out
+
+
 def dump(results: dict) -> str:
     """results.json's text: a line per cell; scores to 6 significant digits (exact: counts over at most
     1600 samples), the rest to the 3 the report prints (docs/results stays under its 3 MB)."""
@@ -258,6 +275,7 @@ def main() -> None:
     ap.add_argument("--cells", default="1e-4:0:paper")
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--into", default=None, help="collect: merge into this results file (`merge`), written in place")
     a = ap.parse_args()
     a.runs = a.runs.absolute()  # base writes it into the stage configs: a relative one only works from its cwd
     seeds, cells = seed_list(a.seeds), a.cells.split(",")
@@ -275,8 +293,9 @@ def main() -> None:
             print(f"| {corr} | {t['update']:.3f} | {t['update'] / first['update']:.2f} | {t['step']:.3f} |")
         if a.out:
             Path(a.out).write_text(json.dumps({"command": " ".join(sys.argv), "cost": res}, indent=1))
-    elif a.what == "collect":  # RUNS -> --out (results.json.xz: compressed)
-        save(Path(a.out), dump(collect(a.runs, seeds, cells)))
+    elif a.what == "collect":  # RUNS -> --out (results.json.xz: compressed); --into: merged into that file
+        got = collect(a.runs, seeds, cells)
+        save(Path(a.into or a.out), dump(merge(load(Path(a.into)), got) if a.into else got))
     else:  # report from RUNS, or from a results file (results.json.xz) given as RUNS
         results = load(a.runs) if a.runs.is_file() else collect(a.runs, seeds, cells)
         print(markdown(report(results, cells)))
