@@ -262,15 +262,9 @@ def main() -> None:
     ap.add_argument("what", choices=["base", "run", "collect", "report", "cost"])
     ap.add_argument("runs", type=Path)
     ap.add_argument("--task", default="arithmetic")
-    ap.add_argument(
-        "--base-args",
-        default="rl.steps=20",
-        help="KEY=VALUE ... for `base`'s pipeline (its RL stage is not used: short)",
-    )
+    ap.add_argument("--base-args", default="rl.steps=20", help="KEY=VALUE ... for `base`'s pipeline (RL unused)")
     ap.add_argument("--eval-args", default="pass_samples=8", help="KEY=VALUE ... for every run's `rloo eval`")
-    ap.add_argument(
-        "--train-args", default="", help="KEY=VALUE ... for every run's `rloo train` (e.g. generation=vllm)"
-    )
+    ap.add_argument("--train-args", default="", help="KEY=VALUE ... for every run's `rloo train`")
     ap.add_argument("--seeds", default="0-4")
     ap.add_argument("--cells", default="1e-4:0:paper")
     ap.add_argument("--steps", type=int, default=60)
