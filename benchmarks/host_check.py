@@ -16,7 +16,8 @@ Jobs (each one process group, pinned with sched_setaffinity to its own cores, OM
 Jobs start in that order (ORDER) as cores free up, one logical CPU per physical core first. At the
 budget every job still running is killed (its process group) and listed as `killed`; a job's process
 is SIGKILLed if this script dies, however it dies. host.json: the CPU (model, flags of interest,
-topology), each job's command, cores, pid, status, rc and seconds; rewritten as jobs start and end.
+topology), its bf16 and fp32 matmul peaks at 2 threads measured before any job starts (--peak-seconds),
+each job's command, cores, pid, status, rc and seconds; rewritten as jobs start and end.
 The device tool brings back a limited number of files: pack --out into one archive before the call ends
 (`tar -cJf $OUT/host.tar.xz -C $OUT host`), or its run folders' summaries are lost (docs/results/host-amx).
 --dry-run: tiny settings (calculator: 1 SFT epoch, 2 RL steps, 8 prompts; bench: S, 1+1 steps) to check
@@ -69,6 +70,29 @@ def cpu_pool() -> list[int]:
     cores = physical_order()
     depth = max(len(c) for c in cores)
     return [c[i] for i in range(depth) for c in cores if i < len(c)]
+
+
+# the matmul peaks at 2 threads, in a child pinned like a job (this launcher does not import torch)
+PEAK = (
+    "import json, sys, torch; from rloo.experiments.bench_machine import matmul_peak_flops as peak; "
+    "print(json.dumps({d: peak(2, float(sys.argv[1]), getattr(torch, d)) / 1e9 for d in ('bfloat16', 'float32')}))"
+)
+
+
+def quiet_peaks(seconds: float) -> dict:
+    """bf16 and fp32 matmul peaks (GFLOP/s, 2 threads) on the first two cores, before any job starts:
+    each `rloo bench` job probes its own while the others build their models, and on the AMX host those
+    probes gave 572-1480 GFLOP/s in bf16 (docs/results/host-amx). {"error": ...} if the probe failed."""
+    cpus, parent = cpu_pool()[:2], os.getpid()
+    env = os.environ | {"OMP_NUM_THREADS": "2", "CUDA_VISIBLE_DEVICES": ""}
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", PEAK, str(seconds)], cwd=ROOT, env=env, capture_output=True, text=True,
+            timeout=120 + 6 * seconds, check=True, preexec_fn=lambda: pinned_child(cpus, parent),
+        )  # fmt: skip
+        return {d: round(v, 1) for d, v in json.loads(done.stdout.strip().splitlines()[-1]).items()}
+    except (subprocess.SubprocessError, ValueError, IndexError) as e:
+        return {"error": f"{type(e).__name__}: {str(e)[-300:]}"}
 
 
 ORDER = ("calc-t1-", "bench-bfloat16", "profile", "cuda", "bench-", "calc-")
@@ -201,6 +225,7 @@ def parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--profile", action="store_true", help="profile_step.py at M, bf16, 2 threads")
     ap.add_argument("--cuda-profile", action="store_true", help="profile_step.py on CUDA at 1B, bf16")
+    ap.add_argument("--peak-seconds", type=float, default=2.0, help="the quiet peak probe's time per dtype (0: none)")
     ap.add_argument("--dry-run", action="store_true")
     return ap
 
@@ -210,6 +235,8 @@ def main(argv: list[str] | None = None) -> int:
     args.work = args.work or Path(os.environ.get("TMPDIR", "/tmp")) / "rloo-host-check"
     args.out.mkdir(parents=True, exist_ok=True)
     report = {"cpu": cpu_facts(), "budget_s": args.budget, "jobs": jobs(args, args.out)}
+    if args.peak_seconds > 0:  # before the budget's clock starts
+        report["peak_gflops_2_threads_before_jobs"] = quiet_peaks(args.peak_seconds)
     write(args.out, report)
     schedule(report["jobs"], args.budget, args.out, report)
     return 0 if all(j["status"] == "done" for j in report["jobs"]) else 1

@@ -56,7 +56,7 @@ def test_a_profiled_step_splits_its_operators_by_phase_and_leaves_the_step_as_it
 
 def run_host_check(tmp_path: Path, *extra: str) -> subprocess.Popen:
     argv = [sys.executable, str(ROOT / "benchmarks" / "host_check.py"), "--out", str(tmp_path / "out")]
-    argv += ["--work", str(tmp_path / "work"), "--calc-seeds", "0", "--bench", "", *extra]
+    argv += ["--work", str(tmp_path / "work"), "--calc-seeds", "0", "--bench", "", "--peak-seconds", "0", *extra]
     return subprocess.Popen(argv, env=child_env())
 
 
@@ -103,7 +103,7 @@ def test_jobs_die_with_the_script_even_when_it_is_sigkilled(tmp_path):
 @pytest.mark.slow
 def test_a_dry_run_runs_the_calculator_demo_and_the_profile_and_keeps_their_results(tmp_path):
     out = tmp_path / "out"
-    args = ["--out", str(out), "--work", str(tmp_path / "w"), "--calc-seeds", "0", "--bench", ""]
+    args = ["--out", str(out), "--work", str(tmp_path / "w"), "--calc-seeds", "0", "--bench", "", "--peak-seconds", "0"]
     rc = host_check.main([*args, "--profile", "--dry-run", "--budget", "300"])
     jobs = json.loads((out / "host.json").read_text())["jobs"]
     assert rc == 0 and [(j["name"], j["status"]) for j in jobs] == [("calc-t1-s0", "done"), ("profile", "done")]
@@ -129,3 +129,16 @@ def test_bench_shape_groups_are_one_job_each_on_their_own_two_cores(tmp_path):
     assert all(j["cores"] == 2 for j in jobs)
     copies = [dst.name for j in jobs for dst in j["copy"].values()]
     assert sorted(copies) == sorted(f"{name}.json" for name in shapes)
+
+
+def test_the_quiet_peak_probe_measures_both_dtypes_in_a_pinned_child():
+    """host.json's matmul peaks come from a child on two cores before any job starts: both dtypes,
+    positive GFLOP/s; a probe that fails is recorded as an error, not raised."""
+    peaks = host_check.quiet_peaks(0.05)
+    assert set(peaks) == {"bfloat16", "float32"} and all(v > 0 for v in peaks.values()), peaks
+    broken = host_check.PEAK
+    try:
+        host_check.PEAK = "raise SystemExit(3)"
+        assert set(host_check.quiet_peaks(0.05)) == {"error"}
+    finally:
+        host_check.PEAK = broken
