@@ -131,14 +131,10 @@ def test_bench_shape_groups_are_one_job_each_on_their_own_two_cores(tmp_path):
     assert sorted(copies) == sorted(f"{name}.json" for name in shapes)
 
 
-def test_the_quiet_peak_probe_measures_both_dtypes_in_a_pinned_child():
+def test_the_quiet_peak_probe_measures_both_dtypes_in_a_pinned_child(monkeypatch):
     """host.json's matmul peaks come from a child on two cores before any job starts: both dtypes,
     positive GFLOP/s; a probe that fails is recorded as an error, not raised."""
     peaks = host_check.quiet_peaks(0.05)
     assert set(peaks) == {"bfloat16", "float32"} and all(v > 0 for v in peaks.values()), peaks
-    broken = host_check.PEAK
-    try:
-        host_check.PEAK = "raise SystemExit(3)"
-        assert set(host_check.quiet_peaks(0.05)) == {"error"}
-    finally:
-        host_check.PEAK = broken
+    monkeypatch.setattr(host_check, "PEAK", "raise SystemExit(3)")
+    assert set(host_check.quiet_peaks(0.05)) == {"error"}

@@ -15,8 +15,9 @@ ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "docs" / "results"
 
 
-def _script(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+def _script(name: str, path: Path | None = None):
+    """benchmarks/<name>.py, or the study script at `path`, as a module."""
+    spec = importlib.util.spec_from_file_location(name, path or ROOT / "benchmarks" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -109,9 +110,7 @@ def test_offpolicy_study_report_prints_the_readmes_table():
     """docs/results/offpolicy: the README's two tables are `report` run on the committed results.json.xz
     (arithmetic) and results-demo.json.xz (the demo), cells in the files' order."""
     study = RESULTS / "offpolicy"
-    spec = importlib.util.spec_from_file_location("offpolicy_study", study / "offpolicy_study.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = _script("offpolicy_study", study / "offpolicy_study.py")
     for name, rows in (("results.json.xz", 25), ("results-demo.json.xz", 20)):
         results = mod.load(study / name)
         printed = mod.markdown(mod.report(results, list(results)))
@@ -126,9 +125,7 @@ def test_bench_vllm_table_prints_the_readmes_table_from_its_archive(tmp_path, ca
     study = RESULTS / "bench-vllm"
     with tarfile.open(study / "runs-idle.tar.xz") as tar:
         tar.extractall(tmp_path, filter="data")
-    spec = importlib.util.spec_from_file_location("bench_vllm_table", study / "table.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = _script("bench_vllm_table", study / "table.py")
     files = [tmp_path / f"bench_{s}-{d}.json" for s in "SML" for d in ("float32", "bfloat16")]
     mod.main([str(f) for f in files])
     printed = capsys.readouterr().out.strip()
@@ -138,9 +135,7 @@ def test_bench_vllm_table_prints_the_readmes_table_from_its_archive(tmp_path, ca
 def test_offpolicy_merge_places_new_cells_by_lr_and_lag_and_keeps_committed_seeds():
     """A later session's cells go after the last committed cell of their lr:N, new seeds of a committed
     cell join it in seed order, and a seed both hold keeps the committed numbers (its s/step)."""
-    spec = importlib.util.spec_from_file_location("offpolicy_study", RESULTS / "offpolicy" / "offpolicy_study.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = _script("offpolicy_study", RESULTS / "offpolicy" / "offpolicy_study.py")
     into = {"1e-3:0:paper": {"0": {"s": 1}}, "1e-3:1:tis": {"0": {"s": 2}}, "1e-3:4:tis": {"0": {"s": 3}}}
     new = {"1e-3:1:cispo": {"0": {"s": 4}}, "1e-3:1:tis": {"1": {"s": 5}, "0": {"s": 9}}, "1e-4:1:tis": {"0": {}}}
     got = mod.merge(into, new)
