@@ -107,10 +107,10 @@ def jobs(args, out: Path) -> list[dict]:
         args_ = "--device cuda --shape 1B --dtype bfloat16 --steps 8 --profile 0,1,6".split()
         argv = [sys.executable, "benchmarks/profile_step.py", *args_, "--json", str(out / "profile-cuda-1B.json")]
         todo.append({"name": "cuda", "argv": argv, "cores": 2, "env": {}})
+    steps = ["warmup=1", "steps=1"] if args.dry_run else ["warmup=1", "steps=5"]
     for dtype in [d for d in args.bench.split(",") if d]:
         for group in ["S"] if args.dry_run else args.bench_shapes.split(";"):
             name = f"bench-{dtype}" + ("" if group == "S,M" else "-" + group.replace(",", ""))
-            steps = ["warmup=1", "steps=1"] if args.dry_run else ["warmup=1", "steps=5"]
             argv = RLOO + ["bench", f"dtype={dtype}", f"shapes=[{group}]", "threads=2", *steps]
             argv += [f"output_dir={args.work / name}"]
             todo.append({"name": name, "argv": argv, "cores": 2, "env": env_cpu,
