@@ -23,6 +23,7 @@ from rloo.errors import RlooError, option
 from rloo.runtime.checkpoint.resumecheck import check_resume_config
 from rloo.runtime.inputs.weightfiles import check_weight_files
 from rloo.runtime.runfolder.layout import is_bookkeeping_only, kind_of, run_kind
+from rloo.runtime.runfolder.reading import read_text
 from rloo.runtime.tracking.log import say
 from rloo.training.loop import RLResult
 from rloo.training.reward import RewardResult
@@ -34,7 +35,7 @@ PLOTS = ("reward.png", "kl.png", "win_rate.png")  # rloo.eval.plots.plot_trainin
 
 def _saved_config(folder: Path) -> dict | None:
     try:
-        held = yaml.safe_load((Path(folder) / "config.yaml").read_text())
+        held = yaml.safe_load(read_text(Path(folder) / "config.yaml"))  # a FIFO there: refused, not waited on
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return None
     return upgrade_saved_config(held) if isinstance(held, dict) else None
@@ -91,7 +92,7 @@ def run_stage(train: Callable, stage_cfg, resume: bool, kept: Callable | None = 
 
 
 def kept_reward(out: Path) -> RewardResult:
-    acc = json.loads((out / "accuracy.json").read_text())
+    acc = json.loads(read_text(out / "accuracy.json"))
     return RewardResult(out / "model", acc["vs_labeler"], acc["vs_gold"])
 
 

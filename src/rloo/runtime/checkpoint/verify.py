@@ -14,6 +14,7 @@ import torch
 from safetensors.torch import load_file
 
 from rloo.runtime.runfolder.atomic import check_manifest, remove_tree_reporting
+from rloo.runtime.runfolder.reading import read_text
 from rloo.runtime.tracking.log import say
 
 MARKER = "COMPLETE"
@@ -34,7 +35,7 @@ def list_checkpoints(run_dir: Path) -> list[Path]:
 def verify_checkpoint(ckpt: Path) -> str | None:
     """None when `ckpt` is whole, else why it is not."""
     try:
-        marker = json.loads((Path(ckpt) / MARKER).read_text())
+        marker = json.loads(read_text(Path(ckpt) / MARKER))  # a FIFO there: refused, not waited on
         files = marker["files"]
     except (OSError, ValueError, KeyError, TypeError) as e:
         return f"its {MARKER} marker is unreadable ({type(e).__name__})"
