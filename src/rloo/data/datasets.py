@@ -28,6 +28,7 @@ from pathlib import Path
 
 from rloo.config import DatasetSettings
 from rloo.data import conversational
+from rloo.data.textcheck import check_text_file, rows
 from rloo.errors import RlooError
 from rloo.runtime.inputs.names import check_name
 
@@ -96,6 +97,7 @@ def _load_table_loud(path: str, name: str | None, split: str):
             builder = FILE_BUILDERS.get(p.suffix.lower())
             if builder is None:
                 raise RlooError(f"dataset file {path!r}: unknown type {p.suffix!r} (use .jsonl, .json, .csv, .parquet)")
+            check_text_file(p, builder)  # not UTF-8, or a CSV row of another width: refused, not misread
             return datasets.load_dataset(builder, data_files=str(p), split="train")
         check_name(path, "dataset.path", repo_type="dataset")  # a typo fails here, not after Hub retries
         return datasets.load_dataset(path, name, split=split)
@@ -150,14 +152,14 @@ def read_records(
     convert = {"plain": _plain, "tldr": _tldr, "hh": _hh}[settings.format]
     cols = set(table.column_names)
     fields = tuple(fields) + tuple(f for f in optional if _present(settings, f, cols))
-    if settings.format == "plain" and conversational.is_conversational(table[0], settings.columns):
+    if settings.format == "plain" and conversational.is_conversational(next(rows([table[0]], path)), settings.columns):
         # TRL's message lists: plain text here (what the split's hash reads), the turns kept for the
         # chat template (with_chat_template)
         return [
             Record(**conversational.convert(row, fields, _reader(row, settings.columns, cols, path), settings.columns))
-            for row in table
+            for row in rows(table, path)
         ]
-    return [convert(row, settings.columns, fields, cols, path) for row in table]
+    return [convert(row, settings.columns, fields, cols, path) for row in rows(table, path)]
 
 
 def with_chat_template(records: list[Record], settings: DatasetSettings, tokenizer) -> list[Record]:
