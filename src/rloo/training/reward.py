@@ -159,13 +159,14 @@ def _pairs(cfg: RewardConfig, task, gen, state: dict | None):
     if state is not None:
         saved = json.loads(state["extra"]).get("pairs")  # an object: rloo.runtime.checkpoint.verify.checked_state
         lists = [saved.get(k) if isinstance(saved, dict) else None for k in ("train", "held_out")]
-        if not all(isinstance(v, list) and all(_is_pair(p) for p in v) for v in lists):
+        train, held_out = (v if isinstance(v, list) and all(_is_pair(p) for p in v) else None for v in lists)
+        if train is None or held_out is None:
             raise RlooError(
                 f"cannot resume from {cfg.output_dir}: its checkpoint's preference pairs are not the lists of "
                 f"(prompt, chosen, rejected) texts rloo writes; the checkpoint was changed after it was written: "
                 f"delete it, or rerun with {option('overwrite')} (nothing was changed)"
             )
-        return [tuple(p) for p in lists[0]], [tuple(p) for p in lists[1]]
+        return [tuple(p) for p in train], [tuple(p) for p in held_out]
     sampler = policy_sampler(cfg.sft_model, cfg, gen) if cfg.policy_pairs > 0 else None
     pairs = preference_pairs(task, cfg.num_pairs + cfg.eval_pairs, cfg.seed, sampler, cfg.policy_pairs)
     return pairs[: cfg.num_pairs], pairs[cfg.num_pairs :]
