@@ -123,3 +123,25 @@ def test_the_api_reward_fn_gets_the_answer_column_from_a_dataset_and_from_rows(g
     assert sum(len(prompts) == 6 for prompts, _ in seen) >= 4
     for prompts, got in seen:
         assert got == [answers[p] for p in prompts]
+
+
+@pytest.mark.slow  # a producer process: ~15 s
+def test_the_columns_cross_to_the_rollout_producer_and_back(gsm, tiny_model_dir):
+    """rl.max_staleness=1: the prompt stream is copied into the producer process and its rollouts
+    come back pickled; the trainer scores them (a local function cannot be sent), with the columns."""
+    root, answers = gsm
+    seen: list[tuple[list[str], list[str]]] = []
+
+    def accuracy(prompts, completions, answer):
+        seen.append((list(prompts), list(answer)))
+        return [float(a in c.split()) for c, a in zip(completions, answer, strict=True)]
+
+    rows = [{"prompt": q, "answer": a} for q, a in list(answers.items())[:6]]
+    cfg = RLConfig(
+        policy=str(tiny_model_dir), steps=3, batch_size=2, k=3, max_new_tokens=4, save_every=None,
+        eval_every=None, output_dir="async", max_staleness=1,
+    )  # fmt: skip
+    train(cfg, prompts=rows, reward_fn=accuracy)
+    assert sum(len(prompts) == 6 for prompts, _ in seen) == 3  # the 3 steps (and the preflight's call)
+    for prompts, got in seen:
+        assert got == [answers[p] for p in prompts]

@@ -4,6 +4,7 @@ only the names a function takes, and a `(prompts, completions)` function called 
 
 from __future__ import annotations
 
+import copy
 import json
 import pickle
 
@@ -72,8 +73,8 @@ def test_a_judge_from_a_function_reads_the_columns_of_samples_and_references():
 
 
 def test_columns_survive_pickling_the_stream_and_mixed_rows():
-    p = pickle.loads(pickle.dumps(_prompts()[2]))
-    assert isinstance(p, Prompt) and p == "q2" and p.columns == {"answer": "2", "level": 2}
+    for p in (pickle.loads(pickle.dumps(_prompts()[2])), copy.deepcopy(_prompts()[2])):
+        assert isinstance(p, Prompt) and p == "q2" and p.columns == {"answer": "2", "level": 2}
     stream = PromptStream(_prompts(), batch_size=4, seed=0)
     batch = stream.next()
     assert all(isinstance(b, Prompt) and b.columns["answer"] == b[1:] for b in batch)
