@@ -59,6 +59,8 @@ def test_only_the_names_a_signature_takes_and_a_missing_required_column_is_one_l
         return [0.0] * len(completions)
 
     assert set(keywords_for(fn, {"answer": [1], "level": [2], "unused": [3]})) == {"level", "unused"}
+    # a column named like the function's own first parameters is not passed twice
+    assert keywords_for(lambda prompts, completions, **kw: None, {"completions": [1], "a": [2]}) == {"a": [2]}
     with pytest.raises(RewardError, match="takes answer, which is not a column of the data .*none"):
         FunctionReward(lambda prompts, completions, answer: answer).score_texts(["plain"], ["x"])
 

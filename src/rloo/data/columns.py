@@ -53,25 +53,30 @@ def columns_of(prompts: Sequence[str]) -> dict[str, list]:
     return {n: [getattr(p, "columns", {}).get(n) for p in prompts] for n in names}
 
 
-def takes(fn: Callable, skip: int = 2) -> tuple[bool, frozenset[str], frozenset[str]]:
-    """(has **kwargs, the keyword names it accepts, those it requires), past its first `skip`
-    positional parameters (prompts, completions). A callable whose signature cannot be read takes none."""
+def takes(fn: Callable, skip: int = 2) -> tuple[bool, frozenset[str], frozenset[str], frozenset[str]]:
+    """(has **kwargs, the keyword names it accepts, those it requires, the names of its first `skip`
+    positional parameters: prompts, completions), the keyword names counted past those. A callable
+    whose signature cannot be read takes none."""
     try:
         params = list(inspect.signature(fn).parameters.values())
     except (TypeError, ValueError):
-        return False, frozenset(), frozenset()
+        return False, frozenset(), frozenset(), frozenset()
     positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    rest = params[skip:] if sum(p.kind in positional for p in params[:skip]) == skip else params
+    first = params[:skip] if sum(p.kind in positional for p in params[:skip]) == skip else []
+    rest = params[len(first) :]
     named = [p for p in rest if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)]
     required = frozenset(p.name for p in named if p.default is inspect.Parameter.empty)
     var_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
-    return var_kw, frozenset(p.name for p in named), required
+    return var_kw, frozenset(p.name for p in named), required, frozenset(p.name for p in first)
 
 
 def keywords_for(fn: Callable, columns: Mapping[str, Any], skip: int = 2) -> dict[str, Any]:
-    """The subset of `columns` that `fn` accepts as keyword arguments (all of them with **kwargs)."""
-    var_kw, names, _ = takes(fn, skip)
-    return dict(columns) if var_kw else {k: v for k, v in columns.items() if k in names}
+    """The subset of `columns` that `fn` accepts as keyword arguments (all of them with **kwargs),
+    never one named like its positional prompts/completions parameters (it would get two values)."""
+    if not columns:
+        return {}
+    var_kw, names, _, first = takes(fn, skip)
+    return {k: v for k, v in columns.items() if (var_kw or k in names) and k not in first}
 
 
 def missing_columns(fn: Callable, columns: Mapping[str, Any], skip: int = 2) -> list[str]:
