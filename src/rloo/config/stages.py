@@ -11,7 +11,7 @@ from rloo.config.agents import EnvSettings, eval_env_refusal, pipeline_env_refus
 from rloo.config.base import Strict, check_device_name, normalize_report_to, refuse_float16
 from rloo.config.dataset import DatasetSettings
 from rloo.config.evaluation import reward_fn_as_judge
-from rloo.config.generation import check_rl_generation
+from rloo.config.generation import Sampling, check_rl_generation, sampling_of
 from rloo.config.method_choice import shared_settings
 from rloo.config.sections import EvalSettings, RewardSettings, RLSettings, SFTSettings
 from rloo.config.tasks import DEFAULT_TASK, TASK_SPECS, check_task, described_tasks, episode_tasks
@@ -113,6 +113,22 @@ class RLConfig(_Run, RLSettings):
             raise ValueError(why)
         check_rl_generation(self)
         return self
+
+    @property
+    def sampling(self) -> Sampling:
+        """How training samples (rloo.rollout: the own sampler, vLLM, episodes, the producer)."""
+        return sampling_of(
+            self,
+            max_new_tokens=self.max_new_tokens,
+            max_prompt_tokens=self.max_prompt_tokens,
+            share_prompt=self.share_prompt,
+            truncated_logprobs=self.truncated_logprobs,
+        )
+
+    @property
+    def eval_sampling(self) -> Sampling:
+        """How this run's periodic and final evaluations sample (eval.*, rl.max_new_tokens)."""
+        return self.eval.sampling(self.max_new_tokens, self.max_prompt_tokens)
 
 
 class EvalConfig(_Run, EvalSettings):
