@@ -166,3 +166,14 @@ def sampling_of(section, *, max_new_tokens: int, max_prompt_tokens: int, **rest)
     share_prompt and truncated_logprobs, which only training sets."""
     keys = {"temperature", "top_p", "top_k", "min_new_tokens", "repetition_penalty", "stop"}
     return Sampling(max_new_tokens, max_prompt_tokens, **section.model_dump(include=keys), **rest)
+
+
+def rl_sampling(cfg) -> Sampling:
+    """An RL config's Sampling: its generation keys, lengths, share_prompt and resolved logprobs_under."""
+    lengths = dict(max_new_tokens=cfg.max_new_tokens, max_prompt_tokens=cfg.max_prompt_tokens)
+    return sampling_of(cfg, **lengths, share_prompt=cfg.share_prompt, truncated_logprobs=cfg.truncated_logprobs)
+
+
+def rl_eval_sampling(cfg) -> Sampling:
+    """How an RL config's periodic and final evaluations sample: eval.*, with rl.max_new_tokens."""
+    return cfg.eval.sampling(cfg.max_new_tokens, cfg.max_prompt_tokens)

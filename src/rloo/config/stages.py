@@ -11,7 +11,7 @@ from rloo.config.agents import EnvSettings, eval_env_refusal, pipeline_env_refus
 from rloo.config.base import Strict, check_device_name, normalize_report_to, refuse_float16
 from rloo.config.dataset import DatasetSettings
 from rloo.config.evaluation import reward_fn_as_judge
-from rloo.config.generation import Sampling, check_rl_generation, sampling_of
+from rloo.config.generation import check_rl_generation, rl_eval_sampling, rl_sampling
 from rloo.config.method_choice import shared_settings
 from rloo.config.sections import EvalSettings, RewardSettings, RLSettings, SFTSettings
 from rloo.config.tasks import DEFAULT_TASK, TASK_SPECS, check_task, described_tasks, episode_tasks
@@ -114,21 +114,8 @@ class RLConfig(_Run, RLSettings):
         check_rl_generation(self)
         return self
 
-    @property
-    def sampling(self) -> Sampling:
-        """How training samples (rloo.rollout: the own sampler, vLLM, episodes, the producer)."""
-        return sampling_of(
-            self,
-            max_new_tokens=self.max_new_tokens,
-            max_prompt_tokens=self.max_prompt_tokens,
-            share_prompt=self.share_prompt,
-            truncated_logprobs=self.truncated_logprobs,
-        )
-
-    @property
-    def eval_sampling(self) -> Sampling:
-        """How this run's periodic and final evaluations sample (eval.*, rl.max_new_tokens)."""
-        return self.eval.sampling(self.max_new_tokens, self.max_prompt_tokens)
+    sampling = property(rl_sampling)  # how training samples: the own sampler, vLLM, episodes, the producer
+    eval_sampling = property(rl_eval_sampling)  # how its evaluations sample: eval.*, rl.max_new_tokens
 
 
 class EvalConfig(_Run, EvalSettings):
