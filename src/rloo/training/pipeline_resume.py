@@ -71,14 +71,14 @@ def _moved(held: dict, out: Path) -> dict:
         return held
     old_root, new_root = str(Path(old).parent), str(out.parent)
 
-    def move(v):
+    def move(v: object) -> object:
         if isinstance(v, str) and (v == old_root or v.startswith(old_root + os.sep)):
             return new_root + v[len(old_root) :]
         if isinstance(v, dict):
             return {k: move(x) for k, x in v.items()}
         return [move(x) for x in v] if isinstance(v, list) else v
 
-    return move(held)
+    return {k: move(v) for k, v in held.items()}
 
 
 def finished(stage_cfg) -> bool:
