@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import io
 import signal
 import sys
 from pathlib import Path
@@ -207,7 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     # Lines on stdout (the user's reward functions' prints, libraries') reach a log file as they are
     # written, not in 8 KiB blocks (a killed run lost them); rloo's own lines go to stderr, flushed.
-    if hasattr(sys.stdout, "reconfigure"):
+    if isinstance(sys.stdout, io.TextIOWrapper):
         sys.stdout.reconfigure(line_buffering=True)
     # SIGTERM and SIGHUP stop the command as SIGINT does from here on (rloo.runtime.signals), not
     # only once a stage runs: one arriving while a plugin or the config loads ended it silently
