@@ -133,8 +133,7 @@ COMMANDS = {
 
 
 def _started(cfg) -> bool:
-    """Whether the command of `cfg` (None: not read yet) wrote anything of its run that --resume
-    continues (rloo.training.resumable refuses --resume where it wrote nothing)."""
+    """Whether `cfg`'s run (None: not read yet) holds anything --resume continues (rloo.training.resumable)."""
     return cfg is not None and holds_a_run(Path(cfg.output_dir))
 
 
@@ -142,9 +141,8 @@ NOTHING_WRITTEN = "nothing was written; rerun the same command"
 
 
 def _resume_rerun(cfg) -> str:
-    if not _started(cfg):
-        return NOTHING_WRITTEN
-    return f"rerun with {option('resume')} to continue from the newest checkpoint (step 0 if none)"
+    resume = f"rerun with {option('resume')} to continue from the newest checkpoint (step 0 if none)"
+    return resume if _started(cfg) else NOTHING_WRITTEN
 
 
 # How a command stopped at once by a signal (outside a training step, or by a second signal)
