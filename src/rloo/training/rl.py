@@ -43,6 +43,7 @@ from rloo.runtime.inputs.fingerprint import check_inputs_unchanged, fingerprints
 from rloo.runtime.link.child import can_send
 from rloo.runtime.paramguard import ParamGuard
 from rloo.runtime.precision import MIN_BF16_WIDTH_SAMPLING, stage_precision
+from rloo.runtime.runfolder.layout import run_kind
 from rloo.runtime.runfolder.lock import holds_run_folder
 from rloo.runtime.tracking.log import say
 from rloo.tasks import get_task
@@ -58,6 +59,7 @@ from rloo.training.common import (
 from rloo.training.dpo import check_dpo_arguments, train_dpo
 from rloo.training.evalset import rl_prompts
 from rloo.training.loop import LoopState, RLResult, loop
+from rloo.training.resumable import check_something_to_resume, refuse_finished
 
 
 @holds_run_folder  # one process per run folder, for the whole run (rloo.runtime.runfolder.lock)
@@ -193,8 +195,10 @@ def producer_scoring(models: Models, cfg: RLConfig) -> Scoring | None:
 
 
 def _resume_point(cfg: RLConfig):
+    check_something_to_resume(cfg.output_dir, run_kind(cfg))  # a typo in output_dir, before a model loads
     ckpt = latest_checkpoint(cfg.output_dir)
     if ckpt is None:
+        refuse_finished(cfg)
         say(f"{option('resume')}: no whole checkpoint in {Path(cfg.output_dir) / 'checkpoints'}; starting from step 0")
         return None, None, []
     state = checked_state(ckpt, load_state(ckpt))  # its config decodes: one line, not a traceback

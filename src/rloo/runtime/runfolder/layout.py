@@ -134,6 +134,13 @@ def is_bookkeeping_only(folder: Path) -> bool:
     return all(p.name in BOOKKEEPING for p in Path(folder).iterdir())
 
 
+def holds_a_run(folder: Path) -> bool:
+    """Whether `folder` holds anything of a run that `--resume` could continue: a marker of any kind
+    (its kind is checked later), or files; not a missing folder, an empty one or a lone lock."""
+    folder = Path(folder)
+    return folder.is_dir() and (kind_of(folder) is not None or not is_bookkeeping_only(folder))
+
+
 def empty_run_folder(folder: Path, kind: str) -> None:
     """`--overwrite`: delete everything in `folder`, an rloo run of `kind`, but its lock file (held by
     the caller) and marker. RlooError (one line, nothing deleted) when it is not one, when anything
