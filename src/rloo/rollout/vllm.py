@@ -172,10 +172,10 @@ def sampling_params(
     stop: tuple[str, ...] = (),
 ) -> dict:
     """vLLM's SamplingParams keywords for rloo's settings (rloo.rollout.decoding): the same names where
-    vLLM has them; top_k 0 (all) is vLLM's -1, min_new_tokens its min_tokens (which, as rloo's sampler,
-    also holds back stop strings). A stop string stays in the completion as in rloo's sampler; the
-    rows are the ids vLLM returned, decoded again (`completion_tensors`). Defaults give the keywords
-    of before these settings existed."""
+    vLLM has them; top_k 0 (all) is vLLM's -1, min_new_tokens its min_tokens (which also holds back
+    stop strings: only one ending past the first n tokens' text counts, rloo's StopStrings.after). A
+    stop string stays in the completion as in rloo's sampler; the rows are the ids vLLM returned,
+    decoded again (`completion_tensors`). Defaults give the keywords of before these settings existed."""
     params = dict(
         n=n, temperature=temperature, top_p=top_p, max_tokens=max_new_tokens, stop_token_ids=[eos_id], seed=None
     )
