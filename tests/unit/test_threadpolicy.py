@@ -10,13 +10,13 @@ import sys
 
 import pytest
 import torch
+from tests.helpers.child_env import child_env
 
 from rloo import cli
 from rloo.runtime import threadpolicy
 from rloo.runtime.cpukind import resume_threads
 from rloo.runtime.threadpolicy import CHOSEN, SPIN, busy_elsewhere, choose_threads, spin_default, thread_count
 from rloo.runtime.tracking import log
-from tests.helpers.child_env import child_env
 
 
 def test_spin_default_yields_to_the_users_spin_or_wait_policy():
@@ -93,7 +93,9 @@ def test_a_resume_takes_the_recorded_count_where_rloo_chose_it():
     assert line is not None and "the count the run used" in line and "not bit for bit" not in line.split(";")[0]
 
 
-@pytest.mark.parametrize("env,adopt", [({"OMP_NUM_THREADS": "1"}, True), ({"OMP_NUM_THREADS": "1", CHOSEN: "1"}, False)])
+@pytest.mark.parametrize(
+    "env,adopt", [({"OMP_NUM_THREADS": "1"}, True), ({"OMP_NUM_THREADS": "1", CHOSEN: "1"}, False)]
+)
 def test_a_resume_keeps_the_users_count_and_says_so(env, adopt):
     torch.set_num_threads(1)
     line = resume_threads(2, adopt=adopt, environ=env)
