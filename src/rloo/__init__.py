@@ -7,12 +7,18 @@ train(RLConfig(policy="my-sft-model", output_dir="runs/mine"), prompts=prompts, 
 import importlib
 import os
 
+from rloo.runtime.threadpolicy import spin_default
+
 # MKL's conditional numerical reproducibility: without it MKL's threaded sgemm takes other code paths
 # for operands at other addresses (measured: the same nn.Linear products differ in the last bits with
 # 2 threads when a weight moves by 8 bytes), and addresses differ between processes, so two identical
 # runs did not repeat. MKL reads this at its first call, so it is set before rloo touches torch;
 # a value of your own is kept (docs/reliability.md, "Every CPU kind").
 os.environ.setdefault("MKL_CBWR", "AUTO")
+# A short OpenMP spin before an idle thread sleeps: libgomp's default spin made two threads 3.6x slower
+# than one on a busy machine (rloo.runtime.threadpolicy). libgomp reads it once, when torch loads it,
+# so it is set here, before rloo imports torch; the user's GOMP_SPINCOUNT or OMP_WAIT_POLICY is kept.
+os.environ.update(spin_default(os.environ))
 
 from rloo.config import EvalConfig, PipelineConfig, RewardConfig, RLConfig, SFTConfig, load_config
 from rloo.errors import ConfigError, RewardError, RlooError

@@ -37,7 +37,7 @@ from rloo.runtime.checkpoint.resumecheck import (
 from rloo.runtime.checkpoint.ringcheck import check_ring, config_change, config_dict, ring_window
 from rloo.runtime.checkpoint.save import Checkpointer, truncate_metrics
 from rloo.runtime.checkpoint.verify import checked_state, latest_checkpoint, load_ring, load_state
-from rloo.runtime.cpukind import cpu_flags, cpu_kind, exactness_note
+from rloo.runtime.cpukind import resume_threads
 from rloo.runtime.distributed import unwrap
 from rloo.runtime.inputs.fingerprint import check_inputs_unchanged, fingerprints
 from rloo.runtime.link.child import can_send
@@ -155,7 +155,7 @@ def _train(cfg, dist, prompts, reward_fn, resume, overwrite) -> RLResult:
     if state is not None:
         start = ck.restore(state)
         say(f"resuming from {ckpt} at step {start}")
-        note = exactness_note(torch.get_num_threads(), state.get("threads"), cpu_kind(cpu_flags()))
+        note = resume_threads(state.get("threads"), adopt=not cfg.max_staleness)  # async records its share
         if note:
             say(note)
     elif resume:

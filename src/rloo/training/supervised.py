@@ -27,7 +27,7 @@ from rloo.runtime.checkpoint.resumecheck import check_optimizer_matches, check_r
 from rloo.runtime.checkpoint.rng import rng_state, set_rng_state
 from rloo.runtime.checkpoint.save import restore_optimizer, save_checkpoint, truncate_metrics
 from rloo.runtime.checkpoint.verify import checked_state, latest_checkpoint, load_state
-from rloo.runtime.cpukind import cpu_flags, cpu_kind, exactness_note
+from rloo.runtime.cpukind import resume_threads
 from rloo.runtime.inputs.fingerprint import check_inputs_unchanged
 from rloo.runtime.runfolder.layout import run_kind
 from rloo.runtime.signals import StopFlag, stage_interrupted
@@ -208,7 +208,7 @@ class StageRun:
         truncate_metrics(self.out, self.metrics_bytes)
         self.saved = (self.step, ckpt)
         say(f"resuming {self.name} from {ckpt} at step {self.step}")
-        note = exactness_note(torch.get_num_threads(), state.get("threads"), cpu_kind(cpu_flags()))
+        note = resume_threads(state.get("threads"))
         if note:
             say(note)
 
