@@ -30,7 +30,7 @@ from rloo.config import DatasetSettings
 from rloo.data import conversational
 from rloo.errors import RlooError
 from rloo.runtime.inputs.names import check_name
-from rloo.runtime.inputs.objects import held, is_held
+from rloo.runtime.inputs.objects import held_table, is_held
 
 FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
 HUMAN, ASSISTANT = "\n\nHuman:", "\n\nAssistant:"
@@ -47,11 +47,10 @@ class Record:
 
 
 def _load_table(path: str, name: str | None, split: str):
-    """Rows of one split as a `datasets.Dataset`; any loading failure is one RlooError line. A
-    dataset handed to the Python API (rloo.runtime.inputs.objects) is that object: its one table, or
-    a DatasetDict's `split`."""
+    """Rows of one split as a `datasets.Dataset` (one handed to the Python API: rloo.runtime.inputs.objects);
+    any loading failure is one RlooError line."""
     if is_held(path):
-        return _handed_table(path, split)
+        return held_table(path, split)
     with _quiet_datasets(local=Path(path).exists()):
         return _load_table_loud(path, name, split)
 
@@ -73,20 +72,6 @@ def _quiet_datasets(local: bool):
         datasets.logging.set_verbosity(level)
         if local and not bars:
             datasets.enable_progress_bars()
-
-
-def _handed_table(path: str, split: str):
-    ds = held(path).obj
-    if isinstance(ds, dict):  # a DatasetDict
-        if split not in ds:
-            raise RlooError(f"dataset= has no split {split!r} (splits: {', '.join(ds)})")
-        return ds[split]
-    if split != "train":  # dataset.split or eval_split naming another split of one table
-        raise RlooError(
-            f"dataset= is one table, without a split {split!r}: hand in a DatasetDict, or set "
-            f"dataset.eval_split to null (held-out rows by eval_fraction) or to a file"
-        )
-    return ds
 
 
 def _root_cause(e: BaseException) -> str:

@@ -11,13 +11,16 @@ resume compares the names: it must be handed the same initial weights, tokenizer
 from __future__ import annotations
 
 import copy
+import hashlib
 from collections.abc import Iterable, Mapping
+
+import torch
 
 from rloo.config import DatasetSettings
 from rloo.errors import ConfigError, RlooError
 from rloo.modeling.loading import frozen, load_policy
 from rloo.modeling.lora import AdapterDisabled, add_lora, is_lora, load_saved_weights
-from rloo.runtime.inputs.objects import Held, is_held, name_of, rows_sha, tensors_sha, tokenizer_sha
+from rloo.runtime.inputs.objects import Held, is_held, name_of, rows_sha, tokenizer_sha
 
 
 def hand_in(cfg, key: str, model=None, tokenizer=None, dataset=None, tokenizer_key: str | None = None):
@@ -57,9 +60,18 @@ def _free(cfg, key: str, name: str, arg: str) -> str:
     return name
 
 
-def _module(model):
-    import torch
+def tensors_sha(named) -> str:
+    """sha256 over (name, dtype, shape, bytes) of every tensor in `named` (a state_dict's items), in
+    order: the weights as handed in, on whatever device they are."""
+    h = hashlib.sha256()
+    for name, t in named:
+        t = t.detach()
+        h.update(f"{name}\0{t.dtype}\0{tuple(t.shape)}\n".encode())
+        h.update(t.cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
 
+
+def _module(model):
     if not isinstance(model, torch.nn.Module):
         raise RlooError(
             f"model= must be a transformers PreTrainedModel or a peft PeftModel; got a {type(model).__name__}"

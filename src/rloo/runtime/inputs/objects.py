@@ -52,6 +52,22 @@ def held(name: str) -> Held:
     return _HELD[name]
 
 
+def held_table(name: str, split: str):
+    """Split `split` of the dataset held under `name`: a DatasetDict's split, or a single table as
+    the training split ("train"; any other split of it is refused)."""
+    ds = held(name).obj
+    if isinstance(ds, dict):  # a DatasetDict
+        if split not in ds:
+            raise RlooError(f"dataset= has no split {split!r} (splits: {', '.join(ds)})")
+        return ds[split]
+    if split != "train":
+        raise RlooError(
+            f"dataset= is one table, without a split {split!r}: hand in a DatasetDict, or set "
+            f"dataset.eval_split to null (held-out rows by eval_fraction) or to a file"
+        )
+    return ds
+
+
 def name_of(kind: str, sha: str) -> str:
     """`memory:KIND:SHA12`: what the config records for a handed object."""
     return f"{PREFIX}{kind}:{sha[:12]}"
@@ -68,23 +84,6 @@ def holding(entries: dict[str, Held]) -> Iterator[None]:
     finally:
         for n in added:
             _HELD.pop(n, None)
-
-
-def tensors_sha(named) -> str:
-    """sha256 over (name, dtype, shape, bytes) of every tensor in `named` (a state_dict's items), in
-    order: the weights as handed in, on whatever device they are."""
-    h = hashlib.sha256()
-    for name, t in named:
-        t = t.detach()
-        h.update(f"{name}\0{t.dtype}\0{tuple(t.shape)}\n".encode())
-        h.update(t.cpu().contiguous().view(-1).view(dtype=_byte_dtype()).numpy().tobytes())
-    return h.hexdigest()
-
-
-def _byte_dtype():
-    import torch  # lazily: the CLI's light checks import this module
-
-    return torch.uint8
 
 
 def tokenizer_sha(tok) -> str:
