@@ -54,6 +54,15 @@ def train(
         )
     if model is not None and cfg.generation == "vllm":
         raise ConfigError("generation=vllm starts its engine from policy=PATH: save the model and pass its folder")
+    if (
+        model is not None
+        and getattr(cfg.algorithm_settings, "value_model", None) == "separate"
+        and not cfg.reward_model
+    ):
+        raise ConfigError(
+            f"algorithm={cfg.algorithm}'s separate value model starts from policy=PATH: set "
+            f"algorithm_settings.value_model=head, or reward_model=PATH to start it from"
+        )
     cfg, held = hand_in(cfg, "policy", model, tokenizer, dataset)
     with holding(held):
         return rl_stage.train(

@@ -25,8 +25,9 @@ from rloo.runtime.inputs.objects import Held, is_held, name_of, rows_sha, tokeni
 
 def hand_in(cfg, key: str, model=None, tokenizer=None, dataset=None, tokenizer_key: str | None = None):
     """(cfg with the handed objects' names in `key` (the model), `tokenizer_key` (a stage with its
-    own tokenizer key: SFT) and dataset.path, the objects to hold under them). A key already set
-    and an object for it too is refused: one or the other."""
+    own tokenizer key: SFT) and dataset.path, the objects to hold under them). Without a tokenizer
+    key, the model's name covers its tokenizer too (a resume handed another one is refused as another
+    model). A key already set and an object for it too is refused: one or the other."""
     held: dict[str, Held] = {}
     update: dict = {}
     tok_name = None
@@ -39,6 +40,8 @@ def hand_in(cfg, key: str, model=None, tokenizer=None, dataset=None, tokenizer_k
             update[tokenizer_key] = _free(cfg, tokenizer_key, tok_name, "tokenizer=")
     if model is not None:
         sha = tensors_sha(_module(model).state_dict().items())
+        if tok_name is not None and tokenizer_key is None:  # no key of its own: the tokenizer is the model's
+            sha = hashlib.sha256(f"{sha}\0{held[tok_name].sha}".encode()).hexdigest()
         name = name_of(type(model).__name__, sha)
         held[name] = Held(model, sha, tokenizer=tok_name)
         update[key] = _free(cfg, key, name, "model=")

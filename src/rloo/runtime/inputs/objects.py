@@ -88,9 +88,12 @@ def holding(entries: dict[str, Held]) -> Iterator[None]:
 
 def tokenizer_sha(tok) -> str:
     """sha256 of what a tokenizer maps text to: its vocabulary, special tokens and chat template."""
+    special = {k: str(v) for k, v in tok.special_tokens_map.items()}
+    if "eos_token" in special:  # the loaders give a tokenizer without a pad token its EOS: the same one
+        special.setdefault("pad_token", special["eos_token"])
     state = {
         "vocab": sorted(tok.get_vocab().items()),
-        "special": {k: str(v) for k, v in tok.special_tokens_map.items()},
+        "special": special,
         "template": getattr(tok, "chat_template", None),
         "class": type(tok).__name__,
     }
