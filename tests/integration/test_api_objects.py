@@ -146,15 +146,18 @@ def test_peft_model_with_chat_template_trains_its_adapters(tmp_path):
     frozen = {k: v.clone() for k, v in model.state_dict().items() if "lora_" not in k}
     adapters = {k: v.clone() for k, v in model.state_dict().items() if "lora_B" in k}
     seen: list[str] = []
+    sources: list[str] = []
 
-    def reward(prompts, completions, **kw):
+    def reward(prompts, completions, source, **kw):  # the Dataset's other column, one value per completion
         seen.extend(prompts)
+        sources.extend(source)
         return [float(len(c)) for c in completions]
 
     rows = [{"prompt": f"say {i}", "source": "own"} for i in range(40)]  # short: the tokenizer is byte-level
     cfg = _rl(tmp_path / "peft", steps=2, max_prompt_tokens=32)
     res = rloo.train(cfg, model=model, tokenizer=tok, dataset=rows, reward_fn=reward)
     assert seen and all(p.startswith("<|im_start|>user\n") for p in seen), seen[:2]
+    assert len(sources) == len(seen) and set(sources) == {"own"}
     now = model.state_dict()
     assert all(torch.equal(now[k], v) for k, v in frozen.items())
     assert any(not torch.equal(now[k], v) for k, v in adapters.items()), "no adapter moved"

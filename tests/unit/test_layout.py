@@ -38,7 +38,7 @@ LAZY_OK = {
     "training/rl.py": {"rloo.rollout.vllm"},
     "experiments/bench.py": {"trl"},
     "experiments/bench_workers.py": {"trl", "datasets"},
-    "data/datasets.py": {"datasets"},
+    "data/tables.py": {"datasets"},
     "training/handed.py": {"datasets"},  # dataset= of the Python API only: a 1-3 s import
     "training/callbacks.py": {"transformers.trainer_callback"},  # callbacks= only: seconds to import
     "data/survey.py": {"transformers"},  # the pipeline's length survey on a dataset: the preflight stays light
