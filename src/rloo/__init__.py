@@ -2,6 +2,7 @@
 
 from rloo import RLConfig, train
 train(RLConfig(policy="my-sft-model", output_dir="runs/mine"), prompts=prompts, reward_fn=my_reward)
+train(RLConfig(output_dir="runs/mine"), model=model, tokenizer=tok, dataset=ds, reward_fn=my_reward)
 """
 
 import importlib
@@ -30,9 +31,9 @@ def __getattr__(name):
     # Recipes import torch and transformers; load them on first use so `import rloo` and the
     # CLI's --help stay fast.
     lazy = {
-        "sft": ("rloo.training.sft", "sft"),
-        "train_reward": ("rloo.training.reward", "train_reward"),
-        "train": ("rloo.training.rl", "train"),
+        "sft": ("rloo.training.api", "sft"),  # the stages, plus model=, tokenizer=, dataset=, callbacks=
+        "train_reward": ("rloo.training.api", "train_reward"),
+        "train": ("rloo.training.api", "train"),
         "evaluate": ("rloo.training.evaluate", "evaluate"),
         "pipeline": ("rloo.training.pipeline", "pipeline"),
         "get_task": ("rloo.tasks", "get_task"),
