@@ -127,3 +127,15 @@ def test_greedy_evaluation_runs_and_measures_kl_at_temperature_one(tiny_model_di
     ]
     assert runs[0].samples == runs[1].samples
     assert runs[0].kl == pytest.approx(0.0, abs=1e-6)
+
+
+def test_captured_decode_key():
+    """rl.captured_decode reaches every training sampler (`sampling_settings`); on is the own sampler's."""
+    from rloo.rollout.settings import sampling_settings
+
+    assert _rl().captured_decode == "auto" and sampling_settings(_rl())["captured"] == "auto"
+    assert sampling_settings(_rl(captured_decode="off"))["captured"] == "off"
+    with pytest.raises(ConfigError, match="captured_decode=on is rloo's own sampler's"):
+        _rl(captured_decode="on", generation="vllm")
+    with pytest.raises(ConfigError):
+        _rl(captured_decode="yes")

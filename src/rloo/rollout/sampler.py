@@ -25,6 +25,7 @@ from rloo.modeling.kvcache import (
 )
 from rloo.modeling.kvcache import cache_kwarg as _cache_kwarg
 from rloo.modeling.layer_checkpoint import cache_keeping_checkpointing
+from rloo.rollout.captured import decodes_captured
 from rloo.rollout.decode_steps import Decoder, Draw, Ends, decode, row_noise
 from rloo.rollout.decoding import StopStrings, shaping
 from rloo.rollout.draw import _inverse_cdf, _next_token, uniforms  # noqa: F401 (re-exported: tests, multiturn)
@@ -117,6 +118,7 @@ def sample(
     grouped: bool | None = None,
     few_rows: bool | None = None,
     truncated_logprobs: bool = False,
+    captured: str = "off",
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Sample completions. (B,P),(B,P) -> ids (N,T), mask (N,T), logprobs (N,T); N = B*k, T <= max_new_tokens.
 
@@ -139,7 +141,10 @@ def sample(
     `few_rows`: the decode steps' linear layers take the product the other way round
     (rloo.modeling.few_rows); None: where that was measured faster (`few_rows_pays`). The same
     products, summed in another order.
+    `captured` (rl.captured_decode: auto/on/off): decode with the captured step where it serves
+    (rloo.rollout.captured), else this eager loop; off (the default here): the eager loop.
     """
+    decodes_captured(captured, prompt_ids.device)  # the eager loop serves every rollout until the step lands
     N = prompt_ids.shape[0] * k
     noise = row_noise(rows, max_new_tokens, N, generator, prompt_ids.device)
     logits, dec = _start(model, prompt_ids, prompt_mask, k, max_new_tokens, prefill, grouped)
@@ -172,12 +177,13 @@ def rollout(
     rows: tuple[int, int] | None = None,
     all_done=None,
     truncated_logprobs: bool = False,
+    captured: str = "off",
 ) -> Rollout:
     """k completions for each prompt, rows grouped by prompt. share_prompt: prefill each prompt
     once and share its KV cache among its k samples (same distribution, less compute).
     keep_prefill (with share_prompt): run that prompt pass with autograd on and return it in the
     Rollout, for the policy-gradient pass to reuse (skipped for models with dropout, whose
-    train-mode pass differs). rows/all_done/truncated_logprobs: see `sample`.
+    train-mode pass differs). rows/all_done/truncated_logprobs/captured: see `sample`.
     top_k, min_new_tokens, repetition_penalty, stop: rloo.rollout.decoding (a stop string stays in
     the completion: its text is the decoding of the tokens sampled up to the one completing it)."""
     device = next(model.parameters()).device
@@ -210,6 +216,7 @@ def rollout(
         rows=rows,
         all_done=all_done,
         truncated_logprobs=truncated_logprobs,
+        captured=captured,
     )
     model.train(was_training)
     completions = Completions(c_ids, c_mask, lps, stops)

@@ -33,7 +33,8 @@ def decoding(section) -> dict:
 def sampling_settings(cfg: RLConfig) -> dict:
     """The keywords of `rloo.rollout.sampler.rollout` that come from `cfg`."""
     lengths = dict(max_prompt_len=cfg.max_prompt_tokens, max_new_tokens=cfg.max_new_tokens)
-    return lengths | decoding(cfg) | dict(share_prompt=cfg.share_prompt, truncated_logprobs=cfg.truncated_logprobs)
+    own = dict(share_prompt=cfg.share_prompt, truncated_logprobs=cfg.truncated_logprobs, captured=cfg.captured_decode)
+    return lengths | decoding(cfg) | own
 
 
 def sampling_precision(cfg: RLConfig, model: torch.nn.Module) -> Precision:
