@@ -37,7 +37,7 @@ LAZY_OK = {
     "rollout/vllm_engine.py": {"vllm", "vllm.platforms"},  # optional: import errors become one line
     "training/rl.py": {"rloo.rollout.vllm"},
     "experiments/bench.py": {"trl"},
-    "experiments/bench_workers.py": {"trl", "datasets"},
+    "experiments/bench_trl.py": {"trl", "datasets"},
     "data/datasets.py": {"datasets"},
     "data/survey.py": {"transformers"},  # the pipeline's length survey on a dataset: the preflight stays light
     "runtime/tracking/trackers.py": {"torch.utils.tensorboard", "wandb"},
