@@ -227,17 +227,16 @@ class Accumulated:
         """Run the backward passes; a 0-dim bool tensor, True when every micro-batch's loss was finite. It
         stays on the device: `guarded_step` reads it once with the gradient's check (reading it after each
         micro-batch made the host wait for that backward before queueing the next forward, on a GPU)."""
-        finite, records = None, []
+        finite, records = [], []
         for i, (part, share) in enumerate(zip(self.parts, self.shares, strict=True)):
             with gradient_sync(self.model, i == len(self.parts) - 1):
                 loss, stats = self.loss_of(part)
                 (loss * share).backward()
-            ok = torch.isfinite(loss.detach())
-            finite = ok if finite is None else finite & ok
+            finite.append(torch.isfinite(loss.detach()))
             records.append(stats | {"loss": loss.detach()})
         self.stats = weighted_stats(records, self.shares)
         self.loss = self.stats.pop("loss")
-        return finite
+        return torch.stack(finite).all()
 
 
 def guarded_step(
