@@ -38,6 +38,11 @@ import torch
 
 # the trainers: their rl.* keys (rloo.experiments.bench's rloo_settings)
 VARIANTS = {"rloo-eager": {"captured_decode": "off"}, "rloo-captured": {"captured_decode": "on"}}
+TRL_AS_RUN = (  # what the trl rows are (each case's trl_setup: what its worker saw)
+    "TRL's RLOOTrainer on its default generation path (model.generate: use_vllm and "
+    "use_transformers_continuous_batching off), its policy loaded in fp32, bf16=True (accelerate's autocast "
+    "over the fp32 weights, in generation too)"
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -207,11 +212,13 @@ def bench_part(names: list[str], device: str, trl: bool, root: Path, limit: floa
     dry = not device.startswith("cuda")
     cases = DRY_CASES if dry else CASES
     bandwidth, peak = copy_bandwidth(device), matmul_peak(device)
-    report |= {"machine": machine(), "device": device, "dtype": "bfloat16", "trainers": ["rloo-eager", "rloo-captured"]
-               + ["trl"] * trl, "variants": VARIANTS, "copy_gb_per_s": bandwidth / 1e9,
+    trainers = ["rloo-eager", "rloo-captured"] + ["trl"] * trl
+    report |= {"machine": machine(), "device": device, "dtype": "bfloat16", "trainers": trainers, "variants": VARIANTS,
+               "trl": TRL_AS_RUN if trl else None, "copy_gb_per_s": bandwidth / 1e9,
                "matmul_peak_gflops": peak / 1e9, "cases": []}  # fmt: skip
     gpu_gb = torch.cuda.mem_get_info()[1] / 1e9 if device.startswith("cuda") else 0.0
     if device.startswith("cuda"):
+        torch.cuda.empty_cache()  # the measurements' ~2.4 GB, not held beside the trainers
         report["gpu"] = {"name": torch.cuda.get_device_name(0), "memory_gb": gpu_gb}
     log(f"bench: copy {bandwidth / 1e9:.0f} GB/s, bf16 matmul {peak / 1e12:.1f} TFLOP/s on {device}")
     save()

@@ -1,5 +1,6 @@
 """benchmarks/gpu_check.py's CPU dry run (tiny shapes, gloo), so the prepared GPU run cannot rot unnoticed.
-The quick test skips the train/resume part (two `rloo train` runs; the CLI's own tests cover it on CPU)."""
+The quick test skips the train/resume part (two `rloo train` runs; the CLI's own tests cover it on CPU). The bench
+and profile parts' dry run: tests/integration/test_gpu_bench.py."""
 
 from __future__ import annotations
 
@@ -76,8 +77,7 @@ def test_gpu_check_dry_run_rloo_only(tmp_path):
 
 
 @pytest.mark.slow
-def test_gpu_check_dry_run_every_part_with_trl(tmp_path):
-    pytest.importorskip("trl")
+def test_gpu_check_dry_run_default_parts(tmp_path):
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from gpu_check import DEFAULT_PARTS
 
