@@ -25,7 +25,8 @@ from rloo.modeling.kvcache import (
 )
 from rloo.modeling.kvcache import cache_kwarg as _cache_kwarg
 from rloo.modeling.layer_checkpoint import cache_keeping_checkpointing
-from rloo.rollout.captured import decodes_captured
+from rloo.rollout.captured import captured_sample, decodes_captured
+from rloo.rollout.captured_step import StepSettings
 from rloo.rollout.decode_steps import Decoder, Draw, Ends, decode, row_noise
 from rloo.rollout.decoding import StopStrings, shaping
 from rloo.rollout.draw import _inverse_cdf, _next_token, uniforms  # noqa: F401 (re-exported: tests, multiturn)
@@ -142,17 +143,25 @@ def sample(
     (rloo.modeling.few_rows); None: where that was measured faster (`few_rows_pays`). The same
     products, summed in another order.
     `captured` (rl.captured_decode: auto/on/off): decode with the captured step where it serves
-    (rloo.rollout.captured), else this eager loop; off (the default here): the eager loop.
+    (rloo.rollout.captured: one fixed-shape step over a static cache, a CUDA graph on CUDA; its noise
+    is `rows`' up-front uniforms, (0, N) without rows), else the eager loop; off (the default here).
     """
-    decodes_captured(captured, prompt_ids.device)  # the eager loop serves every rollout until the step lands
     N = prompt_ids.shape[0] * k
+    use_few_rows = few_rows_pays(prompt_ids.device) if few_rows is None else few_rows
+    if decodes_captured(captured, model, prompt_ids.device, grouped, all_done):
+        pre = prefill if prefill is not None else prefill_prompts(model, prompt_ids, prompt_mask)
+        noise = row_noise(rows or (0, N), max_new_tokens, N, generator, prompt_ids.device)
+        step = StepSettings(
+            temperature, top_p, top_k, min_new_tokens, repetition_penalty, eos_id, pad_id, truncated_logprobs
+        )
+        with few_rows_linears(model, use_few_rows):
+            return captured_sample(model, pre, k, noise, step, stop, max_new_tokens, use_few_rows)
     noise = row_noise(rows, max_new_tokens, N, generator, prompt_ids.device)
     logits, dec = _start(model, prompt_ids, prompt_mask, k, max_new_tokens, prefill, grouped)
     shape = shaping(prompt_ids, prompt_mask, k, logits.shape[-1], eos_id, min_new_tokens, repetition_penalty)
     draw = Draw(temperature, top_p, top_k, generator, noise, shape, truncated_logprobs)
     ends = Ends(eos_id, min_new_tokens, stop, all_done)
     done = torch.zeros(N, dtype=torch.bool, device=prompt_ids.device)
-    use_few_rows = few_rows_pays(prompt_ids.device) if few_rows is None else few_rows
     with few_rows_linears(model, use_few_rows):
         return decode(logits, dec, draw, ends, done, pad_id, max_new_tokens)
 
