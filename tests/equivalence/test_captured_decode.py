@@ -18,6 +18,7 @@ import pytest
 import torch
 from tests.helpers.tiny_archs import EOS, PAD, V, tiny_lm
 
+from rloo.config import Sampling
 from rloo.modeling.attention import use_rloo_attention
 from rloo.rollout import sampler
 from tolerance import TINY_MODEL_FORWARD, assert_close
@@ -59,18 +60,17 @@ def _sample(model, ids, mask, captured: str, *, k=3, share=True, amp=False, step
         ids, mask, k = ids.repeat_interleave(k, 0), mask.repeat_interleave(k, 0), 1
     n = ids.shape[0] * k
     with torch.autocast(ids.device.type, dtype=torch.bfloat16, enabled=amp):
-        return sampler.sample(
+        return sampler.sample_tokens(
             model,
             ids,
             mask,
-            max_new_tokens=steps,
+            Sampling(steps, ids.shape[1], **kw),
             eos_id=EOS,
             pad_id=PAD,
             k=k,
             generator=torch.Generator().manual_seed(1),
             rows=(0, n),
             captured=captured,
-            **kw,
         )
 
 
@@ -139,10 +139,13 @@ def test_rows_of_a_split_batch_draw_the_same_tokens(device):
     """torchrun: each process samples its rows of the global batch with that batch's noise."""
     model = tiny_lm("qwen2").to(device).eval()
     ids, mask = _prompts(device)
-    gen = dict(max_new_tokens=T_NEW, eos_id=EOS, pad_id=PAD, k=3, captured="on")
-    whole = sampler.sample(model, ids, mask, generator=torch.Generator().manual_seed(2), rows=(0, 12), **gen)
+    gen = dict(eos_id=EOS, pad_id=PAD, k=3, captured="on")
+    s = Sampling(T_NEW, ids.shape[1])
+    whole = sampler.sample_tokens(model, ids, mask, s, generator=torch.Generator().manual_seed(2), rows=(0, 12), **gen)
     halves = [
-        sampler.sample(model, ids[h], mask[h], generator=torch.Generator().manual_seed(2), rows=(6 * i, 12), **gen)
+        sampler.sample_tokens(
+            model, ids[h], mask[h], s, generator=torch.Generator().manual_seed(2), rows=(6 * i, 12), **gen
+        )
         for i, h in enumerate((slice(0, 2), slice(2, 4)))
     ]
     for i, half in enumerate(halves):

@@ -13,6 +13,7 @@ from tests.equivalence.test_captured_decode import CUDA, _prompts, _sample, asse
 from tests.equivalence.test_generation_settings import _bpe, _mid_token_stop
 from tests.helpers.tiny_archs import tiny_lm
 
+from rloo.config import Sampling
 from rloo.rollout import captured, sampler
 from rloo.rollout.captured_step import CapturedStep, weight_refs
 from tolerance import TINY_MODEL_FORWARD, assert_close
@@ -101,20 +102,17 @@ def test_stop_strings_checked_every_few_steps_end_rows_where_the_eager_loop_does
     tok = _bpe()
     model = tiny_lm("llama", tokenizer=tok).eval()
     prompts, k, n = ["the cat sat", "a dog ran to the"], 3, 6
-    kw = dict(max_prompt_len=8, max_new_tokens=20, rows=(0, n), min_new_tokens=min_new)
-    free = sampler.rollout(model, tok, prompts, k, generator=torch.Generator().manual_seed(1), **kw)
+    s = Sampling(20, 8, min_new_tokens=min_new)
+    free = sampler.rollout(model, tok, prompts, k, s, generator=torch.Generator().manual_seed(1), rows=(0, n))
     rows = [free.completion_ids[i][free.completion_mask[i]].tolist() for i in range(n)]
-    stops = [_mid_token_stop(tok, rows[0]), tok.decode(rows[3][:11])[-2:]]
+    s = s.replace(stop=(_mid_token_stop(tok, rows[0]), tok.decode(rows[3][:11])[-2:]))
     eager, got = (
-        sampler.rollout(
-            model, tok, prompts, k, stop=stops, generator=torch.Generator().manual_seed(1), captured=c, **kw
-        )
+        sampler.rollout(model, tok, prompts, k, s, generator=torch.Generator().manual_seed(1), rows=(0, n), captured=c)
         for c in ("off", "on")
     )
     ends = eager.completion_mask.sum(-1)
     assert bool(((ends < free.completion_mask.sum(-1)) & (ends > 2)).any()), "no stop string cut a row after a look"
-    assert torch.equal(got.completion_ids, eager.completion_ids) and torch.equal(
-        got.completion_mask, eager.completion_mask
-    )
+    assert torch.equal(got.completion_ids, eager.completion_ids)
+    assert torch.equal(got.completion_mask, eager.completion_mask)
     assert torch.equal(got.truncated, eager.truncated) and got.completions == eager.completions
     assert_close(got.logprobs, eager.logprobs, TINY_MODEL_FORWARD)

@@ -8,6 +8,7 @@ import pytest
 import torch
 from tests.helpers.tiny_archs import EOS, PAD, tiny_lm
 
+from rloo.config import Sampling
 from rloo.modeling.attention import use_rloo_attention
 from rloo.rollout import captured, sampler
 from rloo.runtime.tracking.log import say_once
@@ -41,9 +42,9 @@ def test_what_the_step_cannot_serve_falls_back_with_one_line(setting, why, capsy
         if seen.startswith(line):
             say_once.__defaults__[0].discard(seen)
     ids = torch.tensor([[5, 6, 7], [PAD, 8, 9]])
-    kw = dict(max_new_tokens=4, eos_id=EOS, pad_id=PAD, k=2, captured="on", **setting)
+    kw = dict(eos_id=EOS, pad_id=PAD, k=2, captured="on", **setting)
     for _ in range(2):
-        sampler.sample(model, ids, ids != PAD, generator=torch.Generator().manual_seed(0), **kw)
+        sampler.sample_tokens(model, ids, ids != PAD, Sampling(4, 3), generator=torch.Generator().manual_seed(0), **kw)
     lines = [x for x in capsys.readouterr().err.splitlines() if x.startswith("captured_decode=")]
     assert len(lines) == 1 and lines[0].startswith(line), lines
     assert not captured._STEPS.get(model), "a fallback built a captured step"

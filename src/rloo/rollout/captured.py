@@ -74,7 +74,7 @@ def _static_step(model, pre: Prefill, n: int, steps: int, settings: StepSettings
     if step is None or not step.cache.fits(pre.cache):
         if len(held) >= MAX_STEPS_PER_MODEL:
             held.pop(next(iter(held)))
-        state = DecodeState(n, steps, vocab, settings.penalty != 1.0, device)
+        state = DecodeState(n, steps, vocab, settings.s.repetition_penalty != 1.0, device)
         step = held[key] = CapturedStep(model, StaticCache(pre.cache, n, length, dtype), state, settings)
         if device.type == "cuda" and steps > 1:
             _POOL[:] = _POOL or [torch.cuda.graph_pool_handle()]
@@ -103,7 +103,7 @@ def _stop_rows(step: CapturedStep, stop: StopStrings, alive: Tensor, start: int,
     for t in range(start, end):
         alive &= ids[:, t] != s.eos_id
         live = alive.nonzero(as_tuple=True)[0]
-        if t + 1 < s.min_new_tokens or not len(live):
+        if t + 1 < s.s.min_new_tokens or not len(live):
             continue
         hit = live[torch.tensor(stop(ids[live, : t + 1].tolist()), dtype=torch.bool)]
         if len(hit):
@@ -138,15 +138,15 @@ def _run(step: CapturedStep, logits: Tensor, stop: StopStrings | None, steps: in
 
 
 def captured_sample(
-    model, pre: Prefill, k: int, noise: Tensor, settings: StepSettings, stop: StopStrings | None, steps: int, few_rows
+    model, pre: Prefill, k: int, noise: Tensor, settings: StepSettings, stop: StopStrings | None, few_rows: bool
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """`sample`'s decoding with the captured step: ids, mask, logprobs (N, T') of the N = B*k rows
-    continuing `pre`'s B prompts, T' <= steps, from the (steps, N) uniforms `noise` (`row_noise`)."""
-    n = pre.mask.shape[0] * k
+    """`sample_tokens`' decoding with the captured step: ids, mask, logprobs (N, T') of the N = B*k rows
+    continuing `pre`'s B prompts, T' <= T = max_new_tokens, from the (T, N) uniforms `noise` (`row_noise`)."""
+    n, steps = pre.mask.shape[0] * k, settings.s.max_new_tokens
     step = _static_step(model, pre, n, steps, settings, few_rows)
     step.refresh(model)
     seen = None
-    if settings.penalty != 1.0:
+    if settings.s.repetition_penalty != 1.0:
         seen = seen_tokens(pre.ids, pre.mask, pre.last_logits.shape[-1]).repeat_interleave(k, dim=0)
     _fill(step, pre, k, noise, seen)
     logits = pre.last_logits.detach().float().repeat_interleave(k, dim=0)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from rloo.config import Sampling
 from rloo.modeling.forward import lm_logits
 from rloo.modeling.kvcache import cache_kwarg
 from rloo.modeling.static_cache import StaticCache
@@ -22,21 +23,17 @@ from rloo.rollout.draw import _next_token
 
 @dataclass(frozen=True)
 class StepSettings:
-    """What a step does besides the forward pass; fixed for a captured step (a graph bakes them in)."""
+    """What a step does besides the forward pass: the rollout's Sampling and the tokenizer's ids;
+    fixed for a captured step (a graph bakes them in)."""
 
-    temperature: float
-    top_p: float
-    top_k: int
-    min_new_tokens: int
-    penalty: float
+    s: Sampling
     eos_id: int
     pad_id: int
-    truncated_logprobs: bool
 
     @property
     def shapes(self) -> bool:
         """Whether the logits are shaped (the eager loop's `Shaping` exists)."""
-        return self.min_new_tokens > 0 or self.penalty != 1.0
+        return self.s.min_new_tokens > 0 or self.s.repetition_penalty != 1.0
 
 
 class DecodeState:
@@ -60,11 +57,12 @@ def shaped_logits(logits: Tensor, state: DecodeState, s: StepSettings) -> Tensor
     tokens, EOS forbidden while t < min_new_tokens. (N, V) -> (N, V); None when nothing shapes."""
     if not s.shapes:
         return None
-    out = logits if state.seen is None else penalize_repetitions(logits, state.seen[:, :-1], s.penalty)
-    if s.min_new_tokens > 0:
+    penalty, min_new = s.s.repetition_penalty, s.s.min_new_tokens
+    out = logits if state.seen is None else penalize_repetitions(logits, state.seen[:, :-1], penalty)
+    if min_new > 0:
         out = out.clone()
         eos = out[:, s.eos_id]
-        out[:, s.eos_id] = torch.where(state.t < s.min_new_tokens, torch.full_like(eos, float("-inf")), eos)
+        out[:, s.eos_id] = torch.where(state.t < min_new, torch.full_like(eos, float("-inf")), eos)
     return out
 
 
@@ -73,7 +71,7 @@ def advance(logits: Tensor, state: DecodeState, s: StepSettings) -> None:
     then `decode`'s masking, `Shaping.add` and the EOS half of `Ends.after`), in place; t += 1."""
     u = state.noise.index_select(0, state.t).squeeze(0)
     shaped = shaped_logits(logits, state, s)
-    tok, lp = _next_token(logits, s.temperature, s.top_p, None, u, s.top_k, shaped, s.truncated_logprobs)
+    tok, lp = _next_token(logits, s.s, None, u, shaped)
     done = state.done
     tok = tok.masked_fill(done, s.pad_id)
     state.ids.index_copy_(1, state.t, tok[:, None])
