@@ -169,13 +169,24 @@ def test_captured_decode_key():
         _rl(captured_decode="yes")
 
 
-def test_every_training_sampler_is_told_captured_decode():
-    """The training step, the preflight and the lagged sampler / producer pass rl.captured_decode on."""
-    import inspect
+@pytest.mark.parametrize("mode", ["on", "off"])
+def test_training_samplers_decode_as_rl_captured_decode_says(mode):
+    """The training step's sampler and the lagged sampler / producer's (VersionSampler) build the
+    captured step with captured_decode=on, and not with off (on CPU auto is off)."""
+    from tests.equivalence.test_generation_settings import _bpe
+    from tests.helpers.tiny_archs import tiny_lm
 
-    from rloo.algorithms import common
-    from rloo.rollout import versioned
-    from rloo.training import rl
+    from rloo.algorithms.base import Models
+    from rloo.algorithms.common import sample_rollout
+    from rloo.rollout import captured
+    from rloo.rollout.versioned import VersionSampler
 
-    for fn in (common.sample_rollout, rl._preflight, versioned.VersionSampler.__call__):
-        assert "captured=cfg.captured_decode" in inspect.getsource(fn), fn
+    tok = _bpe()
+    cfg = _rl(captured_decode=mode, k=2, max_new_tokens=3)
+    for run in (
+        lambda m: sample_rollout(Models(m, m, tok, None), ["the cat"], cfg, torch.Generator()),
+        lambda m: VersionSampler(cfg, tok)(m, 0, ["the cat"], torch.Generator()),
+    ):
+        model = tiny_lm("llama", tokenizer=tok).eval()
+        run(model)
+        assert bool(captured._STEPS.get(model)) == (mode == "on")

@@ -28,6 +28,11 @@ def prompt_bucket(length: int) -> int:
     return -(-length // PROMPT_BUCKET) * PROMPT_BUCKET
 
 
+def kv_dtype(cache: DynamicCache) -> torch.dtype:
+    """The dtype of a (prefill) cache's keys."""
+    return cache.layers[0].keys.dtype  # type: ignore[union-attr]
+
+
 class StaticDecodeLayer(DynamicLayer):
     """One layer's (N, Hkv, L, D) keys and values; `update` writes the step's one new column at
     `col` ((1,) long, shared by every layer) and hands attention the whole buffer."""

@@ -18,7 +18,7 @@ from rloo.data.collate import position_ids
 from rloo.modeling.attention import NAME as RLOO_SDPA
 from rloo.modeling.attention import uses_rloo_attention
 from rloo.modeling.kvcache import Prefill
-from rloo.modeling.static_cache import StaticCache, prompt_bucket
+from rloo.modeling.static_cache import StaticCache, kv_dtype, prompt_bucket
 from rloo.rollout.captured_step import CapturedStep, DecodeState, StepSettings, advance
 from rloo.rollout.decoding import StopStrings, seen_tokens
 from rloo.runtime.tracking.log import say_once
@@ -66,7 +66,7 @@ def _static_step(model, pre: Prefill, n: int, steps: int, settings: StepSettings
     device, vocab = pre.last_logits.device, pre.last_logits.shape[-1]
     length = prompt_bucket(pre.mask.shape[1]) + steps
     # rloo_sdpa computes a CPU model's attention in fp32: keep the cache there (as the eager loop's)
-    dtype = torch.float32 if device.type == "cpu" and uses_rloo_attention(model) else pre.cache.layers[0].keys.dtype
+    dtype = torch.float32 if device.type == "cpu" and uses_rloo_attention(model) else kv_dtype(pre.cache)
     amp = (torch.is_autocast_enabled(device.type), torch.get_autocast_dtype(device.type))
     key = (n, length, steps, vocab, dtype, amp, few_rows, settings)
     held = _STEPS.setdefault(model, {})
@@ -90,7 +90,7 @@ def _fill(step: CapturedStep, pre: Prefill, k: int, noise: Tensor, seen: Tensor 
     st.noise.copy_(noise)
     for t in (st.tok, st.t, st.done, st.ids, st.mask, st.lps):
         t.zero_()
-    if st.seen is not None:
+    if st.seen is not None and seen is not None:
         st.seen.copy_(seen)
 
 

@@ -160,10 +160,12 @@ class CapturedStep:
         write the state, which the caller fills afterwards. Autocast's weight-cast cache stays off
         while capturing: a cast cached at capture would outlive the weights it was cast from."""
         device = self.state.tok.device
-        amp = dict(enabled=torch.is_autocast_enabled("cuda"), dtype=torch.get_autocast_dtype("cuda"))
+        amp = torch.autocast(
+            "cuda", torch.get_autocast_dtype("cuda"), enabled=torch.is_autocast_enabled("cuda"), cache_enabled=False
+        )
         side = torch.cuda.Stream(device)
         side.wait_stream(torch.cuda.current_stream(device))
-        with torch.autocast("cuda", cache_enabled=False, **amp):
+        with amp:
             with torch.cuda.stream(side):
                 for _ in range(WARMUP_STEPS):
                     self._rewind(start_col)

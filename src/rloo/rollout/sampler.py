@@ -147,6 +147,7 @@ def sample_tokens(
     if decodes_captured(captured, model, prompt_ids.device, grouped, all_done):
         pre = prefill if prefill is not None else prefill_prompts(model, prompt_ids, prompt_mask)
         noise = row_noise(rows or (0, N), T, N, generator, prompt_ids.device)
+        assert noise is not None  # rows given: the (T, N) uniforms
         with few_rows_linears(model, use_few_rows):
             return captured_sample(model, pre, k, noise, StepSettings(s, eos_id, pad_id), stops, use_few_rows)
     noise = row_noise(rows, T, N, generator, prompt_ids.device)
