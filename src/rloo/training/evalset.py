@@ -187,5 +187,5 @@ def rl_prompts(cfg, task, prompts, models, started_steps: int):
     stream = PromptStream(train_prompts, cfg.batch_size, cfg.seed)  # checks every prompt is text
     held_out = eval_set.prompts if eval_set is not None else []
     frame = models.env.prompt_frame if models.env is not None else 0  # an episode's start: its prompt in the frame
-    cuts = report_prompt_cuts("rl", models.tokenizer, cfg, train_prompts, held_out, models.policy, frame)
+    cuts = report_prompt_cuts("rl", models.tokenizer, cfg, stream.prompts, held_out, models.policy, frame)
     return stream, eval_set, cuts
