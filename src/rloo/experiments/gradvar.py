@@ -19,7 +19,7 @@ import torch
 
 from rloo.algorithms.base import rollout_logprobs
 from rloo.algorithms.ppo import ValueFunction, hidden_states
-from rloo.config import CompareConfig, PipelineConfig, RLConfig
+from rloo.config import CompareConfig, PipelineConfig, RLConfig, Sampling
 from rloo.config.methods import capable
 from rloo.core.advantages import gae, leave_one_out
 from rloo.core.kl import token_level_rewards
@@ -62,9 +62,7 @@ class _Snapshot:
             self.tok,
             prompts,
             k,
-            max_prompt_len=self.cfg.max_prompt_tokens,
-            max_new_tokens=self.cfg.rl.max_new_tokens,
-            temperature=self.cfg.rl.temperature,
+            Sampling(self.cfg.rl.max_new_tokens, self.cfg.max_prompt_tokens, temperature=self.cfg.rl.temperature),
             generator=self.gen,
         )
         return roll, self.scorer(roll)

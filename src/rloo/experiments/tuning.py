@@ -175,10 +175,6 @@ def choose(out: Path, tuning: TuningSettings, methods: list[str], task: str) -> 
     return chosen
 
 
-def _result(out: Path, task: str, seed: int, name: str) -> dict:
-    return read_result(tuning_root(out, task, seed) / name / "result.json")
-
-
 def describe(settings: dict) -> str:
     """`lr 1e-04, beta 0.25, 2x2 updates` for the report."""
     a = settings.get("algorithm_settings", {})

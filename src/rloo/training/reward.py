@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from rloo.config import RewardConfig
+from rloo.config import RewardConfig, Sampling
 from rloo.core.losses import bradley_terry_loss
 from rloo.data.collate import batches
 from rloo.data.lengths import context_of, cut_metrics, report_cuts, save_cuts
@@ -61,21 +61,15 @@ def policy_sampler(model_path: str, cfg, generator: torch.Generator):
     policy, tok = load_policy(model_path, device=cfg.device)
     policy.eval()
 
-    def sample(prompts: list[str]) -> list[str]:
+    s = Sampling(max_new_tokens=cfg.max_response_tokens, max_prompt_tokens=cfg.max_prompt_tokens)
+
+    def sample_texts(prompts: list[str]) -> list[str]:
         out = []
         for i in range(0, len(prompts), 512):
-            out += rollout(
-                policy,
-                tok,
-                prompts[i : i + 512],
-                1,
-                max_prompt_len=cfg.max_prompt_tokens,
-                max_new_tokens=cfg.max_response_tokens,
-                generator=generator,
-            ).completions
+            out += rollout(policy, tok, prompts[i : i + 512], 1, s, generator=generator).completions
         return out
 
-    return sample
+    return sample_texts
 
 
 def _score(model, prompts, comps, idx, device, share: bool = False):

@@ -26,7 +26,6 @@ from rloo.rollout import rollout
 from rloo.rollout.capabilities import Closable
 from rloo.rollout.decoding import off_policy_note
 from rloo.rollout.producer import stale_sampler
-from rloo.rollout.settings import sampling_settings
 from rloo.rollout.versioned import check_lagged_vllm
 from rloo.runtime import distributed
 from rloo.runtime.checkpoint.resumecheck import (
@@ -96,9 +95,7 @@ def train(
 
 def _train(cfg, dist, prompts, reward_fn, resume, overwrite) -> RLResult:
     check_device(cfg.device)
-    # under rl.logprobs_under=truncated top_p/top_k shape nothing away from the trained policy
-    top_p, top_k = (1.0, 0) if cfg.truncated_logprobs else (cfg.top_p, cfg.top_k)
-    if dist.is_main and (note := off_policy_note(top_p, top_k, cfg.min_new_tokens, cfg.repetition_penalty)):
+    if dist.is_main and (note := off_policy_note(cfg.sampling)):
         say(note)
     gen = seed_everything(cfg.seed)
     task = get_task(cfg.task)
@@ -284,7 +281,8 @@ def _preflight(models: Models, prompt: str, cfg: RLConfig) -> None:
         models.tokenizer,
         [prompt],
         cfg.k,
-        **sampling_settings(cfg),
+        cfg.sampling,
         generator=torch.Generator().manual_seed(cfg.seed),
+        captured=cfg.captured_decode,
     )
     models.scorer(roll)
