@@ -3,7 +3,7 @@ process): what bounds each phase of one rloo step, captured decode, at the 1B sh
 tokens, bf16 autocast) on CUDA; a tiny shape on the CPU in the dry run.
 
 After WARMUP steps, one step runs under torch.profiler, its phases labelled (benchmarks/profile_step.py's
-PHASES: sampling = rloo's `sample`, scoring = `score_rollout`, update = `policy_gradient_update` and
+PHASES: sampling = rloo's `sample_rollout`, scoring = `score_rollout`, update = `policy_gradient_update` and
 `guarded_step`), the device synchronised at the end of each phase so that its kernels finish inside it.
 Per phase: its wall time; the device time of the kernels its operators launched (a CUDA graph's replay
 counts under the operator that launched it); the top operators by self device time (self CPU time on a
