@@ -1,4 +1,4 @@
-"""The captured decode loop of `rloo.rollout.sampler.sample` (rl.captured_decode): the first token
+"""The captured decode loop of `rloo.rollout.sampler.sample_tokens` (rl.captured_decode): the first token
 drawn from the prompts' logits, then one fixed-shape step (rloo.rollout.captured_step) replayed per
 token, a CUDA graph on CUDA, captured once per (rows, cache length, settings) and kept with the
 model. The host looks at the rows every CHECK_EVERY steps only: "all done?" and the stop strings,
@@ -33,7 +33,7 @@ _POOL: list = []  # the one CUDA graph memory pool of this process, made at the 
 
 
 def captured_refusal(mode: str, model, device: torch.device, grouped: bool | None, all_done) -> str | None:
-    """Why `sample` does not decode captured (None: it does); "" when that needs no word (off, or auto
+    """Why `sample_tokens` does not decode captured (None: it does); "" when that needs no word (off, or auto
     off CUDA: the default there)."""
     if mode == "off" or (mode == "auto" and device.type != "cuda"):
         return ""
@@ -53,7 +53,7 @@ def fall_back(mode: str, why: str) -> None:
 
 
 def decodes_captured(mode: str, model, device: torch.device, grouped: bool | None = None, all_done=None) -> bool:
-    """Whether `sample` decodes with the captured step; a fallback that was asked for says why."""
+    """Whether `sample_tokens` decodes with the captured step; a fallback that was asked for says why."""
     why = captured_refusal(mode, model, device, grouped, all_done)
     if why:
         fall_back(mode, why)
