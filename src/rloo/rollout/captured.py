@@ -30,6 +30,11 @@ CHECK_EVERY = 8
 MAX_STEPS_PER_MODEL = 4
 _STEPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _POOL: list = []  # the one CUDA graph memory pool of this process, made at the first capture
+_FAILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> why its capture failed
+
+
+class CaptureFailed(RuntimeError):
+    """The step could not be captured as a CUDA graph (the sampler decodes eagerly instead)."""
 
 
 def captured_refusal(mode: str, model, device: torch.device, grouped: bool | None, all_done) -> str | None:
@@ -44,7 +49,7 @@ def captured_refusal(mode: str, model, device: torch.device, grouped: bool | Non
         return "grouped decoding (one copy of a shared prompt's keys/values) is the eager loop's"
     if impl not in ("sdpa", RLOO_SDPA):
         return f"attention implementation {impl!r}: the captured step hands SDPA a boolean mask"
-    return None
+    return _FAILED.get(model)
 
 
 def fall_back(mode: str, why: str) -> None:
@@ -77,9 +82,21 @@ def _static_step(model, pre: Prefill, n: int, steps: int, settings: StepSettings
         state = DecodeState(n, steps, vocab, settings.s.repetition_penalty != 1.0, device)
         step = held[key] = CapturedStep(model, StaticCache(pre.cache, n, length, dtype), state, settings)
         if device.type == "cuda" and steps > 1:
-            _POOL[:] = _POOL or [torch.cuda.graph_pool_handle()]
-            step.capture(prompt_bucket(pre.mask.shape[1]), _POOL[0])
+            _capture(model, held, key, step, prompt_bucket(pre.mask.shape[1]))
     return step
+
+
+def _capture(model, held: dict, key, step: CapturedStep, start_col: int) -> None:
+    """Capture `step` in the process's pool; a failure (an op the graph cannot hold, in a model's own
+    code, say) is remembered for the model and raised as CaptureFailed, for the eager loop to serve."""
+    _POOL[:] = _POOL or [torch.cuda.graph_pool_handle()]
+    try:
+        step.capture(start_col, _POOL[0])
+    except Exception as e:  # noqa: BLE001 - any failure of the capture: the eager loop decodes, said once
+        held.pop(key, None)
+        why = f"its CUDA graph capture failed: {type(e).__name__}: {str(e).splitlines()[0][:160]}"
+        _FAILED[model] = why
+        raise CaptureFailed(why) from e
 
 
 def _fill(step: CapturedStep, pre: Prefill, k: int, noise: Tensor, seen: Tensor | None) -> None:
