@@ -91,7 +91,7 @@ def _capture(model, held: dict, key, step: CapturedStep, start_col: int) -> None
     code, say) is remembered for the model and raised as CaptureFailed, for the eager loop to serve."""
     _POOL[:] = _POOL or [torch.cuda.graph_pool_handle()]
     try:
-        step.capture(start_col, _POOL[0])
+        step.capture(model, start_col, _POOL[0])
     except Exception as e:  # noqa: BLE001 - any failure of the capture: the eager loop decodes, said once
         held.pop(key, None)
         why = f"its CUDA graph capture failed: {type(e).__name__}: {str(e).splitlines()[0][:160]}"
@@ -132,7 +132,7 @@ def _stop_rows(step: CapturedStep, stop: StopStrings, alive: Tensor, start: int,
             st.lps[rows, t + 1 :] = 0.0
 
 
-def _run(step: CapturedStep, logits: Tensor, stop: StopStrings | None, steps: int) -> int:
+def _run(model, step: CapturedStep, logits: Tensor, stop: StopStrings | None, steps: int) -> int:
     """Step 0 from the prompts' logits, then replays, looking every CHECK_EVERY steps; the number of
     steps the eager loop would have made (the last row's end + 1)."""
     advance(logits, step.state, step.settings)
@@ -149,7 +149,7 @@ def _run(step: CapturedStep, logits: Tensor, stop: StopStrings | None, steps: in
             break
         n = min(CHECK_EVERY, steps - made)
         for _ in range(n):
-            step.replay()
+            step.replay(model)
         made += n
     return int(step.state.mask[:, :made].sum(-1).max())
 
@@ -167,6 +167,6 @@ def captured_sample(
         seen = seen_tokens(pre.ids, pre.mask, pre.last_logits.shape[-1]).repeat_interleave(k, dim=0)
     _fill(step, pre, k, noise, seen)
     logits = pre.last_logits.detach().float().repeat_interleave(k, dim=0)
-    made = _run(step, logits, stop, steps)
+    made = _run(model, step, logits, stop, steps)
     st = step.state
     return st.ids[:, :made].clone(), st.mask[:, :made].clone(), st.lps[:, :made].clone()
