@@ -116,3 +116,18 @@ def test_stop_strings_checked_every_few_steps_end_rows_where_the_eager_loop_does
     assert torch.equal(got.completion_mask, eager.completion_mask)
     assert torch.equal(got.truncated, eager.truncated) and got.completions == eager.completions
     assert_close(got.logprobs, eager.logprobs, TINY_MODEL_FORWARD)
+
+
+def test_the_captured_step_does_not_keep_its_model_alive():
+    """Steps are kept per model (weakly): an evaluated policy that is dropped frees its step's cache."""
+    import gc
+    import weakref
+
+    model = tiny_lm("llama").eval()
+    ids, mask = _prompts()
+    _sample(model, ids, mask, "on", steps=3)
+    gone = weakref.ref(model)
+    assert captured._STEPS.get(model)
+    del model
+    gc.collect()
+    assert gone() is None

@@ -4,6 +4,8 @@ serve falls back to the eager loop with one line naming why, once per reason."""
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 from tests.helpers.tiny_archs import EOS, PAD, tiny_lm
@@ -48,3 +50,25 @@ def test_what_the_step_cannot_serve_falls_back_with_one_line(setting, why, capsy
     lines = [x for x in capsys.readouterr().err.splitlines() if x.startswith("captured_decode=")]
     assert len(lines) == 1 and lines[0].startswith(line), lines
     assert not captured._STEPS.get(model), "a fallback built a captured step"
+
+
+def test_a_failed_capture_falls_back_to_the_eager_loop_on_the_same_noise(monkeypatch, capsys):
+    """A step CUDA could not capture (an op in a model's own code that a graph cannot hold): one line,
+    and the eager loop decodes from the same prompt pass and the same (0, N) uniforms."""
+
+    def failing(*args, **kwargs):
+        raise captured.CaptureFailed("its CUDA graph capture failed: test")
+
+    model = tiny_lm("llama").eval()
+    ids = torch.tensor([[5, 6, 7], [PAD, 8, 9]])
+    kw = dict(eos_id=EOS, pad_id=PAD, k=2, generator=torch.Generator().manual_seed(0))
+    want = sampler.sample_tokens(model, ids, ids != PAD, Sampling(5, 3), rows=(0, 4), captured="off", **kw)
+    monkeypatch.setattr(captured, "_static_step", failing)
+    monkeypatch.setattr(captured, "say_once", lambda msg: print(msg, file=sys.stderr))
+    kw["generator"] = torch.Generator().manual_seed(0)
+    got = sampler.sample_tokens(model, ids, ids != PAD, Sampling(5, 3), captured="on", **kw)
+    assert "captured_decode=on: the eager decode loop serves this rollout (its CUDA graph capture failed" in (
+        capsys.readouterr().err
+    )
+    for a, b in zip(got, want, strict=True):
+        assert torch.equal(a, b)

@@ -1,4 +1,4 @@
-"""The captured decode loop of `rloo.rollout.sampler.sample` (rl.captured_decode): the first token
+"""The captured decode loop of `rloo.rollout.sampler.sample_tokens` (rl.captured_decode): the first token
 drawn from the prompts' logits, then one fixed-shape step (rloo.rollout.captured_step) replayed per
 token, a CUDA graph on CUDA, captured once per (rows, cache length, settings) and kept with the
 model. The host looks at the rows every CHECK_EVERY steps only: "all done?" and the stop strings,
@@ -30,10 +30,15 @@ CHECK_EVERY = 8
 MAX_STEPS_PER_MODEL = 4
 _STEPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _POOL: list = []  # the one CUDA graph memory pool of this process, made at the first capture
+_FAILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> why its capture failed
+
+
+class CaptureFailed(RuntimeError):
+    """The step could not be captured as a CUDA graph (the sampler decodes eagerly instead)."""
 
 
 def captured_refusal(mode: str, model, device: torch.device, grouped: bool | None, all_done) -> str | None:
-    """Why `sample` does not decode captured (None: it does); "" when that needs no word (off, or auto
+    """Why `sample_tokens` does not decode captured (None: it does); "" when that needs no word (off, or auto
     off CUDA: the default there)."""
     if mode == "off" or (mode == "auto" and device.type != "cuda"):
         return ""
@@ -44,7 +49,7 @@ def captured_refusal(mode: str, model, device: torch.device, grouped: bool | Non
         return "grouped decoding (one copy of a shared prompt's keys/values) is the eager loop's"
     if impl not in ("sdpa", RLOO_SDPA):
         return f"attention implementation {impl!r}: the captured step hands SDPA a boolean mask"
-    return None
+    return _FAILED.get(model)
 
 
 def fall_back(mode: str, why: str) -> None:
@@ -53,7 +58,7 @@ def fall_back(mode: str, why: str) -> None:
 
 
 def decodes_captured(mode: str, model, device: torch.device, grouped: bool | None = None, all_done=None) -> bool:
-    """Whether `sample` decodes with the captured step; a fallback that was asked for says why."""
+    """Whether `sample_tokens` decodes with the captured step; a fallback that was asked for says why."""
     why = captured_refusal(mode, model, device, grouped, all_done)
     if why:
         fall_back(mode, why)
@@ -77,9 +82,21 @@ def _static_step(model, pre: Prefill, n: int, steps: int, settings: StepSettings
         state = DecodeState(n, steps, vocab, settings.s.repetition_penalty != 1.0, device)
         step = held[key] = CapturedStep(model, StaticCache(pre.cache, n, length, dtype), state, settings)
         if device.type == "cuda" and steps > 1:
-            _POOL[:] = _POOL or [torch.cuda.graph_pool_handle()]
-            step.capture(prompt_bucket(pre.mask.shape[1]), _POOL[0])
+            _capture(model, held, key, step, prompt_bucket(pre.mask.shape[1]))
     return step
+
+
+def _capture(model, held: dict, key, step: CapturedStep, start_col: int) -> None:
+    """Capture `step` in the process's pool; a failure (an op the graph cannot hold, in a model's own
+    code, say) is remembered for the model and raised as CaptureFailed, for the eager loop to serve."""
+    _POOL[:] = _POOL or [torch.cuda.graph_pool_handle()]
+    try:
+        step.capture(model, start_col, _POOL[0])
+    except Exception as e:  # noqa: BLE001 - any failure of the capture: the eager loop decodes, said once
+        held.pop(key, None)
+        why = f"its CUDA graph capture failed: {type(e).__name__}: {str(e).splitlines()[0][:160]}"
+        _FAILED[model] = why
+        raise CaptureFailed(why) from e
 
 
 def _fill(step: CapturedStep, pre: Prefill, k: int, noise: Tensor, seen: Tensor | None) -> None:
@@ -115,7 +132,7 @@ def _stop_rows(step: CapturedStep, stop: StopStrings, alive: Tensor, start: int,
             st.lps[rows, t + 1 :] = 0.0
 
 
-def _run(step: CapturedStep, logits: Tensor, stop: StopStrings | None, steps: int) -> int:
+def _run(model, step: CapturedStep, logits: Tensor, stop: StopStrings | None, steps: int) -> int:
     """Step 0 from the prompts' logits, then replays, looking every CHECK_EVERY steps; the number of
     steps the eager loop would have made (the last row's end + 1)."""
     advance(logits, step.state, step.settings)
@@ -132,7 +149,7 @@ def _run(step: CapturedStep, logits: Tensor, stop: StopStrings | None, steps: in
             break
         n = min(CHECK_EVERY, steps - made)
         for _ in range(n):
-            step.replay()
+            step.replay(model)
         made += n
     return int(step.state.mask[:, :made].sum(-1).max())
 
@@ -150,6 +167,6 @@ def captured_sample(
         seen = seen_tokens(pre.ids, pre.mask, pre.last_logits.shape[-1]).repeat_interleave(k, dim=0)
     _fill(step, pre, k, noise, seen)
     logits = pre.last_logits.detach().float().repeat_interleave(k, dim=0)
-    made = _run(step, logits, stop, steps)
+    made = _run(model, step, logits, stop, steps)
     st = step.state
     return st.ids[:, :made].clone(), st.mask[:, :made].clone(), st.lps[:, :made].clone()

@@ -104,12 +104,12 @@ def weight_refs(model: torch.nn.Module) -> dict[str, Tensor]:
     return {f"model.{name}": p for name, p in model.named_parameters()}
 
 
-def decode_step(logits_fn: _Logits, weights: dict[str, Tensor], cache: StaticCache, state: DecodeState, s) -> None:
+def decode_step(model, weights: dict[str, Tensor], cache: StaticCache, state: DecodeState, s) -> None:
     """One token of every row, in place: column `cache.col` opens in the mask, the forward pass of the
     last token at its position writes that column, positions and column move on, and `advance` draws."""
     cache.mask.index_fill_(3, cache.col, True)
     args = (state.tok, cache.mask, state.pos, cache.cache)
-    logits = torch.func.functional_call(logits_fn, weights, args, tie_weights=True, strict=False)
+    logits = torch.func.functional_call(_Logits(model), weights, args, tie_weights=True, strict=False)
     state.pos.add_(1)
     cache.col.add_(1)
     advance(logits, state, s)
@@ -128,13 +128,13 @@ class CapturedStep:
     captured tensor that was itself replaced (a graph would keep reading the old storage)."""
 
     def __init__(self, model: torch.nn.Module, cache: StaticCache, state: DecodeState, settings: StepSettings):
-        self.fn, self.weights = _Logits(model), weight_refs(model)
+        self.weights = weight_refs(model)  # the tensors, not the model: the step does not keep it alive
         self.ptrs = {name: t.data_ptr() for name, t in self.weights.items()}
         self.cache, self.state, self.settings = cache, state, settings
         self.graph = None
 
-    def body(self) -> None:
-        decode_step(self.fn, self.weights, self.cache, self.state, self.settings)
+    def body(self, model) -> None:
+        decode_step(model, self.weights, self.cache, self.state, self.settings)
 
     def refresh(self, model: torch.nn.Module) -> None:
         """Bring `model`'s current weights into the captured tensors, copying where a parameter was
@@ -155,7 +155,7 @@ class CapturedStep:
                     f"storage); copy new weights into the captured tensors instead"
                 )
 
-    def capture(self, start_col: int, pool) -> None:
+    def capture(self, model, start_col: int, pool) -> None:
         """Capture the step as a CUDA graph (in `pool`, shared by every captured step); its warm-up runs
         write the state, which the caller fills afterwards. Autocast's weight-cast cache stays off
         while capturing: a cast cached at capture would outlive the weights it was cast from."""
@@ -169,20 +169,20 @@ class CapturedStep:
             with torch.cuda.stream(side):
                 for _ in range(WARMUP_STEPS):
                     self._rewind(start_col)
-                    self.body()
+                    self.body(model)
             torch.cuda.current_stream(device).wait_stream(side)
             self._rewind(start_col)
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=pool):
-                self.body()
+                self.body(model)
         self.graph = graph
 
     def _rewind(self, start_col: int) -> None:
         self.state.t.fill_(1)
         self.cache.col.fill_(start_col)
 
-    def replay(self) -> None:
+    def replay(self, model) -> None:
         if self.graph is not None:
             self.graph.replay()
         else:
-            self.body()
+            self.body(model)

@@ -26,7 +26,7 @@ from rloo.modeling.kvcache import (
 )
 from rloo.modeling.kvcache import cache_kwarg as _cache_kwarg
 from rloo.modeling.layer_checkpoint import cache_keeping_checkpointing
-from rloo.rollout.captured import captured_sample, decodes_captured
+from rloo.rollout.captured import CaptureFailed, captured_sample, decodes_captured, fall_back
 from rloo.rollout.captured_step import StepSettings
 from rloo.rollout.decode_steps import Decoder, Draw, Ends, decode, row_noise
 from rloo.rollout.decoding import StopStrings, shaping
@@ -144,13 +144,18 @@ def sample_tokens(
     """
     N, T = prompt_ids.shape[0] * k, s.max_new_tokens
     use_few_rows = few_rows_pays(prompt_ids.device) if few_rows is None else few_rows
+    noise = None
     if decodes_captured(captured, model, prompt_ids.device, grouped, all_done):
         pre = prefill if prefill is not None else prefill_prompts(model, prompt_ids, prompt_mask)
         noise = row_noise(rows or (0, N), T, N, generator, prompt_ids.device)
         assert noise is not None  # rows given: the (T, N) uniforms
-        with few_rows_linears(model, use_few_rows):
-            return captured_sample(model, pre, k, noise, StepSettings(s, eos_id, pad_id), stops, use_few_rows)
-    noise = row_noise(rows, T, N, generator, prompt_ids.device)
+        try:
+            with few_rows_linears(model, use_few_rows):
+                return captured_sample(model, pre, k, noise, StepSettings(s, eos_id, pad_id), stops, use_few_rows)
+        except CaptureFailed as e:  # the eager loop decodes from the same prompt pass and uniforms
+            fall_back(captured, str(e))
+            prefill = pre
+    noise = row_noise(rows, T, N, generator, prompt_ids.device) if noise is None else noise
     logits, dec = _start(model, prompt_ids, prompt_mask, k, T, prefill, grouped)
     shape = shaping(prompt_ids, prompt_mask, k, logits.shape[-1], eos_id, s)
     draw = Draw(s, generator, noise, shape)
