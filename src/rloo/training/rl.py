@@ -36,7 +36,7 @@ from rloo.runtime.checkpoint.resumecheck import (
 )
 from rloo.runtime.checkpoint.ringcheck import check_ring, config_change, config_dict, ring_window
 from rloo.runtime.checkpoint.save import Checkpointer, truncate_metrics
-from rloo.runtime.checkpoint.verify import latest_checkpoint, load_ring, load_state
+from rloo.runtime.checkpoint.verify import checked_state, latest_checkpoint, load_ring, load_state
 from rloo.runtime.cpukind import cpu_flags, cpu_kind, exactness_note
 from rloo.runtime.distributed import unwrap
 from rloo.runtime.inputs.fingerprint import check_inputs_unchanged, fingerprints
@@ -197,7 +197,7 @@ def _resume_point(cfg: RLConfig):
     if ckpt is None:
         say(f"{option('resume')}: no whole checkpoint in {Path(cfg.output_dir) / 'checkpoints'}; starting from step 0")
         return None, None, []
-    state = load_state(ckpt)
+    state = checked_state(ckpt, load_state(ckpt))  # its config decodes: one line, not a traceback
     saved = upgrade_saved_config(json.loads(state["config"]))  # a checkpoint from before a rename
     changed = check_resume_config(saved, cfg.model_dump(mode="json"))
     describe_changes(changed, state["step"], cfg.steps)  # refuses steps below the checkpoint's, before a model loads
