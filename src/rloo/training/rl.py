@@ -296,5 +296,6 @@ def _preflight(models: Models, prompt: str, cfg: RLConfig) -> None:
         cfg.k,
         cfg.sampling,
         generator=torch.Generator().manual_seed(cfg.seed),
+        captured=cfg.captured_decode,
     )
     models.scorer(roll)
