@@ -31,6 +31,7 @@ from rloo.core.advantages import leave_one_out_token_kl, leave_one_out_valid, un
 from rloo.core.kl import kl_per_token
 from rloo.core.logprobs import sequence_logprobs
 from rloo.core.losses import policy_gradient_loss, ppo_clip_loss, sequence_sum_policy_gradient_loss
+from rloo.rollout.multiturn import policy_tokens
 
 
 def is_plain_rloo(cfg: RLConfig) -> bool:
@@ -44,7 +45,7 @@ def _advantages(scores, roll, ref_lp, cfg: RLConfig):
     if cfg.algorithm_settings.kl_level == "token":
         require_scored(scores, "rloo with kl_level=token")
         kl_tokens = kl_per_token(roll.logprobs, ref_lp, cfg.algorithm_settings.kl_estimator)
-        adv = leave_one_out_token_kl(scores, kl_tokens, roll.completion_mask, cfg.beta, cfg.k)  # (N, T)
+        adv = leave_one_out_token_kl(scores, kl_tokens, policy_tokens(roll), cfg.beta, cfg.k)  # (N, T)
     else:
         adv = leave_one_out_valid(rewards.view(-1, cfg.k), valid.view(-1, cfg.k)).view(-1)  # (N,)
     return adv, rewards, kl
@@ -74,8 +75,10 @@ def rloo_ablation_step(models: Models, opt, prompts: list[str], cfg: RLConfig, g
         else (1, 1)
     )
 
+    mask = policy_tokens(roll)  # an episode's environment tokens are not the policy's: out of loss and KL
+
     def loss_fn(lp, r):
-        return _loss(lp, roll.logprobs[r], adv[r], roll.completion_mask[r], cfg)
+        return _loss(lp, roll.logprobs[r], adv[r], mask[r], cfg)
 
     # the token-level clipped loss averages over tokens; the others (eq. 5, sequence sums) over rows
     token_mean = adv.dim() == 2 and cfg.algorithm_settings.rloo_clip
