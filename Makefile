@@ -34,7 +34,7 @@ $(OLDEST_STAMP): .ci/oldest-requirements.txt pyproject.toml
 	touch $(OLDEST_STAMP)
 
 # The quick suite, as `make test`: a slow test is a longer run of paths that a quick one also takes (the
-# full gradient matrix, more kill points, --quick's sizes; docs/architecture.md, Tests), and the one
+# full gradient matrix, more kill points, --quick's sizes; docs/testing.md), and the one
 # about versions (test_install) builds venvs of its own, so on the oldest versions the slow tier would
 # add ~10 minutes of CI, not a floor that only it could catch.
 test-oldest: $(OLDEST_STAMP)

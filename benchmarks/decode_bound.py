@@ -33,6 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from microbench import median_ms, script_args
+from rloo.config import Sampling
 
 LAYER = [(512, 512)] * 4 + [(512, 1376)] * 2 + [(1376, 512)]  # (in, out) of one M layer's linears
 
@@ -168,8 +169,8 @@ def sampler_ab(rounds: int) -> dict:
 
     def run():
         gen = torch.Generator().manual_seed(0)
-        return sampler.sample(
-            model, ids, mask, max_new_tokens=64, eos_id=-1, pad_id=0, k=4, generator=gen, rows=(0, 32),
+        return sampler.sample_tokens(
+            model, ids, mask, Sampling(64, ids.shape[1]), eos_id=-1, pad_id=0, k=4, generator=gen, rows=(0, 32),
             few_rows=False,  # the variants below patch the linears themselves
         )  # fmt: skip
 

@@ -133,8 +133,9 @@ def train_resume(device: str, dry: bool, assets: Path) -> dict:
 def logprobs(device: str, dry: bool, assets: Path) -> dict:
     from transformers import LlamaForSequenceClassification
 
+    from rloo.config import Sampling
     from rloo.modeling.forward import completion_logprobs, reward_scores
-    from rloo.rollout.sampler import sample
+    from rloo.rollout.sampler import sample_tokens
     from rloo.runtime.precision import resolve_precision
 
     prec = resolve_precision("bfloat16", device)
@@ -145,8 +146,8 @@ def logprobs(device: str, dry: bool, assets: Path) -> dict:
     ids = torch.randint(2, policy.config.vocab_size, (B, P), generator=torch.Generator().manual_seed(1)).to(device)
     mask = torch.ones_like(ids, dtype=torch.bool)
     with prec.autocast():
-        c_ids, c_mask, lps = sample(policy, ids, mask, max_new_tokens=T, eos_id=1, pad_id=0, k=k,
-                                    generator=torch.Generator().manual_seed(2))  # fmt: skip
+        c_ids, c_mask, lps = sample_tokens(policy, ids, mask, Sampling(T, P), eos_id=1, pad_id=0, k=k,
+                                           generator=torch.Generator().manual_seed(2))  # fmt: skip
         p_ids, p_mask = ids.repeat_interleave(k, 0), mask.repeat_interleave(k, 0)
         with torch.no_grad():
             fwd = completion_logprobs(policy.eval(), p_ids, p_mask, c_ids, c_mask)

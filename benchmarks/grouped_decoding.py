@@ -27,6 +27,7 @@ import torch.nn.functional as F
 
 from microbench import median_ms as _median_ms
 from microbench import script_args
+from rloo.config import Sampling
 from rloo.modeling.attention import grouped_attention
 
 
@@ -108,8 +109,8 @@ def sampler_table(rounds: int) -> dict:
             name = f"{dt}, {'grouped' if gr else 'expanded'}"
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dt == "bfloat16"):
                 t = time.perf_counter()
-                out = sampler.sample(
-                    model, ids, mask, max_new_tokens=32, eos_id=-1, pad_id=0, k=4,
+                out = sampler.sample_tokens(
+                    model, ids, mask, Sampling(32, ids.shape[1]), eos_id=-1, pad_id=0, k=4,
                     generator=torch.Generator().manual_seed(0), grouped=gr,
                 )  # fmt: skip
                 times.setdefault(name, []).append(time.perf_counter() - t)

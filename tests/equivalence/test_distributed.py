@@ -11,6 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from rloo.config import Sampling
 from rloo.rollout.sampler import _inverse_cdf, rollout
 from rloo.runtime.distributed import Dist
 
@@ -130,11 +131,11 @@ def test_split_sampling_equals_whole_batch(tiny_model_dir):
     from rloo.modeling.loading import load_policy
 
     model, tok = load_policy(str(tiny_model_dir))
-    prompts, k, kw = dist_worker.PROMPTS[:4], 2, dict(max_prompt_len=16, max_new_tokens=5)
-    whole = rollout(model, tok, prompts, k, generator=torch.Generator().manual_seed(0), rows=(0, 8), **kw)
+    prompts, k, s = dist_worker.PROMPTS[:4], 2, Sampling(max_new_tokens=5, max_prompt_tokens=16)
+    whole = rollout(model, tok, prompts, k, s, generator=torch.Generator().manual_seed(0), rows=(0, 8))
     parts = [
         rollout(
-            model, tok, prompts[2 * r : 2 * r + 2], k, generator=torch.Generator().manual_seed(0), rows=(4 * r, 8), **kw
+            model, tok, prompts[2 * r : 2 * r + 2], k, s, generator=torch.Generator().manual_seed(0), rows=(4 * r, 8)
         )
         for r in range(2)
     ]

@@ -14,11 +14,11 @@ from transformers import LlamaForSequenceClassification
 
 from helpers.tiny_archs import EOS, PAD, V, tiny_config, tiny_lm
 from rloo.algorithms.rloo import Models, rloo_step
-from rloo.config import RLConfig
+from rloo.config import RLConfig, Sampling
 from rloo.modeling.forward import chunked_head, completion_logprobs, reward_scores
 from rloo.modeling.forward_shared import completion_logprobs_shared, group_prompts, reward_scores_shared
 from rloo.rewards import RewardModelScorer
-from rloo.rollout.sampler import sample
+from rloo.rollout.sampler import sample_tokens
 from tolerance import TINY_MODEL_BACKWARD, TINY_MODEL_FORWARD, assert_close
 
 pytestmark = pytest.mark.equivalence
@@ -90,9 +90,9 @@ def test_shared_reward_scores_equal_plain_including_empty_completion(overhead):
 def test_shared_prefill_sampling_equals_plain():
     model = _policy().eval()
     p_ids, p_mask, _, _ = _batch()
-    kw = dict(max_new_tokens=T, eos_id=EOS, pad_id=PAD, temperature=1.0)
-    plain = sample(model, p_ids, p_mask, generator=torch.Generator().manual_seed(5), **kw)
-    shared = sample(model, p_ids[::K], p_mask[::K], generator=torch.Generator().manual_seed(5), k=K, **kw)
+    s, ids = Sampling(T, p_ids.shape[1]), dict(eos_id=EOS, pad_id=PAD)
+    plain = sample_tokens(model, p_ids, p_mask, s, **ids, generator=torch.Generator().manual_seed(5))
+    shared = sample_tokens(model, p_ids[::K], p_mask[::K], s, **ids, generator=torch.Generator().manual_seed(5), k=K)
     # same noise, so the same tokens: a token could only flip if rounding moved a probability
     # across the exponential race's margin, which at float32 eps is a ~1e-6 chance per draw
     assert torch.equal(shared[0], plain[0]) and torch.equal(shared[1], plain[1])
@@ -202,7 +202,7 @@ def test_no_prefill_reuse_with_dropout():
     assert not has_dropout(model)
     model.config.attention_dropout = 0.1
     assert has_dropout(model)
-    roll = rollout(model, _Tok(), ["5 6 7", "8 9"], K, max_prompt_len=8, max_new_tokens=3, keep_prefill=True)
+    roll = rollout(model, _Tok(), ["5 6 7", "8 9"], K, Sampling(3, 8), keep_prefill=True)
     assert roll.prefill is None
 
 

@@ -19,9 +19,10 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from rloo.config import Sampling
 from rloo.modeling.forward import completion_logprobs
 from rloo.modeling.forward_shared import completion_logprobs_shared
-from rloo.rollout.sampler import sample
+from rloo.rollout.sampler import sample_tokens
 from tolerance import assert_close
 
 V, H, PAD, EOS = 64, 64, 0, 1
@@ -76,11 +77,11 @@ def _assert_fp32_close(actual, expected, mask, scale):
 def test_sampler_logprobs_under_bf16_autocast_are_the_fp32_heads():
     model, (p_ids, p_mask) = _model(), _prompts()
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        c_ids, c_mask, lps = sample(
+        c_ids, c_mask, lps = sample_tokens(
             model,
             p_ids,
             p_mask,
-            max_new_tokens=T,
+            Sampling(T, p_ids.shape[1]),
             eos_id=EOS,
             pad_id=PAD,
             k=K,

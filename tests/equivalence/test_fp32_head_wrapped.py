@@ -18,8 +18,9 @@ import pytest
 import torch
 
 from helpers.fp32_head_models import EOS, PAD, H, V, head_input, head_only_lm, head_scale
+from rloo.config import Sampling
 from rloo.modeling.forward import completion_logprobs, score_head
-from rloo.rollout.sampler import sample
+from rloo.rollout.sampler import sample_tokens
 from tolerance import assert_close
 
 B, K, P, T = 3, 2, 5, 6
@@ -138,7 +139,9 @@ def test_sampler_under_bf16_autocast_is_the_fp32_heads(name, tmp_path, gloo_grou
     ids, mask = p_ids[::K], p_mask[::K]
     with torch.autocast("cpu", dtype=torch.bfloat16):
         gen = torch.Generator().manual_seed(2)
-        c_ids, c_mask, lps = sample(model, ids, mask, max_new_tokens=T, eos_id=EOS, pad_id=PAD, k=K, generator=gen)
+        c_ids, c_mask, lps = sample_tokens(
+            model, ids, mask, Sampling(T, ids.shape[1]), eos_id=EOS, pad_id=PAD, k=K, generator=gen
+        )
     with torch.no_grad():
         ref = completion_logprobs(model, p_ids, p_mask, c_ids, c_mask)
     scale = head_scale(model, torch.cat([p_ids, c_ids], 1), torch.cat([p_mask, c_mask], 1))

@@ -16,6 +16,7 @@ from transformers.generation.logits_process import (
     TopKLogitsWarper,
 )
 
+from rloo.config import Sampling
 from rloo.rollout import decoding, sampler
 from rloo.rollout.draw import _draw
 from tolerance import TINY_MODEL_FORWARD, assert_close
@@ -70,18 +71,15 @@ def test_sampler_draws_what_hf_processors_draw(temperature, top_k, min_new, pena
     model = tiny_lm("llama").eval()
     prompts, k = _prompts(), 3
     ids, mask = _left_pad(prompts)
-    got_ids, got_mask, got_lps = sampler.sample(
+    s = Sampling(T_NEW, ids.shape[1], temperature, top_k=top_k, min_new_tokens=min_new, repetition_penalty=penalty)
+    got_ids, got_mask, got_lps = sampler.sample_tokens(
         model,
         ids,
         mask,
-        max_new_tokens=T_NEW,
+        s,
         eos_id=EOS,
         pad_id=PAD,
         k=k,
-        temperature=temperature,
-        top_k=top_k,
-        min_new_tokens=min_new,
-        repetition_penalty=penalty,
         generator=torch.Generator().manual_seed(4),
         rows=(0, len(prompts) * k),
     )
@@ -96,10 +94,11 @@ def test_sampler_draws_what_hf_processors_draw(temperature, top_k, min_new, pena
 def test_min_new_tokens_forbids_eos_before_the_minimum():
     model = tiny_lm("llama").eval()
     ids, mask = _left_pad(_prompts(16, seed=1))
-    kw = dict(max_new_tokens=T_NEW, eos_id=EOS, pad_id=PAD, k=4, rows=(0, 64))
-    free, _, _ = sampler.sample(model, ids, mask, generator=torch.Generator().manual_seed(0), **kw)
-    held, held_mask, _ = sampler.sample(
-        model, ids, mask, min_new_tokens=5, generator=torch.Generator().manual_seed(0), **kw
+    kw = dict(eos_id=EOS, pad_id=PAD, k=4, rows=(0, 64))
+    s = Sampling(T_NEW, ids.shape[1])
+    free, _, _ = sampler.sample_tokens(model, ids, mask, s, generator=torch.Generator().manual_seed(0), **kw)
+    held, held_mask, _ = sampler.sample_tokens(
+        model, ids, mask, s.replace(min_new_tokens=5), generator=torch.Generator().manual_seed(0), **kw
     )
     assert bool((free[:, :5] == EOS).any()), "no early EOS without the minimum: the test checks nothing"
     assert not bool((held[:, :5] == EOS).any()) and bool(held_mask[:, :5].all())
@@ -128,15 +127,13 @@ def test_defaults_draw_as_before_bitwise():
     over softmax(logits / T) and log_softmax(logits / T) at the token (main's `_next_token`)."""
     logits = torch.randn(7, 33, generator=torch.Generator().manual_seed(2)) * 4
     for temperature in (1.0, 0.7):
-        tok, lp = sampler._next_token(logits, temperature, 1.0, torch.Generator().manual_seed(5), None)
+        tok, lp = sampler._next_token(logits, Sampling(1, 1, temperature), torch.Generator().manual_seed(5), None)
         scaled = logits / temperature
         want = _draw(scaled.softmax(-1), torch.Generator().manual_seed(5))
         assert torch.equal(tok, want)
         assert torch.equal(lp, scaled.log_softmax(-1).gather(-1, want[:, None])[:, 0])
-    assert (
-        decoding.shaping(torch.ones(2, 3, dtype=torch.long), torch.ones(2, 3, dtype=torch.bool), 4, 33, 1, 0, 1.0)
-        is None
-    )
+    ids, mask = torch.ones(2, 3, dtype=torch.long), torch.ones(2, 3, dtype=torch.bool)
+    assert decoding.shaping(ids, mask, 4, 33, 1, Sampling(1, 1)) is None
 
 
 @pytest.mark.parametrize("penalty,min_new", [(1.0, 0), (1.4, 0), (1.0, 6), (0.8, 3)])
@@ -146,9 +143,9 @@ def test_greedy_equals_hf_generate_without_sampling(penalty, min_new):
     model = tiny_lm("gpt2").eval()
     prompts = _prompts(5, seed=3)
     ids, mask = _left_pad(prompts)
-    got, got_mask, lps = sampler.sample(
-        model, ids, mask, max_new_tokens=T_NEW, eos_id=EOS, pad_id=PAD, k=2, temperature=0.0,
-        repetition_penalty=penalty, min_new_tokens=min_new, generator=torch.Generator().manual_seed(0),
+    s = Sampling(T_NEW, ids.shape[1], 0.0, repetition_penalty=penalty, min_new_tokens=min_new)
+    got, got_mask, lps = sampler.sample_tokens(
+        model, ids, mask, s, eos_id=EOS, pad_id=PAD, k=2, generator=torch.Generator().manual_seed(0),
     )  # fmt: skip
     for i, p in enumerate(prompts):
         extra = dict(repetition_penalty=penalty) if penalty != 1.0 else {}
@@ -167,9 +164,10 @@ def test_greedy_equals_hf_generate_without_sampling(penalty, min_new):
 
 def test_greedy_breaks_ties_at_the_first_index():
     logits = torch.tensor([[0.0, 2.0, 2.0, 1.0], [5.0, 5.0, 5.0, 5.0]])
-    tok, _ = sampler._next_token(logits, 0.0, 1.0, None, None)
+    tok, _ = sampler._next_token(logits, Sampling(1, 1, 0.0), None, None)
     assert tok.tolist() == [1, 0]
-    assert sampler._next_token(torch.tensor([[0.0, 2.0, 3.0, 1.0]]), 0.9, 1.0, None, None, top_k=1)[0].tolist() == [2]
+    top1 = Sampling(1, 1, 0.9, top_k=1)
+    assert sampler._next_token(torch.tensor([[0.0, 2.0, 3.0, 1.0]]), top1, None, None)[0].tolist() == [2]
 
 
 def _bpe():
@@ -209,11 +207,13 @@ def test_stop_strings_end_at_the_token_that_completes_them():
     tok = _bpe()
     model = tiny_lm("llama", tokenizer=tok).eval()
     prompts, k, n = ["the cat sat", "a dog ran to the"], 3, 6
-    kw = dict(max_prompt_len=8, max_new_tokens=12, rows=(0, n))
-    free = sampler.rollout(model, tok, prompts, k, generator=torch.Generator().manual_seed(1), **kw)
+    s = Sampling(max_new_tokens=12, max_prompt_tokens=8)
+    free = sampler.rollout(model, tok, prompts, k, s, generator=torch.Generator().manual_seed(1), rows=(0, n))
     rows = [free.completion_ids[i][free.completion_mask[i]].tolist() for i in range(n)]
     stop = _mid_token_stop(tok, rows[0])
-    cut = sampler.rollout(model, tok, prompts, k, stop=[stop], generator=torch.Generator().manual_seed(1), **kw)
+    cut = sampler.rollout(
+        model, tok, prompts, k, s.replace(stop=(stop,)), generator=torch.Generator().manual_seed(1), rows=(0, n)
+    )
     ended = 0
     for i, row in enumerate(rows):
         j = _first_hit(tok, row, stop)

@@ -22,7 +22,7 @@ from helpers.tiny_archs import ARCHS, EOS, PAD, V, tiny_lm
 from rloo.algorithms.agents import episode_reward, limits
 from rloo.algorithms.base import Models
 from rloo.algorithms.rloo import rloo_step
-from rloo.config import RLConfig
+from rloo.config import RLConfig, Sampling
 from rloo.data.chat_turns import chat_frame
 from rloo.envs import EnvSpec, Step, make_env
 from rloo.rollout import multiturn
@@ -72,7 +72,7 @@ def _episodes(policy, total=20, seed=0, tok=None, chat=None, prefill=True):
     lim = limits(spec(total))
     tok = Tok() if tok is None else tok
     return multiturn.episodes(
-        policy, tok, envs, PROMPTS, K, lim, max_prompt_len=32, generator=gen, chat=chat, prefill_observations=prefill
+        policy, tok, envs, PROMPTS, K, lim, Sampling(1, 32), generator=gen, chat=chat, prefill_observations=prefill
     )
 
 

@@ -18,7 +18,7 @@ import torch
 
 from helpers.grads import GradRecorder
 from rloo.algorithms import make_algorithm
-from rloo.config import LoraSettings, RLConfig
+from rloo.config import LoraSettings, RLConfig, Sampling
 from rloo.data.prompts import PromptStream
 from rloo.modeling.forward import completion_logprobs
 from rloo.rollout import rollout
@@ -129,8 +129,8 @@ def test_corrected_gradient_matches_the_per_sequence_reference(tiny_model_dir, t
             p.add_(0.05 * torch.randn(p.shape, generator=g))
 
     def sample_with_mu(policy, prompts, rows=None, generator=None):
-        kw = dict(max_prompt_len=cfg.max_prompt_tokens, max_new_tokens=cfg.max_new_tokens, share_prompt=share)
-        return rollout(behaviour, models.tokenizer, prompts, K, generator=torch.Generator().manual_seed(0), **kw)
+        s = Sampling(cfg.max_new_tokens, cfg.max_prompt_tokens, share_prompt=share)
+        return rollout(behaviour, models.tokenizer, prompts, K, s, generator=torch.Generator().manual_seed(0))
 
     models.sampler = sample_with_mu
     if cfg.is_kl == "unweighted":  # trained away from the reference, or every KL (and A^kl) is 0

@@ -15,6 +15,7 @@ from helpers.grads import GradRecorder
 from helpers.offpolicy_refs import LOSSES, current_rewards, weights
 from helpers.tiny_archs import ARCHS, save_tiny_lm
 from rloo.algorithms import make_algorithm
+from rloo.config import Sampling
 from rloo.rollout import rollout
 from rloo.rollout.lagged import shadow_copy
 from rloo.training.rl import load_models
@@ -85,8 +86,8 @@ def _behaviour_sampler(models, cfg, share):
             p.add_(0.05 * torch.randn(p.shape, generator=g))
 
     def sample_with_mu(policy, prompts, rows=None, generator=None):
-        kw = dict(max_prompt_len=cfg.max_prompt_tokens, max_new_tokens=cfg.max_new_tokens, share_prompt=share)
-        return rollout(behaviour, models.tokenizer, prompts, K, generator=torch.Generator().manual_seed(0), **kw)
+        s = Sampling(cfg.max_new_tokens, cfg.max_prompt_tokens, share_prompt=share)
+        return rollout(behaviour, models.tokenizer, prompts, K, s, generator=torch.Generator().manual_seed(0))
 
     return sample_with_mu
 

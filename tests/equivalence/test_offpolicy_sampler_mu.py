@@ -20,8 +20,9 @@ import torch
 
 from helpers.grads import GradRecorder
 from rloo.algorithms import make_algorithm
+from rloo.config import Sampling
 from rloo.rollout.lagged import LaggedSampler
-from rloo.rollout.sampler import sample
+from rloo.rollout.sampler import sample_tokens
 from rloo.rollout.vllm import VLLMSampler
 from rloo.training.rl import load_models
 from tolerance import TINY_MODEL_BACKWARD, assert_close
@@ -64,9 +65,11 @@ class Engine:
         cfg, eos, outs, self.mu = self.cfg, self.tok.eos_token_id, [], []
         for p in inputs:
             ids = torch.tensor([p["prompt_token_ids"]])
-            c_ids, c_mask, lps = sample(self.model, ids, torch.ones_like(ids, dtype=torch.bool), k=cfg.k,
-                                        max_new_tokens=cfg.max_new_tokens, eos_id=eos, pad_id=self.tok.pad_token_id,
-                                        temperature=cfg.temperature, generator=self.draws)  # fmt: skip
+            s, mask = Sampling(cfg.max_new_tokens, ids.shape[1], cfg.temperature), torch.ones_like(ids).bool()
+            pad = self.tok.pad_token_id
+            c_ids, c_mask, lps = sample_tokens(
+                self.model, ids, mask, s, k=cfg.k, eos_id=eos, pad_id=pad, generator=self.draws
+            )
             rows = []
             for r in range(cfg.k):
                 tokens = c_ids[r][c_mask[r]].tolist()

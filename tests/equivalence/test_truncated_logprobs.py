@@ -19,7 +19,6 @@ from rloo.algorithms import make_algorithm
 from rloo.algorithms.base import rollout_logprobs
 from rloo.config import RLConfig
 from rloo.rollout import rollout
-from rloo.rollout.settings import sampling_settings
 from rloo.training.rl import load_models
 from tolerance import TINY_MODEL_BACKWARD, TINY_MODEL_FORWARD, assert_close
 
@@ -45,7 +44,7 @@ def test_the_trainer_recomputes_what_the_sampler_stored(tiny_model_dir, tmp_path
     cfg = _cfg(tiny_model_dir, tmp_path, share, chunked, top_k=TOP_K, top_p=0.9)
     assert cfg.truncated_logprobs  # the default where top_k / top_p truncate
     models = load_models(cfg, reward_fn=score_fn)
-    roll = rollout(models.policy, models.tokenizer, PROMPTS, K, **sampling_settings(cfg), generator=torch.Generator())
+    roll = rollout(models.policy, models.tokenizer, PROMPTS, K, cfg.sampling, generator=torch.Generator())
     mask = roll.completion_mask
     with torch.no_grad():
         lp, full = rollout_logprobs(models.policy, roll, cfg), rollout_logprobs(models.policy, roll, cfg, policy=False)
@@ -63,7 +62,7 @@ def test_the_chunked_head_backward_matches_autograd(tiny_model_dir, tmp_path):
         cfg = _cfg(tiny_model_dir, tmp_path, False, chunked, top_k=TOP_K)
         models = load_models(cfg, reward_fn=score_fn)
         gen = torch.Generator().manual_seed(0)
-        roll = rollout(models.policy, models.tokenizer, PROMPTS, K, **sampling_settings(cfg), generator=gen)
+        roll = rollout(models.policy, models.tokenizer, PROMPTS, K, cfg.sampling, generator=gen)
         lp = rollout_logprobs(models.policy, roll, cfg)
         coeff = torch.linspace(-1, 1, lp.numel()).view_as(lp)
         (lp * coeff).where(roll.completion_mask, 0.0).sum().backward()

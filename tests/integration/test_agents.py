@@ -184,7 +184,15 @@ def test_train_env_evaluates_episodes_every_eval_every_steps(calculator_model, t
     for step, model in ((0, calculator_model), (2, out / "model")):
         policy, tok = load_policy(str(model))
         res = evaluate_episodes(
-            policy, tok, env_spec(cfg, tok), prompts, n=1, seed=1, batch_size=4, threshold=success_threshold(env)
+            policy,
+            tok,
+            env_spec(cfg, tok),
+            prompts,
+            cfg.eval_sampling,
+            n=1,
+            seed=1,
+            batch_size=4,
+            threshold=success_threshold(env),
         )
         want = (res.pass_at_1, res.tool_calls, res.turns, res.reward, res.truncated)
         keys = ("eval/success", "eval/tool_calls", "eval/turns", "eval/reward", "eval/truncated")

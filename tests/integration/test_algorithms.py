@@ -11,7 +11,7 @@ from transformers import AutoModelForCausalLM
 
 from rloo import RLConfig, train
 from rloo.cli import main
-from rloo.config import METHOD_SPECS, OFFLINE_ALGORITHMS, ONLINE_ALGORITHMS, ArchConfig
+from rloo.config import METHOD_SPECS, OFFLINE_ALGORITHMS, ONLINE_ALGORITHMS, ArchConfig, Sampling
 from rloo.modeling.loading import build_llama
 from rloo.runtime.checkpoint.verify import latest_checkpoint, load_state
 from rloo.tasks import get_task
@@ -254,8 +254,7 @@ class _CountingSampler:
             self.tokenizer,
             prompts,
             c.k,
-            max_prompt_len=c.max_prompt_tokens,
-            max_new_tokens=c.max_new_tokens,
+            Sampling(c.max_new_tokens, c.max_prompt_tokens),
             generator=generator,
         )
 

@@ -8,7 +8,7 @@ import torch
 pytest.importorskip("peft")
 
 from rloo import RLConfig, train  # noqa: E402
-from rloo.config import LoraSettings  # noqa: E402
+from rloo.config import LoraSettings, Sampling  # noqa: E402
 from rloo.modeling.forward import completion_logprobs  # noqa: E402
 from rloo.modeling.loading import load_policy  # noqa: E402
 from rloo.rollout import rollout  # noqa: E402
@@ -55,9 +55,7 @@ def test_only_adapters_change_and_reference_is_adapters_off(tiny_model_dir, tmp_
     assert any(after[k].abs().max() > 0 for k in after if "lora_B" in k), "adapters did not train"
     # reference log-probs == a fresh copy of the starting model's; the policy's now differ
     fresh, tok = load_policy(str(tiny_model_dir))
-    roll = rollout(
-        models.policy, tok, PROMPTS, 2, max_prompt_len=16, max_new_tokens=5, generator=torch.Generator().manual_seed(1)
-    )
+    roll = rollout(models.policy, tok, PROMPTS, 2, Sampling(5, 16), generator=torch.Generator().manual_seed(1))
     args = (roll.prompt_ids, roll.prompt_mask, roll.completion_ids, roll.completion_mask)
     m = roll.completion_mask
     ref_lp = completion_logprobs(models.ref, *args)[m]

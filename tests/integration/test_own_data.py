@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from rloo.cli import main
+from rloo.config import Sampling
 
 WORDS = [
     "rent",
@@ -230,8 +231,7 @@ def test_reward_model_on_another_tokenizer_reads_the_unstripped_text(monkeypatch
         tok,
         [p for p, _ in rows[:16]],
         1,
-        max_prompt_len=48,
-        max_new_tokens=5,
+        Sampling(max_new_tokens=5, max_prompt_tokens=48),
         generator=torch.Generator().manual_seed(0),
     )
     decoded = tok.batch_decode(

@@ -7,6 +7,7 @@ import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForSequenceClassification, PreTrainedTokenizerFast
 
+from rloo.config import Sampling
 from rloo.modeling.loading import load_policy, load_reward_model, load_value_model, resolve_dtype
 from rloo.rewards import FunctionReward, RewardModelScorer, WeightedReward
 from rloo.rewards.judges import make_judge
@@ -56,9 +57,7 @@ def test_reward_model_with_other_tokenizer_scores_like_direct(tiny_model_dir, tm
     assert rtok.get_vocab() != ptok.get_vocab()
     scorer = RewardModelScorer(rm.eval(), rtok, policy_tokenizer=ptok)
     assert not scorer.same_tokenizer
-    roll = rollout(
-        policy, ptok, PROMPTS, 3, max_prompt_len=16, max_new_tokens=6, generator=torch.Generator().manual_seed(0)
-    )
+    roll = rollout(policy, ptok, PROMPTS, 3, Sampling(6, 16), generator=torch.Generator().manual_seed(0))
     got = scorer(roll)
     # the plain computation: the reward model on its own tokenization of prompt + completion + EOS,
     # one sequence at a time (no padding), read at the last token by transformers' own pooling

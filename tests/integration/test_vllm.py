@@ -21,6 +21,7 @@ import pytest
 import torch
 
 from rloo import RLConfig
+from rloo.config import Sampling
 from tolerance import TINY_MODEL_FORWARD, assert_close
 
 PROMPTS = ["post : job rent tl;dr :", "post : exam car tl;dr :", "post : my dog ate tl;dr :"]
@@ -201,12 +202,10 @@ def test_settings_give_the_rows_of_rloos_own_sampler(tmp_path):
     s.sync(policy)
     ended_early = 0
     for extra in SETTINGS:
-        kw = dict(temperature=1.0, top_p=1.0, top_k=0, min_new_tokens=0, repetition_penalty=1.0, stop=()) | extra
-        s.params = vllm.SamplingParams(
-            **sampling_params(3, max_new_tokens=6, eos_id=tok.eos_token_id, **kw), logprobs=0
-        )
+        settings = Sampling(max_new_tokens=6, max_prompt_tokens=16, **extra)
+        s.params = vllm.SamplingParams(**sampling_params(3, settings, eos_id=tok.eos_token_id), logprobs=0)
         got = s(policy, PROMPTS, generator=torch.Generator().manual_seed(0))
-        own = rollout(policy, tok, PROMPTS, 3, max_prompt_len=16, max_new_tokens=6, **kw)
+        own = rollout(policy, tok, PROMPTS, 3, settings)
         assert got.group_size == 3 and got.prompts == own.prompts, extra
         width = own.completion_ids.shape[1]
         assert torch.equal(got.completion_mask[:, :width], own.completion_mask), extra

@@ -39,11 +39,8 @@ class StandIn:
 
     def __call__(self, policy, prompts, rows=None, generator=None):
         from rloo.rollout.sampler import rollout
-        from rloo.rollout.settings import sampling_settings
 
-        roll = rollout(
-            self.weights, self.tokenizer, prompts, self.cfg.k, **sampling_settings(self.cfg), generator=generator
-        )
+        roll = rollout(self.weights, self.tokenizer, prompts, self.cfg.k, self.cfg.sampling, generator=generator)
         mu = (roll.logprobs + DELTA).masked_fill(~roll.completion_mask, 0.0)
         roll.logprobs, roll.sampler_logprobs = mu, mu  # the behaviour under a correction, as VLLMSampler's
         self.metrics = {"vllm/kl_mu_pi": -DELTA}
@@ -87,7 +84,6 @@ def test_the_producer_samples_each_batch_with_the_engine_synced_to_its_version(t
     from rloo.rollout.lagged import shadow_copy
     from rloo.rollout.producer import Job, produce
     from rloo.rollout.sampler import rollout
-    from rloo.rollout.settings import sampling_settings
     from rloo.runtime.checkpoint.rng import batch_generator
     from rloo.runtime.link.weights import WeightRing
 
@@ -110,16 +106,14 @@ def test_the_producer_samples_each_batch_with_the_engine_synced_to_its_version(t
     (engine,) = standin.made
     assert len(engine.synced) == 3  # versions 0 (at its start), 1, 2: once each
     for _, j, v, parts, roll in items:
-        own = rollout(
-            versions[v], tok, stream.next(), cfg.k, **sampling_settings(cfg), generator=batch_generator(cfg.seed, j)
-        )
+        own = rollout(versions[v], tok, stream.next(), cfg.k, cfg.sampling, generator=batch_generator(cfg.seed, j))
         assert torch.equal(roll.completion_ids, own.completion_ids), (j, v)
         # the engine's log-probs, sampled from its copy of the weights (another copy than `own`'s)
         assert torch.equal(roll.logprobs, roll.sampler_logprobs)
         assert_close(roll.logprobs, (own.logprobs + DELTA).masked_fill(~own.completion_mask, 0.0), TINY_MODEL_FORWARD)
         assert parts["vllm/kl_mu_pi"] == -DELTA and "time/producer_sample" in parts
     # the versions sample differently: an engine left on an older version would fail the check above
-    a, b = (rollout(versions[v], tok, PROMPTS, cfg.k, **sampling_settings(cfg), generator=batch_generator(0, 3))
+    a, b = (rollout(versions[v], tok, PROMPTS, cfg.k, cfg.sampling, generator=batch_generator(0, 3))
             for v in (1, 2))  # fmt: skip
     assert not torch.equal(a.completion_ids, b.completion_ids)
 

@@ -12,7 +12,7 @@ from helpers.chat_tokenizers import chat_tokenizer
 from helpers.tiny_archs import tiny_lm
 from rloo.algorithms.agents import episode_reward, limits, sample_episodes
 from rloo.algorithms.base import Models
-from rloo.config import RLConfig
+from rloo.config import RLConfig, Sampling
 from rloo.data.chat_turns import chat_frame, end_ids
 from rloo.data.lengths import count
 from rloo.envs import EnvSpec, Step, make_env
@@ -106,7 +106,7 @@ def test_episode_context_is_the_template_of_the_conversation():
     envs = [make_env(lambda: CountEnv(tok), len(tok)) for _ in range(4)]
     lim = limits(EnvSpec(CountEnv, max_turns=3, max_turn_tokens=5, max_total_tokens=40))
     gen = torch.Generator().manual_seed(0)
-    roll = episodes(model, tok, envs, ["guess 3 + 4", "ans 5"], 2, lim, max_prompt_len=32, generator=gen, chat=frame)
+    roll = episodes(model, tok, envs, ["guess 3 + 4", "ans 5"], 2, lim, Sampling(1, 32), generator=gen, chat=frame)
     checked = 0
     for i in range(4):
         prompt = roll.prompt_ids[i][roll.prompt_mask[i]].tolist()
@@ -166,5 +166,5 @@ def test_the_length_survey_counts_an_episodes_start_as_the_sampler_cuts_it():
     model = tiny_lm("qwen2", tokenizer=tok).eval()
     envs = [make_env(lambda: CountEnv(tok), len(tok)) for _ in range(2 * len(prompts))]
     gen = torch.Generator().manual_seed(0)
-    roll = episodes(model, tok, envs, prompts, 2, limits(spec), max_prompt_len=limit, generator=gen, chat=frame)
+    roll = episodes(model, tok, envs, prompts, 2, limits(spec), Sampling(1, limit), generator=gen, chat=frame)
     assert roll.prompts_truncated == 2 * survey.n  # k = 2 episodes of each prompt

@@ -7,6 +7,7 @@ import pytest
 import torch
 from tests.helpers.device_check import DeviceCheck, fake_cuda
 
+from rloo.config import Sampling
 from rloo.rollout import sampler
 
 
@@ -18,7 +19,7 @@ def test_sampler_draws_cuda_tokens_without_a_cpu_generator_on_cuda_tensors(top_p
     check = DeviceCheck(strip=True)
     with fake_cuda(), check:
         logits = torch.randn(6, 11, device="cuda")
-        tok, lp = sampler._next_token(logits, 0.7, top_p, gen, None)
+        tok, lp = sampler._next_token(logits, Sampling(1, 1, 0.7, top_p=top_p), gen, None)
     assert tok.device.type == "cuda" and lp.device.type == "cuda" and tok.shape == lp.shape == (6,)
     assert check.draws, "no noise was drawn"
 
@@ -40,11 +41,12 @@ def test_cpu_sampling_is_unchanged_by_the_device_rule(tiny_model_dir):
     model, tok = load_policy(str(tiny_model_dir))
     ids = torch.tensor([[5, 6, 7], [8, 9, 10]])
     mask = torch.ones_like(ids, dtype=torch.bool)
-    kw = dict(max_new_tokens=4, eos_id=tok.eos_token_id, pad_id=tok.pad_token_id, k=2)
-    plain = sampler.sample(model, ids, mask, generator=torch.Generator().manual_seed(3), **kw)
+    kw = dict(eos_id=tok.eos_token_id, pad_id=tok.pad_token_id, k=2)
+    s = Sampling(4, 3)
+    plain = sampler.sample_tokens(model, ids, mask, s, generator=torch.Generator().manual_seed(3), **kw)
     check = DeviceCheck()
     with check:
-        checked = sampler.sample(model, ids, mask, generator=torch.Generator().manual_seed(3), **kw)
+        checked = sampler.sample_tokens(model, ids, mask, s, generator=torch.Generator().manual_seed(3), **kw)
     assert all(torch.equal(a, b) for a, b in zip(plain, checked, strict=True))
     assert check.draws and all(g == t == "cpu" for _, g, t in check.draws)
 
@@ -224,7 +226,8 @@ def test_fsdp_evaluation_stops_decoding_together(monkeypatch):
 
     monkeypatch.setattr(sampling, "rollout", rollout)
     models = SimpleNamespace(policy=torch.nn.Linear(1, 1), tokenizer=None, scorer=None, ref=None, env=None)
-    cfg = SimpleNamespace(eval=EvalSettings(batch_size=4), max_prompt_tokens=8, max_new_tokens=4, seed=0, steps=1)
+    ev = EvalSettings(batch_size=4)
+    cfg = SimpleNamespace(eval=ev, eval_sampling=ev.sampling(4, 8), seed=0, steps=1, eval_every=None)
     with pytest.raises(Stop):
         evalset.eval_metrics(models, evalset.EvalSet(["p"], None, None), cfg, 0, **fsdp.eval_kwargs())
     assert seen["all_done"] == fsdp.all_done

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from helpers.tiny_archs import V, tiny_lm
+from rloo.config import Sampling
 from rloo.envs import EnvError, EnvSpec, Step, call_tool, make_env, parse_call
 from rloo.envs.calculator import CalculatorEnv
 from rloo.rollout.multiturn import Limits, episodes
@@ -104,7 +105,7 @@ class Tok:
 def _run(env_cls, lim, k=2):
     envs = [make_env(env_cls, V) for _ in range(2 * k)]
     gen = torch.Generator().manual_seed(0)
-    return episodes(tiny_lm("llama"), Tok(), envs, ["3 4", "5 6 7"], k, lim, max_prompt_len=8, generator=gen)
+    return episodes(tiny_lm("llama"), Tok(), envs, ["3 4", "5 6 7"], k, lim, Sampling(1, 8), generator=gen)
 
 
 def test_never_ending_environment_is_truncated_at_max_turns():

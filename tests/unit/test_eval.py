@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from rloo.config import Sampling
 from rloo.data.preferences import preference_pairs
 from rloo.eval.judge import paired_difference, win_rate, wins
 from rloo.tasks import get_task
@@ -60,9 +61,7 @@ def test_reward_model_judge_scores_samples_as_training_does(tiny_model_dir):
     ex = get_task("summarize").examples("eval", 12, seed=0)
     prompts, refs = [e.prompt for e in ex], [e.reference for e in ex]
     # max_new_tokens=3: most samples are cut without EOS, where the text path appends one
-    roll = rollout(
-        policy, tok, prompts, 1, max_prompt_len=64, max_new_tokens=3, generator=torch.Generator().manual_seed(0)
-    )
+    roll = rollout(policy, tok, prompts, 1, Sampling(3, 64), generator=torch.Generator().manual_seed(0))
     assert judge.score(roll) == scorer(roll).tolist()
     text_path = scorer.score_texts(roll.prompts, roll.completions).tolist()
     assert text_path != scorer(roll).tolist(), "the old path (re-tokenized text) scores these samples differently"
@@ -70,10 +69,10 @@ def test_reward_model_judge_scores_samples_as_training_does(tiny_model_dir):
         policy,
         tok,
         prompts,
+        Sampling(3, 64),
         references=refs,
         judge=judge,
         reward_scorer=scorer,
-        max_new_tokens=3,
         generator=torch.Generator().manual_seed(0),
     )
     assert res.judge == "reward model (tiny)"

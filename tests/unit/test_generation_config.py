@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from rloo import RLConfig
-from rloo.config import EvalConfig
+from rloo.config import EvalConfig, Sampling
 from rloo.config.base import key_paths
 from rloo.errors import ConfigError
 
@@ -67,22 +67,49 @@ def test_multi_turn_refuses_per_completion_settings(key, value):
 
 
 def test_every_training_sampler_gets_the_settings():
-    """`sampling_settings` feeds the training step, the lagged sampler and the async producer."""
-    from rloo.rollout.settings import decoding, sampling_settings
-
-    cfg = _rl(top_k=3, min_new_tokens=2, stop=["a", "b"], repetition_penalty=1.3, top_p=0.9, temperature=0.7)
-    got = sampling_settings(cfg)
+    """`cfg.sampling` feeds the training step, the lagged sampler and the async producer; an eval
+    section's `sampling` every evaluation, with the run's length limits."""
+    cfg = _rl(
+        top_k=3, min_new_tokens=2, stop=["a", "b"], repetition_penalty=1.3, top_p=0.9, temperature=0.7, max_new_tokens=9
+    )
     want = dict(temperature=0.7, top_p=0.9, top_k=3, min_new_tokens=2, repetition_penalty=1.3, stop=("a", "b"))
-    assert {k: got[k] for k in want} == want
-    assert decoding(_rl(eval={"temperature": 0, "top_k": 2}).eval)["top_k"] == 2
+    assert {k: getattr(cfg.sampling, k) for k in want} == want
+    assert (cfg.sampling.max_new_tokens, cfg.sampling.max_prompt_tokens) == (9, cfg.max_prompt_tokens)
+    assert cfg.sampling.share_prompt and not cfg.sampling.truncated_logprobs  # min_new_tokens: full log-probs
+    assert _rl(top_k=3).sampling.truncated_logprobs  # logprobs_under unset: truncated where it can hold
+    ev = _rl(eval={"temperature": 0, "top_k": 2}, max_new_tokens=7).eval_sampling
+    assert (ev.top_k, ev.temperature, ev.max_new_tokens, ev.truncated_logprobs) == (2, 0, 7, False)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        dict(max_new_tokens=0),
+        dict(temperature=0.001),
+        dict(top_p=0.0),
+        dict(top_k=-1),
+        dict(repetition_penalty=0),
+        dict(stop=("",)),
+        dict(min_new_tokens=20),
+    ],
+)
+def test_a_sampling_made_by_hand_is_checked_like_the_config(bad):
+    """Sampling is built from a validated config, but tests and the API make it by hand too."""
+    from rloo.config import Sampling
+
+    with pytest.raises(ValueError):
+        Sampling(**(dict(max_new_tokens=16, max_prompt_tokens=8) | bad))
+    assert Sampling(16, 8, stop=["a"]).stop == ("a",)  # a list from a caller becomes the frozen tuple
 
 
 def test_vllm_sampling_params_names():
+    from rloo.config import Sampling
     from rloo.rollout.vllm import sampling_params
 
-    plain = sampling_params(4, 1.0, 1.0, 16, 2)
+    plain = sampling_params(4, Sampling(16, 8), 2)
     assert plain == dict(n=4, temperature=1.0, top_p=1.0, max_tokens=16, stop_token_ids=[2], seed=None)
-    shaped = sampling_params(4, 0.7, 0.9, 16, 2, top_k=5, min_new_tokens=3, repetition_penalty=1.2, stop=("##",))
+    s = Sampling(16, 8, 0.7, top_p=0.9, top_k=5, min_new_tokens=3, repetition_penalty=1.2, stop=("##",))
+    shaped = sampling_params(4, s, 2)
     assert shaped == plain | dict(
         temperature=0.7,
         top_p=0.9,
@@ -95,12 +122,17 @@ def test_vllm_sampling_params_names():
 
 
 def test_off_policy_note_names_every_shaping_setting():
+    from rloo.config import Sampling
     from rloo.rollout.decoding import off_policy_note
 
-    assert off_policy_note() is None
-    note = off_policy_note(top_p=0.9, top_k=5, min_new_tokens=2, repetition_penalty=1.1)
+    assert off_policy_note(Sampling(16, 8)) is None
+    shaped = Sampling(16, 8, top_p=0.9, top_k=5, min_new_tokens=2, repetition_penalty=1.1)
+    note = off_policy_note(shaped)
+    assert note is not None
     assert all(s in note for s in ("top_p=0.9", "top_k=5", "min_new_tokens=2", "repetition_penalty=1.1"))
     assert "Sampling settings and the log-probs" in note
+    # logprobs_under=truncated trains the truncated distribution: top_p/top_k shape nothing away from it
+    assert off_policy_note(Sampling(16, 8, top_p=0.9, top_k=5, truncated_logprobs=True)) is None
 
 
 def test_greedy_evaluation_runs_and_measures_kl_at_temperature_one(tiny_model_dir):
@@ -117,9 +149,8 @@ def test_greedy_evaluation_runs_and_measures_kl_at_temperature_one(tiny_model_di
             policy,
             tok,
             prompts,
+            Sampling(5, 64, temperature=0.0),
             ref_model=policy,
-            temperature=0.0,
-            max_new_tokens=5,
             generator=torch.Generator().manual_seed(seed),
             keep_samples=6,
         )  # fmt: skip

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from rloo.config import Sampling
 from rloo.envs import Step, make_env
 from rloo.envs.factory import env_factory
 from rloo.rollout.multiturn import Limits, episodes
@@ -115,7 +116,7 @@ def test_sampled_games_follow_the_rules():
     prompts = [e.prompt for e in TASK.examples("eval", 6)]
     envs = [make_env(env_factory("guess", TOK), len(TOK)) for _ in range(len(prompts) * 4)]
     lim = Limits(max_turns=GUESS_TURNS, max_turn_tokens=3, max_total_tokens=24, step_timeout_s=30)
-    roll = episodes(model, TOK, envs, prompts, 4, lim, max_prompt_len=8, generator=torch.Generator().manual_seed(1))
+    roll = episodes(model, TOK, envs, prompts, 4, lim, Sampling(1, 8), generator=torch.Generator().manual_seed(1))
     assert roll.policy_mask is not None and roll.env_rewards is not None and roll.turns is not None
     assert roll.turns.max() >= 3 and (roll.env_rewards > 0).any()  # games of several turns, some won
     for i in range(len(envs)):

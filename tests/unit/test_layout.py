@@ -38,7 +38,7 @@ LAZY_OK = {
     "training/rl.py": {"rloo.rollout.vllm"},
     "experiments/bench.py": {"trl"},
     "experiments/bench_workers.py": {"trl", "datasets"},
-    "data/datasets.py": {"datasets"},
+    "data/tables.py": {"datasets"},
     "data/survey.py": {"transformers"},  # the pipeline's length survey on a dataset: the preflight stays light
     "runtime/tracking/trackers.py": {"torch.utils.tensorboard", "wandb"},
     "runtime/inputs/sizes.py": {"torch"},  # GPU memory only for device=cuda: the CLI's preflight stays torch-free

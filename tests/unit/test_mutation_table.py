@@ -70,9 +70,9 @@ def test_reliability_table_lists_the_mutants_in_order():
     assert _doc_rows() == expected
 
 
-# docs/architecture.md's per-layer sample was applied by hand (no script records its edits), so only
+# docs/testing.md's per-layer sample was applied by hand (no script records its edits), so only
 # what its table names can be checked: the test files it ran and the tests it says caught each bug.
-ARCHITECTURE = ROOT / "docs" / "architecture.md"
+ARCHITECTURE = ROOT / "docs" / "testing.md"
 LAYER_HEADER = "| layer | bug | quick-suite files run | caught by |"
 
 
@@ -95,7 +95,7 @@ def _layer_rows() -> list[tuple[str, list[Path], list[str]]]:
 
 def test_layer_sample_names_existing_tests():
     rows = _layer_rows()
-    assert rows, "the per-layer mutation table was not found in docs/architecture.md"
+    assert rows, "the per-layer mutation table was not found in docs/testing.md"
     for layer, paths, tests in rows:
         for path in paths:
             assert path.is_file(), f"{layer}: {path.relative_to(ROOT)} does not exist"

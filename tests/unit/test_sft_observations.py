@@ -17,7 +17,7 @@ from rloo.modeling.forward import completion_logprobs
 from rloo.modeling.loading import build_llama
 from rloo.tasks import Example, get_task
 from rloo.tasks.tokenizer import build_tokenizer
-from rloo.training.sft import _loss, policy_tokens
+from rloo.training.sft import _loss, sft_loss_mask
 
 
 def test_the_words_sft_leaves_out_are_the_ones_the_calculator_environment_writes():
@@ -70,7 +70,7 @@ def test_the_sft_loss_is_the_mean_over_the_policy_tokens_only():
     model = build_llama(ArchConfig(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64), tok, seed=0)
     p, _ = encode_prompts(tok, prompts, 16)
     c = encode_completions(tok, refs, 24)
-    mask = policy_tokens(task, tok, [Example(a, b) for a, b in zip(prompts, refs, strict=True)], c, policy_only=True)
+    mask = sft_loss_mask(task, tok, [Example(a, b) for a, b in zip(prompts, refs, strict=True)], c, policy_only=True)
     loss, _ = _loss(model, p, c, mask, torch.arange(2), "cpu")
     lp = completion_logprobs(model, p.ids, p.mask, c.ids, c.mask)
     per_word = [task.environment_words(r) for r in refs]
@@ -90,7 +90,7 @@ def test_with_observation_loss_every_target_token_is_trained_on():
     tok = build_tokenizer(task)
     ref = task.ideal_response("q : 4 7 * 8 + 6 =")
     c = encode_completions(tok, [ref], 24)
-    assert torch.equal(policy_tokens(task, tok, [Example("q", ref)], c, policy_only=False), c.mask)
+    assert torch.equal(sft_loss_mask(task, tok, [Example("q", ref)], c, policy_only=False), c.mask)
 
 
 def test_the_calculator_pipeline_trains_sft_on_the_policys_words_and_the_game_on_the_whole_trace():

@@ -23,6 +23,7 @@ import itertools
 import pytest
 import torch
 
+from rloo.config import Sampling
 from rloo.core.advantages import leave_one_out
 from rloo.core.kl import shaped_reward
 from rloo.core.logprobs import sequence_logprobs, token_logprobs
@@ -143,11 +144,12 @@ def test_sampler_stores_the_truncated_logprobs(trunc):
     want = _sampling_logprobs(logits.double(), trunc)
     for u in torch.linspace(0.01, 0.99, 25):
         us = torch.full((len(logits),), float(u))
-        tok, lp = _next_token(logits, TEMP, trunc.top_p, None, us, trunc.top_k, truncated_logprobs=True)
+        s = Sampling(1, 1, TEMP, top_p=trunc.top_p, top_k=trunc.top_k)
+        tok, lp = _next_token(logits, s.replace(truncated_logprobs=True), None, us)
         picked = want.gather(-1, tok[:, None]).squeeze(-1)
         assert torch.isfinite(picked).all()  # drawn from the kept set
         torch.testing.assert_close(lp.double(), picked, rtol=0, atol=tolerance(picked, ELEMENTWISE))
         recomputed = token_logprobs(logits[None], tok[None], temperature=TEMP, truncation=trunc)[0]
         torch.testing.assert_close(recomputed, lp, rtol=0, atol=tolerance(lp, ELEMENTWISE))
-        _, full = _next_token(logits, TEMP, trunc.top_p, None, us, trunc.top_k)
+        _, full = _next_token(logits, s, None, us)
         torch.testing.assert_close(full, (logits / TEMP).log_softmax(-1).gather(-1, tok[:, None]).squeeze(-1))

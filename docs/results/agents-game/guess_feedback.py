@@ -15,6 +15,7 @@ import argparse
 
 import torch
 
+from rloo.config import Sampling
 from rloo.envs import make_env
 from rloo.envs.factory import env_factory
 from rloo.modeling.loading import load_policy
@@ -49,7 +50,7 @@ def measure(path: str, prompts: list[str], n: int, seed: int) -> dict:
     for i in range(0, len(prompts), 16):
         chunk = prompts[i : i + 16]
         envs = [make_env(env_factory("guess", tok), len(tok)) for _ in range(len(chunk) * n)]
-        roll = episodes(model, tok, envs, chunk, n, lim, max_prompt_len=8, generator=gen)
+        roll = episodes(model, tok, envs, chunk, n, lim, Sampling(1, 8), generator=gen)
         assert roll.env_rewards is not None and roll.turns is not None
         wins += int((roll.env_rewards > 0).sum())
         turns += float(roll.turns.sum())

@@ -31,7 +31,6 @@ from rloo.modeling.forward import completion_logprobs
 from rloo.rollout import Rollout, rollout
 from rloo.rollout.capabilities import EpisodeRollout
 from rloo.rollout.multiturn import policy_tokens
-from rloo.rollout.settings import sampling_settings
 from rloo.runtime.distributed import is_wrapped, unwrap
 
 
@@ -63,7 +62,7 @@ def group_stats(scores: torch.Tensor, k: int) -> dict[str, float]:
     return out
 
 
-def sample(
+def sample_rollout(
     models: Models,
     prompts: list[str],
     cfg: RLConfig,
@@ -89,7 +88,7 @@ def sample(
         models.tokenizer,
         prompts,
         cfg.k,
-        **sampling_settings(cfg),
+        cfg.sampling,
         generator=gen,
         keep_prefill=keep_prefill,
         rows=rows,
@@ -165,7 +164,7 @@ def sample_and_score(
     """1-2 of every method: K completions per prompt, their scores (N,) and reference log-probs (N,T).
     keep_prefill: as for rloo_step (`sample`), for a method whose update is
     rloo's one pass over every row in order (`update_logprobs`)."""
-    roll = sample(models, prompts, cfg, gen, keep_prefill=keep_prefill)  # generation=vllm or rloo's sampler
+    roll = sample_rollout(models, prompts, cfg, gen, keep_prefill=keep_prefill)  # generation=vllm or rloo's sampler
     timer.lap("rollout")
     scores, ref_lp = score_rollout(models, roll, cfg)
     timer.lap("score")

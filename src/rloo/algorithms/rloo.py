@@ -23,7 +23,7 @@ from rloo.algorithms.base import Models, StepResult, guarded_step, score_rollout
 from rloo.algorithms.common import (
     keeps_prefill,
     policy_gradient_update,
-    sample,
+    sample_rollout,
     step_loss_stats,
     step_stats,
     update_logprobs,
@@ -52,7 +52,8 @@ def rloo_step(
     # 1. sample K completions per prompt, with the log-probs of the sampled tokens (and the prompt
     # pass kept for the update where it can be reused)
     # (or multi-turn episodes: the loss, KL and lengths count the policy's tokens only)
-    roll = sample(models, prompts, cfg, gen, rows, all_done, keep_prefill=keeps_prefill(models, cfg, len(prompts)))
+    keep = keeps_prefill(models, cfg, len(prompts))
+    roll = sample_rollout(models, prompts, cfg, gen, rows, all_done, keep_prefill=keep)
     mask = policy_tokens(roll)
     t1 = time.perf_counter()
     # 2. score, and the frozen reference's log-probs

@@ -15,6 +15,7 @@ use it. `from rloo.config import RLConfig` is the stable import path; the module
     supervised.py  the SFT and reward-model sections (+ model shape), imported through sections.py
     memory.py    micro_batch_size (gradient accumulation) and LoRA, shared by the training stages
     dataset.py   the `dataset:` section (your own data)
+    generation.py  the generation keys, and Sampling: what a rollout is asked to do, built once from a config
     stages.py    the stage configs: run-wide keys + a section (`rloo sft|reward|train|eval|pipeline`)
     tools.py     `rloo bench` and `rloo compare`
     loading.py   YAML + key=value overrides -> a config; one-line errors; --help-config
@@ -23,6 +24,7 @@ use it. `from rloo.config import RLConfig` is the stable import path; the module
 from rloo.config.agents import EnvSettings
 from rloo.config.base import MAX_BETA, MAX_GRAD_NORM, MAX_LR, TRACKERS, Strict, normalize_report_to
 from rloo.config.dataset import FIELDS, DatasetSettings
+from rloo.config.generation import Sampling
 from rloo.config.loading import (
     describe_fields,
     describe_validation_error,
@@ -60,6 +62,7 @@ from rloo.config.tools import COMPARE_METHODS, BenchConfig, CompareConfig
 
 __all__ = [
     "ProduceConfig",
+    "Sampling",
     "EnvSettings",
     "Strict",
     "MAX_BETA",

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from rloo.config.address import check_address, split_address  # noqa: F401 - re-exported
 from rloo.config.confcheck import reject_coercions
+from rloo.config.trl_names import trl_hint
 from rloo.errors import ConfigError
 
 # Bounds beyond which a setting is a typo, not an experiment (an AdamW step moves each weight by
@@ -48,7 +49,7 @@ def describe_validation_error(e: ValidationError, cls: type) -> str:
         msg = err["msg"].removeprefix("Value error, ")
         got = err.get("input")
         if err["type"] == "extra_forbidden":
-            hint = did_you_mean(key, cls) or _without_prefix(key, got, cls)
+            hint = _trl_hint(key, cls) or did_you_mean(key, cls) or _without_prefix(key, got, cls)
             msgs.append(f"unknown key {key!r} for {cls.__name__}{hint}")
         elif err["type"] == "missing":
             msgs.append(f"missing required key {key!r}")
@@ -86,6 +87,13 @@ def did_you_mean(key: str, cls: type) -> str:
     close = difflib.get_close_matches(key, paths, n=1, cutoff=0.75)
     close = close or [p for p in paths if p.rsplit(".", 1)[-1] == key.rsplit(".", 1)[-1]][:3]
     return f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
+
+
+def _trl_hint(key: str, cls: type) -> str:
+    """` (TRL's name; rloo's is k)` for one of TRL's names (rloo.config.trl_names)."""
+    if not (isinstance(cls, type) and issubclass(cls, BaseModel)):
+        return ""
+    return trl_hint(key, key_paths(cls))
 
 
 def _without_prefix(key: str, got, cls: type) -> str:

@@ -8,7 +8,16 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from rloo.config.base import MAX_SAMPLES, Strict
-from rloo.config.generation import MinNewTokens, RepetitionPenalty, Stop, TopK, TopP, check_temperature
+from rloo.config.generation import (
+    MinNewTokens,
+    RepetitionPenalty,
+    Sampling,
+    Stop,
+    TopK,
+    TopP,
+    check_temperature,
+    sampling_of,
+)
 
 
 class EvalSettings(Strict):
@@ -48,6 +57,11 @@ class EvalSettings(Strict):
     @classmethod
     def _greedy_allowed(cls, v: float) -> float:
         return check_temperature(v, greedy=True)
+
+    def sampling(self, max_new_tokens: int, max_prompt_tokens: int) -> Sampling:
+        """How evaluation samples: these keys, with the run's length limits (an RL run's eval uses
+        rl.max_new_tokens; `rloo eval` its own)."""
+        return sampling_of(self, max_new_tokens=max_new_tokens, max_prompt_tokens=max_prompt_tokens)
 
 
 def reward_fn_as_judge(data: Any) -> Any:

@@ -5,6 +5,8 @@ log-probs", states which make the sample off-policy)."""
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
 from typing import Annotated
 
 from pydantic import BeforeValidator, Field
@@ -104,3 +106,74 @@ def check_rl_generation(cfg) -> None:
     if cfg.env is not None and (why := multi_turn_refusal(cfg) or multi_turn_refusal(cfg.eval, "eval.")):
         raise ValueError(why)
     check_min_new_tokens(cfg.eval.min_new_tokens, cfg.max_new_tokens, "eval.")
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """What a rollout is asked to do, in one object: every sampler (rloo's own, its captured decode
+    step, vLLM, the multi-turn sampler, the producer) and every evaluation reads its settings from
+    here, built once from a config (`RLSettings.sampling`, `EvalSettings.sampling`). The same
+    checks as the config's fields, so a Sampling made by hand (tests, the API) is valid too.
+
+    max_new_tokens: T, the completion limit; max_prompt_tokens: longer prompts keep their last
+    tokens; temperature 0: greedy (evaluation only; the config refuses it in training); top_p,
+    top_k, min_new_tokens, repetition_penalty, stop: rloo.rollout.decoding; truncated_logprobs:
+    rl.logprobs_under resolved (the stored log-probs are the truncated distribution's);
+    share_prompt: each prompt prefilled once per group of k."""
+
+    max_new_tokens: int
+    max_prompt_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_new_tokens: int = 0
+    repetition_penalty: float = 1.0
+    stop: tuple[str, ...] = ()
+    truncated_logprobs: bool = False
+    share_prompt: bool = True
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "stop", tuple(self.stop))  # a list from a config or a caller
+        bad = [
+            name
+            for name, ok in (
+                ("max_new_tokens >= 1", self.max_new_tokens >= 1),
+                ("max_prompt_tokens >= 1", self.max_prompt_tokens >= 1),
+                ("temperature 0 or >= MIN_TEMPERATURE", self.temperature == 0 or self.temperature >= MIN_TEMPERATURE),
+                ("0 < top_p <= 1", 0 < self.top_p <= 1),
+                ("top_k >= 0", self.top_k >= 0),
+                ("0 < repetition_penalty <= 100", 0 < self.repetition_penalty <= MAX_REPETITION_PENALTY),
+                ("stop strings non-empty", all(self.stop)),
+            )
+            if not ok
+        ]
+        if bad:
+            raise ValueError(f"Sampling: needs {', '.join(bad)}: {self}")
+        check_min_new_tokens(self.min_new_tokens, self.max_new_tokens)
+
+    @property
+    def shaped(self) -> bool:
+        """Whether anything but the temperature shapes the distribution drawn from."""
+        return self.top_p < 1 or self.top_k > 0 or self.min_new_tokens > 0 or self.repetition_penalty != 1
+
+    def replace(self, **changes) -> Sampling:
+        """A copy with `changes` (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+
+def sampling_of(section, *, max_new_tokens: int, max_prompt_tokens: int, **rest) -> Sampling:
+    """The Sampling of a config section holding the generation keys (an RL or eval section); `rest`:
+    share_prompt and truncated_logprobs, which only training sets."""
+    keys = {"temperature", "top_p", "top_k", "min_new_tokens", "repetition_penalty", "stop"}
+    return Sampling(max_new_tokens, max_prompt_tokens, **section.model_dump(include=keys), **rest)
+
+
+def rl_sampling(cfg) -> Sampling:
+    """An RL config's Sampling: its generation keys, lengths, share_prompt and resolved logprobs_under."""
+    lengths = dict(max_new_tokens=cfg.max_new_tokens, max_prompt_tokens=cfg.max_prompt_tokens)
+    return sampling_of(cfg, **lengths, share_prompt=cfg.share_prompt, truncated_logprobs=cfg.truncated_logprobs)
+
+
+def rl_eval_sampling(cfg) -> Sampling:
+    """How an RL config's periodic and final evaluations sample: eval.*, with rl.max_new_tokens."""
+    return cfg.eval.sampling(cfg.max_new_tokens, cfg.max_prompt_tokens)

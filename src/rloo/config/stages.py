@@ -11,7 +11,7 @@ from rloo.config.agents import EnvSettings, eval_env_refusal, pipeline_env_refus
 from rloo.config.base import Strict, check_device_name, normalize_report_to, refuse_float16
 from rloo.config.dataset import DatasetSettings
 from rloo.config.evaluation import reward_fn_as_judge
-from rloo.config.generation import check_rl_generation
+from rloo.config.generation import check_rl_generation, rl_eval_sampling, rl_sampling
 from rloo.config.method_choice import shared_settings
 from rloo.config.sections import EvalSettings, RewardSettings, RLSettings, SFTSettings
 from rloo.config.tasks import DEFAULT_TASK, TASK_SPECS, check_task, described_tasks, episode_tasks
@@ -113,6 +113,9 @@ class RLConfig(_Run, RLSettings):
             raise ValueError(why)
         check_rl_generation(self)
         return self
+
+    sampling = property(rl_sampling)  # how training samples: the own sampler, vLLM, episodes, the producer
+    eval_sampling = property(rl_eval_sampling)  # how its evaluations sample: eval.*, rl.max_new_tokens
 
 
 class EvalConfig(_Run, EvalSettings):

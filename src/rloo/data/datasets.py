@@ -17,21 +17,23 @@ Formats (`dataset.format`):
 Prompts are wrapped in the tokenizer's chat template when it has one (and `chat_template` is on).
 With format plain, rows in TRL's conversational formats (message lists, a `messages` column) are
 read by rloo.data.conversational.
+A row's other columns (all but those its prompt is read from, and `prompt`, `completion`,
+`messages`) are kept in `Record.columns`; the stages' prompts carry them to the reward functions
+and judges as keyword arguments, as TRL's do (rloo.data.columns).
 """
 
 from __future__ import annotations
 
-import json
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from rloo.config import DatasetSettings
 from rloo.data import conversational
+from rloo.data.columns import extra_columns, with_columns
+from rloo.data.tables import load_table
+from rloo.data.textcheck import rows
 from rloo.errors import RlooError
-from rloo.runtime.inputs.names import check_name
 
-FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
 HUMAN, ASSISTANT = "\n\nHuman:", "\n\nAssistant:"
 
 
@@ -43,84 +45,8 @@ class Record:
     rejected: str | None = None
     # a conversational row's messages (prompt turns, {field: reply turns}), for the chat template
     turns: tuple | None = field(default=None, repr=False, compare=False)
-
-
-def _load_table(path: str, name: str | None, split: str):
-    """Rows of one split as a `datasets.Dataset`; any loading failure is one RlooError line."""
-    with _quiet_datasets(local=Path(path).exists()):
-        return _load_table_loud(path, name, split)
-
-
-@contextmanager
-def _quiet_datasets(local: bool):
-    """datasets logs a traceback of its own before raising on a malformed file, and shows a
-    progress bar for building a local file's cache: both would bury our one-line error."""
-    import datasets  # lazily: a 1-3 s import (pyarrow, pandas), needed only with a `dataset:` section
-
-    level = datasets.logging.get_verbosity()
-    bars = datasets.utils.are_progress_bars_disabled()
-    datasets.logging.set_verbosity(datasets.logging.CRITICAL)
-    if local:
-        datasets.disable_progress_bars()
-    try:
-        yield
-    finally:
-        datasets.logging.set_verbosity(level)
-        if local and not bars:
-            datasets.enable_progress_bars()
-
-
-def _root_cause(e: BaseException) -> str:
-    """The innermost message: datasets wraps a parse error in 'An error occurred while generating'."""
-    while (e.__cause__ or e.__context__) is not None and str(e.__cause__ or e.__context__).strip():
-        e = e.__cause__ or e.__context__
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
-
-
-def _load_table_loud(path: str, name: str | None, split: str):
-    import datasets  # lazily: a 1-3 s import (pyarrow, pandas), needed only with a `dataset:` section
-
-    p = Path(path)
-    try:
-        if p.is_dir() and ((p / "dataset_dict.json").exists() or (p / "state.json").exists()):
-            ds = datasets.load_from_disk(str(p))
-            if isinstance(ds, datasets.DatasetDict):
-                if split not in ds:
-                    raise RlooError(f"dataset {path!r} has no split {split!r} (splits: {', '.join(ds)})")
-                ds = ds[split]
-            return ds
-        if p.is_file():
-            if p.stat().st_size == 0:
-                raise RlooError(f"dataset {path!r} split {split!r} is empty")
-            builder = FILE_BUILDERS.get(p.suffix.lower())
-            if builder is None:
-                raise RlooError(f"dataset file {path!r}: unknown type {p.suffix!r} (use .jsonl, .json, .csv, .parquet)")
-            return datasets.load_dataset(builder, data_files=str(p), split="train")
-        check_name(path, "dataset.path", repo_type="dataset")  # a typo fails here, not after Hub retries
-        return datasets.load_dataset(path, name, split=split)
-    except RlooError:
-        raise
-    except Exception as e:  # noqa: BLE001 - datasets raises many types; the user needs the message
-        what = "cannot be read" if p.exists() else "could not be loaded"
-        cause = (_jsonl_problem(p) if p.is_file() and p.suffix.lower() == ".jsonl" else None) or _root_cause(e)
-        raise RlooError(f"dataset {path!r} (split {split!r}) {what}: {cause}") from e
-
-
-def _jsonl_problem(p: Path) -> str | None:
-    """The first line of a JSON-lines file that is not one JSON object ("line 3: ..."); datasets'
-    own message gives a byte position in a chunk, not a line."""
-    with open(p, encoding="utf-8", errors="replace") as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except ValueError as e:
-                return f"line {n} is not valid JSON ({e.msg}, column {e.colno})"
-            if not isinstance(row, dict):
-                return f"line {n} is a JSON {type(row).__name__}, expected an object"
-    return None
+    # the row's other columns (name -> value), for the reward functions and judges (rloo.data.columns)
+    columns: dict = field(default_factory=dict, repr=False, compare=False)
 
 
 def load_records(
@@ -142,7 +68,7 @@ def read_records(
     """`load_records` before the chat template: prompts as the data has them."""
     split = split or settings.split
     path = split if split != settings.split and _is_file(split) else settings.path
-    table = _load_table(path, settings.name, split)
+    table = load_table(path, settings.name, split)
     if settings.limit is not None:
         table = table.select(range(min(settings.limit, len(table))))
     if len(table) == 0:
@@ -150,27 +76,50 @@ def read_records(
     convert = {"plain": _plain, "tldr": _tldr, "hh": _hh}[settings.format]
     cols = set(table.column_names)
     fields = tuple(fields) + tuple(f for f in optional if _present(settings, f, cols))
-    if settings.format == "plain" and conversational.is_conversational(table[0], settings.columns):
+    used = _prompt_columns(settings)
+    if settings.format == "plain" and conversational.is_conversational(next(rows(table, path)), settings.columns):
         # TRL's message lists: plain text here (what the split's hash reads), the turns kept for the
         # chat template (with_chat_template)
         return [
-            Record(**conversational.convert(row, fields, _reader(row, settings.columns, cols, path), settings.columns))
-            for row in table
+            Record(
+                **conversational.convert(row, fields, _reader(row, settings.columns, cols, path), settings.columns),
+                columns=extra_columns(row, used),
+            )
+            for row in rows(table, path)
         ]
-    return [convert(row, settings.columns, fields, cols, path) for row in table]
+    return [_with_extra(convert(row, settings.columns, fields, cols, path), row, used) for row in rows(table, path)]
+
+
+# per format, the fields a row's prompt (and a tldr/hh row's response) is read from
+PROMPT_SOURCES = {
+    "plain": ("prompt", "messages"),
+    "tldr": ("prompt", "post", "title", "subreddit", "summary", "info"),
+    "hh": ("chosen", "rejected"),
+}
+
+
+def _prompt_columns(settings: DatasetSettings) -> set[str]:
+    """The columns a row's prompt is read from, which no reward function is given as a column."""
+    return {settings.columns.get(n) or n for n in PROMPT_SOURCES[settings.format]}
+
+
+def _with_extra(rec: Record, row: dict, used: set[str]) -> Record:
+    rec.columns = extra_columns(row, used)
+    return rec
 
 
 def with_chat_template(records: list[Record], settings: DatasetSettings, tokenizer) -> list[Record]:
     """The records in the tokenizer's chat template, when it has one and it is on: the prompt, or a
-    conversational row's every field, rendered from its turns."""
-    if tokenizer is None or not settings.chat_template or not getattr(tokenizer, "chat_template", None):
-        return records
+    conversational row's every field, rendered from its turns. Each prompt then holds its row's
+    other columns (a rloo.data.columns.Prompt), the final text a stage samples from."""
+    templated = tokenizer is not None and settings.chat_template and getattr(tokenizer, "chat_template", None)
     for r in records:
-        if r.turns is not None:
+        if templated and r.turns is not None:
             for name, text in conversational.render(r.turns, tokenizer).items():
                 setattr(r, name, text)
-        else:
+        elif templated:
             r.prompt = apply_chat_template(tokenizer, r.prompt)
+        r.prompt = with_columns(r.prompt, r.columns)
     return records
 
 

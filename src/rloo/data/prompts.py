@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 
+from rloo.data.columns import extra_columns, with_columns
 from rloo.errors import RlooError
 
 
@@ -38,8 +40,9 @@ class PromptStream:
 
 
 def check_prompts(prompts) -> list[str]:
-    """The training prompts, or a clear error naming the first bad one."""
-    prompts = list(prompts)
+    """The training prompts, or a clear error naming the first bad one. A row (a mapping with a
+    `prompt`) gives its prompt holding the row's other columns (rloo.data.columns)."""
+    prompts = [_of_row(p, i) if isinstance(p, Mapping) else p for i, p in enumerate(prompts)]
     if not prompts:
         raise RlooError("no training prompts: the prompt list is empty; pass at least one prompt")
     for i, p in enumerate(prompts):
@@ -48,3 +51,11 @@ def check_prompts(prompts) -> list[str]:
         if not p.strip():
             raise RlooError(f"prompt {i} is empty; remove empty prompts from the data")
     return prompts
+
+
+def _of_row(row: Mapping, i: int) -> str:
+    if "prompt" not in row:
+        raise RlooError(f"prompt {i} is a row without a 'prompt' key (keys: {', '.join(map(str, row))})")
+    if not isinstance(row["prompt"], str):
+        raise RlooError(f"prompt {i}'s 'prompt' is a {type(row['prompt']).__name__}, expected a string")
+    return with_columns(row["prompt"], extra_columns(row, {"prompt"}))

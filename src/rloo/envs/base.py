@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from rloo.data.chat_turns import ChatFrame
+from rloo.data.columns import keywords_for
 from rloo.errors import EnvError, StopNow
 
 
@@ -85,10 +86,10 @@ def _name(env) -> str:
     return type(env).__name__
 
 
-def _user_call(env, what: str, fn, *args):
+def _user_call(env, what: str, fn, *args, **kwargs):
     """Call a user environment's method; any failure becomes one EnvError line."""
     try:
-        return fn(*args)
+        return fn(*args, **kwargs)
     except (StopNow, EnvError):
         raise
     except (Exception, SystemExit, KeyboardInterrupt) as e:  # noqa: BLE001 - any failure of user code
@@ -111,8 +112,11 @@ def token_ids(value, env, what: str, vocab_size: int) -> list[int]:
 
 
 def checked_reset(env, prompt: str, vocab_size: int) -> list[int]:
-    """env.reset(prompt), checked: a non-empty list of token ids."""
-    ids = token_ids(_user_call(env, "reset", env.reset, prompt), env, "reset", vocab_size)
+    """env.reset(prompt, **columns), checked: a non-empty list of token ids. `columns`: the task row's
+    other columns (a dataset prompt's, rloo.data.columns), those that reset's signature names (all
+    with **kwargs), one value each; a `reset(prompt)` is called with the prompt alone."""
+    columns = keywords_for(env.reset, getattr(prompt, "columns", {}), skip=1)
+    ids = token_ids(_user_call(env, "reset", env.reset, prompt, **columns), env, "reset", vocab_size)
     if not ids:
         raise EnvError(f"environment {_name(env)}.reset returned no tokens for prompt {prompt!r}")
     return ids

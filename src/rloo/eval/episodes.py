@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import torch
 
 from rloo.algorithms.agents import limits
+from rloo.config import Sampling
 from rloo.envs import EnvSpec, make_env
 from rloo.rollout.multiturn import episodes
 
@@ -78,17 +79,14 @@ def evaluate_episodes(
     tokenizer,
     spec: EnvSpec,
     prompts: list[str],
+    s: Sampling,
     *,
     n: int,
     seed: int = 0,
-    temperature: float = 1.0,
-    top_p: float = 1.0,
-    top_k: int = 0,
-    max_prompt_len: int = 64,
     batch_size: int = 128,
     threshold: float = 1.0,
 ) -> EpisodeEval:
-    """Play each prompt n times (batches of about batch_size episodes) -> EpisodeEval."""
+    """Play each prompt n times (batches of about batch_size episodes), sampled as `s` asks -> EpisodeEval."""
     gen = torch.Generator().manual_seed(seed)
     vocab = policy.get_input_embeddings().weight.shape[0]
     per = max(1, batch_size // n)
@@ -104,10 +102,7 @@ def evaluate_episodes(
             chunk,
             n,
             limits(spec),
-            max_prompt_len=max_prompt_len,
-            temperature=temperature,
-            top_p=top_p,
-            top_k=top_k,
+            s,
             generator=gen,
             chat=spec.chat,
             prefill_observations=spec.prefill_observations,

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from rloo.config import Sampling
 from rloo.core.kl import sequence_kl
 from rloo.eval.sampling import sampled_chunks
 from rloo.modeling.forward import completion_logprobs
@@ -103,42 +104,29 @@ def evaluate_policy(
     policy,
     tokenizer,
     prompts: list[str],
+    s: Sampling,
     *,
     references: list[str] | None = None,
     judge=None,
     reward_scorer=None,
     ref_model=None,
-    temperature: float = 1.0,
-    max_prompt_len: int = 64,
-    max_new_tokens: int = 32,
     batch_size: int = 128,
     generator: torch.Generator | None = None,
     keep_samples: int = 4,
     all_done=None,
-    **shaping,
 ) -> PolicyEval:
     """One sampled response per prompt, judged against `references` with `judge(prompt, response)`.
-    `all_done`: the shared stop of processes whose forward passes are collectives (FSDP; see `sample`).
-    `shaping`: rollout's top_p, top_k, min_new_tokens, repetition_penalty, stop (rloo.rollout.settings.decoding);
-    temperature 0 is greedy, its KL to the reference taken at temperature 1 (`logprob_temperature`)."""
+    `all_done`: the shared stop of processes whose forward passes are collectives (FSDP; see
+    `sample_tokens`). `s`: how to sample (an eval section's `sampling`); temperature 0 is greedy, its
+    KL to the reference taken at temperature 1 (`logprob_temperature`)."""
     rows: dict[str, list] = {k: [] for k in PER_PROMPT}
     samples: list[tuple[str, str]] = []
     chunks = sampled_chunks(
-        policy,
-        tokenizer,
-        prompts,
-        1,
-        batch_size=batch_size,
-        max_prompt_len=max_prompt_len,
-        max_new_tokens=max_new_tokens,
-        temperature=temperature,
-        generator=generator,
-        all_done=all_done,
-        **shaping,
+        policy, tokenizer, prompts, 1, s, batch_size=batch_size, generator=generator, all_done=all_done
     )
     for i, (chunk, roll) in zip(range(0, len(prompts), batch_size), chunks, strict=True):
         refs = None if references is None else references[i : i + batch_size]
-        _judged_chunk(rows, chunk, roll, judge, refs, reward_scorer, ref_model, temperature)
+        _judged_chunk(rows, chunk, roll, judge, refs, reward_scorer, ref_model, s.temperature)
         samples += list(zip(chunk, roll.completions, strict=False))[: max(0, keep_samples - len(samples))]
     mean = lambda xs: sum(xs) / len(xs) if xs else None  # noqa: E731
     gold, refs_gold = rows["score"], rows["reference_score"]

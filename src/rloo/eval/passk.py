@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from rloo.config import Sampling
 from rloo.eval.sampling import sampled_chunks
 
 PASS_KS: tuple[int, ...] = (1, 2, 4, 8)
@@ -107,36 +108,22 @@ def evaluate_pass_at_k(
     tokenizer,
     prompts: list[str],
     check: Callable[[str, str], float],
+    s: Sampling,
     *,
     n: int,
     parse: Callable[[str], object] | None = None,
     ks: Sequence[int] = PASS_KS,
-    temperature: float = 1.0,
-    max_prompt_len: int = 64,
-    max_new_tokens: int = 32,
     batch_size: int = 128,
     generator: torch.Generator | None = None,
     keep_samples: int = 4,
-    **shaping,
 ) -> PassAtK:
     """n sampled responses per prompt, each checked (``check(prompt, response)`` is 1 for solved);
     ``parse(response)`` returning None marks a response unparseable (without ``parse``: a NaN check).
-    ``shaping``: rollout's other generation keywords (rloo.rollout.settings.decoding)."""
+    ``s``: how to sample (an eval section's `sampling`)."""
     if n < max(ks, default=1):
         raise ValueError(f"pass@{max(ks)} needs at least {max(ks)} samples per problem, got n={n}")
     counts, lengths, bad, samples = [], [], 0, []
-    chunks = sampled_chunks(
-        policy,
-        tokenizer,
-        prompts,
-        n,
-        batch_size=batch_size,
-        max_prompt_len=max_prompt_len,
-        max_new_tokens=max_new_tokens,
-        temperature=temperature,
-        generator=generator,
-        **shaping,
-    )
+    chunks = sampled_chunks(policy, tokenizer, prompts, n, s, batch_size=batch_size, generator=generator)
     for chunk, roll in chunks:
         ok = [float(check(p, c)) for p, c in zip(roll.prompts, roll.completions, strict=False)]
         counts += [sum(v == 1.0 for v in ok[j * n : (j + 1) * n]) for j in range(len(chunk))]

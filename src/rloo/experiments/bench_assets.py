@@ -148,7 +148,3 @@ def build_assets(shape: Shape, root: Path, seed: int = 0) -> Path:
 
 def load_words(folder: Path) -> list[str]:
     return (Path(folder) / "words.txt").read_text().split("\n")
-
-
-def param_count(model) -> int:
-    return sum(p.numel() for p in model.parameters())

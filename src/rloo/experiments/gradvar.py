@@ -19,11 +19,12 @@ import torch
 
 from rloo.algorithms.base import rollout_logprobs
 from rloo.algorithms.ppo import ValueFunction, hidden_states
-from rloo.config import CompareConfig, PipelineConfig, RLConfig
+from rloo.config import CompareConfig, PipelineConfig, RLConfig, Sampling
 from rloo.config.methods import capable
 from rloo.core.advantages import gae, leave_one_out
 from rloo.core.kl import token_level_rewards
 from rloo.core.losses import sequence_sum_policy_gradient_loss, value_loss
+from rloo.experiments.readback import read_variance
 from rloo.modeling.loading import frozen, load_policy, load_reward_model
 from rloo.rewards import RewardModelScorer
 from rloo.rollout import rollout
@@ -62,9 +63,7 @@ class _Snapshot:
             self.tok,
             prompts,
             k,
-            max_prompt_len=self.cfg.max_prompt_tokens,
-            max_new_tokens=self.cfg.rl.max_new_tokens,
-            temperature=self.cfg.rl.temperature,
+            Sampling(self.cfg.rl.max_new_tokens, self.cfg.max_prompt_tokens, temperature=self.cfg.rl.temperature),
             generator=self.gen,
         )
         return roll, self.scorer(roll)
@@ -151,7 +150,7 @@ def variance_cell(cfg: CompareConfig, task_name: str, seed: int, runs: Path) -> 
     root = runs / task_name / f"seed-{seed}"
     out_file = root / "gradient_variance.json"
     if out_file.exists():
-        return json.loads(out_file.read_text())
+        return read_variance(out_file)
     pipe = PipelineConfig(
         task=task_name,
         seed=seed,

@@ -10,6 +10,7 @@ import torch
 from torch import Tensor
 
 from rloo.data.collate import encode_completions, encode_prompts
+from rloo.data.columns import columns_of, keywords_for, missing_columns
 from rloo.errors import RewardError, RlooError, StopNow
 from rloo.modeling.forward import reward_scores
 from rloo.modeling.forward_shared import reward_scores_shared
@@ -19,7 +20,11 @@ RewardFn = Callable[[list[str], list[str]], Sequence[float]]
 
 
 class FunctionReward:
-    """A batched Python reward: fn(prompts, completions) -> one float per completion.
+    """A batched Python reward: fn(prompts, completions, **columns) -> one float per completion.
+
+    `columns`: the dataset row's other columns (rloo.data.columns), one value per completion, as
+    TRL passes them; only those the function's signature names (all with **kwargs), so a
+    `(prompts, completions)` function is called with the two lists alone.
 
     Its output is checked every call: a reward that raises, returns the wrong number of scores,
     non-numbers or NaN/inf stops training with a RewardError naming the problem. ``None`` means
@@ -37,8 +42,9 @@ class FunctionReward:
         return self.score_texts(batch.prompts, batch.completions)
 
     def score_texts(self, prompts: list[str], completions: list[str]) -> Tensor:
+        columns = self._columns(prompts)
         try:
-            out = self.fn(list(prompts), list(completions))
+            out = self.fn(list(prompts), list(completions), **columns)
         except StopNow:  # the user's second Ctrl-C arrived while the reward ran: not the function's fault
             raise
         except (Exception, SystemExit, KeyboardInterrupt) as e:  # noqa: BLE001 - any failure of user code
@@ -51,6 +57,19 @@ class FunctionReward:
                 f"reward function {self.name} returned {len(values)} scores for {len(completions)} completions"
             )
         return torch.tensor([_score(v, self.name, i) for i, v in enumerate(values)], dtype=torch.float32)
+
+    def _columns(self, prompts: list[str]) -> dict[str, list]:
+        """The row columns of `prompts` that the function takes; a RewardError when it requires one
+        that the data lacks (a checker's `answer` on prompts without columns)."""
+        columns = columns_of(prompts)
+        missing = missing_columns(self.fn, columns)
+        if missing:
+            have = ", ".join(sorted(columns)) or "none: the prompts came without a dataset row"
+            raise RewardError(
+                f"reward function {self.name} takes {', '.join(missing)}, which is not a column of the data "
+                f"(the other columns: {have})"
+            )
+        return keywords_for(self.fn, columns)
 
     def part_metrics(self) -> dict[str, float]:
         return {}

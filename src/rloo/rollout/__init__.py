@@ -1,3 +1,3 @@
-from rloo.rollout.sampler import Rollout, rollout, sample
+from rloo.rollout.sampler import Rollout, rollout, sample_tokens
 
-__all__ = ["Rollout", "rollout", "sample"]
+__all__ = ["Rollout", "rollout", "sample_tokens"]

@@ -1,4 +1,4 @@
-"""The decode loop of `rloo.rollout.sampler.sample`, one token per step: how a token is drawn
+"""The decode loop of `rloo.rollout.sampler.sample_tokens`, one token per step: how a token is drawn
 (`Draw`), where rows end (`Ends`), the one-token passes against the KV cache (`Decoder`), and the
 loop itself (`decode`)."""
 
@@ -10,6 +10,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from rloo.config import Sampling
 from rloo.modeling.forward import lm_logits
 from rloo.rollout.decoding import StopStrings
 from rloo.rollout.draw import _next_token, uniforms
@@ -28,23 +29,19 @@ def row_noise(rows: tuple[int, int] | None, max_new_tokens: int, n: int, generat
 
 @dataclass
 class Draw:
-    """How each token is drawn from its (N, V) logits (`_next_token`); `shape`: the decoding
-    settings' logit shaping, None without them (rloo.rollout.decoding.shaping)."""
+    """How each token is drawn from its (N, V) logits (`_next_token` with the settings `s`); `shape`: the
+    decoding settings' logit shaping, None without them (rloo.rollout.decoding.shaping)."""
 
-    temperature: float
-    top_p: float
-    top_k: int
+    s: Sampling
     generator: torch.Generator | None
     noise: Tensor | None  # (max_new_tokens, N) uniforms of the rows (`row_noise`), or None
     shape: Any
-    truncated_logprobs: bool = False  # log-probs of the truncated distribution drawn from (rl.logprobs_under)
 
     def __call__(self, logits: Tensor, t: int) -> tuple[Tensor, Tensor]:
         """Token t of every row (N,) and its log-prob (N,)."""
         u = None if self.noise is None else self.noise[t]
         shaped = None if self.shape is None else self.shape(logits, t)
-        args = (self.temperature, self.top_p, self.generator, u, self.top_k, shaped, self.truncated_logprobs)
-        return _next_token(logits, *args)
+        return _next_token(logits, self.s, self.generator, u, shaped)
 
 
 @dataclass

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from rloo.config import Sampling
 from rloo.core.truncation import top_k_dropped, top_p_dropped
 
 
@@ -36,6 +37,12 @@ def top_k_filter(logits: Tensor, top_k: int) -> Tensor:
 def top_p_filter(logits: Tensor, top_p: float) -> Tensor:
     """Keep the smallest set of tokens whose probability reaches top_p. (N,V) -> (N,V)."""
     return logits.masked_fill(top_p_dropped(logits, top_p), float("-inf"))
+
+
+def truncate(logits: Tensor, s: Sampling) -> Tensor:
+    """The logits of the distribution drawn from: top_k, then top_p filtered as `s` asks. (N,V) -> (N,V)."""
+    logits = top_k_filter(logits, s.top_k) if s.top_k > 0 else logits
+    return top_p_filter(logits, s.top_p) if s.top_p < 1.0 else logits
 
 
 def penalize_repetitions(logits: Tensor, seen: Tensor, penalty: float) -> Tensor:
@@ -81,15 +88,14 @@ class Shaping:
             self.seen.scatter_(1, where[:, None], torch.ones_like(live[:, None]))
 
 
-def shaping(
-    prompt_ids: Tensor, prompt_mask: Tensor, k: int, vocab: int, eos_id: int, min_new_tokens: int, penalty: float
-) -> Shaping | None:
+def shaping(prompt_ids: Tensor, prompt_mask: Tensor, k: int, vocab: int, eos_id: int, s: Sampling) -> Shaping | None:
     """The Shaping of N = B*k rows continuing (B,P) prompts k times each; None when it changes nothing
     (min_new_tokens 0, penalty 1), so the default path is today's, bitwise."""
-    if min_new_tokens <= 0 and penalty == 1.0:
+    if s.min_new_tokens <= 0 and s.repetition_penalty == 1.0:
         return None
+    penalty = s.repetition_penalty
     seen = None if penalty == 1.0 else seen_tokens(prompt_ids, prompt_mask, vocab).repeat_interleave(k, dim=0)
-    return Shaping(eos_id, min_new_tokens, penalty, seen)
+    return Shaping(eos_id, s.min_new_tokens, penalty, seen)
 
 
 class StopStrings:
@@ -110,19 +116,20 @@ class StopStrings:
         return torch.tensor(found, dtype=torch.bool, device=ids.device)
 
 
-def off_policy_note(top_p: float = 1.0, top_k: int = 0, min_new_tokens: int = 0, repetition_penalty: float = 1.0):
+def off_policy_note(s: Sampling) -> str | None:
     """The one-line note a training run prints once when its samples are not drawn from pi at the
     temperature (None when they are). Each of these shapes the distribution drawn from, while the
     stored log-probs, the KL term and the gradient are the full temperature-scaled distribution's.
-    The training run passes top_p = 1, top_k = 0 here when rl.logprobs_under=truncated trains the
-    truncated distribution itself (rloo.core.truncation): nothing to note then."""
+    Under s.truncated_logprobs (rl.logprobs_under=truncated) top_p and top_k shape nothing away from the
+    trained distribution, which is the truncated one itself (rloo.core.truncation)."""
+    truncates = not s.truncated_logprobs
     shaped = [
-        f"top_p={top_p}" if top_p < 1.0 else "",
-        f"top_k={top_k}" if top_k > 0 else "",
-        f"min_new_tokens={min_new_tokens}" if min_new_tokens > 0 else "",
-        f"repetition_penalty={repetition_penalty}" if repetition_penalty != 1.0 else "",
+        f"top_p={s.top_p}" if truncates and s.top_p < 1.0 else "",
+        f"top_k={s.top_k}" if truncates and s.top_k > 0 else "",
+        f"min_new_tokens={s.min_new_tokens}" if s.min_new_tokens > 0 else "",
+        f"repetition_penalty={s.repetition_penalty}" if s.repetition_penalty != 1.0 else "",
     ]
-    shaped = [s for s in shaped if s]
+    shaped = [x for x in shaped if x]
     if not shaped:
         return None
     return (

@@ -6,7 +6,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from rloo.rollout.decoding import logprob_temperature, top_k_filter, top_p_filter
+from rloo.config import Sampling
+from rloo.rollout.decoding import logprob_temperature, truncate
 
 
 def uniforms(shape: tuple[int, ...], generator: torch.Generator | None, device: torch.device | str) -> Tensor:
@@ -47,32 +48,23 @@ def _inverse_cdf(probs: Tensor, u: Tensor) -> Tensor:
 
 
 def _next_token(
-    logits: Tensor,
-    temperature: float,
-    top_p: float,
-    generator,
-    u: Tensor | None,
-    top_k: int = 0,
-    shaped=None,
-    truncated_logprobs: bool = False,
+    logits: Tensor, s: Sampling, generator, u: Tensor | None, shaped: Tensor | None = None
 ) -> tuple[Tensor, Tensor]:
-    """One decode step's draw. logits (N,V) -> token (N,), its log-prob (N,) under the temperature-scaled
-    distribution of the raw logits (see `sample`); drawn from `shaped` (the logits after the repetition
-    penalty and min_new_tokens, rloo.rollout.decoding.Shaping) when given, then top-k and top-p filtered;
-    from uniforms u (N,) when given, else the exponential race. Temperature 0: the argmax (the first of
-    tied maxima), its log-prob at temperature 1 (`logprob_temperature`). truncated_logprobs: the
-    log-prob under the top-k/top-p truncated distribution drawn from instead (rl.logprobs_under;
-    the config refuses it with a shaping)."""
-    scaled = logits / logprob_temperature(temperature)
+    """One decode step's draw with settings `s`. logits (N,V) -> token (N,), its log-prob (N,) under the
+    temperature-scaled distribution of the raw logits (see `sample`); drawn from `shaped` (the logits after
+    the repetition penalty and min_new_tokens, rloo.rollout.decoding.Shaping) when given, then top-k and
+    top-p filtered (`truncate`); from uniforms u (N,) when given, else the exponential race. Temperature 0:
+    the argmax (the first of tied maxima), its log-prob at temperature 1 (`logprob_temperature`).
+    s.truncated_logprobs: the log-prob under the top-k/top-p truncated distribution drawn from instead
+    (rl.logprobs_under; the config refuses it with a shaping)."""
+    scaled = logits / logprob_temperature(s.temperature)
     source = logits if shaped is None else shaped
-    if temperature == 0:
+    if s.temperature == 0:
         tok = source.argmax(-1)
     else:
-        warped = scaled if shaped is None else shaped / temperature
-        warped = top_k_filter(warped, top_k) if top_k > 0 else warped
-        warped = top_p_filter(warped, top_p) if top_p < 1.0 else warped
+        warped = truncate(scaled if shaped is None else shaped / s.temperature, s)
         probs = warped.softmax(-1)
         tok = _draw(probs, generator) if u is None else _inverse_cdf(probs, u)
-        if truncated_logprobs:
+        if s.truncated_logprobs:
             scaled = warped
     return tok, scaled.log_softmax(-1).gather(-1, tok.unsqueeze(-1)).squeeze(-1)

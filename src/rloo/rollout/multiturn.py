@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from rloo.config import Sampling
 from rloo.data.chat_turns import ChatFrame
 from rloo.data.collate import position_ids
 from rloo.modeling.forward import lm_logits
@@ -88,19 +89,17 @@ def episodes(
     prompts: list[str],
     k: int,
     lim: Limits,
+    s: Sampling,
     *,
-    max_prompt_len: int,
-    temperature: float = 1.0,
-    top_p: float = 1.0,
-    top_k: int = 0,
     generator: torch.Generator | None = None,
     chat: ChatFrame | None = None,
     prefill_observations: bool = True,
 ) -> Trajectories:
     """Run one episode per environment (N = len(envs) = len(prompts) * k; rows k*i .. k*i+k-1 play
     prompts[i]) to its end or a limit, batched; see the module docstring. -> Trajectories.
-    temperature 0 is greedy; min_new_tokens, stop strings and the repetition penalty are refused
-    with env= (the config says so): a turn ends at the environment's stop ids. `chat`: the policy
+    `s`: the temperature (0 is greedy), its truncation and the prompt limit; min_new_tokens, stop strings and
+    the repetition penalty are refused with env= (the config says so): a turn ends at the
+    environment's stop ids; the limits of an episode are `lim`'s, not s.max_new_tokens. `chat`: the policy
     tokenizer's chat template around the turns (rloo.data.chat_turns; its end-of-turn token ends a
     turn too); None plays the environment's ids alone. `prefill_observations`: an observation goes
     into the KV cache in one forward pass (False: one token per decode step, the reference path of
@@ -108,20 +107,20 @@ def episodes(
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
     eps = [Episode(env) for env in envs]
     starts = reset_all(eps, prompts, k, lim)
-    starts = starts if chat is None else [chat.first(s) for s in starts]
-    cut = sum(len(s) > max_prompt_len for s in starts)
+    starts = starts if chat is None else [chat.first(start) for start in starts]
+    cut = sum(len(start) > s.max_prompt_tokens for start in starts)
     was_training = model.training
     model.eval()
-    p_ids, p_mask, pre, g = _prefill(model, [s[-max_prompt_len:] for s in starts], k, pad)
+    p_ids, p_mask, pre, g = _prefill(model, [start[-s.max_prompt_tokens :] for start in starts], k, pad)
     stops = [frozenset(ep.env.stop_ids) | ({chat.eot} if chat else set()) for ep in eps]
     cache, _ = _decoding_cache(model, pre, g, lim.max_total_tokens, grouped=False)
     logits = pre.last_logits.detach().float().repeat_interleave(g, dim=0)
     attn, next_pos = p_mask.long(), position_ids(p_mask)[:, -1:] + 1
-    noise = _noise(len(eps), lim.max_total_tokens, temperature, generator, logits.device)
+    noise = _noise(len(eps), lim.max_total_tokens, s.temperature, generator, logits.device)
     blocks: list[list[Tensor]] = []
     for _ in range(lim.max_total_tokens):
         u = None if noise is None else noise[torch.arange(len(eps)), [min(e.used, noise.shape[1] - 1) for e in eps]]
-        tok, lp = _next_token(logits, temperature, top_p, generator, u, top_k)
+        tok, lp = _next_token(logits, s, generator, u)
         *cols, ended = block(eps, tok.tolist(), lp, stops, {"eos": eos, "pad": pad}, lim, prefill_observations)
         blocks.append(cols)
         if ended:

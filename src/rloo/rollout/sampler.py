@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from rloo.config import Sampling
 from rloo.data.collate import encode_prompts, position_ids
 from rloo.modeling.attention import uses_rloo_attention
 from rloo.modeling.few_rows import few_rows_linears, few_rows_pays
@@ -95,20 +96,15 @@ def _start(model, prompt_ids, prompt_mask, k: int, max_new_tokens: int, prefill,
 
 
 @torch.no_grad()
-def sample(
+def sample_tokens(
     model,
     prompt_ids: Tensor,
     prompt_mask: Tensor,
+    s: Sampling,
     *,
-    max_new_tokens: int,
     eos_id: int,
     pad_id: int,
-    temperature: float = 1.0,
-    top_p: float = 1.0,
-    top_k: int = 0,
-    min_new_tokens: int = 0,
-    repetition_penalty: float = 1.0,
-    stop: StopStrings | None = None,
+    stops: StopStrings | None = None,
     generator: torch.Generator | None = None,
     k: int = 1,
     prefill: Prefill | None = None,
@@ -116,9 +112,9 @@ def sample(
     all_done=None,
     grouped: bool | None = None,
     few_rows: bool | None = None,
-    truncated_logprobs: bool = False,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """Sample completions. (B,P),(B,P) -> ids (N,T), mask (N,T), logprobs (N,T); N = B*k, T <= max_new_tokens.
+    """Sample completions as `s` asks. (B,P),(B,P) -> ids (N,T), mask (N,T), logprobs (N,T); N = B*k,
+    T <= s.max_new_tokens.
 
     With k > 1 each prompt is prefilled once and its KV cache repeated k times (rows k*i ..
     k*i+k-1 continue prompt i): the same distribution as k copies of the prompt, at 1/k the
@@ -126,11 +122,11 @@ def sample(
     log-probs are of the temperature-scaled distribution of the raw logits, before top-k, top-p,
     min_new_tokens and the repetition penalty (rloo.rollout.decoding): the same quantity the
     training forward pass computes, so the policy gradient and KL agree with each other, but with
-    those settings not with the distribution sampled from (`off_policy_note`); truncated_logprobs:
+    those settings not with the distribution sampled from (`off_policy_note`); s.truncated_logprobs:
     of the top-k/top-p truncated distribution drawn from (rl.logprobs_under=truncated). temperature 0:
     greedy (argmax) decoding, log-probs at temperature 1. A row ends at EOS (forbidden before
     min_new_tokens tokens) or, from min_new_tokens tokens on, at the token whose text completes a
-    stop string (`stop`); tokens after its end are padding, masked.
+    stop string (`stops`: s.stop compiled for the tokenizer); tokens after its end are padding, masked.
     Stops as soon as every row has ended (`all_done(done)` decides when given, so that
     processes whose forward passes are collectives (FSDP) stop together).
     `rows=(offset, total)`: these rows of a global batch sampled by several processes, each drawing
@@ -140,16 +136,16 @@ def sample(
     (rloo.modeling.few_rows); None: where that was measured faster (`few_rows_pays`). The same
     products, summed in another order.
     """
-    N = prompt_ids.shape[0] * k
-    noise = row_noise(rows, max_new_tokens, N, generator, prompt_ids.device)
-    logits, dec = _start(model, prompt_ids, prompt_mask, k, max_new_tokens, prefill, grouped)
-    shape = shaping(prompt_ids, prompt_mask, k, logits.shape[-1], eos_id, min_new_tokens, repetition_penalty)
-    draw = Draw(temperature, top_p, top_k, generator, noise, shape, truncated_logprobs)
-    ends = Ends(eos_id, min_new_tokens, stop, all_done)
+    N, T = prompt_ids.shape[0] * k, s.max_new_tokens
+    noise = row_noise(rows, T, N, generator, prompt_ids.device)
+    logits, dec = _start(model, prompt_ids, prompt_mask, k, T, prefill, grouped)
+    shape = shaping(prompt_ids, prompt_mask, k, logits.shape[-1], eos_id, s)
+    draw = Draw(s, generator, noise, shape)
+    ends = Ends(eos_id, s.min_new_tokens, stops, all_done)
     done = torch.zeros(N, dtype=torch.bool, device=prompt_ids.device)
     use_few_rows = few_rows_pays(prompt_ids.device) if few_rows is None else few_rows
     with few_rows_linears(model, use_few_rows):
-        return decode(logits, dec, draw, ends, done, pad_id, max_new_tokens)
+        return decode(logits, dec, draw, ends, done, pad_id, T)
 
 
 def rollout(
@@ -157,59 +153,44 @@ def rollout(
     tokenizer,
     prompts: list[str],
     k: int,
+    s: Sampling,
     *,
-    max_prompt_len: int,
-    max_new_tokens: int,
-    temperature: float = 1.0,
-    top_p: float = 1.0,
-    top_k: int = 0,
-    min_new_tokens: int = 0,
-    repetition_penalty: float = 1.0,
-    stop: tuple[str, ...] | list[str] = (),
     generator: torch.Generator | None = None,
-    share_prompt: bool = True,
     keep_prefill: bool = False,
     rows: tuple[int, int] | None = None,
     all_done=None,
-    truncated_logprobs: bool = False,
 ) -> Rollout:
-    """k completions for each prompt, rows grouped by prompt. share_prompt: prefill each prompt
-    once and share its KV cache among its k samples (same distribution, less compute).
+    """k completions for each prompt as `s` asks, rows grouped by prompt. s.share_prompt: prefill each
+    prompt once and share its KV cache among its k samples (same distribution, less compute).
     keep_prefill (with share_prompt): run that prompt pass with autograd on and return it in the
     Rollout, for the policy-gradient pass to reuse (skipped for models with dropout, whose
-    train-mode pass differs). rows/all_done/truncated_logprobs: see `sample`.
-    top_k, min_new_tokens, repetition_penalty, stop: rloo.rollout.decoding (a stop string stays in
-    the completion: its text is the decoding of the tokens sampled up to the one completing it)."""
+    train-mode pass differs). rows/all_done: see `sample_tokens`. A stop string stays in the
+    completion: its text is the decoding of the tokens sampled up to the one completing it."""
     device = next(model.parameters()).device
-    enc, n_trunc = encode_prompts(tokenizer, prompts, max_prompt_len)
+    enc, n_trunc = encode_prompts(tokenizer, prompts, s.max_prompt_tokens)
     p_ids = enc.ids.repeat_interleave(k, dim=0).to(device)
     p_mask = enc.mask.repeat_interleave(k, dim=0).to(device)
     was_training = model.training
     model.eval()
-    src_ids, src_mask, g = (enc.ids.to(device), enc.mask.to(device), k) if share_prompt else (p_ids, p_mask, 1)
-    pre, stops = None, StopStrings(tokenizer, stop) if stop else None
-    if share_prompt and keep_prefill and not has_dropout(model):
+    share = s.share_prompt
+    src_ids, src_mask, g = (enc.ids.to(device), enc.mask.to(device), k) if share else (p_ids, p_mask, 1)
+    pre, stops = None, StopStrings(tokenizer, s.stop) if s.stop else None
+    if share and keep_prefill and not has_dropout(model):
         with torch.enable_grad(), cache_keeping_checkpointing(model):  # checkpointed when the model asks
             pre = prefill_prompts(model, src_ids, src_mask)
-    c_ids, c_mask, lps = sample(
+    c_ids, c_mask, lps = sample_tokens(
         model,
         src_ids,
         src_mask,
-        max_new_tokens=max_new_tokens,
+        s,
         eos_id=tokenizer.eos_token_id,
         pad_id=tokenizer.pad_token_id,
-        temperature=temperature,
-        top_p=top_p,
-        top_k=top_k,
-        min_new_tokens=min_new_tokens,
-        repetition_penalty=repetition_penalty,
-        stop=stops,
+        stops=stops,
         generator=generator,
         k=g,
         prefill=pre,
         rows=rows,
         all_done=all_done,
-        truncated_logprobs=truncated_logprobs,
     )
     model.train(was_training)
     completions = Completions(c_ids, c_mask, lps, stops)

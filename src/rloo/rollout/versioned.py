@@ -21,7 +21,6 @@ import torch
 
 from rloo.config import RLConfig
 from rloo.rollout.sampler import Rollout, rollout
-from rloo.rollout.settings import sampling_settings
 from rloo.rollout.vllm import VLLMSampler
 from rloo.rollout.vllm_engine import check_device, import_vllm
 from rloo.runtime.precision import Precision
@@ -40,9 +39,7 @@ class VersionSampler:
     def __call__(self, model: torch.nn.Module, version: int, prompts: list[str], generator, rows=None) -> Rollout:
         cfg = self.cfg
         if cfg.generation != "vllm":
-            return rollout(
-                model, self.tokenizer, prompts, cfg.k, **sampling_settings(cfg), generator=generator, rows=rows
-            )
+            return rollout(model, self.tokenizer, prompts, cfg.k, cfg.sampling, generator=generator, rows=rows)
         if self.engine is None:  # started here, in the sampling process; it loads `model`'s weights at once
             self.engine = VLLMSampler(cfg, self.tokenizer, model, precision=self.precision)
         elif version != self.synced:

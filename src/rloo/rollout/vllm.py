@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import torch
 
-from rloo.config import RLConfig
+from rloo.config import RLConfig, Sampling
 from rloo.data.collate import encode_prompts
 from rloo.modeling.forward import completion_logprobs
 from rloo.rollout.sampler import Rollout
-from rloo.rollout.settings import decoding, sampling_precision
+from rloo.rollout.settings import sampling_precision
 from rloo.rollout.vllm_engine import (
     check_device,
     import_vllm,
@@ -66,7 +66,7 @@ class VLLMSampler:
                 gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
                 **whole_prompts(device, cfg.max_prompt_tokens + cfg.max_new_tokens, cfg.batch_size * cfg.k),
             )
-        kw = sampling_params(cfg.k, max_new_tokens=cfg.max_new_tokens, eos_id=tokenizer.eos_token_id, **decoding(cfg))
+        kw = sampling_params(cfg.k, cfg.sampling, eos_id=tokenizer.eos_token_id)
         self.params = vllm.SamplingParams(**kw, logprobs=0)
         self.sync(policy)
 
@@ -159,34 +159,23 @@ def mismatch_stats(mu: torch.Tensor, pi: torch.Tensor, mask: torch.Tensor) -> di
     return {"vllm/kl_mu_pi": float(diff.mean()), "vllm/logprob_abs_max": float(diff.abs().max())}
 
 
-def sampling_params(
-    n: int,
-    temperature: float,
-    top_p: float,
-    max_new_tokens: int,
-    eos_id: int,
-    *,
-    top_k: int = 0,
-    min_new_tokens: int = 0,
-    repetition_penalty: float = 1.0,
-    stop: tuple[str, ...] = (),
-) -> dict:
-    """vLLM's SamplingParams keywords for rloo's settings (rloo.rollout.decoding): the same names where
+def sampling_params(n: int, s: Sampling, eos_id: int) -> dict:
+    """vLLM's SamplingParams keywords for rloo's settings `s` (rloo.rollout.decoding): the same names where
     vLLM has them; top_k 0 (all) is vLLM's -1, min_new_tokens its min_tokens (which, as rloo's sampler,
     also holds back stop strings). A stop string stays in the completion as in rloo's sampler; the
     rows are the ids vLLM returned, decoded again (`completion_tensors`). Defaults give the keywords
-    of before these settings existed."""
+    of before these settings existed. The prompt limit is the caller's (its prompts are cut already)."""
     params = dict(
-        n=n, temperature=temperature, top_p=top_p, max_tokens=max_new_tokens, stop_token_ids=[eos_id], seed=None
+        n=n, temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_new_tokens, stop_token_ids=[eos_id], seed=None
     )
-    if top_k > 0:
-        params["top_k"] = top_k
-    if min_new_tokens > 0:
-        params["min_tokens"] = min_new_tokens
-    if repetition_penalty != 1.0:
-        params["repetition_penalty"] = repetition_penalty
-    if stop:
-        params |= dict(stop=list(stop), include_stop_str_in_output=True)
+    if s.top_k > 0:
+        params["top_k"] = s.top_k
+    if s.min_new_tokens > 0:
+        params["min_tokens"] = s.min_new_tokens
+    if s.repetition_penalty != 1.0:
+        params["repetition_penalty"] = s.repetition_penalty
+    if s.stop:
+        params |= dict(stop=list(s.stop), include_stop_str_in_output=True)
     return params
 
 

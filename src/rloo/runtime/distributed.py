@@ -5,7 +5,7 @@ Launched by `torchrun --nproc_per_node P rloo train ...` every process runs the 
 - every process draws the same global batch of B prompts from an identically seeded stream
   and keeps its contiguous block of B/P prompts (`shard`): a prompt's K completions are sampled,
   scored and baselined on one process, so the leave-one-out baseline (eq. 4) sees its whole group;
-- sampling noise is drawn for the global batch and sliced (`sample(rows=...)`), so the tokens do
+- sampling noise is drawn for the global batch and sliced (`sample_tokens(rows=...)`), so the tokens do
   not depend on P; the loss is a mean over each process's N/P rows and DDP / FSDP average the
   gradients, which is the gradient of the mean over all N rows: one process with the same global
   batch takes the same step (tests/equivalence/test_distributed.py checks the parameters);

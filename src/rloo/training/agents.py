@@ -86,12 +86,9 @@ def _play(ev: EvalConfig, prompts: list[str], policy: tuple) -> dict[str, Episod
             tokenizer,
             env_spec(ev, tokenizer),
             prompts,
+            ev.sampling(ev.max_new_tokens, ev.max_prompt_tokens),
             n=ev.pass_samples,
             seed=ev.seed,
-            temperature=ev.temperature,
-            top_p=ev.top_p,
-            top_k=ev.top_k,
-            max_prompt_len=ev.max_prompt_tokens,
             batch_size=ev.batch_size,
             threshold=success_threshold(ev.env),
         )

@@ -18,7 +18,6 @@ from rloo.eval.episodes import EpisodeEval, evaluate_episodes
 from rloo.eval.judge import evaluate_policy
 from rloo.rewards.base import HoldsRewardModel
 from rloo.rewards.judges import Judge, make_judge, task_judge
-from rloo.rollout.settings import decoding
 from rloo.runtime.checkpoint.rng import global_streams_kept
 from rloo.runtime.distributed import unwrap
 from rloo.runtime.tracking.log import say
@@ -57,13 +56,11 @@ def _response_metrics(models: Models, ev: EvalSet, cfg: RLConfig, step: int, all
         policy,
         models.tokenizer,
         ev.prompts,
+        cfg.eval_sampling,
         references=ev.references,
         judge=ev.judge,
         reward_scorer=models.scorer,
         ref_model=models.ref,
-        **decoding(cfg.eval),
-        max_prompt_len=cfg.max_prompt_tokens,
-        max_new_tokens=cfg.max_new_tokens,
         batch_size=cfg.eval.batch_size,
         generator=torch.Generator().manual_seed(cfg.seed + 1),
         all_done=all_done,
@@ -77,7 +74,7 @@ def _response_metrics(models: Models, ev: EvalSet, cfg: RLConfig, step: int, all
 
 
 def _episode_metrics(models: Models, ev: EvalSet, cfg: RLConfig, step: int) -> dict[str, float]:
-    """One episode of each held-out prompt (eval's temperature, top_p, top_k; the same seed at every
+    """One episode of each held-out prompt (sampled as cfg.eval_sampling; the same seed at every
     eval, as for single responses): eval/success (the share of successful episodes, `ev.threshold`),
     eval/tool_calls, eval/turns, eval/reward and eval/truncated per episode (rloo.eval.episodes)."""
     assert models.env is not None and ev.threshold is not None
@@ -88,12 +85,9 @@ def _episode_metrics(models: Models, ev: EvalSet, cfg: RLConfig, step: int) -> d
             models.tokenizer,
             models.env,
             ev.prompts,
+            cfg.eval_sampling,
             n=1,
             seed=cfg.seed + 1,
-            temperature=cfg.eval.temperature,
-            top_p=cfg.eval.top_p,
-            top_k=cfg.eval.top_k,
-            max_prompt_len=cfg.max_prompt_tokens,
             batch_size=cfg.eval.batch_size,
             threshold=ev.threshold,
         )
@@ -193,5 +187,5 @@ def rl_prompts(cfg, task, prompts, models, started_steps: int):
     stream = PromptStream(train_prompts, cfg.batch_size, cfg.seed)  # checks every prompt is text
     held_out = eval_set.prompts if eval_set is not None else []
     frame = models.env.prompt_frame if models.env is not None else 0  # an episode's start: its prompt in the frame
-    cuts = report_prompt_cuts("rl", models.tokenizer, cfg, train_prompts, held_out, models.policy, frame)
+    cuts = report_prompt_cuts("rl", models.tokenizer, cfg, stream.prompts, held_out, models.policy, frame)
     return stream, eval_set, cuts

@@ -21,7 +21,6 @@ from rloo.modeling.loading import frozen, load_policy, load_reward_model, model_
 from rloo.rewards import RewardModelScorer
 from rloo.rewards.judges import make_judge
 from rloo.rewards.sources import FunctionReward, load_function
-from rloo.rollout.settings import decoding
 from rloo.runtime.precision import MIN_BF16_WIDTH_SAMPLING, stage_precision
 from rloo.runtime.runfolder.atomic import atomic_write_text
 from rloo.runtime.runfolder.lock import holds_run_folder
@@ -82,13 +81,11 @@ def evaluate(cfg: EvalConfig, *, overwrite: bool = False) -> dict[str, PolicyEva
             model,
             tok,
             [e.prompt for e in examples],
+            cfg.sampling(cfg.max_new_tokens, cfg.max_prompt_tokens),
             references=[e.reference for e in examples],
             judge=judge,
             reward_scorer=scorer,
             ref_model=ref,
-            **decoding(cfg),
-            max_prompt_len=cfg.max_prompt_tokens,
-            max_new_tokens=cfg.max_new_tokens,
             batch_size=cfg.batch_size,
             generator=torch.Generator().manual_seed(cfg.seed + 7),
             keep_samples=5,
@@ -171,11 +168,9 @@ def _pass_at_k(model, tok, check, examples, cfg: EvalConfig) -> PassAtK:
         tok,
         [e.prompt for e in examples],
         check[0],
+        cfg.sampling(cfg.max_new_tokens, cfg.max_prompt_tokens),
         n=cfg.pass_samples,
         parse=check[1],
-        **decoding(cfg),
-        max_prompt_len=cfg.max_prompt_tokens,
-        max_new_tokens=cfg.max_new_tokens,
         batch_size=max(cfg.batch_size, cfg.pass_samples),
         generator=torch.Generator().manual_seed(cfg.seed + 11),
     )

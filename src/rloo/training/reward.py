@@ -8,13 +8,14 @@ from pathlib import Path
 
 import torch
 
-from rloo.config import RewardConfig
+from rloo.config import RewardConfig, Sampling
 from rloo.core.losses import bradley_terry_loss
 from rloo.data.collate import batches
 from rloo.data.lengths import context_of, cut_metrics, report_cuts, save_cuts
 from rloo.data.preferences import encode_pairs, pair_cuts, pair_rows, preference_pairs
 from rloo.data.preflight import check_config
 from rloo.data.split import text_field, train_eval_records
+from rloo.errors import RlooError, option
 from rloo.modeling.dropout import has_dropout, maybe_disable_dropout
 from rloo.modeling.forward import reward_scores
 from rloo.modeling.forward_shared import reward_scores_shared
@@ -61,21 +62,15 @@ def policy_sampler(model_path: str, cfg, generator: torch.Generator):
     policy, tok = load_policy(model_path, device=cfg.device)
     policy.eval()
 
-    def sample(prompts: list[str]) -> list[str]:
+    s = Sampling(max_new_tokens=cfg.max_response_tokens, max_prompt_tokens=cfg.max_prompt_tokens)
+
+    def sample_texts(prompts: list[str]) -> list[str]:
         out = []
         for i in range(0, len(prompts), 512):
-            out += rollout(
-                policy,
-                tok,
-                prompts[i : i + 512],
-                1,
-                max_prompt_len=cfg.max_prompt_tokens,
-                max_new_tokens=cfg.max_response_tokens,
-                generator=generator,
-            ).completions
+            out += rollout(policy, tok, prompts[i : i + 512], 1, s, generator=generator).completions
         return out
 
-    return sample
+    return sample_texts
 
 
 def _score(model, prompts, comps, idx, device, share: bool = False):
@@ -147,13 +142,25 @@ def _reward_model(cfg: RewardConfig):
     return model, tokenizer
 
 
+def _is_pair(p) -> bool:
+    return isinstance(p, list) and len(p) == 3 and all(isinstance(x, str) for x in p)
+
+
 def _pairs(cfg: RewardConfig, task, gen, state: dict | None):
     """(train pairs, held-out pairs) of the simulated labeler: from the resumed checkpoint (sampled
     once, with the generator the checkpoint restores), else sampled now (`policy_pairs` of them
     from the SFT model)."""
     if state is not None:
-        saved = json.loads(state["extra"])["pairs"]
-        return [tuple(p) for p in saved["train"]], [tuple(p) for p in saved["held_out"]]
+        saved = json.loads(state["extra"]).get("pairs")  # an object: rloo.runtime.checkpoint.verify.checked_state
+        lists = [saved.get(k) if isinstance(saved, dict) else None for k in ("train", "held_out")]
+        train, held_out = (v if isinstance(v, list) and all(_is_pair(p) for p in v) else None for v in lists)
+        if train is None or held_out is None:
+            raise RlooError(
+                f"cannot resume from {cfg.output_dir}: its checkpoint's preference pairs are not the lists of "
+                f"(prompt, chosen, rejected) texts rloo writes; the checkpoint was changed after it was written: "
+                f"delete it, or rerun with {option('overwrite')} (nothing was changed)"
+            )
+        return [tuple(p) for p in train], [tuple(p) for p in held_out]
     sampler = policy_sampler(cfg.sft_model, cfg, gen) if cfg.policy_pairs > 0 else None
     pairs = preference_pairs(task, cfg.num_pairs + cfg.eval_pairs, cfg.seed, sampler, cfg.policy_pairs)
     return pairs[: cfg.num_pairs], pairs[cfg.num_pairs :]

@@ -26,7 +26,6 @@ from rloo.rollout import rollout
 from rloo.rollout.capabilities import Closable
 from rloo.rollout.decoding import off_policy_note
 from rloo.rollout.producer import stale_sampler
-from rloo.rollout.settings import sampling_settings
 from rloo.rollout.versioned import check_lagged_vllm
 from rloo.runtime import distributed
 from rloo.runtime.checkpoint.resumecheck import (
@@ -37,7 +36,7 @@ from rloo.runtime.checkpoint.resumecheck import (
 )
 from rloo.runtime.checkpoint.ringcheck import check_ring, config_change, config_dict, ring_window
 from rloo.runtime.checkpoint.save import Checkpointer, truncate_metrics
-from rloo.runtime.checkpoint.verify import latest_checkpoint, load_ring, load_state
+from rloo.runtime.checkpoint.verify import checked_state, latest_checkpoint, load_ring, load_state
 from rloo.runtime.cpukind import cpu_flags, cpu_kind, exactness_note
 from rloo.runtime.distributed import unwrap
 from rloo.runtime.inputs.fingerprint import check_inputs_unchanged, fingerprints
@@ -96,9 +95,7 @@ def train(
 
 def _train(cfg, dist, prompts, reward_fn, resume, overwrite) -> RLResult:
     check_device(cfg.device)
-    # under rl.logprobs_under=truncated top_p/top_k shape nothing away from the trained policy
-    top_p, top_k = (1.0, 0) if cfg.truncated_logprobs else (cfg.top_p, cfg.top_k)
-    if dist.is_main and (note := off_policy_note(top_p, top_k, cfg.min_new_tokens, cfg.repetition_penalty)):
+    if dist.is_main and (note := off_policy_note(cfg.sampling)):
         say(note)
     gen = seed_everything(cfg.seed)
     task = get_task(cfg.task)
@@ -200,7 +197,7 @@ def _resume_point(cfg: RLConfig):
     if ckpt is None:
         say(f"{option('resume')}: no whole checkpoint in {Path(cfg.output_dir) / 'checkpoints'}; starting from step 0")
         return None, None, []
-    state = load_state(ckpt)
+    state = checked_state(ckpt, load_state(ckpt))  # its config decodes: one line, not a traceback
     saved = upgrade_saved_config(json.loads(state["config"]))  # a checkpoint from before a rename
     changed = check_resume_config(saved, cfg.model_dump(mode="json"))
     describe_changes(changed, state["step"], cfg.steps)  # refuses steps below the checkpoint's, before a model loads
@@ -284,7 +281,7 @@ def _preflight(models: Models, prompt: str, cfg: RLConfig) -> None:
         models.tokenizer,
         [prompt],
         cfg.k,
-        **sampling_settings(cfg),
+        cfg.sampling,
         generator=torch.Generator().manual_seed(cfg.seed),
     )
     models.scorer(roll)

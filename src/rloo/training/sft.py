@@ -61,7 +61,7 @@ def _loss(model, prompts, targets, loss_mask, idx, device):
     return sft_loss(lp, loss_mask[idx][:, : c_ids.shape[1]].to(device))
 
 
-def policy_tokens(task, tokenizer, examples: list[Example], targets: Encoded, policy_only: bool) -> torch.Tensor:
+def sft_loss_mask(task, tokenizer, examples: list[Example], targets: Encoded, policy_only: bool) -> torch.Tensor:
     """The target tokens SFT trains on: all of them, or with `policy_only` less the words the environment
     wrote in a task's episode traces (Task.environment_words; sft.observation_loss=false), said in one line."""
     env_words = getattr(task, "environment_words", None) if policy_only else None
@@ -158,7 +158,7 @@ def sft(cfg: SFTConfig, *, resume: bool = False, overwrite: bool = False) -> SFT
     run.inputs = inputs
     run.start(ckpt, state, resume)
     policy_only = cfg.dataset is None and not cfg.observation_loss  # a dataset's completions are the policy's
-    loss_mask = policy_tokens(task, tokenizer, examples, targets, policy_only)
+    loss_mask = sft_loss_mask(task, tokenizer, examples, targets, policy_only)
     _train(run, lambda i: _loss(model, prompts, targets, loss_mask, i, device), loss_mask, cut_metrics(cuts))
     guard.finish()
     # as RL saves: full weights, or with LoRA the adapters merged in (lora.save=merged) or alone

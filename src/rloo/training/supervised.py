@@ -26,7 +26,7 @@ from rloo.modeling.lora import load_saved_weights
 from rloo.runtime.checkpoint.resumecheck import check_optimizer_matches, check_resume_config, describe_changes
 from rloo.runtime.checkpoint.rng import rng_state, set_rng_state
 from rloo.runtime.checkpoint.save import restore_optimizer, save_checkpoint, truncate_metrics
-from rloo.runtime.checkpoint.verify import latest_checkpoint, load_state
+from rloo.runtime.checkpoint.verify import checked_state, latest_checkpoint, load_state
 from rloo.runtime.cpukind import cpu_flags, cpu_kind, exactness_note
 from rloo.runtime.inputs.fingerprint import check_inputs_unchanged
 from rloo.runtime.signals import StopFlag, stage_interrupted
@@ -40,7 +40,7 @@ def resume_point(cfg) -> tuple[Path | None, dict | None]:
     if ckpt is None:
         say(f"{option('resume')}: no whole checkpoint in {Path(cfg.output_dir) / 'checkpoints'}; starting from step 0")
         return None, None
-    return ckpt, load_state(ckpt)
+    return ckpt, checked_state(ckpt, load_state(ckpt))  # its JSON text decodes: one line, not a traceback
 
 
 def check_stage_resume(

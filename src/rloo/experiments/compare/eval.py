@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from rloo.config import CompareConfig
+from rloo.config import CompareConfig, Sampling
 from rloo.core.kl import sequence_kl
 from rloo.data.lengths import report_prompt_cuts, save_cuts
 from rloo.eval.judge import win_rate
@@ -25,7 +25,6 @@ from rloo.modeling.loading import frozen, load_policy, load_reward_model
 from rloo.rewards import RewardModelScorer
 from rloo.rollout import rollout
 from rloo.rollout.decoding import logprob_temperature
-from rloo.rollout.settings import decoding
 from rloo.tasks import has_checker
 
 
@@ -64,6 +63,11 @@ def text_judge(cfg: CompareConfig, task, examples, root: Path, seed: int) -> Cel
     return CellJudge(ref, tok, evaluate, line)
 
 
+def _sampling(cfg: CompareConfig) -> Sampling:
+    """How a study evaluates every policy: its eval section with the RL stage's completion limit."""
+    return cfg.eval.sampling(cfg.rl.max_new_tokens, cfg.max_prompt_tokens)
+
+
 @torch.no_grad()
 def judge(policy, tokenizer, task, examples, cfg: CompareConfig, scorer=None, ref=None, seed: int = 0) -> dict:
     """One sample per held-out prompt (fixed sampling noise per seed): per-prompt gold scores and the
@@ -78,10 +82,8 @@ def judge(policy, tokenizer, task, examples, cfg: CompareConfig, scorer=None, re
             tokenizer,
             [e.prompt for e in chunk],
             1,
-            max_prompt_len=cfg.max_prompt_tokens,
-            max_new_tokens=cfg.rl.max_new_tokens,
+            _sampling(cfg),
             generator=gen,
-            **decoding(cfg.eval),
         )
         gold += [task.gold_score(e.prompt, c) for e, c in zip(chunk, roll.completions, strict=False)]
         length += roll.completion_mask.sum(-1).tolist()
@@ -116,11 +118,9 @@ def pass_at_k(policy, tok, task, examples, cfg: CompareConfig, seed: int) -> dic
         tok,
         [e.prompt for e in examples],
         task.gold_score,
+        _sampling(cfg),
         n=cfg.eval.pass_samples,
         parse=getattr(task, "parse_answer", None),
-        **decoding(cfg.eval),
-        max_prompt_len=cfg.max_prompt_tokens,
-        max_new_tokens=cfg.rl.max_new_tokens,
         batch_size=max(cfg.eval.batch_size, cfg.eval.pass_samples),
         generator=torch.Generator().manual_seed(20_000 + seed),
     )
