@@ -233,10 +233,10 @@ def _bucket_patch(monkeypatch, c: Combo):
     if c.buckets == "one":
         from functools import partial
 
-        import rloo.algorithms.base as base  # where rollout_logprobs looks the shared pass up
+        import rloo.modeling.logprob_pass as lp_pass  # where policy_logprobs looks the shared pass up
 
         monkeypatch.setattr(
-            base, "completion_logprobs_shared", partial(base.completion_logprobs_shared, bucket_overhead=10**9)
+            lp_pass, "completion_logprobs_shared", partial(lp_pass.completion_logprobs_shared, bucket_overhead=10**9)
         )
 
 

@@ -73,7 +73,7 @@ def test_grpo_zero_variance_group_leaves_only_the_kl_term():
 
 
 def test_whole_groups_order():
-    from rloo.algorithms.base import whole_groups_order
+    from rloo.modeling.logprob_pass import whole_groups_order
 
     rows = torch.tensor([5, 0, 4, 1])  # groups 0 and 2 of k=2, shuffled
     order = whole_groups_order(rows, 2)

@@ -20,8 +20,7 @@ from rloo.config import RLConfig, RLSettings
 from rloo.core.accumulation import weighted_stats
 from rloo.core.truncation import Truncation
 from rloo.envs import EnvSpec
-from rloo.modeling.forward import completion_logprobs
-from rloo.modeling.forward_shared import completion_logprobs_shared
+from rloo.modeling.logprob_pass import policy_logprobs
 from rloo.modeling.lora import AdapterDisabled
 from rloo.rewards import RewardSource
 from rloo.rollout import Rollout
@@ -127,48 +126,36 @@ def policy_truncation(cfg: RLSettings) -> Truncation | None:
     return Truncation(cfg.top_k, cfg.top_p) if cfg.truncated_logprobs else None
 
 
-def rollout_logprobs(model, roll: Rollout, cfg: RLSettings, prefill=None, policy: bool = True) -> Tensor:
-    """log pi(y_t|x, y_<t) of the rollout's tokens under `model` (N,T), each prompt computed once
-    per group of k when cfg.share_prompt (the same values as the plain pass). `prefill`: the
-    policy's prompt pass kept from sampling (same weights), reused instead of recomputed. policy:
-    the policy's log-probs, of the sampler's truncated distribution where cfg says so; False: a
-    frozen model's (the reference: always the full distribution, so KL(pi_K || pi_ref) stays finite)."""
-    args = (model, roll.prompt_ids, roll.prompt_mask, roll.completion_ids, roll.completion_mask)
-    temperature, max_mb, trunc = cfg.temperature, cfg.max_logits_mb, policy_truncation(cfg) if policy else None
-    if cfg.share_prompt and roll.group_size > 1:
-        k = roll.group_size
-        return completion_logprobs_shared(
-            *args, k=k, temperature=temperature, prefill=prefill, max_logits_mb=max_mb, truncation=trunc
-        )
-    return completion_logprobs(*args, temperature=temperature, max_logits_mb=max_mb, truncation=trunc)
-
-
-def whole_groups_order(rows: Tensor, k: int) -> Tensor | None:
-    """If `rows` (n,) are whole groups of a rollout with groups of k (rows k*i .. k*i+k-1 for some
-    prompts i, in any order), the permutation that sorts them; else None."""
-    if k < 2 or rows.numel() == 0 or rows.numel() % k:
-        return None
-    ordered, order = rows.sort()
-    groups = ordered.view(-1, k)
-    step = torch.arange(k, device=rows.device)
-    return order if bool(((groups - groups[:, :1]) == step).all() & (groups[:, 0] % k == 0).all()) else None
+def rollout_logprobs(
+    model, roll: Rollout, cfg: RLSettings, prefill=None, policy: bool = True, rows=None, wrapped: bool = False
+) -> Tensor:
+    """log pi(y_t|x, y_<t) of the rollout's tokens under `model` (N,T), or of its rows `rows` (n,) in
+    that order: `rloo.modeling.logprob_pass.policy_logprobs`, which picks the pass (shared when
+    cfg.share_prompt, reusing `prefill`, the policy's prompt pass kept from sampling; plain when
+    `wrapped` by DDP/FSDP). policy: the policy's log-probs, of the sampler's truncated distribution
+    where cfg says so; False: a frozen model's (the reference: always the full distribution, so
+    KL(pi_K || pi_ref) stays finite)."""
+    return policy_logprobs(
+        model,
+        roll.prompt_ids,
+        roll.prompt_mask,
+        roll.completion_ids,
+        roll.completion_mask,
+        k=roll.group_size,
+        share=cfg.share_prompt,
+        wrapped=wrapped,
+        prefill=prefill,
+        rows=rows,
+        temperature=cfg.temperature,
+        max_logits_mb=cfg.max_logits_mb,
+        truncation=policy_truncation(cfg) if policy else None,
+    )
 
 
 def rows_logprobs(model, roll: Rollout, rows: Tensor, cfg: RLConfig, wrapped: bool = False) -> Tensor:
     """log pi of the rollout's rows `rows` (n,) -> (n,T), in that order: a minibatch of a method that
-    takes several updates per batch. Through the shared pass (`rollout_logprobs`'s) when the rows are
-    whole groups (every kept row at once, e.g. one minibatch) and the model is not DDP/FSDP-wrapped
-    (whose update must be one forward through the wrapper), else the plain pass; the same values."""
-    order = None if wrapped or not cfg.share_prompt else whole_groups_order(rows, roll.group_size)
-    r = rows if order is None else rows[order]
-    args = (model, roll.prompt_ids[r], roll.prompt_mask[r], roll.completion_ids[r], roll.completion_mask[r])
-    temperature, max_mb, trunc = cfg.temperature, cfg.max_logits_mb, policy_truncation(cfg)
-    if order is None:
-        return completion_logprobs(*args, temperature=temperature, max_logits_mb=max_mb, truncation=trunc)
-    lp = completion_logprobs_shared(
-        *args, k=roll.group_size, temperature=temperature, max_logits_mb=max_mb, truncation=trunc
-    )
-    return lp[order.argsort()]  # row j of lp is rows[order[j]]: back to the order of `rows`
+    takes several updates per batch (`rollout_logprobs`: shared when they are whole groups)."""
+    return rollout_logprobs(model, roll, cfg, rows=rows, wrapped=wrapped)
 
 
 class Scoring:

@@ -14,7 +14,6 @@ from rloo.algorithms.base import (
     Accumulated,
     Models,
     guarded_step,
-    policy_truncation,
     rollout_logprobs,
     rows_logprobs,
     score_rollout,
@@ -27,7 +26,6 @@ from rloo.core.kl import shaped_reward
 from rloo.core.logprobs import sequence_logprobs
 from rloo.core.losses import policy_gradient_loss
 from rloo.errors import EnvError, RewardError
-from rloo.modeling.forward import completion_logprobs
 from rloo.rollout import Rollout, rollout
 from rloo.rollout.capabilities import EpisodeRollout
 from rloo.rollout.multiturn import policy_tokens
@@ -144,19 +142,8 @@ def step_loss_stats(loss, stats: dict) -> dict[str, float]:
 def update_logprobs(models: Models, roll, cfg: RLConfig) -> torch.Tensor:
     """Per-token log-probs (N, T) of the sampled completions under the policy, with the graph for the
     backward pass: through the DDP/FSDP wrapper when there is one, else reusing the rollout's
-    prompt pass where it kept one."""
-    if not is_wrapped(models.policy):
-        return rollout_logprobs(models.policy, roll, cfg, prefill=roll.prefill)
-    return completion_logprobs(
-        models.policy,
-        roll.prompt_ids,
-        roll.prompt_mask,
-        roll.completion_ids,
-        roll.completion_mask,
-        temperature=cfg.temperature,
-        max_logits_mb=cfg.max_logits_mb,
-        truncation=policy_truncation(cfg),
-    )
+    prompt pass where it kept one (`rollout_logprobs`)."""
+    return rollout_logprobs(models.policy, roll, cfg, prefill=roll.prefill, wrapped=is_wrapped(models.policy))
 
 
 def sample_and_score(

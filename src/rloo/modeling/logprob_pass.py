@@ -1,0 +1,80 @@
+"""The one entry point of the policy's log-prob pass: which pass runs is decided here, once.
+
+Four passes give the same numbers (tests/equivalence/test_fastpath.py and test_gradient_matrix.py):
+plain (`rloo.modeling.forward.completion_logprobs`: every (prompt, completion) in full), shared
+(`rloo.modeling.forward_shared.completion_logprobs_shared`: each prompt once per group of k),
+prefilled (the shared pass reusing the sampler's prompt pass, `rloo.modeling.kvcache.Prefill`) and
+wrapped (a DDP/FSDP-wrapped model: the plain pass, since the update must be one forward through the
+wrapper). `policy_logprobs` chooses among them; the algorithms only say what they have.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+
+import torch
+from torch import Tensor
+
+from rloo.core.truncation import Truncation
+from rloo.modeling.forward import MAX_LOGITS_MB, completion_logprobs
+from rloo.modeling.forward_shared import completion_logprobs_shared
+from rloo.modeling.kvcache import Prefill
+
+
+def policy_logprobs(
+    model,
+    prompt_ids: Tensor,
+    prompt_mask: Tensor,
+    completion_ids: Tensor,
+    completion_mask: Tensor,
+    *,
+    k: int = 1,
+    share: bool = False,
+    wrapped: bool = False,
+    prefill: Prefill | None = None,
+    rows: Tensor | None = None,
+    temperature: float = 1.0,
+    max_logits_mb: float = MAX_LOGITS_MB,
+    truncation: Truncation | None = None,
+) -> Tensor:
+    """log pi(y_t | x, y_<t) of every completion token. (N,P),(N,P),(N,T),(N,T) -> (N,T), or (n,T)
+    for `rows` (n,) in that order. Values at masked positions are meaningless; mask them.
+
+    The rows come in groups of k sharing a prompt. share: the run asked for the shared pass
+    (rl.share_prompt); wrapped: the model is DDP/FSDP-wrapped; prefill: the policy's prompt pass
+    kept from sampling (same weights), reused by the shared pass; rows: a subset (a minibatch),
+    shared only when it is whole groups. temperature, max_logits_mb, truncation: as
+    `completion_logprobs`."""
+    batch = (model, prompt_ids, prompt_mask, completion_ids, completion_mask)
+    how = dict(temperature=temperature, max_logits_mb=max_logits_mb, truncation=truncation)
+    plain, shared = partial(completion_logprobs, **how), partial(completion_logprobs_shared, **how)
+    if rows is not None:  # a minibatch: whole groups go through the shared pass, sorted
+        return _rows_logprobs(plain, shared, batch, rows, k if share and not wrapped else 1)
+    if wrapped or not share or k < 2:  # plain; wrapped: one forward through the wrapper
+        return plain(*batch)
+    return shared(*batch, k=k, prefill=prefill)  # shared; prefilled when the sampler kept its prompt pass
+
+
+def _rows_logprobs(plain: Callable, shared: Callable, batch: tuple, rows: Tensor, k: int) -> Tensor:
+    """`policy_logprobs` of the rows `rows` (n,) -> (n,T), in that order: the shared pass when they
+    are whole groups of k (`whole_groups_order`; k=1: sharing not allowed), else the plain one."""
+    model, *tensors = batch
+    order = whole_groups_order(rows, k)
+    r = rows if order is None else rows[order]
+    picked = (model, *(t[r] for t in tensors))
+    if order is None:
+        return plain(*picked)
+    lp = shared(*picked, k=k)
+    return lp[order.argsort()]  # row j of lp is rows[order[j]]: back to the order of `rows`
+
+
+def whole_groups_order(rows: Tensor, k: int) -> Tensor | None:
+    """If `rows` (n,) are whole groups of a rollout with groups of k (rows k*i .. k*i+k-1 for some
+    prompts i, in any order), the permutation that sorts them; else None."""
+    if k < 2 or rows.numel() == 0 or rows.numel() % k:
+        return None
+    ordered, order = rows.sort()
+    groups = ordered.view(-1, k)
+    step = torch.arange(k, device=rows.device)
+    return order if bool(((groups - groups[:, :1]) == step).all() & (groups[:, 0] % k == 0).all()) else None
