@@ -135,6 +135,7 @@ def rollout_logprobs(
     `wrapped` by DDP/FSDP). policy: the policy's log-probs, of the sampler's truncated distribution
     where cfg says so; False: a frozen model's (the reference: always the full distribution, so
     KL(pi_K || pi_ref) stays finite)."""
+    truncation = policy_truncation(cfg) if policy else None
     return policy_logprobs(
         model,
         roll.prompt_ids,
@@ -148,7 +149,7 @@ def rollout_logprobs(
         rows=rows,
         temperature=cfg.temperature,
         max_logits_mb=cfg.max_logits_mb,
-        truncation=policy_truncation(cfg) if policy else None,
+        truncation=truncation,
     )
 
 

@@ -10,9 +10,6 @@ wrapper). `policy_logprobs` chooses among them; the algorithms only say what the
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from functools import partial
-
 import torch
 from torch import Tensor
 
@@ -46,27 +43,29 @@ def policy_logprobs(
     kept from sampling (same weights), reused by the shared pass; rows: a subset (a minibatch),
     shared only when it is whole groups. temperature, max_logits_mb, truncation: as
     `completion_logprobs`."""
-    batch = (model, prompt_ids, prompt_mask, completion_ids, completion_mask)
-    how = dict(temperature=temperature, max_logits_mb=max_logits_mb, truncation=truncation)
-    plain, shared = partial(completion_logprobs, **how), partial(completion_logprobs_shared, **how)
-    if rows is not None:  # a minibatch: whole groups go through the shared pass, sorted
-        return _rows_logprobs(plain, shared, batch, rows, k if share and not wrapped else 1)
+    if rows is not None:  # a minibatch: the shared pass only when it is whole groups (sorted), else plain
+        order = whole_groups_order(rows, k) if share and not wrapped else None
+        r = rows if order is None else rows[order]
+        lp = policy_logprobs(
+            model,
+            prompt_ids[r],
+            prompt_mask[r],
+            completion_ids[r],
+            completion_mask[r],
+            k=k,
+            share=order is not None,
+            temperature=temperature,
+            max_logits_mb=max_logits_mb,
+            truncation=truncation,
+        )
+        return lp if order is None else lp[order.argsort()]  # row j of lp is rows[order[j]]: back in order
+    how = {"temperature": temperature, "max_logits_mb": max_logits_mb, "truncation": truncation}
     if wrapped or not share or k < 2:  # plain; wrapped: one forward through the wrapper
-        return plain(*batch)
-    return shared(*batch, k=k, prefill=prefill)  # shared; prefilled when the sampler kept its prompt pass
-
-
-def _rows_logprobs(plain: Callable, shared: Callable, batch: tuple, rows: Tensor, k: int) -> Tensor:
-    """`policy_logprobs` of the rows `rows` (n,) -> (n,T), in that order: the shared pass when they
-    are whole groups of k (`whole_groups_order`; k=1: sharing not allowed), else the plain one."""
-    model, *tensors = batch
-    order = whole_groups_order(rows, k)
-    r = rows if order is None else rows[order]
-    picked = (model, *(t[r] for t in tensors))
-    if order is None:
-        return plain(*picked)
-    lp = shared(*picked, k=k)
-    return lp[order.argsort()]  # row j of lp is rows[order[j]]: back to the order of `rows`
+        return completion_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask, **how)
+    # shared; prefilled when the sampler kept its prompt pass
+    return completion_logprobs_shared(
+        model, prompt_ids, prompt_mask, completion_ids, completion_mask, k=k, prefill=prefill, **how
+    )
 
 
 def whole_groups_order(rows: Tensor, k: int) -> Tensor | None:
