@@ -28,9 +28,8 @@ from rloo.data.lengths import context_of, cut_metrics, report_cuts, save_cuts
 from rloo.data.preferences import encode_pairs, pair_cuts, pair_rows, preference_pairs
 from rloo.errors import ConfigError, RlooError
 from rloo.modeling.dropout import maybe_disable_dropout
-from rloo.modeling.forward import completion_logprobs
-from rloo.modeling.forward_shared import completion_logprobs_shared
 from rloo.modeling.loading import frozen, load_policy, load_reward_model, save_pretrained_atomic
+from rloo.modeling.logprob_pass import policy_logprobs
 from rloo.rewards import RewardModelScorer
 from rloo.runtime.checkpoint.resumecheck import prompts_digest
 from rloo.runtime.inputs.fingerprint import fingerprints
@@ -56,10 +55,10 @@ from rloo.training.supervised import Plan, StageRun, check_stage_resume, resume_
 def _pair_logprobs(model, prompts, comps, idx, device, share: bool = True):
     """Summed completion log-probs of pairs idx: (chosen (n,), rejected (n,)), one forward pass. With
     `share`, each pair's rows sit side by side (a group of k=2 rows with one prompt), so the prompt is
-    computed once for both (`completion_logprobs_shared`, the same values as the plain pass)."""
+    computed once for both (`policy_logprobs`' shared pass, the same values as the plain pass)."""
     p_ids, p_mask, c_ids, c_mask = pair_rows(prompts, comps, idx)
     args = (model, p_ids.to(device), p_mask.to(device), c_ids.to(device), c_mask.to(device))
-    lp = completion_logprobs_shared(*args, k=2) if share else completion_logprobs(*args)
+    lp = policy_logprobs(*args, k=2, share=share)
     seq = sequence_logprobs(lp, args[-1]).view(-1, 2)
     return seq[:, 0], seq[:, 1]
 
