@@ -151,6 +151,7 @@ def completion_logprobs_shared(
             max_logits_mb=max_logits_mb,
             truncation=truncation,
         )
+    kept = _reuse(prefill, p_ids, p_mask) if prefill is not None else None
     with cache_keeping_checkpointing(model):
         return _shared_logprobs(
             model,
@@ -160,7 +161,7 @@ def completion_logprobs_shared(
             completion_mask,
             k,
             temperature,
-            _reuse(prefill, p_ids, p_mask) if prefill is not None else None,
+            kept,
             bucket_overhead,
             max_logits_mb,
             truncation,
