@@ -128,7 +128,7 @@ def _check_safetensors(path: str, what: str) -> None:
         )
 
 
-def _load(cls, path: str, what: str, device: str, dtype, trust_remote_code: bool, **kw):
+def _load(cls, path: str, what: str, device: str, dtype, trust_remote_code: bool, **kw) -> tuple[Any, Any]:
     """(model, tokenizer) from `path`: rloo's attention (rloo.modeling.attention), and its output heads
     in fp32 under autocast (rloo.modeling.fp32_head), set before any wrapper (DDP, FSDP2, PEFT) sees it.
     A model handed to the Python API under `path` (rloo.runtime.inputs.objects) is that object, moved."""
