@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import os
 import signal
 import sys
 from pathlib import Path
@@ -34,7 +35,8 @@ from rloo.runtime.runfolder.atomic import describe_write_failure
 from rloo.runtime.runfolder.layout import holds_a_run, refuse_linked_folders
 from rloo.runtime.runfolder.lock import refuse_if_busy
 from rloo.runtime.signals import signals_stop_now
-from rloo.runtime.tracking.log import hold_notes
+from rloo.runtime.threadpolicy import choose_threads, threads_note
+from rloo.runtime.tracking.log import hold_notes, note
 
 EXAMPLES = {
     "pipeline": "rloo pipeline                      # the whole pipeline on the default task\n"
@@ -255,6 +257,7 @@ def _command(argv: list[str] | None) -> int:
         # error messages name --resume/--overwrite, not resume=/overwrite=
         # notes on how the command runs (dtype=auto's choice) wait for its first line: a refusal stays one line
         with cli_options(), hold_notes():
+            _thread_policy()
             run(cfg, args)
     except Interrupted as e:  # Ctrl-C / SIGTERM with a checkpoint written: asked for, not an error
         print(f"rloo {args.command}: interrupted: {_one_line(e)}", file=sys.stderr)
@@ -281,6 +284,19 @@ def _command(argv: list[str] | None) -> int:
         print(f"rloo {args.command}: {_stopped_at_once(args.command, cfg, code)}", file=sys.stderr)
         return code
     return 0
+
+
+def _thread_policy() -> None:
+    """The thread count for this command where OMP_NUM_THREADS does not set it (rloo.runtime.threadpolicy):
+    in the environment, for torch (which reads it when first imported) and every process the command
+    starts, and in torch itself where a --plugin or the preflight check imported it already."""
+    chosen = choose_threads(os.environ)
+    if chosen is None:
+        return
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(chosen[0])
+    if line := threads_note(*chosen):
+        note(line)
 
 
 def _stopped_at_once(command: str, cfg, code: int) -> str:

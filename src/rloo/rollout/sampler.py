@@ -128,8 +128,9 @@ def sample_tokens(
     those settings not with the distribution sampled from (`off_policy_note`); s.truncated_logprobs:
     of the top-k/top-p truncated distribution drawn from (rl.logprobs_under=truncated). temperature 0:
     greedy (argmax) decoding, log-probs at temperature 1. A row ends at EOS (forbidden before
-    min_new_tokens tokens) or, from min_new_tokens tokens on, at the token whose text completes a
-    stop string (`stops`: s.stop compiled for the tokenizer); tokens after its end are padding, masked.
+    min_new_tokens tokens) or, after min_new_tokens tokens, at the token whose text completes a
+    stop string ending past theirs (`stops`: s.stop compiled for the tokenizer with
+    after=s.min_new_tokens, vLLM's rule); tokens after its end are padding, masked.
     Stops as soon as every row has ended (`all_done(done)` decides when given, so that
     processes whose forward passes are collectives (FSDP) stop together).
     `rows=(offset, total)`: these rows of a global batch sampled by several processes, each drawing
@@ -192,7 +193,7 @@ def rollout(
     model.eval()
     share = s.share_prompt
     src_ids, src_mask, g = (enc.ids.to(device), enc.mask.to(device), k) if share else (p_ids, p_mask, 1)
-    pre, stops = None, StopStrings(tokenizer, s.stop) if s.stop else None
+    pre, stops = None, StopStrings(tokenizer, s.stop, after=s.min_new_tokens) if s.stop else None
     if share and keep_prefill and not has_dropout(model):
         with torch.enable_grad(), cache_keeping_checkpointing(model):  # checkpointed when the model asks
             pre = prefill_prompts(model, src_ids, src_mask)
