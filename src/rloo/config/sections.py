@@ -43,6 +43,7 @@ from rloo.config.offpolicy import (
     IsClipLow,
     IsCorrection,
     IsKL,
+    IsToprSplit,
     LogprobsUnder,
     check_off_policy,
     truncates_logprobs,
@@ -212,6 +213,7 @@ class RLSettings(MethodChoice):
     is_clip: float = Field(default=2.0, gt=1, description="C of is_correction: truncation / mask bound.")
     is_baseline_shift: IsBaselineShift = 0.1
     is_clip_low: IsClipLow = 0.0
+    is_topr_split: IsToprSplit = "advantage"
     is_kl: IsKL = "weighted"
     producer_address: str | None = Field(
         default=None,
