@@ -105,3 +105,14 @@ def test_user_mistakes_are_one_line_errors():
         clopper_pearson(3, 2)
     with pytest.raises(ValueError, match="collapse flags"):
         split([1.0], [True, False])
+
+
+def test_the_command_says_whether_a_new_seed_falls_inside(capsys):
+    from rloo.experiments.intervals import main
+
+    seeds = ["3", "1", "2", "5", "4"]  # n = 5: the range [1, 5] covers 4/6 of new seeds
+    assert main([*seeds, "--new", "6"]) == 0
+    out = capsys.readouterr().out
+    assert "[+1.00, +5.00]" in out and "0.667" in out and "OUTSIDE" in out
+    assert main([*seeds, "--new", "2.5"]) == 0 and "inside" in capsys.readouterr().out
+    assert main(["1"]) == 2 and "at least 2" in capsys.readouterr().err

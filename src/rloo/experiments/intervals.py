@@ -101,3 +101,31 @@ def split(values: list[float], collapsed: list[bool], level: float = 0.95) -> Sp
     k = sum(collapsed)
     lo, hi = clopper_pearson(k, len(values), level)
     return Split(k, len(values), lo, hi, [v for v, c in zip(values, collapsed, strict=True) if not c])
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m rloo.experiments.intervals X1 X2 ... [--new Y] [--level 0.95]`: the distribution-free
+    prediction interval of the committed seeds' values X (a study's paired differences) and, with
+    --new, whether a fresh seed's value Y falls inside it (exit 0 either way; 2 on a usage error)."""
+    import argparse
+    import sys
+
+    ap = argparse.ArgumentParser(prog="python -m rloo.experiments.intervals", description=main.__doc__)
+    ap.add_argument("values", nargs="+", type=float)
+    ap.add_argument("--new", type=float, default=None)
+    ap.add_argument("--level", type=float, default=0.95)
+    a = ap.parse_args(argv)
+    try:
+        pi = order_prediction(a.values, a.level)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"[{pi.lo:+.2f}, {pi.hi:+.2f}]: x_({pi.j}) and x_({pi.n + 1 - pi.j}) of {pi.n} seeds, "
+          f"covers a new seed with probability {pi.coverage:.3f}")  # fmt: skip
+    if a.new is not None:
+        print(f"new seed {a.new:+.2f}: {'inside' if pi.holds(a.new) else 'OUTSIDE'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
