@@ -116,3 +116,18 @@ def test_the_command_says_whether_a_new_seed_falls_inside(capsys):
     assert "[+1.00, +5.00]" in out and "0.667" in out and "OUTSIDE" in out
     assert main([*seeds, "--new", "2.5"]) == 0 and "inside" in capsys.readouterr().out
     assert main(["1"]) == 2 and "at least 2" in capsys.readouterr().err
+
+
+def test_outside_range_chance_matches_enumerating_the_ranks():
+    import itertools
+
+    from rloo.experiments.intervals import outside_range_chance
+
+    for n, m in ((2, 3), (5, 4), (10, 5)):
+        counts = [0] * (m + 1)
+        for old in itertools.combinations(range(n + m), n):
+            counts[sum(r < min(old) or r > max(old) for r in range(n + m) if r not in old)] += 1
+        total = sum(counts)
+        for k in range(m + 1):
+            assert outside_range_chance(n, m, k) == pytest.approx(sum(counts[k:]) / total, abs=1e-12), (n, m, k)
+    assert outside_range_chance(10, 1, 1) == pytest.approx(2 / 11)  # one new seed: 1 - (n-1)/(n+1)

@@ -13,7 +13,8 @@ sqrt(1 + 1/n): it assumes normal differences), the distribution-free one now sta
 with 10 seeds the range, 9/11 = 81.8%), and per cell the seeds that collapsed with the exact
 (Clopper-Pearson) 95% interval of that rate. `check` runs one new seed of each cell exactly as the
 study did (offpolicy_study.run_one into RUNS, whose `base` must be the study's SFT model) and says,
-per difference, whether it falls inside the distribution-free interval; --log appends the numbers.
+per difference, whether it falls inside the distribution-free interval; --log appends the numbers;
+`table LOG` prints that log as the README's table (a row per seed, the count outside and expected).
 
 Collapse (this study's rule, fixed before the fresh seeds): a run's score below half its SFT model's
 (arithmetic pass@1 0.325 -> below 0.1625; the demo's win rate 0.409 -> below 0.2045, the README's
@@ -32,7 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import offpolicy_study as study  # noqa: E402 - the study's runner and results format, beside this file
 
-from rloo.experiments.intervals import order_prediction, split  # noqa: E402
+from rloo.experiments.intervals import order_prediction, outside_range_chance, split  # noqa: E402
 
 SFT = {"pass@1": 0.325, "win_rate": 0.409}  # the README's SFT scores (RUNS/base, seed 0)
 
@@ -101,17 +102,45 @@ def verdicts(results: dict, cells: list[str], fresh: dict[str, float]) -> list[d
     return out
 
 
+def log_table(records: list[dict]) -> list[str]:
+    """The README's table of `check`'s log (fresh-seeds.jsonl): a row per seed, a column per difference
+    (its value and whether it fell outside), then the count outside and the count expected."""
+    diffs_ = list(dict.fromkeys(r["difference"] for r in records))
+    first = {d: next(r for r in records if r["difference"] == d) for d in diffs_}  # the interval's bounds
+    heads = [f"{d} [{first[d]['lo']:+.1f}, {first[d]['hi']:+.1f}]" for d in diffs_]
+    rows = ["| seed | " + " | ".join(heads) + " |", "|---" * (len(diffs_) + 1) + "|"]
+    by_seed: dict[int, dict[str, dict]] = {}
+    for r in records:
+        by_seed.setdefault(r["seed"], {})[r["difference"]] = r
+    for seed, got in by_seed.items():
+        cells = [f"{got[d]['value']:+.1f}" + ("" if got[d]["inside"] else " outside") for d in diffs_]
+        rows.append(f"| {seed} | " + " | ".join(cells) + " |")
+    chances = []  # per difference: P(at least that many outside | all seeds exchangeable)
+    for d in diffs_:
+        got = [r for r in records if r["difference"] == d]
+        n = round((1 + got[0]["coverage"]) / (1 - got[0]["coverage"]))  # the range's (n-1)/(n+1) -> n
+        chances.append(f"{outside_range_chance(n, len(got), sum(not r['inside'] for r in got)):.3f}")
+    rows.append("| chance of so many outside, were the seeds exchangeable | " + " | ".join(chances) + " |")
+    out = sum(not r["inside"] for r in records)
+    expected = sum(1 - r["coverage"] for r in records)
+    rows.append(f"| outside | {out} of {len(records)} (expected {expected:.1f}) |" + " |" * (len(diffs_) - 1))
+    return rows
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("what", choices=["predict", "check"])
-    ap.add_argument("paths", nargs="+", type=Path, help="predict: RESULTS; check: RUNS RESULTS")
-    ap.add_argument("--cells", required=True)
+    ap.add_argument("what", choices=["predict", "check", "table"])
+    ap.add_argument("paths", nargs="+", type=Path, help="predict: RESULTS; check: RUNS RESULTS; table: LOG")
+    ap.add_argument("--cells", default="")
     ap.add_argument("--seed", type=int)
     ap.add_argument("--steps", type=int, default=60, help="the study's RL steps (the demo: 100)")
     ap.add_argument("--eval-args", default="pass_samples=8")
     ap.add_argument("--log", type=Path)
     a = ap.parse_args(argv)
     cells = a.cells.split(",")
+    if a.what == "table":  # check's log as the README's table
+        print("\n".join(log_table([json.loads(x) for x in a.paths[0].read_text().splitlines() if x.strip()])))
+        return
     if a.what == "predict":
         print("\n".join(predict(study.load(a.paths[0]), cells)))
         return

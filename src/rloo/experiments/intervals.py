@@ -103,6 +103,19 @@ def split(values: list[float], collapsed: list[bool], level: float = 0.95) -> Sp
     return Split(k, len(values), lo, hi, [v for v, c in zip(values, collapsed, strict=True) if not c])
 
 
+def outside_range_chance(n: int, m: int, k: int) -> float:
+    """P(at least k of m new values fall outside the range of n earlier ones), all n + m exchangeable
+    and distinct: the test of "the fresh seeds came from what the study's seeds showed". Exact: the
+    n earlier values take a uniformly random n-subset of the N = n + m ranks; with its smallest at
+    rank a and largest at rank b (0-based), a + (N - 1 - b) new values lie outside, and C(b-a-1, n-2)
+    subsets have that smallest and largest."""
+    if n < 2 or m < 0 or not 0 <= k <= m:
+        raise ValueError(f"need n >= 2, 0 <= k <= m, got n={n}, m={m}, k={k}")
+    big = n + m
+    hits = sum(math.comb(b - a - 1, n - 2) for a in range(big) for b in range(a + n - 1, big) if a + big - 1 - b >= k)
+    return hits / math.comb(big, n)
+
+
 def main(argv: list[str] | None = None) -> int:
     """`python -m rloo.experiments.intervals X1 X2 ... [--new Y] [--level 0.95]`: the distribution-free
     prediction interval of the committed seeds' values X (a study's paired differences) and, with
