@@ -53,3 +53,20 @@ def test_check_verdict_is_the_committed_seeds_range(fresh):
 def test_collapse_is_below_half_the_sft_score(fresh):
     assert fresh.collapsed(0.16, "pass@1") and not fresh.collapsed(0.17, "pass@1")
     assert fresh.collapsed(0.20, "win_rate") and not fresh.collapsed(0.21, "win_rate")
+
+
+def test_the_readmes_fresh_seed_table_is_the_committed_log(fresh):
+    """fresh-seeds.jsonl (check's log of the seeds run for issue 57) printed by `table` is a table
+    of the README, and each record's interval is the committed seeds' (not a later one)."""
+    import json
+
+    records = [json.loads(x) for x in (STUDY / "fresh-seeds.jsonl").read_text().splitlines() if x.strip()]
+    results = fresh.study.load(STUDY / "results.json.xz")
+    for r in records:
+        a, b = r["difference"].split(" - ")
+        pi = fresh.order_prediction(fresh.diffs(results, a, b))
+        assert (r["lo"], r["hi"]) == (round(pi.lo, 2), round(pi.hi, 2))
+        assert r["value"] == round(100 * (r["scores"][a] - r["scores"][b]), 2)
+        assert r["inside"] == pi.holds(100 * (r["scores"][a] - r["scores"][b]))
+    readme = set((STUDY / "README.md").read_text().splitlines())
+    assert [row for row in fresh.log_table(records) if row not in readme] == []
