@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import signal
 from pathlib import Path
 
@@ -184,6 +185,19 @@ def test_pipeline_stopped_in_the_reward_stage_resumes_to_the_same_models(fault, 
     assert {k: v for k, v in summary.items() if k not in ("seconds", "plots")} == {
         k: v for k, v in ref.items() if k not in ("seconds", "plots")
     }
+
+
+def test_a_moved_pipeline_keeps_its_finished_stages(pipeline_reference, tmp_path):
+    """Issue 58: a finished pipeline copied elsewhere was refused on --resume ("the finished stage in
+    .../reward was run with other settings (sft_model: '<old>/sft/model' -> '<new>/sft/model')"): the
+    stages name each other's models by path. Paths inside the old folder now count as the new one's."""
+    out = tmp_path / "moved" / "run"
+    shutil.copytree(pipeline_reference, out)
+    rc, text = run_cli([*_pipeline(out), "--resume"], tmp_path / "log.txt")
+    assert rc == 0, text
+    for stage in ("sft", "reward", "rl"):
+        assert f"finished in {out / stage}: kept" in text, text
+        assert _sha(out / stage / "model") == _sha(pipeline_reference / stage / "model"), stage
 
 
 # DPO as the RL stage, on the reward model's 64 pairs in batches of 32: records 1-2 SFT's steps, 3-5 the

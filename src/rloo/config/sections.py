@@ -18,7 +18,9 @@ from rloo.config.base import (
     MAX_SAMPLES,
     MAX_SCORE,
     MAX_STALENESS,
+    MAX_STEPS,
     check_address,
+    check_float32,
 )
 from rloo.config.evaluation import EvalSettings  # noqa: F401 (the sections are imported from here)
 from rloo.config.generation import (
@@ -65,7 +67,9 @@ else:
 class RLSettings(MethodChoice):
     """Hyperparameters of the RL stage (RLOO by default, eq. 1, 4, 5)."""
 
-    steps: int = Field(default=100, ge=1, description="Optimizer steps (one fresh batch of samples each).")
+    steps: int = Field(
+        default=100, ge=1, le=MAX_STEPS, description="Optimizer steps (one fresh batch of samples each)."
+    )
     batch_size: int = Field(default=16, ge=1, description="Prompts per step (B); N = B*k completions.")
     micro_batch_size: int | None = micro_batch_field(RL_MICRO_UNIT)
     k: int = Field(
@@ -210,7 +214,8 @@ class RLSettings(MethodChoice):
         "raft trains on the lagged samples as they are). The run keeps min(N, steps) + 1 copies of the policy.",
     )
     is_correction: IsCorrection = None
-    is_clip: float = Field(default=2.0, gt=1, description="C of is_correction: truncation / mask bound.")
+    is_clip: float = Field(default=2.0, gt=1, description="C of is_correction: truncation / mask bound (a float32).")
+    _is_clip = field_validator("is_clip")(classmethod(lambda cls, v: check_float32(v)))
     is_baseline_shift: IsBaselineShift = 0.1
     is_clip_low: IsClipLow = 0.0
     is_topr_split: IsToprSplit = "advantage"

@@ -31,6 +31,7 @@ from rloo.config import DatasetSettings
 from rloo.data import conversational
 from rloo.data.columns import extra_columns, with_columns
 from rloo.data.tables import load_table
+from rloo.data.textcheck import rows
 from rloo.errors import RlooError
 
 HUMAN, ASSISTANT = "\n\nHuman:", "\n\nAssistant:"
@@ -76,7 +77,7 @@ def read_records(
     cols = set(table.column_names)
     fields = tuple(fields) + tuple(f for f in optional if _present(settings, f, cols))
     used = _prompt_columns(settings)
-    if settings.format == "plain" and conversational.is_conversational(table[0], settings.columns):
+    if settings.format == "plain" and conversational.is_conversational(next(rows(table, path)), settings.columns):
         # TRL's message lists: plain text here (what the split's hash reads), the turns kept for the
         # chat template (with_chat_template)
         return [
@@ -84,9 +85,9 @@ def read_records(
                 **conversational.convert(row, fields, _reader(row, settings.columns, cols, path), settings.columns),
                 columns=extra_columns(row, used),
             )
-            for row in table
+            for row in rows(table, path)
         ]
-    return [_with_extra(convert(row, settings.columns, fields, cols, path), row, used) for row in table]
+    return [_with_extra(convert(row, settings.columns, fields, cols, path), row, used) for row in rows(table, path)]
 
 
 # per format, the fields a row's prompt (and a tldr/hh row's response) is read from

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from rloo.errors import RlooError
 from rloo.runtime.runfolder.atomic import atomic_write_text
+from rloo.runtime.runfolder.reading import read_text
 from rloo.runtime.tracking.log import say
 
 if TYPE_CHECKING:  # the preflight imports this module and stays free of torch (collate's)
@@ -143,7 +144,7 @@ def save_cuts(folder: Path, cuts: list[Cut]) -> None:
 def read_cuts(folder: Path) -> dict | None:
     """A stage folder's `cuts.json`, or None where there is none (a stage that never surveyed its data)."""
     try:
-        held = json.loads((Path(folder) / CUTS_FILE).read_text())
+        held = json.loads(read_text(Path(folder) / CUTS_FILE))
     except (OSError, ValueError):
         return None
     return held if isinstance(held, dict) else None

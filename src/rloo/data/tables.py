@@ -7,6 +7,7 @@ import json
 from contextlib import contextmanager
 from pathlib import Path
 
+from rloo.data.textcheck import check_text_file
 from rloo.errors import RlooError
 from rloo.runtime.inputs.names import check_name
 
@@ -64,6 +65,7 @@ def _load_table_loud(path: str, name: str | None, split: str):
             builder = FILE_BUILDERS.get(p.suffix.lower())
             if builder is None:
                 raise RlooError(f"dataset file {path!r}: unknown type {p.suffix!r} (use .jsonl, .json, .csv, .parquet)")
+            check_text_file(p, builder)  # not UTF-8, or a CSV row of another width: refused, not misread
             return datasets.load_dataset(builder, data_files=str(p), split="train")
         check_name(path, "dataset.path", repo_type="dataset")  # a typo fails here, not after Hub retries
         return datasets.load_dataset(path, name, split=split)

@@ -24,6 +24,7 @@ from rloo.config.methods import capable
 from rloo.core.advantages import gae, leave_one_out
 from rloo.core.kl import token_level_rewards
 from rloo.core.losses import sequence_sum_policy_gradient_loss, value_loss
+from rloo.experiments.readback import read_variance
 from rloo.modeling.loading import frozen, load_policy, load_reward_model
 from rloo.rewards import RewardModelScorer
 from rloo.rollout import rollout
@@ -149,7 +150,7 @@ def variance_cell(cfg: CompareConfig, task_name: str, seed: int, runs: Path) -> 
     root = runs / task_name / f"seed-{seed}"
     out_file = root / "gradient_variance.json"
     if out_file.exists():
-        return json.loads(out_file.read_text())
+        return read_variance(out_file)
     pipe = PipelineConfig(
         task=task_name,
         seed=seed,

@@ -20,6 +20,7 @@ from pathlib import Path
 from rloo.config.methods import spec_of_variant
 from rloo.config.tools import TuningSettings
 from rloo.errors import RlooError, option
+from rloo.experiments.readback import RESULT_NUMBERS, result_shape_problem
 from rloo.runtime.runfolder.atomic import atomic_write_text
 from rloo.runtime.runfolder.confine import make_folder
 
@@ -45,6 +46,19 @@ def read_result(path: Path) -> dict:
         os.close(fd)
     if not isinstance(data, dict):
         raise _damaged(path, f"it holds a {type(data).__name__}, not the object rloo writes")
+    why = result_shape_problem(data)  # `{}`, NaN or null where a number goes: a KeyError in the report before
+    if why:
+        raise _damaged(path, why)
+    return data
+
+
+def read_reported_result(path: Path) -> dict:
+    """`read_result`, and the numbers the report plots and tabulates are there (RESULT_NUMBERS): a
+    reported run's result.json holding `{}` was a KeyError in the report's plots."""
+    data = read_result(path)
+    why = result_shape_problem(data, RESULT_NUMBERS)
+    if why:
+        raise _damaged(path, why)
     return data
 
 

@@ -24,7 +24,13 @@ from rloo.modeling.fp32_head import use_fp32_heads
 from rloo.modeling.lora import is_adapter_folder, load_merged
 from rloo.runtime.inputs.names import check_name
 from rloo.runtime.precision import weights_dtype
-from rloo.runtime.runfolder.atomic import WriteError, describe_write_failure, fsync_dir, sync_and_hash
+from rloo.runtime.runfolder.atomic import (
+    WriteError,
+    describe_write_failure,
+    fsync_dir,
+    modes_as_umask_allows,
+    sync_and_hash,
+)
 from rloo.runtime.runfolder.confine import confine
 
 # Our own progress bars cover the long work; per-file load/save bars of tiny models are noise.
@@ -182,6 +188,7 @@ def save_pretrained_atomic(model, tokenizer, path: Path) -> None:
         model.save_pretrained(tmp, safe_serialization=True)
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
+        modes_as_umask_allows(tmp)  # safetensors writes 0o600
         sync_and_hash(tmp)
     except Exception as e:  # noqa: BLE001 - whatever failed, the half-written folder must go
         why = describe_write_failure(e, path.parent)

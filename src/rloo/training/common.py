@@ -32,6 +32,7 @@ from rloo.runtime.runfolder.layout import (
     write_marker,
 )
 from rloo.runtime.runfolder.lock import LOCK_NAME, lock_now
+from rloo.runtime.runfolder.reading import read_text
 from rloo.runtime.tracking.log import say
 
 
@@ -131,7 +132,7 @@ def _held_run(out: Path, current: dict, kind: str) -> dict | Literal["foreign"] 
     if kind_of(out) != kind:
         return "foreign"
     try:
-        held = yaml.safe_load((out / "config.yaml").read_text())
+        held = yaml.safe_load(read_text(out / "config.yaml"))  # a FIFO there: refused, not waited on
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         held = None
     # a run written before a section was renamed is still ours

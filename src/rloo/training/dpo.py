@@ -35,6 +35,7 @@ from rloo.rewards import RewardModelScorer
 from rloo.runtime.checkpoint.resumecheck import prompts_digest
 from rloo.runtime.inputs.fingerprint import fingerprints
 from rloo.runtime.precision import stage_precision
+from rloo.runtime.runfolder.reading import read_text
 from rloo.runtime.tracking.log import progress, say
 from rloo.tasks import get_task
 from rloo.training.common import (
@@ -67,7 +68,7 @@ def load_pairs(cfg: RLConfig, task) -> list[tuple[str, str, str]]:
     """The reward model's own training pairs when it has them, else fresh reference pairs."""
     path = Path(cfg.reward_model).parent / "pairs.jsonl" if cfg.reward_model else None
     if path is not None and path.exists():
-        pairs = [tuple(json.loads(line)) for line in path.read_text().splitlines() if line.strip()]
+        pairs = [tuple(json.loads(line)) for line in read_text(path).splitlines() if line.strip()]  # no FIFO
         return pairs[: cfg.algorithm_settings.dpo_pairs]
     say(
         f"dpo: no reward-model pairs found{f' at {path}' if path else ''}; labeling "

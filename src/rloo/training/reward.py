@@ -15,6 +15,7 @@ from rloo.data.lengths import context_of, cut_metrics, report_cuts, save_cuts
 from rloo.data.preferences import encode_pairs, pair_cuts, pair_rows, preference_pairs
 from rloo.data.preflight import check_config
 from rloo.data.split import text_field, train_eval_records
+from rloo.errors import RlooError, option
 from rloo.modeling.dropout import has_dropout, maybe_disable_dropout
 from rloo.modeling.forward import reward_scores
 from rloo.modeling.forward_shared import reward_scores_shared
@@ -141,13 +142,25 @@ def _reward_model(cfg: RewardConfig):
     return model, tokenizer
 
 
+def _is_pair(p) -> bool:
+    return isinstance(p, list) and len(p) == 3 and all(isinstance(x, str) for x in p)
+
+
 def _pairs(cfg: RewardConfig, task, gen, state: dict | None):
     """(train pairs, held-out pairs) of the simulated labeler: from the resumed checkpoint (sampled
     once, with the generator the checkpoint restores), else sampled now (`policy_pairs` of them
     from the SFT model)."""
     if state is not None:
-        saved = json.loads(state["extra"])["pairs"]
-        return [tuple(p) for p in saved["train"]], [tuple(p) for p in saved["held_out"]]
+        saved = json.loads(state["extra"]).get("pairs")  # an object: rloo.runtime.checkpoint.verify.checked_state
+        lists = [saved.get(k) if isinstance(saved, dict) else None for k in ("train", "held_out")]
+        train, held_out = (v if isinstance(v, list) and all(_is_pair(p) for p in v) else None for v in lists)
+        if train is None or held_out is None:
+            raise RlooError(
+                f"cannot resume from {cfg.output_dir}: its checkpoint's preference pairs are not the lists of "
+                f"(prompt, chosen, rejected) texts rloo writes; the checkpoint was changed after it was written: "
+                f"delete it, or rerun with {option('overwrite')} (nothing was changed)"
+            )
+        return [tuple(p) for p in train], [tuple(p) for p in held_out]
     sampler = policy_sampler(cfg.sft_model, cfg, gen) if cfg.policy_pairs > 0 else None
     pairs = preference_pairs(task, cfg.num_pairs + cfg.eval_pairs, cfg.seed, sampler, cfg.policy_pairs)
     return pairs[: cfg.num_pairs], pairs[cfg.num_pairs :]

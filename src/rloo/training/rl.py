@@ -36,13 +36,14 @@ from rloo.runtime.checkpoint.resumecheck import (
 )
 from rloo.runtime.checkpoint.ringcheck import check_ring, config_change, config_dict, ring_window
 from rloo.runtime.checkpoint.save import Checkpointer, truncate_metrics
-from rloo.runtime.checkpoint.verify import latest_checkpoint, load_ring, load_state
+from rloo.runtime.checkpoint.verify import checked_state, latest_checkpoint, load_ring, load_state
 from rloo.runtime.cpukind import cpu_flags, cpu_kind, exactness_note
 from rloo.runtime.distributed import unwrap
 from rloo.runtime.inputs.fingerprint import check_inputs_unchanged, fingerprints
 from rloo.runtime.link.child import can_send
 from rloo.runtime.paramguard import ParamGuard
 from rloo.runtime.precision import MIN_BF16_WIDTH_SAMPLING, stage_precision
+from rloo.runtime.runfolder.layout import run_kind
 from rloo.runtime.runfolder.lock import holds_run_folder
 from rloo.runtime.tracking.log import say
 from rloo.tasks import get_task
@@ -58,6 +59,7 @@ from rloo.training.common import (
 from rloo.training.dpo import check_dpo_arguments, train_dpo
 from rloo.training.evalset import rl_prompts
 from rloo.training.loop import LoopState, RLResult, loop
+from rloo.training.resumable import check_something_to_resume, refuse_finished
 
 
 @holds_run_folder  # one process per run folder, for the whole run (rloo.runtime.runfolder.lock)
@@ -193,11 +195,13 @@ def producer_scoring(models: Models, cfg: RLConfig) -> Scoring | None:
 
 
 def _resume_point(cfg: RLConfig):
+    check_something_to_resume(cfg.output_dir, run_kind(cfg))  # a typo in output_dir, before a model loads
     ckpt = latest_checkpoint(cfg.output_dir)
     if ckpt is None:
+        refuse_finished(cfg)
         say(f"{option('resume')}: no whole checkpoint in {Path(cfg.output_dir) / 'checkpoints'}; starting from step 0")
         return None, None, []
-    state = load_state(ckpt)
+    state = checked_state(ckpt, load_state(ckpt))  # its config decodes: one line, not a traceback
     saved = upgrade_saved_config(json.loads(state["config"]))  # a checkpoint from before a rename
     changed = check_resume_config(saved, cfg.model_dump(mode="json"))
     describe_changes(changed, state["step"], cfg.steps)  # refuses steps below the checkpoint's, before a model loads

@@ -26,21 +26,26 @@ from rloo.modeling.lora import load_saved_weights
 from rloo.runtime.checkpoint.resumecheck import check_optimizer_matches, check_resume_config, describe_changes
 from rloo.runtime.checkpoint.rng import rng_state, set_rng_state
 from rloo.runtime.checkpoint.save import restore_optimizer, save_checkpoint, truncate_metrics
-from rloo.runtime.checkpoint.verify import latest_checkpoint, load_state
+from rloo.runtime.checkpoint.verify import checked_state, latest_checkpoint, load_state
 from rloo.runtime.cpukind import cpu_flags, cpu_kind, exactness_note
 from rloo.runtime.inputs.fingerprint import check_inputs_unchanged
+from rloo.runtime.runfolder.layout import run_kind
 from rloo.runtime.signals import StopFlag, stage_interrupted
 from rloo.runtime.tracking.log import MetricsLogger, say
+from rloo.training.resumable import check_something_to_resume, refuse_finished
 
 
 def resume_point(cfg) -> tuple[Path | None, dict | None]:
     """The newest whole checkpoint of the stage in `cfg.output_dir` and its state; (None, None),
-    said in one line, when there is none (the stage then starts from step 0)."""
+    said in one line, when there is none (the stage then starts from step 0); RlooError when there is
+    nothing of a run to resume, or the run is finished (rloo.training.resumable)."""
+    check_something_to_resume(cfg.output_dir, run_kind(cfg))
     ckpt = latest_checkpoint(cfg.output_dir)
     if ckpt is None:
+        refuse_finished(cfg)
         say(f"{option('resume')}: no whole checkpoint in {Path(cfg.output_dir) / 'checkpoints'}; starting from step 0")
         return None, None
-    return ckpt, load_state(ckpt)
+    return ckpt, checked_state(ckpt, load_state(ckpt))  # its JSON text decodes: one line, not a traceback
 
 
 def check_stage_resume(

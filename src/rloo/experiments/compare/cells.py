@@ -36,6 +36,7 @@ from rloo.experiments.tuning import read_result, report_names, trial_variants, t
 from rloo.runtime.runfolder.atomic import atomic_write_bytes, atomic_write_text
 from rloo.runtime.runfolder.layout import is_bookkeeping_only, kind_of, write_marker
 from rloo.runtime.runfolder.lock import is_busy
+from rloo.runtime.runfolder.reading import read_bytes, read_text
 
 STAGES = ("sft", "reward")
 
@@ -93,7 +94,7 @@ def save(out: Path, dest: Path) -> dict[str, int]:
     dest.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(out / "config.yaml", dest / "config.yaml")
     manifest_file = dest / "manifest.json"
-    manifest = json.loads(manifest_file.read_text()) if manifest_file.exists() else {}
+    manifest = json.loads(read_text(manifest_file)) if manifest_file.exists() else {}
     runs = models = 0
     for cell in cells(out):
         rel = cell.relative_to(out)
@@ -102,9 +103,7 @@ def save(out: Path, dest: Path) -> dict[str, int]:
             to.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(run / "result.json", to / "result.json")
             if rel.parts[0] == "runs" and (run / "metrics.jsonl").exists():
-                atomic_write_bytes(
-                    to / "metrics.jsonl.gz", gzip.compress((run / "metrics.jsonl").read_bytes(), mtime=0)
-                )
+                atomic_write_bytes(to / "metrics.jsonl.gz", gzip.compress(read_bytes(run / "metrics.jsonl"), mtime=0))
             if run.name not in STAGES:
                 runs += 1
                 manifest.setdefault(str(rel / run.name), {"cpu": cpu_kind(), "saved": time.strftime("%Y-%m-%d")})

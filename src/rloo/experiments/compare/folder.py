@@ -19,7 +19,8 @@ import yaml
 
 from rloo.config import CompareConfig, load_config
 from rloo.errors import ConfigError, RlooError, option
-from rloo.experiments.tuning import read_result
+from rloo.experiments.readback import read_variance
+from rloo.experiments.tuning import read_reported_result, read_result
 from rloo.runtime.runfolder.atomic import atomic_write_text
 from rloo.runtime.runfolder.confine import make_folder
 from rloo.runtime.runfolder.layout import (
@@ -61,6 +62,10 @@ def open_study(cfg: CompareConfig, overwrite: bool) -> SharedFolder:
             )
         for result in sorted(out.glob("*/*/seed-*/*/result.json")):  # runs/ and tuning/ cells
             read_result(result)  # a damaged or linked result refuses the rerun now, before any model loads
+        for result in sorted(out.glob("runs/*/seed-*/*/result.json")):
+            read_reported_result(result)  # and one the report could not plot (`{}`, null or NaN numbers)
+        for variance in sorted(out.glob("runs/*/seed-*/gradient_variance.json")):
+            read_variance(variance)  # likewise a damaged gradient variance (the report's table reads it)
         if study.exclusive:  # the only writer of the marker and config (a process joining later reads them)
             write_marker(out, "compare")
             if not saved.exists():
@@ -110,9 +115,11 @@ def same_settings(saved: Path, cfg: CompareConfig) -> bool:
     a comparison saved before a key was added (tuning, equal_kl, rl.eval_split: their defaults are
     what it ran) is still recognised, and its report can be rebuilt by rerunning its command."""
     try:
-        return _dump(load_config(CompareConfig, saved)) == _dump(cfg)
+        held = load_config(CompareConfig, saved)
     except ConfigError:
         return False
+    # where the study lies is not one of its settings: a study copied or moved elsewhere is the same study
+    return _dump(held.model_copy(update={"output_dir": cfg.output_dir})) == _dump(cfg)
 
 
 def _dump(cfg: CompareConfig) -> str:

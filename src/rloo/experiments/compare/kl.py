@@ -12,6 +12,7 @@ from pathlib import Path
 from rloo.config.methods import DEFAULT_METHOD
 from rloo.experiments.compare.tables import mean_ci
 from rloo.experiments.tuning import describe
+from rloo.runtime.runfolder.reading import read_text
 
 
 def trajectory(metrics: list[dict]) -> list[tuple[float, float]]:
@@ -134,7 +135,7 @@ def tuning_table(cfg, data: dict, out: Path) -> str:
             chosen = {describe(r["settings"]) for r in data[task].get(name, []) if r.get("settings")}
             cell = "; ".join(sorted(chosen)) or "-"
             f = out / "tuning" / task / "selection.json"
-            sel = json.loads(f.read_text()).get(name) if f.exists() else None
+            sel = json.loads(read_text(f)).get(name) if f.exists() else None
             if sel:
                 scores = [t["score"] for t in sel["trials"]]
                 cell += f" (validation {scores[sel['chosen']]:.3f}; trials {min(scores):.3f}-{max(scores):.3f})"

@@ -5,12 +5,12 @@ one per seed]; the variance table reads each task's gradient_variance.json."""
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 from rloo.config.methods import DEFAULT_METHOD, spec_of_variant
 from rloo.eval.passk import paired_pass_difference
+from rloo.experiments.readback import read_variance
 from rloo.experiments.tuning import base_of
 
 # two-sided 95% Student-t quantiles t_{0.975, df}; the normal 1.96 beyond df = 30
@@ -102,7 +102,7 @@ def variance_table(out: Path, cfg) -> str:
         f = out / "runs" / task / f"seed-{cfg.seeds[0]}" / "gradient_variance.json"
         if not f.exists():
             continue
-        v = json.loads(f.read_text())
+        v = read_variance(f)  # not JSON, or `[]`: one line naming it
         if not rows:
             rows = [
                 "| task | estimator | tr Cov(g) at SFT | noise/signal at SFT | tr Cov(g) at weak | "

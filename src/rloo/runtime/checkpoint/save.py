@@ -42,6 +42,7 @@ from rloo.runtime.runfolder.atomic import (
     WriteError,
     describe_write_failure,
     fsync_dir,
+    modes_as_umask_allows,
     remove_tree,
     sync_and_hash,
     truncate_file,
@@ -64,6 +65,7 @@ def save_checkpoint(run_dir: Path, step: int, model, tokenizer, state: dict, kee
         write_model(model, tokenizer, tmp / "model")
         write_state({**state, "step": step}, tmp / "state.pt")
         write_ring(ring or {}, tmp / RING, ring_metadata(model))
+        modes_as_umask_allows(tmp)  # safetensors writes 0o600
         manifest = sync_and_hash(tmp)
         with open(tmp / MARKER, "x") as fh:  # "x": a fresh file, never through a link
             fh.write(json.dumps({"step": step, "files": manifest}))

@@ -13,7 +13,9 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
+from rloo.errors import RlooError, option
 from rloo.runtime.runfolder.atomic import check_manifest, remove_tree_reporting
+from rloo.runtime.runfolder.reading import read_text
 from rloo.runtime.tracking.log import say
 
 MARKER = "COMPLETE"
@@ -34,7 +36,7 @@ def list_checkpoints(run_dir: Path) -> list[Path]:
 def verify_checkpoint(ckpt: Path) -> str | None:
     """None when `ckpt` is whole, else why it is not."""
     try:
-        marker = json.loads((Path(ckpt) / MARKER).read_text())
+        marker = json.loads(read_text(Path(ckpt) / MARKER))  # a FIFO there: refused, not waited on
         files = marker["files"]
     except (OSError, ValueError, KeyError, TypeError) as e:
         return f"its {MARKER} marker is unreadable ({type(e).__name__})"
@@ -128,6 +130,30 @@ def load_ring(ckpt: Path) -> dict[int, dict[str, torch.Tensor]]:
     checkpoint from before exact resume at max_staleness > 0)."""
     files = sorted((Path(ckpt) / RING).glob("version-*.safetensors"))
     return {int(f.stem.split("-")[1]): load_file(str(f)) for f in files}
+
+
+def checked_state(ckpt: Path, state: dict, keys: tuple[str, ...] = ("config", "extra")) -> dict:
+    """`state` (of checkpoint `ckpt`) once its entries held as JSON text (the config; a supervised
+    stage's `extra`) decode to objects. A state changed by hand and its manifest re-hashed was a
+    31-line JSONDecodeError mid-resume; it is one line now, before the run folder is touched."""
+    for key in keys:
+        if key not in state:
+            continue
+        try:
+            value = json.loads(state[key])
+        except (TypeError, ValueError, RecursionError) as e:
+            raise tampered(ckpt, f"its state's {key!r} is not JSON ({str(e).splitlines()[0][:60]})") from None
+        if not isinstance(value, dict):
+            raise tampered(ckpt, f"its state's {key!r} holds a JSON {type(value).__name__}, not an object")
+    return state
+
+
+def tampered(ckpt: Path, what: str) -> RlooError:
+    """The one-line refusal of a checkpoint whose state is not what rloo wrote (`what`)."""
+    return RlooError(
+        f"cannot resume from {ckpt}: {what}; the checkpoint was changed after it was written: delete it to "
+        f"resume from an earlier one, or rerun with {option('overwrite')} (nothing was changed)"
+    )
 
 
 def load_state(ckpt: Path) -> dict:

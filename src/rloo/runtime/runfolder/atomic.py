@@ -12,10 +12,12 @@ import errno
 import hashlib
 import os
 import shutil
+import stat
 from pathlib import Path
 
 from rloo.errors import RlooError
 from rloo.runtime.runfolder.confine import confine
+from rloo.runtime.runfolder.reading import hard_linked, is_regular, kind_of_mode, refusal
 
 
 class WriteError(RlooError):
@@ -64,6 +66,30 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def current_umask() -> int:
+    """This process's umask (Linux: read from /proc, which leaves it untouched; elsewhere set and
+    restored at once)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def modes_as_umask_allows(folder: Path) -> None:
+    """Give every file under the freshly written `folder` the mode a plain `open` would (0o666 less
+    the umask): safetensors writes its files 0o600 whatever the umask, so a model saved in a run
+    folder shared with a group could not be loaded by the others, unlike every other file there."""
+    mode = 0o666 & ~current_umask()
+    for f in Path(folder).rglob("*"):
+        if f.is_file() and not f.is_symlink() and (f.stat().st_mode & 0o777) != mode:
+            os.chmod(f, mode)
+
+
 def sync_and_hash(folder: Path) -> dict[str, list]:
     """fsync every file under `folder` and return {relative path: [size, sha256]}: the manifest a
     reader checks before trusting the folder (a truncated or corrupted file changes both)."""
@@ -82,8 +108,8 @@ def check_manifest(folder: Path, manifest: dict[str, list]) -> str | None:
     """None when every file of `manifest` is present with its size and hash, else the first problem."""
     for rel, (size, digest) in manifest.items():
         f = Path(folder) / rel
-        if not f.is_file():
-            return f"{rel} is missing"
+        if not is_regular(f):  # a link, FIFO or device planted there is never read (a FIFO would block)
+            return f"{rel} is missing" if not f.is_symlink() and not f.exists() else f"{rel} is not a regular file"
         if f.stat().st_size != size:
             return f"{rel} has {f.stat().st_size} bytes, expected {size} (truncated?)"
         h = hashlib.sha256()
@@ -124,32 +150,46 @@ def _not_a_link(path: Path) -> WriteError:
     )
 
 
-def open_append(path: Path):
-    """`path` opened for appending text, never through a link: a link planted where a run folder's
-    log should be (to someone's file) is refused in one line instead of being written through."""
-    path = confine(path)
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+def _open_own(path: Path, flags: int) -> int:
+    """`path` opened with `flags` for writing, never through a link (O_NOFOLLOW), never blocking on a
+    planted FIFO (O_NONBLOCK: its open fails or returns at once), and only when it is a regular file
+    with no other name: a hard link elsewhere (someone's file) would be appended to or cut too."""
     try:
-        fd = os.open(path, flags, 0o644)
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0), 0o666)
     except OSError as e:
         if e.errno == errno.ELOOP:
             raise _not_a_link(path) from e
+        if e.errno == errno.ENXIO:  # a FIFO with no reader: O_NONBLOCK refuses the open instead of waiting
+            raise refusal(path, "a FIFO (named pipe)") from e
         raise WriteError(f"could not write {path}: {describe_write_failure(e, path.parent)}") from e
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
+        os.close(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise refusal(path, kind_of_mode(st.st_mode))
+        raise WriteError(str(hard_linked(path, st.st_nlink)))
+    return fd
+
+
+def open_append(path: Path):
+    """`path` opened for appending text, never through a link: a link planted where a run folder's
+    log should be (to someone's file) is refused in one line instead of being written through; a
+    FIFO, device or hard-linked file likewise (`_open_own`)."""
+    path = confine(path)
+    fd = _open_own(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
     return os.fdopen(fd, "a")
 
 
 def truncate_file(path: Path, nbytes: int) -> None:
     """Cut `path` back to `nbytes` (a resumed run's log to its checkpoint), never through a link:
-    os.truncate would cut the file a planted link points to."""
+    os.truncate would cut the file a planted link points to (a hard link's too: `_open_own`)."""
     path = confine(path)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
-        return
-    except OSError as e:
-        if e.errno == errno.ELOOP:
-            raise _not_a_link(path) from e
-        raise WriteError(f"could not write {path}: {describe_write_failure(e, path.parent)}") from e
+        fd = _open_own(path, os.O_WRONLY)
+    except WriteError as e:
+        if isinstance(e.__cause__, FileNotFoundError):
+            return
+        raise
     try:
         if os.fstat(fd).st_size > nbytes:
             os.ftruncate(fd, nbytes)

@@ -20,6 +20,7 @@ import fnmatch
 import json
 import os
 import shutil
+import stat
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -39,6 +40,7 @@ from rloo.errors import RlooError, option
 from rloo.runtime.runfolder.atomic import atomic_write_text
 from rloo.runtime.runfolder.confine import linked_folder
 from rloo.runtime.runfolder.lock import LOCK_NAME, hold_existing
+from rloo.runtime.runfolder.reading import hard_linked, kind_of_mode, refusal
 
 MARKER = ".rloo-run"
 CONFIGS = {
@@ -55,6 +57,8 @@ KINDS = {cls.__name__: kind for kind, cls in CONFIGS.items()}
 BOOKKEEPING = {LOCK_NAME, MARKER, f".{MARKER}.tmp", ".config.yaml.tmp"}
 
 FILE, TREE = "file", "tree"  # a file; a folder owned whole (wandb's own layout)
+# files written in place (appended to, cut back on resume), not replaced: a hard link to one is refused
+IN_PLACE = {"metrics.jsonl"}
 
 
 def _run(kind: str) -> tuple[str, str]:
@@ -130,6 +134,13 @@ def is_bookkeeping_only(folder: Path) -> bool:
     return all(p.name in BOOKKEEPING for p in Path(folder).iterdir())
 
 
+def holds_a_run(folder: Path) -> bool:
+    """Whether `folder` holds anything of a run that `--resume` could continue: a marker of any kind
+    (its kind is checked later), or files; not a missing folder, an empty one or a lone lock."""
+    folder = Path(folder)
+    return folder.is_dir() and (kind_of(folder) is not None or not is_bookkeeping_only(folder))
+
+
 def empty_run_folder(folder: Path, kind: str) -> None:
     """`--overwrite`: delete everything in `folder`, an rloo run of `kind`, but its lock file (held by
     the caller) and marker. RlooError (one line, nothing deleted) when it is not one, when anything
@@ -154,7 +165,8 @@ def refuse_linked_folders(folder: Path, kind: str) -> None:
     """LinkedFolder (one line) when a folder rloo writes or deletes in, anywhere in the run folder
     `folder` of `kind` (LAYOUTS: plots/, checkpoints/, a checkpoint's ring/, tensorboard/, a
     pipeline's stages, a comparison's cells and report/...), is a symbolic link: its files would be
-    written or deleted outside the run (rloo.runtime.runfolder.confine). Checked when a command starts, so
+    written or deleted outside the run (rloo.runtime.runfolder.confine); or is no folder at all; or a
+    file of rloo's is a FIFO, device or socket (`_refuse_links`). Checked when a command starts, so
     it is refused before anything is written; entries LAYOUTS does not name are not rloo's, and
     links at file names are replaced, never written through (rloo.runtime.runfolder.atomic)."""
     if Path(folder).is_dir() and kind_of(folder) == kind:
@@ -162,15 +174,34 @@ def refuse_linked_folders(folder: Path, kind: str) -> None:
 
 
 def _refuse_links(folder: Path, spec: dict) -> None:
+    """Also refused: a FIFO, device or socket where rloo keeps a file (reading it would block or never
+    end; rloo.runtime.runfolder.reading), and anything but a folder where rloo keeps one (`plots` as a
+    file: the run would train, then fail to write its plots)."""
     for entry in sorted(os.scandir(folder), key=lambda e: e.name):
         what = _match(entry.name, spec)
-        if what is None or what == FILE:
+        if what is None:
+            continue
+        if what == FILE:
+            st = entry.stat(follow_symlinks=False)
+            if not entry.is_symlink() and not stat.S_ISREG(st.st_mode):
+                raise refusal(Path(entry.path), kind_of_mode(st.st_mode))
+            if entry.name in IN_PLACE and st.st_nlink > 1:
+                raise hard_linked(Path(entry.path), st.st_nlink)
             continue
         if entry.is_symlink():
             raise linked_folder(Path(entry.path))
-        if not entry.is_dir(follow_symlinks=False) or what == TREE:
-            continue
-        _refuse_links(Path(entry.path), LAYOUTS[what[1]] if isinstance(what, tuple) else what)
+        if not entry.is_dir(follow_symlinks=False):
+            raise _not_a_folder(Path(entry.path), entry.stat(follow_symlinks=False).st_mode)
+        if what != TREE:
+            _refuse_links(Path(entry.path), LAYOUTS[what[1]] if isinstance(what, tuple) else what)
+
+
+def _not_a_folder(path: Path, mode: int) -> RlooError:
+    what = "a file" if stat.S_ISREG(mode) else kind_of_mode(mode)
+    return RlooError(
+        f"{path} is {what} where rloo keeps a folder of its own (it writes there); move it away and run "
+        f"again (nothing was changed)"
+    )
 
 
 def _check(folder: Path, spec: dict, locks: list[Path], top: bool = True) -> None:

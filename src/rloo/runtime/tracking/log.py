@@ -15,6 +15,7 @@ from tqdm.auto import tqdm
 from rloo.config import normalize_report_to
 from rloo.runtime.runfolder.atomic import WriteError, describe_write_failure, open_append
 from rloo.runtime.runfolder.confine import make_folder
+from rloo.runtime.runfolder.reading import read_text
 from rloo.runtime.tracking.progress_text import PlainProgress
 from rloo.runtime.tracking.trackers import start_trackers
 
@@ -84,9 +85,11 @@ class MetricsLogger:
 
 
 def read_metrics(path: Path) -> list[dict]:
-    if not Path(path).exists():
+    try:
+        text = read_text(path)  # a FIFO or link planted there is refused, never blocked on
+    except FileNotFoundError:
         return []
-    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
 # TensorBoard writes events from a background thread; a full disk there would print that thread's
