@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import os
 import signal
 import sys
 from pathlib import Path
@@ -34,7 +35,8 @@ from rloo.runtime.runfolder.atomic import describe_write_failure
 from rloo.runtime.runfolder.layout import holds_a_run, refuse_linked_folders
 from rloo.runtime.runfolder.lock import refuse_if_busy
 from rloo.runtime.signals import signals_stop_now
-from rloo.runtime.tracking.log import hold_notes
+from rloo.runtime.threadpolicy import apply_thread_policy
+from rloo.runtime.tracking.log import hold_notes, note
 
 EXAMPLES = {
     "pipeline": "rloo pipeline                      # the whole pipeline on the default task\n"
@@ -157,8 +159,6 @@ RERUN = {
 # The commands that continue from their checkpoints (a pipeline: its finished stages kept, the
 # interrupted one from its newest checkpoint)
 RESUMABLE = ("pipeline", "sft", "reward", "train")
-
-
 PREFLIGHT = ("pipeline", "sft", "reward", "train", "eval")
 # The commands that train with a method, so may take one added by the user's module (--plugin)
 PLUGINS = ("pipeline", "train", "compare")
@@ -224,8 +224,7 @@ def _command(argv: list[str] | None) -> int:
     # KEY=VALUE overrides may also follow the flags (`rloo pipeline --overwrite task=dialogue`, as
     # `make demo ARGS=...` writes it); argparse stops collecting positionals at the first flag.
     args, extra = parser.parse_known_args(argv)
-    unknown = [x for x in extra if x.startswith("-") or "=" not in x]
-    if unknown:
+    if unknown := [x for x in extra if x.startswith("-") or "=" not in x]:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     if extra:
         args.overrides = [*args.overrides, *extra]
@@ -252,9 +251,10 @@ def _command(argv: list[str] | None) -> int:
             from rloo.data.preflight import check_config  # lazy like the subcommands: fast --help
 
             check_config(cfg)  # before the heavy imports below: a typo costs a second, not a model load
-        # error messages name --resume/--overwrite, not resume=/overwrite=
-        # notes on how the command runs (dtype=auto's choice) wait for its first line: a refusal stays one line
+        # messages say --resume/--overwrite; notes (dtype=auto's) wait for the first line: a refusal stays one
         with cli_options(), hold_notes():
+            if line := apply_thread_policy(os.environ):  # OMP_NUM_THREADS unset: the idle cores
+                note(line)
             run(cfg, args)
     except Interrupted as e:  # Ctrl-C / SIGTERM with a checkpoint written: asked for, not an error
         print(f"rloo {args.command}: interrupted: {_one_line(e)}", file=sys.stderr)

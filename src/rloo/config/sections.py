@@ -130,6 +130,12 @@ class RLSettings(MethodChoice):
         return check_temperature(v, greedy=False)
 
     @model_validator(mode="after")
+    def _captured_needs_sampler(self):
+        if self.captured_decode == "on" and self.generation != "sampler":
+            raise ValueError("captured_decode=on is rloo's own sampler's; generation=vllm decodes in vLLM (unset it)")
+        return self
+
+    @model_validator(mode="after")
     def _min_within_max(self):
         check_min_new_tokens(self.min_new_tokens, self.max_new_tokens)
         return self
@@ -197,6 +203,13 @@ class RLSettings(MethodChoice):
     )
     generation: Literal["sampler", "vllm"] = Field(
         default="sampler", description="Rollout backend: rloo's sampler or vLLM (on the trainer's device, CPU or GPU)."
+    )
+    captured_decode: Literal["auto", "on", "off"] = Field(
+        default="auto",
+        description="rloo's sampler: decode with one fixed-shape step over a static KV cache, captured once as a "
+        "CUDA graph and replayed per token (rloo.rollout.captured). auto: captured on CUDA where supported, "
+        "the eager loop elsewhere; on: captured (on CPU the same static step without a graph); off: the eager "
+        "loop. Settings it cannot serve fall back to the eager loop with one line saying why.",
     )
     vllm_gpu_memory_utilization: float = Field(
         default=0.3,

@@ -78,13 +78,13 @@ class SFTConfig(_Run, SFTSettings):
 class RewardConfig(_Run, RewardSettings):
     """`rloo reward`: train a reward model (one-output classification head) from the SFT model."""
 
-    sft_model: str = Field(default=..., description="Path of the SFT model the reward model starts from.")
+    sft_model: str = Field(default="", description="Path of the SFT model the reward model starts from (required).")
 
 
 class RLConfig(_Run, RLSettings):
     """`rloo train`: RL fine-tuning of the SFT policy against a reward."""
 
-    policy: str = Field(default=..., description="Path of the starting (SFT) policy; also the frozen reference.")
+    policy: str = Field(default="", description="Path of the starting policy, also the reference (required).")
     reward_model: str | None = Field(default=None, description="Path of the reward model.")
     reward_fn: str | list[str] | None = Field(
         default=None,
