@@ -22,7 +22,9 @@ Pure standard library (no scipy in rloo's dependencies), so study scripts can im
 
 from __future__ import annotations
 
+import argparse
 import math
+import sys
 from dataclasses import dataclass
 
 
