@@ -122,9 +122,6 @@ def main(argv: list[str] | None = None) -> int:
     """`python -m rloo.experiments.intervals X1 X2 ... [--new Y] [--level 0.95]`: the distribution-free
     prediction interval of the committed seeds' values X (a study's paired differences) and, with
     --new, whether a fresh seed's value Y falls inside it (exit 0 either way; 2 on a usage error)."""
-    import argparse
-    import sys
-
     ap = argparse.ArgumentParser(prog="python -m rloo.experiments.intervals", description=main.__doc__)
     ap.add_argument("values", nargs="+", type=float)
     ap.add_argument("--new", type=float, default=None)
