@@ -33,8 +33,8 @@ class PolicyEval:
     gold: float | None  # mean judge score of the policy's responses (the judge named below)
     reward: float | None  # mean reward-model score
     kl: float | None  # mean sum_t log pi/pi_ref over the response (k1, on-policy samples)
-    length: float  # mean completion tokens (EOS included)
-    truncated: float  # fraction that hit the length limit
+    length: float | None  # mean completion tokens (EOS included); None without prompts
+    truncated: float | None  # fraction that hit the length limit; None without prompts
     samples: list[tuple[str, str]] = field(default_factory=list)  # (prompt, completion), first few
     kl_k3: float | None = None  # mean sum_t k3_t over the response (>= 0; the module docstring)
     wins: list[float] = field(default_factory=list, repr=False)  # per prompt: 1 win, 1/2 tie, 0 loss

@@ -99,11 +99,8 @@ def rloo_sdpa(module, query, key, value, attention_mask, rloo_grouped=None, **kw
         if layer is not None:
             # fp32 on a CPU under autocast, like the SDPA branch below; else the query's dtype
             dtype = torch.float32 if low else query.dtype
-            out = grouped_attention(
-                *(t.to(dtype) for t in (query, key, value, layer.prefix_keys, layer.prefix_values)),
-                attention_mask,
-                kwargs.get("scaling"),
-            )
+            q, k, v, pk, pv = (t.to(dtype) for t in (query, key, value, layer.prefix_keys, layer.prefix_values))
+            out = grouped_attention(q, k, v, pk, pv, attention_mask, kwargs.get("scaling"))
             return out.to(out_dtype if low else query.dtype), None
         out, weights = sdpa_attention_forward(
             module, query.float(), key.float(), value.float(), attention_mask, **kwargs

@@ -71,8 +71,9 @@ def few_rows_linears(model: torch.nn.Module, enabled: bool = True):
     before = [vars(m).get("forward") for m in patched]
     for m in patched:
         own = m.forward
-        m.forward = lambda x, m=m, own=own: (
-            swapped_linear(x, m.weight, m.bias) if takes_swapped(x, m.weight) else own(x)
+        # the parameter named as nn.Linear.forward's (callers may pass input=)
+        m.forward = lambda input, m=m, own=own: (  # noqa: A002
+            swapped_linear(input, m.weight, m.bias) if takes_swapped(input, m.weight) else own(input)
         )
     try:
         yield len(patched)

@@ -27,7 +27,7 @@ def plain_head(model):
     return head if type(head) is torch.nn.Linear else None
 
 
-def head_logits(hidden: Tensor, head: torch.nn.Module) -> Tensor:
+def head_logits(hidden: Tensor, head: torch.nn.Linear) -> Tensor:
     """The float32 logits head(hidden) (..., H) -> (..., V): under autocast the head's product runs in
     fp32 (`fp32_linear`, as a loaded model's head does inside a wrapper: rloo.modeling.fp32_head), so
     log-probs are taken from fp32 logits, not bf16-rounded ones; without autocast the head's own

@@ -41,6 +41,7 @@ from rloo.core.truncation import Truncation
 from rloo.data.buckets import BUCKET_OVERHEAD_TOKENS, length_buckets
 from rloo.data.collate import position_ids, trim_left
 from rloo.modeling.attention import uses_rloo_attention
+from rloo.modeling.cache_layers import kv
 from rloo.modeling.forward import MAX_LOGITS_MB, completion_logprobs, lm_token_logprobs, score_head
 from rloo.modeling.kvcache import Prefill, cache_kwarg, grouped_pass_cache, grouped_pays, prefill_prompts, whole_groups
 from rloo.modeling.layer_checkpoint import cache_keeping_checkpointing, prefix_cache, supports_shared_checkpointing
@@ -65,7 +66,7 @@ def _group_rows(cache: DynamicCache, groups: Tensor) -> DynamicCache:
     """A new cache whose row r is row groups[r] of `cache` (B prompts -> n rows). Indexing is an
     autograd op: the gradients of a prompt's copies are summed back into its single copy. Its layers
     are PrefixLayers, so a checkpointed layer's replay in backward sees the same keys/values."""
-    return prefix_cache([(layer.keys[groups], layer.values[groups]) for layer in cache.layers])
+    return prefix_cache([(keys[groups], values[groups]) for keys, values in map(kv, cache.layers)])
 
 
 def _grouped_ok(model, cache: DynamicCache, k: int) -> bool:
@@ -74,7 +75,7 @@ def _grouped_ok(model, cache: DynamicCache, k: int) -> bool:
     cache large enough for it to pay (`grouped_pays`). (A layer with attention dropout to apply
     expands the keys itself: rloo_sdpa.)"""
     layers = cache.layers
-    on_cpu = bool(layers) and layers[0].keys.device.type == "cpu"
+    on_cpu = bool(layers) and kv(layers[0])[0].device.type == "cpu"
     return on_cpu and uses_rloo_attention(model) and grouped_pays(cache, k)
 
 

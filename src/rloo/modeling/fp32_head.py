@@ -24,12 +24,12 @@ from torch import Tensor
 from rloo.core.logprobs import fp32_linear
 
 
-def fp32_head_forward(self: torch.nn.Linear, x: Tensor) -> Tensor:
+def fp32_head_forward(self: torch.nn.Linear, input: Tensor) -> Tensor:  # noqa: A002 - nn.Linear.forward's name
     """A head's forward: x W^T + b (..., H) -> (..., V), in fp32 under autocast (`fp32_linear`), else
     exactly `torch.nn.Linear.forward` (the bits of an unpatched head)."""
-    if torch.is_autocast_enabled(x.device.type):
-        return fp32_linear(x, self.weight, self.bias)
-    return torch.nn.Linear.forward(self, x)
+    if torch.is_autocast_enabled(input.device.type):
+        return fp32_linear(input, self.weight, self.bias)
+    return torch.nn.Linear.forward(self, input)
 
 
 def is_fp32_head(module: torch.nn.Module) -> bool:

@@ -35,7 +35,7 @@ def add_lora(model, settings: LoraSettings, adapter_path: str | Path | None = No
         return use_fp32_heads(_absolute_base(loaded))
     cfg = peft.LoraConfig(
         r=settings.r,
-        lora_alpha=settings.alpha,
+        lora_alpha=settings.alpha,  # pyright: ignore[reportArgumentType] - peft annotates int; it computes alpha / r, a float works
         lora_dropout=settings.dropout,
         target_modules=settings.target_modules,
         task_type="SEQ_CLS" if score_head else "CAUSAL_LM",
