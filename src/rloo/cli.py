@@ -6,6 +6,7 @@ import argparse
 import signal
 import sys
 from pathlib import Path
+from typing import Protocol, runtime_checkable
 
 from rloo.config import (
     BenchConfig,
@@ -23,6 +24,7 @@ from rloo.errors import (
     Interrupted,
     RewardError,
     RlooError,
+    StopNow,
     cli_options,
     how_to_continue,
     option,
@@ -119,6 +121,13 @@ def _run_compare(cfg, args):
     compare(cfg, overwrite=args.overwrite)
 
 
+@runtime_checkable
+class WritesRunFolder(Protocol):
+    """A command's config that names the run folder it writes (every command's but produce's)."""
+
+    output_dir: Path
+
+
 COMMANDS = {
     "pipeline": (PipelineConfig, _run_pipeline),
     "sft": (SFTConfig, _run_sft),
@@ -212,13 +221,14 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(describe_fields(cls)))
         return 0
     try:
+        # argparse's Namespace: only the PLUGINS subcommands define --plugin
         if getattr(args, "plugin", []):  # before the config: it may name the plugin's method
             from rloo.runtime.inputs.user_code import load_module  # lazy (it loads huggingface_hub): fast --help
 
             for target in args.plugin:
                 load_module(target, "plugin")
         cfg = load_config(cls, args.config, args.overrides)
-        if getattr(cfg, "output_dir", None) is not None:  # before the slow imports of the stage
+        if isinstance(cfg, WritesRunFolder):  # before the slow imports of the stage (produce writes none)
             refuse_if_busy(cfg.output_dir)
             if not args.overwrite:  # (--overwrite unlinks them) refused before any model loads
                 refuse_linked_folders(cfg.output_dir, args.command)
@@ -251,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     except KeyboardInterrupt as e:  # SIGINT, or SIGTERM (StopNow): 130 or 143, as an Interrupted's exit
-        code = getattr(e, "exit_code", 130)
+        code = e.exit_code if isinstance(e, StopNow) else 130
         print(f"rloo {args.command}: {_stopped_at_once(args.command, cfg, code)}", file=sys.stderr)
         return code
     return 0

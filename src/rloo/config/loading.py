@@ -44,7 +44,7 @@ def _value(key: str, raw: str) -> Any:
     try:
         return yaml.safe_load(raw)
     except yaml.YAMLError as e:
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        problem = (e.problem if isinstance(e, yaml.MarkedYAMLError) else None) or str(e).splitlines()[0]
         raise ConfigError(
             f"override {key}={raw!r} is not a valid YAML value ({problem}); fix it, or quote it to pass it as "
             f"text: {key}=\"'...'\""

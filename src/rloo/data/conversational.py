@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeGuard
 
+from rloo.data.chat_turns import has_chat_template
 from rloo.errors import RlooError
 
 ROLES = {"system": "\n\nSystem:", "user": "\n\nHuman:", "assistant": "\n\nAssistant:"}
@@ -117,7 +118,7 @@ def _split_last_reply(msgs: list[dict], field: str, need: bool) -> tuple[list[di
 def _renderer(tokenizer) -> Callable[[list[dict], list[dict] | None], str]:
     """render(prompt, None) -> prompt text ending with the assistant cue; render(prompt, reply) ->
     the reply's text as it follows that prompt."""
-    if tokenizer is None or not getattr(tokenizer, "chat_template", None):
+    if not has_chat_template(tokenizer):
         return _plain_render
     return lambda prompt, reply: chat_render(tokenizer, prompt, reply)
 

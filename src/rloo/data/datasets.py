@@ -30,6 +30,7 @@ from typing import Any
 
 from rloo.config import DatasetSettings
 from rloo.data import conversational
+from rloo.data.chat_turns import has_chat_template
 from rloo.data.columns import extra_columns, with_columns
 from rloo.data.tables import load_table
 from rloo.data.textcheck import rows
@@ -113,7 +114,7 @@ def with_chat_template(records: list[Record], settings: DatasetSettings, tokeniz
     """The records in the tokenizer's chat template, when it has one and it is on: the prompt, or a
     conversational row's every field, rendered from its turns. Each prompt then holds its row's
     other columns (a rloo.data.columns.Prompt), the final text a stage samples from."""
-    templated = tokenizer is not None and settings.chat_template and getattr(tokenizer, "chat_template", None)
+    templated = tokenizer is not None and settings.chat_template and has_chat_template(tokenizer)
     for r in records:
         if templated and r.turns is not None:
             for name, text in conversational.render(r.turns, tokenizer).items():

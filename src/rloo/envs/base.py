@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from rloo.data.chat_turns import ChatFrame
-from rloo.data.columns import keywords_for
+from rloo.data.columns import keywords_for, row_columns
 from rloo.errors import EnvError, StopNow
 
 
@@ -115,7 +115,7 @@ def checked_reset(env, prompt: str, vocab_size: int) -> list[int]:
     """env.reset(prompt, **columns), checked: a non-empty list of token ids. `columns`: the task row's
     other columns (a dataset prompt's, rloo.data.columns), those that reset's signature names (all
     with **kwargs), one value each; a `reset(prompt)` is called with the prompt alone."""
-    columns = keywords_for(env.reset, getattr(prompt, "columns", {}), skip=1)
+    columns = keywords_for(env.reset, row_columns(prompt), skip=1)
     ids = token_ids(_user_call(env, "reset", env.reset, prompt, **columns), env, "reset", vocab_size)
     if not ids:
         raise EnvError(f"environment {_name(env)}.reset returned no tokens for prompt {prompt!r}")

@@ -42,7 +42,13 @@ from rloo.data.buckets import BUCKET_OVERHEAD_TOKENS, length_buckets
 from rloo.data.collate import position_ids, trim_left
 from rloo.modeling.attention import uses_rloo_attention
 from rloo.modeling.cache_layers import kv
-from rloo.modeling.forward import MAX_LOGITS_MB, completion_logprobs, lm_token_logprobs, score_head
+from rloo.modeling.forward import (
+    MAX_LOGITS_MB,
+    completion_logprobs,
+    lm_token_logprobs,
+    reward_backbone,
+    score_head,
+)
 from rloo.modeling.kvcache import Prefill, cache_kwarg, grouped_pass_cache, grouped_pays, prefill_prompts, whole_groups
 from rloo.modeling.layer_checkpoint import cache_keeping_checkpointing, prefix_cache, supports_shared_checkpointing
 from rloo.runtime.tracking.log import say_once
@@ -202,7 +208,7 @@ def reward_scores_shared(
 
     Pooled at the last real token: completion position len-1, or the prompt's last token for an
     empty completion."""
-    backbone = getattr(reward_model, reward_model.base_model_prefix)
+    backbone = reward_backbone(reward_model)
     p_ids, p_mask = group_prompts(prompt_ids, prompt_mask, k)
     cache = prefix_cache()
     out = backbone(
