@@ -81,6 +81,7 @@ def _end_of_turn(tokenizer, after_reply: str) -> tuple[int, str]:
     space = after_reply[: len(after_reply) - len(rest)]
     if _ids(tokenizer, space):
         rest, space = after_reply, ""
+    # getattr: third-party: slow and fast tokenizers differ in added_tokens_decoder and its entries' `special`
     for tid in sorted(set(tokenizer.all_special_ids) | set(getattr(tokenizer, "added_tokens_decoder", {}))):
         text = tokenizer.convert_ids_to_tokens(tid)
         special = tid in tokenizer.all_special_ids or getattr(tokenizer.added_tokens_decoder[tid], "special", False)

@@ -67,6 +67,7 @@ def _grouped_layer(module, grouped):
     GroupedPassLayer for a training pass), or None (an ordinary cache)."""
     if grouped is None:
         return None
+    # getattr: third-party attention modules: most have layer_idx, remote-code ones may not
     idx = getattr(module, "layer_idx", None)
     if idx is None:
         raise RuntimeError(
@@ -115,6 +116,7 @@ AttentionMaskInterface.register(NAME, sdpa_mask)  # the masks SDPA takes, built 
 def use_rloo_attention(model):
     """Switch a loaded model from SDPA to `rloo_sdpa` (in place; returns it). Models on another
     attention implementation (eager, flash, a remote-code model's own) are left as they are."""
+    # getattr: third-party: a private config attribute of transformers (remote-code configs may lack it)
     if getattr(model.config, "_attn_implementation", None) == "sdpa":
         try:
             model.set_attn_implementation(NAME)
@@ -124,4 +126,5 @@ def use_rloo_attention(model):
 
 
 def uses_rloo_attention(model) -> bool:
+    # getattr: as in use_rloo_attention; a wrapper may have no config
     return getattr(getattr(model, "config", None), "_attn_implementation", None) == NAME

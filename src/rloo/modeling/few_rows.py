@@ -30,6 +30,7 @@ def few_rows_pays(device: torch.device | str, threads: int | None = None) -> boo
     (its rate there is unmeasured)."""
     if torch.device(device).type != "cpu" or (threads or torch.get_num_threads()) < 2:
         return False
+    # getattr: third-party: a private torch check that older versions lack
     avx512 = getattr(getattr(torch, "cpu", None), "_is_avx512_supported", None)
     return platform.machine().lower() in ("x86_64", "amd64") and callable(avx512) and not avx512()
 

@@ -30,6 +30,7 @@ def plain_head(model):
 def reward_backbone(reward_model) -> torch.nn.Module:
     """The transformer under a reward model's score head, by transformers' `base_model_prefix` name.
     (A third-party object; not `.base_model`, which a PEFT wrapper defines as its own.)"""
+    # getattr: third-party: transformers names the backbone attribute by base_model_prefix
     return getattr(reward_model, reward_model.base_model_prefix)
 
 

@@ -179,6 +179,7 @@ def cache_kwarg(model: Any) -> str:
     cache (the old name warns, and goes in 5.40); accept both generations of the API. Wrappers that
     pass keywords through (PEFT, DDP) are looked through to the model they wrap."""
     for _ in range(4):
+        # getattr: third-party wrappers: PEFT has get_base_model, DDP/FSDP `module`
         inner = model.get_base_model() if hasattr(model, "get_base_model") else getattr(model, "module", None)
         if not isinstance(inner, torch.nn.Module) or inner is model:
             break

@@ -69,6 +69,7 @@ def prefix_cache(pairs: list[tuple[torch.Tensor, torch.Tensor]] | None = None) -
 
 
 def _checkpointing(model) -> list[torch.nn.Module]:
+    # getattr: third-party modules: transformers sets the flag on some of them
     return [m for m in model.modules() if getattr(m, "gradient_checkpointing", False) is True]
 
 

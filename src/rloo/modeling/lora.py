@@ -119,6 +119,7 @@ class AdapterDisabled:
     def __getattr__(self, name):  # config, parameters, modules, ...: those of the shared network
         if name == "model":
             raise AttributeError(name)
+        # getattr: delegation (__getattr__) to the shared network
         return getattr(self.model, name)
 
 
@@ -145,6 +146,7 @@ def load_saved_weights(model, folder: str | Path) -> None:
         saved |= load_file(str(f))
     if is_lora(model):
         result = _peft().set_peft_model_state_dict(model, saved)
+        # getattr: third-party: peft versions return a load result or None
         unexpected = list(getattr(result, "unexpected_keys", []))
         if unexpected or not saved:
             raise RlooError(f"cannot resume from {folder}: its adapters are not those of this model")
