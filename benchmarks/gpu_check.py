@@ -1,12 +1,13 @@
 """One short run on one CUDA GPU: the first GPU numbers of rloo, in one JSON file.
 
-    python benchmarks/gpu_check.py --out gpu_check.json              # on the GPU machine (<= ~8 min)
+    python benchmarks/gpu_check.py --out gpu_check.json              # on the GPU machine: the checks (<= ~8 min)
+    python benchmarks/gpu_check.py --parts bench --out gpu_bench.json  # the bench: a device call of its own
     python benchmarks/gpu_check.py --dry-run --out /tmp/dry.json  # CPU, tiny (tests/integration/test_gpu_check.py)
 
 What it does: parts, each in its own process with its own time limit (a hang or a crash costs that part
-only), the JSON rewritten after every part and every bench shape (a timeout keeps what was done). The bench
-runs first: on the H200 of 2026-12-04 every other part passed, and its numbers are the open question
-(docs/results/gpu-check). Parts:
+only), the JSON rewritten after every part and every bench case (a timeout keeps what was done). With no
+--parts it runs the checks (every part but bench and profile, which are run by name: each fills most of a
+device call; docs/results/gpu-check says how the next lending runs them). Parts:
   update_fraction, collectives, train_resume, logprobs, guard_memory: benchmarks/gpu_check_parts.py
     (each would have caught one of the CUDA defects docs/precision.md lists; on the 1B shape where it matters);
   async_steps: rl.max_staleness=1, producer and trainer on the GPU: a `rloo train` run that must finish
@@ -16,10 +17,11 @@ runs first: on the H200 of 2026-12-04 every other part passed, and its numbers a
   vllm_tests: `pytest -m vllm` on VLLM_TESTS (test_vllm.py, test_vllm_lagged.py, test_vllm_bench.py), the tier of
     `make test-vllm`, here with the engine and the trainer on the GPU (needs vLLM 0.32.0 installed; its tests skip
     without it);
-  bench: `rloo bench` on CUDA for the shapes M, L and 1B (Pythia-1B-sized Llama, random weights,
-    rloo.experiments.bench_assets), with TRL's RLOOTrainer side by side when TRL is importable, both on
-    the same precision scheme (fp32 master weights, bf16 autocast): s/step, completion tokens/s, peak GPU
-    memory, MFU.
+  bench: rloo eager, rloo captured and TRL's RLOOTrainer (when importable) alternating at 1B (32 and 256 rows),
+    M and L, bf16 autocast over fp32 weights: s/step, the sampling ms per decode step against the bandwidth
+    bound measured there (benchmarks/gpu_bench.py; --cases picks some);
+  profile: one captured rloo step at 1B under torch.profiler, per phase against its bound
+    (benchmarks/gpu_check_profile.py).
 Assets (models, tokenizers) are built under --assets (default: a folder in $TMPDIR), never in the
 output's folder. `ok` is true when every part finished and said ok.
 
@@ -41,14 +43,12 @@ image and its CUDA wheel with its needs is far over the 64 MiB a call may carry:
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib
 import importlib.metadata
 import importlib.util
 import json
 import os
 import platform
-import signal
 import subprocess
 import sys
 import time
@@ -56,6 +56,9 @@ from pathlib import Path
 
 T_START = time.perf_counter()  # the budget counts from here: a cold machine's imports took ~30 s before main()
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))  # beside this file, also when imported (the tests)
+from gpu_bench import BENCH_LIMIT_S, CASES, DRY_CASES, bench_part  # noqa: E402
+
 VLLM_TESTS = ("test_vllm.py", "test_vllm_lagged.py", "test_vllm_bench.py")  # the tier `make test-vllm` runs
 
 
@@ -119,52 +122,11 @@ def cuda_tests(timeout: float, paths: list[str] | None = None, marker: str = "cu
     }
 
 
-def bench(
-    shapes: list, device: str, dtype: str, trl: bool, steps: int, warmup: int, root: Path, log, report: dict, save
-) -> None:
-    """`rloo bench` in-process for each shape (rloo.experiments.bench.bench_shape), bf16, alternating the
-    trainers, into `report` (the caller's, `save`d after each shape: a time limit keeps the shapes done)."""
-    import torch
-
-    from rloo.experiments.bench import bench_dtype, bench_shape
-    from rloo.experiments.bench_machine import machine, matmul_peak_flops
-
-    dtype = bench_dtype(dtype, device)
-    peak = matmul_peak_flops(threads=min(16, os.cpu_count() or 1), dtype=getattr(torch, dtype), device=device)
-    report |= {"machine": machine(), "device": device, "dtype": dtype, "matmul_peak_gflops": peak / 1e9, "shapes": []}
-    for shape in shapes:
-        t0 = time.perf_counter()
-        try:
-            res = bench_shape(
-                shape,
-                root=root,
-                warmup=warmup,
-                steps=steps,
-                k=4,
-                batch_size=8,
-                beta=0.05,
-                lr=1e-6,
-                seed=0,
-                threads=min(16, os.cpu_count() or 1),
-                peak=peak,
-                trainers=["rloo", "trl"] if trl else ["rloo"],
-                device=device,
-                dtype=dtype,
-                log=log,
-            )
-        except TimeoutError:  # the part's time limit (_time_limit): the bench stops, what it saved stays
-            raise
-        except Exception as e:  # noqa: BLE001 - one shape failing (e.g. out of memory) must not lose the others
-            res = {"shape": shape.name, "error": f"{type(e).__name__}: {e}"}
-        res["seconds"] = time.perf_counter() - t0
-        report["shapes"].append(res)
-        log(json.dumps({k: v for k, v in res.items() if k != "results"}))
-        save()
-
-
 PART_LIMITS = {  # seconds; the whole run is capped by --budget (gpu_check.sh: under 10 minutes)
-    # bench first: every other part passed on the H200 (docs/results/gpu-check), the bench's numbers are open
-    "bench": 300,
+    # the bench is a call of its own (docs/results/gpu-check: "How to run the next lending"); its cases have their
+    # own budgets inside this limit (benchmarks/gpu_bench.py)
+    "bench": BENCH_LIMIT_S,
+    "profile": 120,
     "update_fraction": 60,
     "collectives": 90,
     "train_resume": 150,
@@ -174,6 +136,9 @@ PART_LIMITS = {  # seconds; the whole run is capped by --budget (gpu_check.sh: u
     "cuda_tests": 120,
     "vllm_tests": 240,
 }
+# with no --parts: the checks, which fit the budget together (on the H200 of 2026-12-04 they took ~250 s); the
+# bench and the profile are run by name
+DEFAULT_PARTS = [p for p in PART_LIMITS if p not in ("bench", "profile")]
 
 
 def run_part(name: str, device: str, dry: bool, assets: Path, limit: float) -> dict:
@@ -198,35 +163,24 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="gpu_check.json")
     ap.add_argument("--dry-run", action="store_true", help="CPU, a tiny shape: checks the script itself")
     ap.add_argument("--no-trl", action="store_true", help="rloo only (TRL or datasets not installed)")
-    ap.add_argument("--steps", type=int, default=3, help="timed steps per trainer and shape")
-    # on the H200 rloo's 1B steps 2-3 took 3.7 s and step 4 1.2 s (TRL's 1.2-1.3 s from step 2): one warm-up step
-    # is too few there (docs/results/gpu-check); the dry run keeps 1
-    ap.add_argument(
-        "--warmup", type=int, default=None, help="warm-up steps per trainer and shape (default 3, dry run 1)"
-    )
     ap.add_argument("--test-timeout", type=float, default=PART_LIMITS["cuda_tests"])
     # the suite's test of the dry run names one file: collecting every test module again took ~20 s of it
     ap.add_argument("--tests", nargs="+", default=None, help="cuda_tests: test paths (default: all of tests/)")
     # gpu_check.sh kills the whole run at 570 s: the margin is for the last part's stop and the last save
     ap.add_argument("--budget", type=float, default=530, help="seconds for all parts together, from start")
-    ap.add_argument("--shapes", default="M,L,1B", help="bench: comma-separated shapes (rloo.experiments.bench_assets)")
+    ap.add_argument("--cases", default=None, help="bench: comma-separated cases (default: all, gpu_bench.CASES)")
     ap.add_argument("--assets", type=Path, default=None, help="where models are built (default: in $TMPDIR)")
-    ap.add_argument("--parts", default=",".join(PART_LIMITS), help="comma-separated subset of the parts")
+    ap.add_argument("--parts", default=",".join(DEFAULT_PARTS), help="comma-separated parts (bench, profile: by name)")
     args = ap.parse_args(argv)
     # its import puts this checkout's rloo on sys.path unless PYTHONPATH names one (the mutated copy
     # mutation_check.py puts first): the parts and this process then import the same rloo
     import gpu_check_parts  # noqa: F401
-    from rloo.experiments.bench_assets import SHAPES, Shape
 
     t0 = T_START
     assets = args.assets or Path(os.environ.get("TMPDIR", "/tmp")) / f"gpu_check_assets_{os.getuid()}"
     assets.mkdir(parents=True, exist_ok=True)
     device = "cpu" if args.dry_run else "cuda"
-    if args.dry_run:
-        shapes = [Shape(name="tiny", tokenizer="char", vocab_size=0, hidden=32, layers=2, heads=2,
-                        intermediate=64, prompt_tokens=(6, 12), max_new_tokens=8)]  # fmt: skip
-    else:
-        shapes = [SHAPES[n] for n in args.shapes.split(",")]
+    cases = (args.cases or ",".join(DRY_CASES if args.dry_run else CASES)).split(",")
     trl = not args.no_trl and importlib.util.find_spec("trl") is not None
     out = {"dry_run": args.dry_run, "versions": versions(), "trl_side_by_side": trl, "parts": {}}
     lines = []
@@ -240,6 +194,8 @@ def main(argv=None) -> int:
         Path(args.out).write_text(json.dumps(out, indent=1, default=str))
 
     limits = PART_LIMITS | {"cuda_tests": args.test_timeout}
+    # a CPU shared with others runs the tiny bench and profile slower than a GPU the real ones: their limits stop a hang
+    limits |= {"bench": 900, "profile": 300} if args.dry_run else {}
     for name in args.parts.split(","):
         left = args.budget - (time.perf_counter() - t0)
         if left < 10:
@@ -257,17 +213,14 @@ def main(argv=None) -> int:
         elif name == "vllm_tests":
             res = cuda_tests(limit, [str(ROOT / "tests/integration" / f) for f in VLLM_TESTS], marker="vllm")
             out["vllm_tests"] = res
-        elif name == "bench":
+        elif name == "bench":  # in-process (its workers are its own children): each case under its own alarm
             res = out["bench"] = {}
-            warmup = args.warmup if args.warmup is not None else (1 if args.dry_run else 3)
-            try:
-                with _time_limit(limit):  # in-process (its workers are its own children): an alarm
-                    bench(shapes, device, "bfloat16", trl, args.steps, warmup, assets / "bench", log, res, save)
-            except TimeoutError as e:
-                res["error"] = str(e)
+            bench_part(cases, device, trl, assets / "bench", limit, log, res, save)
+        elif name == "profile":  # its phases in full here, the summary under parts
+            res = out["profile"] = run_part(name, device, args.dry_run, assets, limit)
         else:
             res = run_part(name, device, args.dry_run, assets, limit)
-        out["parts"][name] = {k: v for k, v in res.items() if k not in ("tests", "shapes", "machine")}
+        out["parts"][name] = {k: v for k, v in res.items() if k not in ("tests", "cases", "machine", "phases")}
         log(json.dumps({name: {k: v for k, v in out["parts"][name].items() if k != "tail"}}, default=str)[:1500])
         save()
     out["ok"] = all(_part_ok(n, r) for n, r in out["parts"].items())
@@ -280,20 +233,6 @@ def main(argv=None) -> int:
     return 0 if out["ok"] else 1
 
 
-@contextlib.contextmanager
-def _time_limit(seconds: float):
-    def alarm(*_):
-        raise TimeoutError(f"timed out after {seconds:.0f} s")
-
-    old = signal.signal(signal.SIGALRM, alarm)
-    signal.alarm(max(1, int(seconds)))
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
-
-
 def _part_ok(name: str, res: dict) -> bool:
     if "error" in res:
         return False
@@ -302,7 +241,7 @@ def _part_ok(name: str, res: dict) -> bool:
     if name in ("cuda_tests", "vllm_tests"):
         return res.get("rc") in (0, 5)
     if name == "bench":
-        return True  # its shapes carry their own errors (out["bench"]["shapes"])
+        return True  # its cases carry their own errors (out["bench"]["cases"])
     return bool(res.get("ok"))
 
 

@@ -13,6 +13,8 @@ Each part writes one JSON object to FILE. Every part would have caught one of th
   guard_memory     peak memory of one 1B training step with the weight guard on
   async_steps      rl.max_staleness=1 with the producer and the trainer on one GPU: `rloo train` finishes with
                    is/* metrics and lag 1, and s/step at N = 0 and N = 1 on the M shape (gpu_check_async.py)
+  profile          one rloo step (captured decode) at 1B under torch.profiler: per phase its top operators and
+                   kernels with device times, and its % of bound (gpu_check_profile.py)
 The dry run (CPU, tiny shapes, gloo) checks the script itself: tests/integration/test_gpu_check.py.
 """
 
@@ -38,6 +40,7 @@ if not any(
 import torch  # noqa: E402
 
 from gpu_check_async import async_steps, child_env, tiny_policy  # noqa: E402 - beside this file
+from gpu_check_profile import profile  # noqa: E402 - beside this file
 
 
 def _model(device: str, dry: bool, cls=None):
@@ -223,7 +226,9 @@ def guard_memory(device: str, dry: bool, assets: Path) -> dict:
             "ok": problem is None}  # fmt: skip
 
 
-PARTS = {f.__name__: f for f in (update_fraction, collectives, train_resume, logprobs, guard_memory, async_steps)}
+PARTS = {
+    f.__name__: f for f in (update_fraction, collectives, train_resume, logprobs, guard_memory, async_steps, profile)
+}
 
 
 def main(argv=None) -> int:

@@ -48,7 +48,12 @@ def top_ops(prof, key: str, n: int) -> list[dict]:
     ]
 
 
-PHASES = {"sample": "rollout", "score_rollout": "score", "policy_gradient_update": "update", "guarded_step": "update"}
+PHASES = {
+    "sample_rollout": "rollout",
+    "score_rollout": "score",
+    "policy_gradient_update": "update",
+    "guarded_step": "update",
+}
 """rloo.algorithms.rloo's functions -> the phase (time/*) they are part of, each run under a profiler label."""
 
 

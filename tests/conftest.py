@@ -59,6 +59,10 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("RLOO_TEST_THREADS", "1")
     os.environ.setdefault("OMP_NUM_THREADS", os.environ["RLOO_TEST_THREADS"])
 THREADS = int(os.environ.get("RLOO_TEST_THREADS", "2"))
+# The processes tests start (`python -m rloo.cli`, torchrun) use the same count, given as the user's:
+# without it the CLI would choose one from the machine's load (rloo.runtime.threadpolicy), and a
+# child's run compared with this process's would depend on what else the machine runs.
+os.environ.setdefault("OMP_NUM_THREADS", str(THREADS))
 # Also at import, before any fixture runs: session fixtures (the reliability tests' never-stopped
 # reference run) are built before the per-test fixture below sets the count, so they ran with the
 # process's default (OMP_NUM_THREADS, or every core) and a resumed run compared with them used 2:

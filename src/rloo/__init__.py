@@ -2,10 +2,13 @@
 
 from rloo import RLConfig, train
 train(RLConfig(policy="my-sft-model", output_dir="runs/mine"), prompts=prompts, reward_fn=my_reward)
+train(RLConfig(output_dir="runs/mine"), model=model, tokenizer=tok, dataset=ds, reward_fn=my_reward)
 """
 
 import importlib
 import os
+
+from rloo.runtime.threadpolicy import spin_default
 
 # MKL's conditional numerical reproducibility: without it MKL's threaded sgemm takes other code paths
 # for operands at other addresses (measured: the same nn.Linear products differ in the last bits with
@@ -13,6 +16,10 @@ import os
 # runs did not repeat. MKL reads this at its first call, so it is set before rloo touches torch;
 # a value of your own is kept (docs/reliability.md, "Every CPU kind").
 os.environ.setdefault("MKL_CBWR", "AUTO")
+# A short OpenMP spin before an idle thread sleeps: libgomp's default spin made two threads 3.6x slower
+# than one on a busy machine (rloo.runtime.threadpolicy). libgomp reads it once, when torch loads it,
+# so it is set here, before rloo imports torch; the user's GOMP_SPINCOUNT or OMP_WAIT_POLICY is kept.
+os.environ.update(spin_default(os.environ))
 
 from rloo.config import EvalConfig, PipelineConfig, RewardConfig, RLConfig, SFTConfig, load_config
 from rloo.errors import ConfigError, RewardError, RlooError
@@ -24,9 +31,9 @@ def __getattr__(name):
     # Recipes import torch and transformers; load them on first use so `import rloo` and the
     # CLI's --help stay fast.
     lazy = {
-        "sft": ("rloo.training.sft", "sft"),
-        "train_reward": ("rloo.training.reward", "train_reward"),
-        "train": ("rloo.training.rl", "train"),
+        "sft": ("rloo.training.api", "sft"),  # the stages, plus model=, tokenizer=, dataset=, callbacks=
+        "train_reward": ("rloo.training.api", "train_reward"),
+        "train": ("rloo.training.api", "train"),
         "evaluate": ("rloo.training.evaluate", "evaluate"),
         "pipeline": ("rloo.training.pipeline", "pipeline"),
         "get_task": ("rloo.tasks", "get_task"),

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import io
+import os
 import signal
 import sys
 from pathlib import Path
@@ -32,10 +34,11 @@ from rloo.errors import (
     study_rerun,
 )
 from rloo.runtime.runfolder.atomic import describe_write_failure
-from rloo.runtime.runfolder.layout import refuse_linked_folders
+from rloo.runtime.runfolder.layout import holds_a_run, refuse_linked_folders
 from rloo.runtime.runfolder.lock import refuse_if_busy
 from rloo.runtime.signals import signals_stop_now
-from rloo.runtime.tracking.log import hold_notes
+from rloo.runtime.threadpolicy import apply_thread_policy
+from rloo.runtime.tracking.log import hold_notes, note
 
 EXAMPLES = {
     "pipeline": "rloo pipeline                      # the whole pipeline on the default task\n"
@@ -140,15 +143,24 @@ COMMANDS = {
 }
 
 
+def _started(cfg) -> bool:
+    """Whether `cfg`'s run (None: not read yet) holds anything --resume continues (rloo.training.resumable)."""
+    return cfg is not None and holds_a_run(Path(cfg.output_dir))
+
+
+NOTHING_WRITTEN = "nothing was written; rerun the same command"
+
+
 def _resume_rerun(cfg) -> str:
-    return f"rerun with {option('resume')} to continue from the newest checkpoint (step 0 if none)"
+    resume = f"rerun with {option('resume')} to continue from the newest checkpoint (step 0 if none)"
+    return resume if _started(cfg) else NOTHING_WRITTEN
 
 
 # How a command stopped at once by a signal (outside a training step, or by a second signal)
 # continues, given its config (None before it was read); other commands: how_to_continue(False)
 RERUN = {
     "compare": lambda cfg: study_rerun(),
-    "pipeline": lambda cfg: pipeline_rerun(),
+    "pipeline": lambda cfg: pipeline_rerun() if _started(cfg) else NOTHING_WRITTEN,
     "train": _resume_rerun,
     "sft": _resume_rerun,
     "reward": _resume_rerun,
@@ -156,8 +168,6 @@ RERUN = {
 # The commands that continue from their checkpoints (a pipeline: its finished stages kept, the
 # interrupted one from its newest checkpoint)
 RESUMABLE = ("pipeline", "sft", "reward", "train")
-
-
 PREFLIGHT = ("pipeline", "sft", "reward", "train", "eval")
 # The commands that train with a method, so may take one added by the user's module (--plugin)
 PLUGINS = ("pipeline", "train", "compare")
@@ -203,12 +213,27 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Lines on stdout (the user's reward functions' prints, libraries') reach a log file as they are
+    # written, not in 8 KiB blocks (a killed run lost them); rloo's own lines go to stderr, flushed.
+    if isinstance(sys.stdout, io.TextIOWrapper):
+        sys.stdout.reconfigure(line_buffering=True)
+    # SIGTERM and SIGHUP stop the command as SIGINT does from here on (rloo.runtime.signals), not
+    # only once a stage runs: one arriving while a plugin or the config loads ended it silently
+    with signals_stop_now():
+        try:
+            return _command(argv)
+        except KeyboardInterrupt as e:  # before the command was read; after, _command says its own line
+            code = getattr(e, "exit_code", 130)
+            print(f"rloo: interrupted by {signal.Signals(code - 128).name}", file=sys.stderr)
+            return code
+
+
+def _command(argv: list[str] | None) -> int:
     parser = build_parser()
     # KEY=VALUE overrides may also follow the flags (`rloo pipeline --overwrite task=dialogue`, as
     # `make demo ARGS=...` writes it); argparse stops collecting positionals at the first flag.
     args, extra = parser.parse_known_args(argv)
-    unknown = [x for x in extra if x.startswith("-") or "=" not in x]
-    if unknown:
+    if unknown := [x for x in extra if x.startswith("-") or "=" not in x]:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     if extra:
         args.overrides = [*args.overrides, *extra]
@@ -236,9 +261,10 @@ def main(argv: list[str] | None = None) -> int:
             from rloo.data.preflight import check_config  # lazy like the subcommands: fast --help
 
             check_config(cfg)  # before the heavy imports below: a typo costs a second, not a model load
-        # error messages name --resume/--overwrite, not resume=/overwrite=; SIGTERM stops as SIGINT does
-        # notes on how the command runs (dtype=auto's choice) wait for its first line: a refusal stays one line
-        with cli_options(), signals_stop_now(), hold_notes():
+        # messages say --resume/--overwrite; notes (dtype=auto's) wait for the first line: a refusal stays one
+        with cli_options(), hold_notes():
+            if line := apply_thread_policy(os.environ):  # OMP_NUM_THREADS unset: the idle cores
+                note(line)
             run(cfg, args)
     except Interrupted as e:  # Ctrl-C / SIGTERM with a checkpoint written: asked for, not an error
         print(f"rloo {args.command}: interrupted: {_one_line(e)}", file=sys.stderr)
@@ -260,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    except KeyboardInterrupt as e:  # SIGINT, or SIGTERM (StopNow): 130 or 143, as an Interrupted's exit
+    except KeyboardInterrupt as e:  # SIGINT, or SIGTERM/SIGHUP (StopNow): 130, 143 or 129, as an Interrupted's
         code = e.exit_code if isinstance(e, StopNow) else 130
         print(f"rloo {args.command}: {_stopped_at_once(args.command, cfg, code)}", file=sys.stderr)
         return code

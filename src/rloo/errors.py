@@ -34,6 +34,15 @@ class Interrupted(RlooError):
         self.exit_code = 128 + signum
 
 
+class StoppedByCallback(Interrupted):
+    """A callback of the Python API asked the stage to stop (rloo.training.callbacks); a checkpoint
+    was written after the step, as for SIGINT, and `resume=True` continues from it."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.exit_code = 1
+
+
 class StopNow(KeyboardInterrupt):
     """A second SIGINT/SIGTERM during a run: stop at once (raised by the loop's signal handler).
     The CLI exits with 128 + the signal's number (130 for SIGINT, 143 for SIGTERM)."""

@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from helpers.tiny_archs import ARCHS, PAD, V, tiny_lm
+from rloo.config import Sampling
 from rloo.modeling import attention
 from rloo.modeling.attention import NAME, rloo_sdpa, use_rloo_attention, uses_rloo_attention
 from rloo.rollout import sampler
@@ -76,11 +77,11 @@ def test_fp32_cache_samples_the_same_tokens(arch, monkeypatch):
         monkeypatch.setattr(sampler, "uses_rloo_attention", lambda m, keep=fp32_cache: keep)
         with torch.autocast("cpu", dtype=torch.bfloat16):
             runs.append(
-                sampler.sample(
+                sampler.sample_tokens(
                     model,
                     ids,
                     mask.bool(),
-                    max_new_tokens=6,
+                    Sampling(6, ids.shape[1]),
                     eos_id=1,
                     pad_id=PAD,
                     k=2,

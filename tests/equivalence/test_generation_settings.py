@@ -226,6 +226,46 @@ def test_stop_strings_end_at_the_token_that_completes_them():
     assert ended >= 1 and len(rows[0]) > _first_hit(tok, rows[0], stop), "the stop string cut nothing"
 
 
+def _vllm_end(tok, ids: list[int], stop: str, n: int) -> int | None:
+    """vLLM's rule for `stop` under min_tokens=n (vllm/v1/engine/detokenizer.py, 0.32), one token a step:
+    no check while the row has n tokens or fewer; then each step searches only where a match ends in
+    the text the new token added. The number of tokens up to the one that ended the row, or None."""
+    for j in range(n + 1, len(ids) + 1):
+        before, text = tok.decode(ids[: j - 1], skip_special_tokens=True), tok.decode(ids[:j], skip_special_tokens=True)
+        if len(text) > len(before) and text.find(stop, max(0, len(before) - len(stop) + 1)) >= 0:
+            return j
+    return None
+
+
+def test_stop_strings_under_min_new_tokens_end_rows_where_vllm_does():
+    """min_new_tokens=n with a stop string found inside the first n tokens' text (the last two
+    characters there of a row r whose first n tokens decode to readable text): vLLM's rule ignores
+    it, so the row goes on; each row is the unstopped row cut where `_vllm_end` says, and its
+    truncation flag is the unstopped row's when nothing cut it. The old rule (the whole text
+    searched from token n on) ended row r at token n."""
+    tok = _bpe()
+    model = tiny_lm("llama", tokenizer=tok).eval()
+    prompts, k, n, rows_n = ["the cat sat", "a dog ran to the"], 16, 3, 32
+    s = Sampling(max_new_tokens=12, max_prompt_tokens=8, min_new_tokens=n)
+    free = sampler.rollout(model, tok, prompts, k, s, generator=torch.Generator().manual_seed(1), rows=(0, rows_n))
+    rows = [free.completion_ids[i][free.completion_mask[i]].tolist() for i in range(rows_n)]
+    heads = [tok.decode(row[:n], skip_special_tokens=True) for row in rows]  # most are bytes of no character
+    clean = [
+        len(h) >= 2 and h.isascii() and h.isprintable() and len(row) > n for h, row in zip(heads, rows, strict=True)
+    ]
+    r = clean.index(True)
+    stop = heads[r][-2:]
+    cut = sampler.rollout(
+        model, tok, prompts, k, s.replace(stop=(stop,)), generator=torch.Generator().manual_seed(1), rows=(0, rows_n)
+    )
+    for i, row in enumerate(rows):
+        j = _vllm_end(tok, row, stop, n)
+        got = cut.completion_ids[i][cut.completion_mask[i]].tolist()
+        assert got == (row if j is None else row[:j]), f"row {i}: stop {stop!r}"
+        assert bool(cut.truncated[i]) == (j is None and bool(free.truncated[i])), f"row {i}"
+    assert int(cut.completion_mask[r].sum()) > n, f"row {r} ended inside its first n tokens' text"
+
+
 def test_padding_is_not_a_seen_token():
     ids = torch.tensor([[0, 0, 5, 6], [7, 0, 0, 0]])
     mask = torch.tensor([[False, False, True, True], [True, True, False, False]])

@@ -258,7 +258,7 @@ def run_pg(c: Combo, path: Path, out: Path, method: str = "rloo") -> dict:
 def run_ratio(c: Combo, path: Path, out: Path, method: str, monkeypatch) -> dict:
     """The first minibatch's max |log ratio| and clip fraction (one epoch of one minibatch)."""
     import rloo.algorithms.ppo as ppo
-    import rloo.algorithms.rloo_ablations as abl
+    import rloo.core.estimators as estimators
     import rloo.core.losses as losses
 
     seen = []
@@ -271,7 +271,7 @@ def run_ratio(c: Combo, path: Path, out: Path, method: str, monkeypatch) -> dict
         seen.append((d.abs().max().item(), old_logprobs.detach().abs().max().item(), float(stats["ppo/clipfrac"])))
         return loss, stats
 
-    for mod in (losses, ppo, abl):
+    for mod in (losses, ppo, estimators):
         monkeypatch.setattr(mod, "ppo_clip_loss", recording)
     cfg = _config(c, path, out, method)
     models = load_models(cfg, reward_fn=reward_fn)

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from helpers.tiny_archs import ARCHS, PAD, V, seeded_sample, tiny_lm
+from rloo.config import Sampling
 from rloo.modeling.attention import grouped_attention, rloo_sdpa, use_rloo_attention
 from rloo.modeling.kvcache import GROUPED_MIN_ELEMENTS, expanded, grouped_cache, grouped_pays, prefill_prompts
 from rloo.modeling.lora import add_lora
@@ -165,7 +166,7 @@ def test_grouped_only_where_it_pays_and_where_it_can_run():
     assert grouped_pays(pre.cache, -(-GROUPED_MIN_ELEMENTS // (B * per_row)))
     plain = tiny_lm("llama").eval()
     with pytest.raises(ValueError, match="rloo_sdpa"):
-        sampler.sample(plain, ids, mask, max_new_tokens=2, eos_id=1, pad_id=PAD, k=K, grouped=True)
+        sampler.sample_tokens(plain, ids, mask, Sampling(2, ids.shape[1]), eos_id=1, pad_id=PAD, k=K, grouped=True)
 
 
 @pytest.mark.parametrize("arch", ARCHS)

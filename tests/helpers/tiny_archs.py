@@ -133,12 +133,12 @@ def save_tiny_lm(path, arch: str, *, tied: bool = False, dropout: float = 0.0, s
 def seeded_sample(model, ids, mask, *, k: int = 4, max_new_tokens: int = 8, **kw):
     """rloo's sampler on a tiny model: EOS/PAD ids of these models, the generator seeded 0; kw: the path
     options to compare (grouped=, few_rows=, rows=). -> (ids, mask, logprobs)."""
+    from rloo.config import Sampling
     from rloo.rollout import sampler
 
     gen = torch.Generator().manual_seed(0)
-    return sampler.sample(
-        model, ids, mask, max_new_tokens=max_new_tokens, eos_id=EOS, pad_id=PAD, k=k, generator=gen, **kw
-    )
+    s = Sampling(max_new_tokens, ids.shape[1])
+    return sampler.sample_tokens(model, ids, mask, s, eos_id=EOS, pad_id=PAD, k=k, generator=gen, **kw)
 
 
 def arch_per_row(rows: list[tuple]) -> list[tuple]:

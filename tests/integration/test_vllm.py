@@ -183,6 +183,10 @@ SETTINGS = [  # top_k=1 makes both samplers deterministic, so their rows must be
     dict(top_k=1, min_new_tokens=3),
     dict(top_k=1, repetition_penalty=1.5),
     dict(top_k=1, stop=("car",)),
+    # stop strings under min_tokens: only text past the first 3 tokens' is searched, in both engines
+    # (rloo.rollout.decoding.StopStrings.after; issue 58 saw 12/16 and 14/16 rows equal before)
+    dict(top_k=1, min_new_tokens=3, stop=("job",)),
+    dict(top_k=1, min_new_tokens=3, stop=("car", "lawsuit")),
 ]
 
 

@@ -123,3 +123,45 @@ def test_rloo_train_without_vllm_is_one_line_exit_2(tiny_model_dir, tmp_path, ca
     errors = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
     assert rc == 2 and len(errors) == 1 and errors[0].startswith("rloo train: error: generation=vllm needs vLLM")
     assert not out.exists()
+
+
+def test_vllms_own_output_is_held_back_from_rlloos_lines(monkeypatch, capfd):
+    """A stand-in vLLM writing to file descriptors 1 and 2 (as its C++ logs, warnings and progress bars
+    do, which VLLM_LOGGING_LEVEL does not reach) while it is imported and while its engine starts and
+    fails: nothing of it reaches the terminal, the failure is rloo's one line, and the descriptors are
+    the terminal's again afterwards."""
+    import builtins
+    import os
+    import types
+
+    from transformers import LlamaConfig
+
+    from rloo.errors import RlooError
+    from rloo.rollout.vllm_engine import import_vllm, start_engine
+
+    def noisy_llm(**kw):
+        os.write(2, b"WARNING vllm: a C-level warning\n")
+        print("Loading weights: 100%|##########|", flush=True)
+        raise ValueError("head size 24 is not supported")
+
+    fake = types.SimpleNamespace(__version__="0.32.0", LLM=noisy_llm)
+    real = builtins.__import__
+
+    def importing(name, *a, **kw):
+        if name == "vllm":
+            os.write(1, b"INFO import-time banner\n")
+            return fake
+        return real(name, *a, **kw)
+
+    monkeypatch.setattr(builtins, "__import__", importing)
+    assert import_vllm() is fake
+    monkeypatch.setattr(builtins, "__import__", real)
+    config = LlamaConfig(hidden_size=48, num_attention_heads=2, num_hidden_layers=1, intermediate_size=64)
+    with pytest.raises(RlooError, match="cannot run m: ValueError: head size 24") as e:
+        start_engine(fake, "m", dtype="float32", max_model_len=32, rows=2, seed=0, config=config)
+    os.write(2, b"after\n")
+    out, err = capfd.readouterr()
+    assert out == "" and err == "after\n", (out, err)
+    assert "\n" not in str(e.value)
+    notes = getattr(e.value.__cause__, "__notes__", None)  # Python 3.11+: what vLLM wrote, for --debug
+    assert notes is None or "a C-level warning" in notes[0]

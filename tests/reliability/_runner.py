@@ -9,6 +9,7 @@ compared bit for bit then do the same arithmetic in the same order.
 Faults (`kind@step`), each raised by the process against itself at a deterministic point:
   term@s       SIGTERM in the middle of step s (after its metrics are logged)
   int@s        SIGINT, likewise
+  hup@s        SIGHUP, likewise (a closed terminal or ssh session)
   term2@s      two SIGTERMs in the middle of step s (the second stops at once)
   kill@s       SIGKILL in the middle of step s (metrics of step s are on disk, its checkpoint is not)
   kill-ckpt@s  SIGKILL while checkpoint s is being written (model written, state.pt half written)
@@ -148,8 +149,10 @@ def _install(kind: str, at: str, log: str = "") -> None:
                 os.kill(me, sig)
 
         tracking.MetricsLogger.log = log_then_die
-    elif kind in ("term", "int", "kill", "term2"):
-        sig = {"term": signal.SIGTERM, "int": signal.SIGINT, "kill": signal.SIGKILL, "term2": signal.SIGTERM}[kind]
+    elif kind in ("term", "int", "hup", "kill", "term2"):
+        sig = {"term": signal.SIGTERM, "int": signal.SIGINT, "hup": signal.SIGHUP, "kill": signal.SIGKILL}.get(
+            kind, signal.SIGTERM
+        )
         real_log = tracking.MetricsLogger.log
 
         def log(self, step, metrics):

@@ -118,24 +118,33 @@ def test_sigterm_outside_a_training_step_is_one_line(monkeypatch, tmp_path, caps
     assert capsys.readouterr().err.strip().splitlines()[-1] == f"rloo compare: interrupted by SIGTERM; {STUDY}"
 
 
-def test_a_stop_at_once_says_how_each_command_continues():
+def test_a_stop_at_once_says_how_each_command_continues(tmp_path):
     """The CLI's line for a stop outside a training step: --resume where a checkpoint can be read
-    back (`rloo train` of every method, dpo included, sft, reward, pipeline), not for eval (before, dpo,
-    which had no checkpoints, said --overwrite)."""
+    back (`rloo train` of every method, dpo included, sft, reward, pipeline) once the run folder
+    holds the run, not for eval (before, dpo, which had no checkpoints, said --overwrite); before
+    anything was written (the config not read yet, or no run folder), the same command again:
+    --resume is refused there (rloo.training.resumable)."""
     from rloo.cli import _stopped_at_once
-    from rloo.config import RLConfig
+    from rloo.config import PipelineConfig, RLConfig, SFTConfig
+    from rloo.runtime.runfolder.layout import write_marker
 
     overwrite = "rerun the same command with --overwrite to start it over"
     resume = "rerun with --resume to continue from the newest checkpoint (step 0 if none)"
-    assert _stopped_at_once("train", RLConfig(policy="p"), 130) == f"interrupted by SIGINT; {resume}"
-    dpo = RLConfig(policy="p", algorithm="dpo")
+    fresh = "nothing was written; rerun the same command"
+    started = tmp_path / "started"
+    started.mkdir()
+    write_marker(started, "train")
+    rl = RLConfig(policy="p", output_dir=started)
+    assert _stopped_at_once("train", rl, 130) == f"interrupted by SIGINT; {resume}"
+    dpo = RLConfig(policy="p", algorithm="dpo", output_dir=started)
     assert _stopped_at_once("train", dpo, 143) == f"interrupted by SIGTERM; {resume}"
     assert _stopped_at_once("eval", None, 143) == f"interrupted by SIGTERM; {overwrite}"
-    assert _stopped_at_once("pipeline", None, 143) == (
+    assert _stopped_at_once("pipeline", PipelineConfig(output_dir=started), 143) == (
         "interrupted by SIGTERM; continue with the same command plus --resume"
     )
-    for stage in ("sft", "reward"):
-        assert _stopped_at_once(stage, None, 130) == f"interrupted by SIGINT; {resume}"
+    for stage in ("sft", "reward", "pipeline", "train"):
+        assert _stopped_at_once(stage, None, 130) == f"interrupted by SIGINT; {fresh}"
+    assert _stopped_at_once("sft", SFTConfig(output_dir=tmp_path / "none"), 143) == f"interrupted by SIGTERM; {fresh}"
     assert _stopped_at_once("compare", None, 143) == f"interrupted by SIGTERM; {STUDY}"
 
 

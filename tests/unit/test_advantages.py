@@ -49,6 +49,18 @@ def test_leave_one_out_is_invariant_to_a_reward_offset():
     torch.testing.assert_close(leave_one_out(rewards + 10.0), leave_one_out(rewards))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("k", [2, 3, 4, 7])
+def test_leave_one_out_is_eq_4_to_the_bit(dtype, k):
+    """The one leave-one-out function (it also takes a valid mask) gives, with every sample scored,
+    the very floats of eq. 4's direct form R_i - (sum_j R_j - R_i) / (K - 1) (the formula rloo used
+    before the functions were merged): its count of neighbours, K - 1, is an exact float."""
+    rewards = (10 * torch.randn(64, k, generator=torch.Generator().manual_seed(k))).to(dtype)
+    direct = rewards - (rewards.sum(dim=1, keepdim=True) - rewards) / (k - 1)
+    assert torch.equal(leave_one_out(rewards), direct)
+    assert torch.equal(leave_one_out(rewards, torch.ones_like(rewards, dtype=torch.bool)), direct)
+
+
 def test_leave_one_out_rejects_groups_of_one():
     with pytest.raises(ValueError, match=r"k >= 2.*k=1"):
         leave_one_out(torch.tensor([[1.0], [2.0]]))

@@ -5,8 +5,17 @@ import math
 import pytest
 import torch
 
-from rloo.core.advantages import group_normalized, leave_one_out, leave_one_out_token_kl
+from rloo.core.advantages import group_normalized, leave_one_out
+from rloo.core.estimators import ADVANTAGES, AdvantageInputs
 from rloo.core.losses import grpo_loss, sequence_sum_policy_gradient_loss, token_policy_gradient_loss
+
+
+def leave_one_out_token_kl(scores, kl, mask, beta, k):
+    """The registered kl_level=token advantage on given per-token KLs (k1 of logprobs = kl, ref = 0)."""
+    n = scores.shape[0]
+    ones = torch.ones(n, dtype=torch.bool)
+    x = AdvantageInputs(scores, scores, ones, ones, kl, torch.zeros_like(kl), mask, k)
+    return ADVANTAGES["leave_one_out_token_kl"](x, {"beta": beta, "kl_estimator": "k1"})
 
 
 def test_leave_one_out_token_kl_worked_example():

@@ -158,3 +158,35 @@ def test_greedy_evaluation_runs_and_measures_kl_at_temperature_one(tiny_model_di
     ]
     assert runs[0].samples == runs[1].samples
     assert runs[0].kl == pytest.approx(0.0, abs=1e-6)
+
+
+def test_captured_decode_key():
+    """rl.captured_decode: auto by default, a choice of three; on is the own sampler's."""
+    assert _rl().captured_decode == "auto" and _rl(captured_decode="off").captured_decode == "off"
+    with pytest.raises(ConfigError, match="captured_decode=on is rloo's own sampler's"):
+        _rl(captured_decode="on", generation="vllm")
+    with pytest.raises(ConfigError):
+        _rl(captured_decode="yes")
+
+
+@pytest.mark.parametrize("mode", ["on", "off"])
+def test_training_samplers_decode_as_rl_captured_decode_says(mode):
+    """The training step's sampler and the lagged sampler / producer's (VersionSampler) build the
+    captured step with captured_decode=on, and not with off (on CPU auto is off)."""
+    from tests.equivalence.test_generation_settings import _bpe
+    from tests.helpers.tiny_archs import tiny_lm
+
+    from rloo.algorithms.base import Models
+    from rloo.algorithms.common import sample_rollout
+    from rloo.rollout import captured
+    from rloo.rollout.versioned import VersionSampler
+
+    tok = _bpe()
+    cfg = _rl(captured_decode=mode, k=2, max_new_tokens=3)
+    for run in (
+        lambda m: sample_rollout(Models(m, m, tok, None), ["the cat"], cfg, torch.Generator()),
+        lambda m: VersionSampler(cfg, tok)(m, 0, ["the cat"], torch.Generator()),
+    ):
+        model = tiny_lm("llama", tokenizer=tok).eval()
+        run(model)
+        assert bool(captured._STEPS.get(model)) == (mode == "on")

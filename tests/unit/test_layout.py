@@ -37,8 +37,10 @@ LAZY_OK = {
     "rollout/vllm_engine.py": {"vllm", "vllm.platforms"},  # optional: import errors become one line
     "training/rl.py": {"rloo.rollout.vllm"},
     "experiments/bench.py": {"trl"},
-    "experiments/bench_workers.py": {"trl", "datasets"},
+    "experiments/bench_trl.py": {"trl", "datasets"},
     "data/tables.py": {"datasets"},
+    "training/handed.py": {"datasets"},  # dataset= of the Python API only: a 1-3 s import
+    "training/callbacks.py": {"transformers.trainer_callback"},  # callbacks= only: seconds to import
     "data/survey.py": {"transformers"},  # the pipeline's length survey on a dataset: the preflight stays light
     "runtime/tracking/trackers.py": {"torch.utils.tensorboard", "wandb"},
     "runtime/inputs/sizes.py": {"torch"},  # GPU memory only for device=cuda: the CLI's preflight stays torch-free

@@ -9,7 +9,7 @@ own filters, rloo.rollout.decoding). The objective is the truncated policy's
     J(theta) = E_{y ~ pi_K}[ r(y) - beta log(pi_K(y) / pi_ref(y)) ],   pi_ref: the full softmax of a fixed table,
 
 computed exactly as a sum over the 25 completions. RLOO's estimator with k = 2 samples (eq. 1, 4, 5
-through rloo's own functions: shaped_reward, loo_advantages, policy_gradient_loss, with the sampler's
+through rloo's own functions: shaped_reward, leave_one_out, policy_gradient_loss, with the sampler's
 stored log-probs in the KL and the trainer's token_logprobs in the loss) has the expectation
 sum over the 625 pairs of P(pair) * its gradient: it must equal grad J (by autograd of the exact sum,
 and by central differences, which do not assume that the kept set is locally constant). With the
@@ -24,7 +24,7 @@ import pytest
 import torch
 
 from rloo.config import Sampling
-from rloo.core.advantages import loo_advantages
+from rloo.core.advantages import leave_one_out
 from rloo.core.kl import shaped_reward
 from rloo.core.logprobs import sequence_logprobs, token_logprobs
 from rloo.core.losses import policy_gradient_loss
@@ -97,7 +97,7 @@ def estimator_expectation(theta, ref, trunc: Truncation, truncated: bool) -> lis
         mask = torch.ones(2, L, dtype=torch.bool)
         scores = torch.tensor([REWARD[tuple(y.tolist())] for y in pair], dtype=F64)
         rewards, _ = shaped_reward(scores, stored, ref_lp, mask, BETA)
-        adv = loo_advantages(rewards, torch.ones(2, dtype=torch.bool), K)
+        adv = leave_one_out(rewards.view(-1, K)).view(-1)
         loss, _ = policy_gradient_loss(sequence_logprobs(lp, mask), adv)
         total = total + weight * loss
     return [-g for g in torch.autograd.grad(total, theta)]

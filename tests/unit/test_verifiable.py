@@ -14,7 +14,6 @@ from rloo.core.advantages import (
     group_normalized,
     group_normalized_valid,
     leave_one_out,
-    leave_one_out_valid,
     reinforce_pp_advantages,
     unscored,
     zero_variance_groups,
@@ -171,19 +170,19 @@ def test_unscored_splits_nan():
     assert filled.tolist() == [1.0, 0.0, 0.0] and valid.tolist() == [True, False, True]
 
 
-def test_leave_one_out_valid_excludes_unscored_from_the_baseline():
+def test_leave_one_out_excludes_unscored_from_the_baseline():
     # group [1, None, 0, 1]: sample 0's baseline is mean(0, 1) = 1/2 -> A = 1/2; sample 2: mean(1, 1)
     # = 1 -> A = -1; sample 3: mean(1, 0) -> 1/2; the unscored sample gets 0.
     # group [None, 1, None, None]: the one scored sample has no neighbour: 0 (no baseline exists).
     r = torch.tensor([[1.0, float("nan"), 0, 1], [float("nan"), 1, float("nan"), float("nan")]], dtype=F64)
     filled, valid = unscored(r)
-    adv = leave_one_out_valid(filled, valid)
+    adv = leave_one_out(filled, valid)
     torch.testing.assert_close(adv, torch.tensor([[0.5, 0, -1, 0.5], [0, 0, 0, 0]], dtype=F64))
     # NaN in the unscored places is never read
-    assert torch.isfinite(leave_one_out_valid(r, valid)).all()
-    # every sample scored: exactly leave_one_out
+    assert torch.isfinite(leave_one_out(r, valid)).all()
+    # every sample scored: the same as no mask at all
     full = torch.randn(5, 4, dtype=F64, generator=torch.Generator().manual_seed(0))
-    torch.testing.assert_close(leave_one_out_valid(full, torch.ones_like(full, dtype=torch.bool)), leave_one_out(full))
+    assert torch.equal(leave_one_out(full, torch.ones_like(full, dtype=torch.bool)), leave_one_out(full))
 
 
 def test_group_baselines_with_unscored_samples():

@@ -15,6 +15,7 @@ from rloo.config import RLConfig
 from rloo.envs import EnvSpec, make_env
 from rloo.errors import EnvError
 from rloo.rollout.capabilities import EpisodeRollout
+from rloo.rollout.captured import captured_refusal, fall_back
 from rloo.rollout.multiturn import Limits, Trajectories, episodes
 from rloo.runtime.distributed import unwrap
 
@@ -49,6 +50,8 @@ def sample_episodes(models, prompts: list[str], cfg: RLConfig, gen: torch.Genera
     if rows is not None and tuple(rows) != (0, len(prompts) * cfg.k):  # a share of a torchrun batch
         raise EnvError("multi-turn environments run in one process for now (not under torchrun)")
     policy = unwrap(models.policy)
+    if captured_refusal(cfg.captured_decode, policy, next(policy.parameters()).device, None, None) is None:
+        fall_back(cfg.captured_decode, "multi-turn episodes: each turn's rows, cache and length change between turns")
     vocab = policy.get_input_embeddings().weight.shape[0]
     envs = [make_env(spec.factory, vocab) for _ in range(len(prompts) * cfg.k)]
     return episodes(

@@ -223,18 +223,20 @@ class Accumulated:
         self.parts, self.shares, self.loss_of, self.model = parts, shares, loss_of, model
         self.loss, self.stats = torch.tensor(float("nan")), {}
 
-    def __call__(self) -> bool:
-        """Run the backward passes; True when every micro-batch's loss was finite."""
-        finite, records = True, []
+    def __call__(self) -> Tensor:
+        """Run the backward passes; a 0-dim bool tensor, True when every micro-batch's loss was finite. It
+        stays on the device: `guarded_step` reads it once with the gradient's check (reading it after each
+        micro-batch made the host wait for that backward before queueing the next forward, on a GPU)."""
+        finite, records = [], []
         for i, (part, share) in enumerate(zip(self.parts, self.shares, strict=True)):
             with gradient_sync(self.model, i == len(self.parts) - 1):
                 loss, stats = self.loss_of(part)
                 (loss * share).backward()
-            finite = finite and bool(torch.isfinite(loss))
+            finite.append(torch.isfinite(loss.detach()))
             records.append(stats | {"loss": loss.detach()})
         self.stats = weighted_stats(records, self.shares)
         self.loss = self.stats.pop("loss")
-        return finite
+        return torch.stack(finite).all()
 
 
 def guarded_step(
@@ -248,9 +250,11 @@ def guarded_step(
         loss_finite = loss()
     else:
         loss.backward()
-        loss_finite = bool(torch.isfinite(loss))
+        loss_finite = torch.isfinite(loss.detach())
     grad_norm = total(torch.nn.utils.clip_grad_norm_(params, max_grad_norm))
-    finite = loss_finite and bool(torch.isfinite(grad_norm))
+    # one host read for both checks: on a GPU the clip's kernels queue behind the backward instead of
+    # being launched only once the host has waited for it (the values, and so the decision, are the same)
+    finite = bool(loss_finite & torch.isfinite(grad_norm))
     if finite:
         opt.step()
     opt.zero_grad(set_to_none=True)

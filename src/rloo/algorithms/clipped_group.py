@@ -1,10 +1,11 @@
-"""The clipped-group step: one step shared by the methods whose MethodSpec names an advantage
-estimator and a policy loss (rloo.core.estimators); they differ only in those two.
+"""The group step: one step shared by the methods whose MethodSpec names an advantage estimator and
+a policy loss (rloo.core.estimators); they differ only in those two.
 
   1. sample K completions per prompt and score them; the shaped reward (eq. 1) is logged
   2. advantages: the spec's estimator (None scores are left out of its statistics and get 0; with
      algorithm_settings.drop_zero_variance, groups whose scores are all equal leave the update)
-  3. ppo_epochs x num_minibatches guarded steps on the spec's loss over the kept rows
+  3. ppo_epochs x num_minibatches guarded steps on the spec's loss over the kept rows (one, over all
+     of them, where the spec's setting that switches several updates on is off: rloo's rloo_clip)
 Samples of an older policy (rl.max_staleness, rl.is_correction): decoupled, docs/async.md eq. A3 (the
 ratio to the step's starting weights, every token's terms times the weight of those to the sampler's).
 
@@ -17,6 +18,10 @@ The built-in methods on it (rloo.config.METHOD_SPECS):
   reinforce_pp  (Hu 2025, REINFORCE++; OpenRLHF's `reinforce` estimator) batch_whitened_returns:
                 the KL as a per-token reward-to-go, whitened over the batch; clip: the clipped
                 surrogate alone, token mean
+  rloo          (its ablations: kl_estimator=k3, kl_level=token, rloo_clip, drop_zero_variance; the
+                paper's update itself runs in algorithms/rloo.py's one pass) leave_one_out or
+                leave_one_out_token_kl; policy_gradient (eq. 5, one update per batch) or, with rloo_clip,
+                clip_sequence / clip (config/methods.py's rloo_estimators picks them by the settings)
 Their settings models hold clip_eps, ppo_epochs, num_minibatches, drop_zero_variance and kl_estimator
 (config/method_settings.py's GRPOSettings and its relatives).
 """
@@ -50,8 +55,13 @@ def hyperparameters(cfg: RLConfig) -> dict[str, Any]:
 
 
 def clipped_group_step(spec: MethodSpec, models: Models, opt, prompts: list[str], cfg: RLConfig, gen: torch.Generator):
-    """One step of `spec`'s method: its advantage (spec.advantage) and loss (spec.loss) by name."""
-    assert spec.advantage is not None and spec.loss is not None, f"{spec.name} names no advantage or loss"
+    """One step of `spec`'s method: the advantage and loss its settings select (spec.estimators) by name."""
+    advantage, loss_name = spec.estimators(cfg.algorithm_settings)
+    assert advantage is not None and loss_name is not None, f"{spec.name} names no advantage or loss"
+    # one update over every kept row where the method's switch of several updates is off (rloo's
+    # rloo_clip), else its settings' ppo_epochs x num_minibatches
+    switched = isinstance(spec.several_updates, str)
+    one = switched and not spec.takes_several_updates(cfg.algorithm_settings.model_dump())
     timer = Timer()
     roll, scores, ref_lp = sample_and_score(models, prompts, cfg, gen, timer)
     filled, valid = unscored(scores)
@@ -63,17 +73,20 @@ def clipped_group_step(spec: MethodSpec, models: Models, opt, prompts: list[str]
     mask = policy_tokens(roll)  # an episode's environment tokens are not the policy's: out of every mean
     hp = hyperparameters(cfg)
     inputs = AdvantageInputs(filled, rewards, valid, kept, old, ref_lp, mask, cfg.k)
-    advantages = ADVANTAGES[spec.advantage](inputs, hp)
-    loss = LOSSES[spec.loss]
+    advantages = ADVANTAGES[advantage](inputs, hp)
+    loss = LOSSES[loss_name]
 
     def loss_fn(lp, r):
         return loss.fn(lp, old[r], ref_lp[r], advantages[r], mask[r], None if weights is None else weights[r], hp)
 
-    records, norm, skipped = clipped_updates(models, opt, roll, rows, loss_fn, cfg, gen, token_mean=loss.token_mean)
+    passes = (1, 1) if one else None
+    records, norm, skipped = clipped_updates(
+        models, opt, roll, rows, loss_fn, cfg, gen, passes, token_mean=loss.token_mean
+    )
     timer.lap("update")
     stats = mean_stats(records)
     if advantages.dim() == 1:  # one per completion: shown in the sample table, its spread logged
         roll.record(advantage=advantages)
-        stats["adv/std"] = advantages.std().item()
+        stats.setdefault("adv/std", advantages.std().item())  # eq. 5's loss logs its own (its rows')
     stats |= {"groups/dropped": float(dropped)} | floats(is_stats)
     return StepResult(stats | rollout_stats(roll, scores, kl, rewards, norm, skipped, timer), roll, rewards)

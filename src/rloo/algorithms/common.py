@@ -93,6 +93,7 @@ def sample_rollout(
         keep_prefill=keep_prefill,
         rows=rows,
         all_done=all_done,
+        captured=cfg.captured_decode,
     )
 
 

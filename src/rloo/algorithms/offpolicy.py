@@ -23,7 +23,7 @@ from torch import Tensor
 
 from rloo.algorithms.base import Models, rollout_logprobs
 from rloo.config import RLConfig
-from rloo.core.advantages import loo_advantages
+from rloo.core.advantages import leave_one_out
 from rloo.core.bounded import BOUNDED, bounded_loss
 from rloo.core.importance import importance_weights, kl_outside_loss, weighted_policy_gradient_loss
 from rloo.core.kl import shaped_reward
@@ -77,9 +77,11 @@ def off_policy_loss(logprobs: torch.Tensor, roll: Rollout, filled, valid, ref_lp
     """rloo: eq. A1, 4, A2. logprobs (N,T): the current policy's, with the graph; roll.logprobs: the
     behaviour policy's (sampling time). Returns (loss, stats, rewards (N,), kl (N,), advantages (N,))."""
     rewards, kl = current_rewards(logprobs, filled, ref_lp, roll.completion_mask, cfg)
-    advantages = loo_advantages(rewards, valid, cfg.k)
+    groups = valid.view(-1, cfg.k)
+    advantages = leave_one_out(rewards.view(-1, cfg.k), groups).view(-1)
     # eq. A4: the KL's leave-one-out share, A^kl = eq. 4 on -beta KL (eq. 4 is linear in R)
-    kl_advantages = loo_advantages(-cfg.beta * kl, valid, cfg.k) if cfg.is_kl == "unweighted" else None
+    unweighted = cfg.is_kl == "unweighted"
+    kl_advantages = leave_one_out((-cfg.beta * kl).view(-1, cfg.k), groups).view(-1) if unweighted else None
     loss, stats = weighted_loss(logprobs, roll, advantages, cfg, kl_advantages)
     return loss, stats, rewards, kl, advantages
 

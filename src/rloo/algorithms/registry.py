@@ -19,7 +19,6 @@ from rloo.algorithms.clipped_group import clipped_group_step
 from rloo.algorithms.ppo import PPO
 from rloo.algorithms.raft import raft_step
 from rloo.algorithms.reinforce import Reinforce
-from rloo.algorithms.rloo_ablations import is_plain_rloo, rloo_ablation_step
 from rloo.config import MethodSpec, RLConfig
 from rloo.config.methods import CLIPPED_GROUP, METHOD_SPECS, names
 from rloo.config.methods import add_method as add_spec
@@ -37,13 +36,23 @@ class Entry:
     distributed: Callable[[RLConfig], bool] = _never  # may this configuration run under torchrun?
 
 
+def is_plain_rloo(cfg: RLConfig) -> bool:
+    """The paper's rloo: its default estimators (eq. 4, eq. 5), the k1 KL, every group kept."""
+    a, spec = cfg.algorithm_settings, METHOD_SPECS["rloo"]
+    default = spec.estimators(a) == (spec.advantage, spec.loss)
+    return default and a.kl_estimator == "k1" and not a.drop_zero_variance
+
+
 def _rloo(cfg: RLConfig, models: Models) -> Algorithm:
+    """The paper's update in algorithms/rloo.py's one pass (the sampler's prompt pass reused; the
+    off-policy update, torchrun); its ablations (other estimators of the table, k3, dropped groups)
+    in the group step, over the same registered estimators."""
     # looked up on the module at build time, so a test can wrap rloo_step (tests/reliability)
     if is_plain_rloo(cfg):
         return Stateless(rloo_module.rloo_step, distributed=True)
     if cfg.off_policy_correction is not None:
         raise RlooError("max_staleness > 0 and is_correction take plain rloo (no ablation settings)")
-    return Stateless(rloo_ablation_step)
+    return Stateless(partial(clipped_group_step, METHOD_SPECS["rloo"]))
 
 
 def _rloo_distributed(cfg: RLConfig) -> bool:

@@ -6,6 +6,11 @@ One step:
   3. shaped reward R = r - beta * sum_t log(pi/pi_ref) (eq. 1); leave-one-out advantage (eq. 4)
   4. one policy-gradient step on the whole response: -mean_i A_i log pi(y_i|x) (eq. 5)
 No value model, no ratio to an old policy, no clipping: each update uses fresh samples.
+Steps 3-4 are the registered estimators rloo's MethodSpec names (rloo.core.estimators: the
+`leave_one_out` advantage, the `policy_gradient` loss), here in one pass over every row that reuses the
+sampler's prompt pass; its ablations (kl_level=token, k3, rloo_clip, drop_zero_variance) run the
+same table's estimators in the group step (algorithms/clipped_group.py).
+tests/equivalence/test_rloo_registered.py pins this step to that path.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from rloo.algorithms.common import (
 )
 from rloo.algorithms.offpolicy import off_policy_loss
 from rloo.config import RLConfig
-from rloo.core.advantages import loo_advantages, unscored
+from rloo.core.advantages import leave_one_out, unscored
 from rloo.core.kl import shaped_reward
 from rloo.rollout.multiturn import policy_tokens
 
@@ -59,7 +64,7 @@ def rloo_step(
     filled, valid = unscored(scores)
     if cfg.off_policy_correction is None:  # the paper's on-policy update
         rewards, kl = shaped_reward(filled, roll.logprobs, ref_lp, mask, cfg.beta)
-        advantages = loo_advantages(rewards, valid, cfg.k)
+        advantages = leave_one_out(rewards.view(-1, cfg.k), valid.view(-1, cfg.k)).view(-1)
         # 4. REINFORCE on the whole response (eq. 5); in micro-batches of whole groups when
         # rl.micro_batch_size splits the batch (the baseline above saw every group whole)
         loss, stats = policy_gradient_update(models, roll, mask, advantages, cfg)

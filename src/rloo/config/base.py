@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import difflib
 import re
-from typing import get_args
+from typing import Annotated, get_args
 
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from rloo.config.address import check_address, split_address  # noqa: F401 - re-exported
 from rloo.config.confcheck import reject_coercions
@@ -38,6 +38,17 @@ MAX_SAMPLES = 4096
 MAX_STALENESS = 1024
 # Seconds either end of the producer link waits for the other (a day: beyond it, a forgotten run).
 MAX_CONNECT_S = 86400.0
+# Optimizer steps of a run (rl.steps): a million is weeks of the smallest run; steps=1000000000 was
+# accepted and then built steps x batch_size prompts before any output (rloo.training.evalset).
+MAX_STEPS = 1_000_000
+# A seed seeds torch's generators, which take a 64-bit integer, and the stages add offsets to it
+# (seed + 20000, ...): 2^62 either side leaves room for them (seed=2^64 passed the config, then
+# overflowed in torch.manual_seed after the models had loaded).
+MAX_SEED = 2**62
+# A bound compared with float32 tensors (is_clip) must be a float32: 1e308 is finite in Python but
+# inf in float32, and torch refused the clamp mid-run.
+MAX_FLOAT32 = 3.4028234663852886e38
+Seed = Annotated[int, Field(ge=-MAX_SEED, le=MAX_SEED)]
 
 
 def describe_validation_error(e: ValidationError, cls: type) -> str:
@@ -137,6 +148,13 @@ def check_device_name(v: str) -> str:
     inside a stage."""
     if not re.fullmatch(r"(cpu|cuda|mps|xpu)(:\d+)?", v):
         raise ValueError("device must be cpu, cuda, cuda:N, mps or xpu")
+    return v
+
+
+def check_float32(v: float) -> float:
+    """A bound compared with float32 tensors: finite in float32, not only in Python (MAX_FLOAT32)."""
+    if abs(v) > MAX_FLOAT32:
+        raise ValueError(f"{v:g} is beyond float32's range (at most {MAX_FLOAT32:.4g}), in which it is compared")
     return v
 
 

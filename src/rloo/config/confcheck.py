@@ -33,6 +33,31 @@ def _mapping(loader, node, deep=False):
 
 _NoDuplicates.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
 
+# Lists and sections inside each other deeper than this are no config (a section holds keys, a key
+# a list of values): a value nested 3000 deep ran PyYAML's recursive composer past Python's stack.
+MAX_DEPTH = 32
+
+
+def load_yaml(text: str, loader: type = yaml.SafeLoader):
+    """The YAML value of `text`, or a yaml.YAMLError whose `problem` says in one line what is wrong:
+    PyYAML's own, nesting deeper than MAX_DEPTH (checked on the parser's events, which are read
+    without recursion, before the recursive composer runs), or a value Python cannot hold (an
+    integer of more than 4300 digits, a date such as 2001-13-45: a ValueError from the constructor)."""
+    depth = 0
+    for event in yaml.parse(text, Loader=loader):
+        if isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise yaml.MarkedYAMLError(problem=f"lists or sections nested more than {MAX_DEPTH} deep")
+        elif isinstance(event, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
+            depth -= 1
+    try:
+        return yaml.load(text, Loader=loader)
+    except ValueError as e:  # yaml.YAMLError is no ValueError: PyYAML's own errors pass through
+        if "integer string conversion" in str(e):
+            raise yaml.MarkedYAMLError(problem="an integer of more than 4300 digits") from None
+        raise yaml.MarkedYAMLError(problem=f"a value Python cannot hold ({str(e).splitlines()[0]})") from None
+
 
 def read_yaml_mapping(p: Path) -> dict:
     """The mapping in YAML file `p`, or a one-line ConfigError (missing, binary, invalid, duplicate key)."""
@@ -45,7 +70,7 @@ def read_yaml_mapping(p: Path) -> dict:
     if "\0" in text:
         raise ConfigError(f"config file {p} is not a text file (it holds NUL bytes); pass a YAML file")
     try:
-        loaded = yaml.load(text, Loader=_NoDuplicates) or {}
+        loaded = load_yaml(text, _NoDuplicates) or {}
     except yaml.YAMLError as e:
         problem = (e.problem if isinstance(e, yaml.MarkedYAMLError) else None) or str(e).splitlines()[0]
         raise ConfigError(f"config file {p} is not valid YAML: {problem}") from e

@@ -18,7 +18,11 @@ class DatasetSettings(Strict):
     + `rejected`; RL `prompt`; eval `prompt` + `completion` (the reference it is judged against).
     """
 
-    path: str = Field(default=..., description="Hub name, local .jsonl/.json/.parquet file, or a save_to_disk folder.")
+    path: str = Field(
+        default="",
+        description="Hub name, local .jsonl/.json/.parquet file, or a save_to_disk folder (required; in "
+        "Python, dataset= can hand in a datasets.Dataset instead).",
+    )
     name: str | None = Field(default=None, description="Hub configuration name (the second argument of load_dataset).")
     split: str = Field(default="train", description="Split used for training.")
     eval_split: str | None = Field(

@@ -12,7 +12,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from rloo.config.base import describe_validation_error
-from rloo.config.confcheck import read_yaml_mapping
+from rloo.config.confcheck import load_yaml, read_yaml_mapping
 from rloo.config.method_settings import AlgorithmSettings
 from rloo.config.methods import METHOD_SPECS
 from rloo.errors import ConfigError
@@ -42,11 +42,12 @@ def _value(key: str, raw: str) -> Any:
     if not raw.strip():
         return None
     try:
-        return yaml.safe_load(raw)
+        return load_yaml(raw)
     except yaml.YAMLError as e:
         problem = (e.problem if isinstance(e, yaml.MarkedYAMLError) else None) or str(e).splitlines()[0]
+        shown = repr(raw) if len(raw) <= 80 else repr(raw[:60]) + f"... ({len(raw)} characters)"
         raise ConfigError(
-            f"override {key}={raw!r} is not a valid YAML value ({problem}); fix it, or quote it to pass it as "
+            f"override {key}={shown} is not a valid YAML value ({problem}); fix it, or quote it to pass it as "
             f"text: {key}=\"'...'\""
         ) from None
 

@@ -13,7 +13,7 @@ explicitly, is refused in one line naming the methods that take it, whatever its
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,8 +69,11 @@ class MethodSpec:
     # LOSSES); with both named and no step of its own, the shared clipped-group step trains it
     advantage: str | None = None
     loss: str | None = None
+    # the advantage and loss its settings select, when they depend on them (rloo's ablations): a
+    # function of the settings -> (advantage, loss); None: always `advantage` and `loss`
+    choose: Callable[[Any], tuple[str, str]] | None = None
     # the step that trains it, by its name in rloo.algorithms.registry.STEPS: by default CLIPPED_GROUP
-    # when advantage and loss are named, else its own name (a step of its own, as rloo's or ppo's)
+    # when advantage and loss are named, else its own name (a step of its own, as ppo's)
     step: str | None = None
 
     def __post_init__(self):
@@ -85,11 +88,24 @@ class MethodSpec:
         assert isinstance(self.settings, type) and issubclass(self.settings, Strict)
         return self.settings
 
+    def estimators(self, settings: Any) -> tuple[str | None, str | None]:
+        """The advantage and loss (rloo.core.estimators' names) that trains it with these settings."""
+        return (self.advantage, self.loss) if self.choose is None else self.choose(settings)
+
     def takes_several_updates(self, algorithm_settings: dict) -> bool:
         """With these `algorithm_settings` overrides, does it take several optimizer steps per batch?"""
         if isinstance(self.several_updates, str):
             return bool(algorithm_settings.get(self.several_updates, False))
         return self.several_updates
+
+
+def rloo_estimators(settings: Any) -> tuple[str, str]:
+    """rloo's advantage and loss by its settings: eq. 4 on the shaped reward and eq. 5 (the paper's),
+    kl_level=token charges each token the KL still to come (leave_one_out_token_kl), and rloo_clip
+    takes PPO's clipped ratio, of the whole response with sequence-level KL, per token with token-level."""
+    token = settings.kl_level == "token"
+    advantage = "leave_one_out_token_kl" if token else "leave_one_out"
+    return advantage, ("clip" if token else "clip_sequence") if settings.rloo_clip else "policy_gradient"
 
 
 _GROUP = "{} needs k >= 2 samples per prompt ({})"
@@ -110,6 +126,10 @@ METHOD_SPECS: dict[str, MethodSpec] = {
             kl_outside=True,
             bounded=True,
             multi_turn=True,
+            advantage="leave_one_out",
+            loss="policy_gradient",
+            choose=rloo_estimators,
+            step="rloo",  # the paper's update in one pass (algorithms/rloo.py), the ablations in the group step
             variants={
                 "rloo_k2": {"k": 2},
                 "rloo_token_kl": {"algorithm_settings": {"kl_level": "token"}},

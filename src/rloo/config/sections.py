@@ -18,7 +18,9 @@ from rloo.config.base import (
     MAX_SAMPLES,
     MAX_SCORE,
     MAX_STALENESS,
+    MAX_STEPS,
     check_address,
+    check_float32,
 )
 from rloo.config.evaluation import EvalSettings  # noqa: F401 (the sections are imported from here)
 from rloo.config.generation import (
@@ -64,7 +66,9 @@ else:
 class RLSettings(MethodChoice):
     """Hyperparameters of the RL stage (RLOO by default, eq. 1, 4, 5)."""
 
-    steps: int = Field(default=100, ge=1, description="Optimizer steps (one fresh batch of samples each).")
+    steps: int = Field(
+        default=100, ge=1, le=MAX_STEPS, description="Optimizer steps (one fresh batch of samples each)."
+    )
     batch_size: int = Field(default=16, ge=1, description="Prompts per step (B); N = B*k completions.")
     micro_batch_size: int | None = micro_batch_field(RL_MICRO_UNIT)
     k: int = Field(
@@ -123,6 +127,12 @@ class RLSettings(MethodChoice):
     @classmethod
     def _not_greedy(cls, v: float) -> float:
         return check_temperature(v, greedy=False)
+
+    @model_validator(mode="after")
+    def _captured_needs_sampler(self):
+        if self.captured_decode == "on" and self.generation != "sampler":
+            raise ValueError("captured_decode=on is rloo's own sampler's; generation=vllm decodes in vLLM (unset it)")
+        return self
 
     @model_validator(mode="after")
     def _min_within_max(self):
@@ -193,6 +203,13 @@ class RLSettings(MethodChoice):
     generation: Literal["sampler", "vllm"] = Field(
         default="sampler", description="Rollout backend: rloo's sampler or vLLM (on the trainer's device, CPU or GPU)."
     )
+    captured_decode: Literal["auto", "on", "off"] = Field(
+        default="auto",
+        description="rloo's sampler: decode with one fixed-shape step over a static KV cache, captured once as a "
+        "CUDA graph and replayed per token (rloo.rollout.captured). auto: captured on CUDA where supported, "
+        "the eager loop elsewhere; on: captured (on CPU the same static step without a graph); off: the eager "
+        "loop. Settings it cannot serve fall back to the eager loop with one line saying why.",
+    )
     vllm_gpu_memory_utilization: float = Field(
         default=0.3,
         gt=0,
@@ -209,7 +226,8 @@ class RLSettings(MethodChoice):
         "raft trains on the lagged samples as they are). The run keeps min(N, steps) + 1 copies of the policy.",
     )
     is_correction: IsCorrection = None
-    is_clip: float = Field(default=2.0, gt=1, description="C of is_correction: truncation / mask bound.")
+    is_clip: float = Field(default=2.0, gt=1, description="C of is_correction: truncation / mask bound (a float32).")
+    _is_clip = field_validator("is_clip")(classmethod(lambda cls, v: check_float32(v)))
     is_baseline_shift: IsBaselineShift = 0.1
     is_clip_low: IsClipLow = 0.0
     is_kl: IsKL = "weighted"

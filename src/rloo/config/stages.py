@@ -8,7 +8,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from rloo.config.agents import EnvSettings, eval_env_refusal, pipeline_env_refusal, rl_env_refusal
-from rloo.config.base import Strict, check_device_name, normalize_report_to, refuse_float16
+from rloo.config.base import Seed, Strict, check_device_name, normalize_report_to, refuse_float16
 from rloo.config.dataset import DatasetSettings
 from rloo.config.evaluation import reward_fn_as_judge
 from rloo.config.generation import check_rl_generation, rl_eval_sampling, rl_sampling
@@ -29,7 +29,7 @@ class _Run(Strict):
     task: str = Field(
         default=DEFAULT_TASK, description="Built-in task (rloo.config.TASK_SPECS): " + described_tasks() + "."
     )
-    seed: int = Field(default=0, description="Seeds data, initialization and sampling.")
+    seed: Seed = Field(default=0, description="Seeds data, initialization and sampling.")
     output_dir: Path = Field(default=Path("runs/default"), description="Where everything of this run is written.")
     device: str = Field(default="cpu", description="torch device: cpu, cuda, cuda:1, ...")
     max_prompt_tokens: int = Field(
@@ -78,13 +78,13 @@ class SFTConfig(_Run, SFTSettings):
 class RewardConfig(_Run, RewardSettings):
     """`rloo reward`: train a reward model (one-output classification head) from the SFT model."""
 
-    sft_model: str = Field(default=..., description="Path of the SFT model the reward model starts from.")
+    sft_model: str = Field(default="", description="Path of the SFT model the reward model starts from (required).")
 
 
 class RLConfig(_Run, RLSettings):
     """`rloo train`: RL fine-tuning of the SFT policy against a reward."""
 
-    policy: str = Field(default=..., description="Path of the starting (SFT) policy; also the frozen reference.")
+    policy: str = Field(default="", description="Path of the starting policy, also the reference (required).")
     reward_model: str | None = Field(default=None, description="Path of the reward model.")
     reward_fn: str | list[str] | None = Field(
         default=None,

@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from rloo.config.agents import episode_default_methods, episode_study_refusal
-from rloo.config.base import MAX_BETA, MAX_LR, Strict, check_device_name, refuse_float16
+from rloo.config.base import MAX_BETA, MAX_LR, Seed, Strict, check_device_name, refuse_float16
 from rloo.config.methods import compare_variants, one_of, several_updates_variants, spec_of_variant
 from rloo.config.sections import EvalSettings, RewardSettings, SFTSettings, SharedRLSettings
 from rloo.config.tasks import TASK_SPECS, check_task, episode_tasks
@@ -35,7 +35,7 @@ class BenchConfig(Strict):
     batch_size: int = Field(default=8, ge=1, description="Prompts per step.")
     beta: float = Field(default=0.05, ge=0, le=MAX_BETA, description="KL coefficient (both trainers).")
     lr: float = Field(default=1e-6, gt=0, le=MAX_LR, description="AdamW learning rate (both trainers).")
-    seed: int = Field(default=0)
+    seed: Seed = Field(default=0)
     threads: int = Field(default=2, ge=1, description="torch threads per trainer process.")
     trl: bool = Field(default=True, description="Run TRL's RLOOTrainer alongside (false: rloo only).")
     share_prompt: bool = Field(default=True, description="rloo's prompt-once-per-group fast path.")
@@ -96,7 +96,7 @@ class TuningSettings(Strict):
     trials: int = Field(
         default=0, ge=0, description="Trials per method and task (0: no tuning; every method at the rl settings)."
     )
-    seeds: list[int] = Field(
+    seeds: list[Seed] = Field(
         default=[100, 101], description="Tuning seeds (their own SFT and reward models); none may be a reported seed."
     )
     lr: list[float] = Field(default=[3e-5, 1e-4, 3e-4], description="rl.lr choices (dpo: dpo_lr).")
@@ -116,7 +116,7 @@ class TuningSettings(Strict):
     max_kl: float | None = Field(
         default=None, gt=0, description="Selection: only trials whose mean validation KL is at most this (null: all)."
     )
-    search_seed: int = Field(default=0, description="Seed of the draw of trials from each method's grid.")
+    search_seed: Seed = Field(default=0, description="Seed of the draw of trials from each method's grid.")
     grids: dict[str, MethodGrid] = Field(
         default={},
         description="Per-method grids: {method: {lr, beta, updates}}, each key given replacing the shared one "
@@ -189,7 +189,7 @@ class CompareConfig(Strict):
         + ", ".join(episode_tasks())
         + "; not both in one study; docs/compare.md).",
     )
-    seeds: list[int] = Field(
+    seeds: list[Seed] = Field(
         default=[0, 1, 2], description="One SFT model, reward model and run of each method per seed."
     )
     quick: bool = Field(default=False, description="Tiny settings (smoke run, minutes): overrides the sections below.")

@@ -24,16 +24,25 @@ def _check_groups(rewards: Tensor, method: str) -> int:
     return k
 
 
-def leave_one_out(rewards: Tensor) -> Tensor:
-    """RLOO advantages, eq. (4)-(5): A_i = R_i - mean_{j != i} R_j.
+def leave_one_out(rewards: Tensor, valid: Tensor | None = None) -> Tensor:
+    """RLOO advantages, eq. (4)-(5): A_i = R_i - mean_{j != i, valid_j} R_j. The one leave-one-out
+    function: every baseline of rloo (eq. 4, the token-level KL's, the off-policy eq. A4's) is this.
 
-    rewards: (B, K) -> (B, K). Equals K/(K-1) * (R_i - mean_j R_j).
+    rewards: (B, K) -> (B, K); valid: (B, K) bool or None (every sample scored). An unscored sample
+    (valid False: a reward function's None; its reward may hold anything, NaN included, it is never
+    read) is left out of every baseline and gets advantage 0, as does a sample with no scored
+    neighbour (no baseline exists). With every sample scored this is (K/(K-1)) * (R_i - mean_j R_j),
+    and the same floats as (R_i - (sum_j R_j - R_i) / (K - 1)): the count K - 1 is exact.
     The baseline leaves R_i out so it does not depend on sample i (unbiased).
     """
-    k = _check_groups(rewards, "leave-one-out")
-    # eq. (4): b_i = (sum_j R_j - R_i) / (K - 1)
-    baseline = (rewards.sum(dim=1, keepdim=True) - rewards) / (k - 1)
-    return rewards - baseline
+    _check_groups(rewards, "leave-one-out")
+    valid = _valid_or_all(rewards, valid)
+    r = torch.where(valid, rewards, torch.zeros_like(rewards))
+    m = valid.to(rewards.dtype)
+    others = m.sum(dim=1, keepdim=True) - m  # scored neighbours of each sample
+    # eq. (4): b_i = (sum_j R_j - R_i) / (number of others)
+    baseline = (r.sum(dim=1, keepdim=True) - r) / others.clamp(min=1)
+    return torch.where(valid & (others > 0), r - baseline, torch.zeros_like(r))
 
 
 def moving_average_update(baseline: Tensor, rewards: Tensor, momentum: float) -> Tensor:
@@ -129,27 +138,12 @@ def whiten(x: Tensor, mask: Tensor, eps: float = 1e-8) -> Tensor:
     return torch.where(mask, out, torch.zeros_like(out))
 
 
-def leave_one_out_token_kl(scores: Tensor, kl: Tensor, mask: Tensor, beta: float, k: int) -> Tensor:
-    """RLOO with a token-level KL penalty (ablation of eq. 1, 4): per-token advantages.
-
-    scores: (N,) with N = B*K rows grouped by prompt; kl: (N, T) per-token KL estimates; mask:
-    (N, T) bool, True = real token -> (N, T), zero on padding.
-        G_{i,t} = score_i - beta * sum_{s >= t} kl_{i,s}     (KL as per-token reward, reward-to-go)
-        b_i     = mean_{j != i} R_j,  R_j = score_j - beta * sum_s kl_{j,s}   (eq. 4)
-        A_{i,t} = G_{i,t} - b_i
-    A token is only charged the KL of itself and later tokens (earlier ones do not depend on it),
-    while the score stays a whole-response reward; at t = 0 this is eq. (4)'s advantage.
-    """
+def kl_to_go(kl: Tensor, mask: Tensor) -> Tensor:
+    """The KL still to come at each token, sum_{s >= t} kl_s over real tokens (a per-token KL reward's
+    reward-to-go): kl, mask (N, T) -> (N, T), detached, 0 on padding at the end."""
     _check_mask(kl, mask)
-    if scores.shape != kl.shape[:1]:
-        raise ValueError(f"scores must be (N,) = ({kl.shape[0]},), got {tuple(scores.shape)}")
     zero = torch.zeros((), dtype=kl.dtype, device=kl.device)
-    kl = torch.where(mask, kl.detach(), zero)
-    to_go = kl.flip(-1).cumsum(-1).flip(-1)  # sum_{s >= t} kl_s
-    totals = scores.detach() - beta * to_go[:, 0]  # R_i of eq. (1)
-    baseline = totals - leave_one_out(totals.view(-1, k)).view(-1)  # b_i = R_i - A_i
-    advantages = scores.detach()[:, None] - beta * to_go - baseline[:, None]
-    return torch.where(mask, advantages, zero)
+    return torch.where(mask, kl.detach(), zero).flip(-1).cumsum(-1).flip(-1)
 
 
 def unscored(scores: Tensor) -> tuple[Tensor, Tensor]:
@@ -169,39 +163,13 @@ def _valid_or_all(rewards: Tensor, valid: Tensor | None) -> Tensor:
     return valid
 
 
-def leave_one_out_valid(rewards: Tensor, valid: Tensor) -> Tensor:
-    """RLOO advantages (eq. 4) when some rewards could not be scored (``valid`` False).
-
-    rewards, valid: (B, K) -> (B, K). An unscored sample is left out of every baseline and gets
-    advantage 0; a scored sample's baseline is the mean of the *other scored* samples of its group,
-    A_i = R_i - mean_{j != i, valid_j} R_j, and 0 when it has no scored neighbour (no baseline
-    exists, so it carries no signal). With every sample valid this is ``leave_one_out``.
-    Unscored rewards may hold anything (NaN included): they are never read.
-    """
-    _check_groups(rewards, "leave-one-out")
-    valid = _valid_or_all(rewards, valid)
-    r = torch.where(valid, rewards, torch.zeros_like(rewards))
-    m = valid.to(rewards.dtype)
-    others = m.sum(dim=1, keepdim=True) - m  # scored neighbours of each sample
-    baseline = (r.sum(dim=1, keepdim=True) - r) / others.clamp(min=1)
-    return torch.where(valid & (others > 0), r - baseline, torch.zeros_like(r))
-
-
-def loo_advantages(rewards: Tensor, valid: Tensor, k: int) -> Tensor:
-    """Eq. 4 on (N,) rewards in rows of groups of k -> (N,); a None score (valid False) gets 0 and leaves
-    the baselines (``leave_one_out_valid``), else ``leave_one_out``."""
-    grouped = rewards.view(-1, k)
-    advantages = leave_one_out(grouped) if valid.all() else leave_one_out_valid(grouped, valid.view(-1, k))
-    return advantages.view(-1)
-
-
 def group_mean_advantages(rewards: Tensor, valid: Tensor | None = None) -> Tensor:
     """Dr. GRPO advantages (Liu et al. 2025, "Understanding R1-Zero-Like Training: A Critical
     Perspective", sec. 3.2): A_i = R_i - mean of its group, *without* GRPO's division by the
     group std (which up-weights groups that are almost all right or all wrong).
 
     rewards: (B, K) -> (B, K). ``valid`` (B, K) bool: unscored samples are left out of the mean and
-    get 0 (as in ``leave_one_out_valid``); a group with no scored sample is all zeros. Equals
+    get 0 (as in ``leave_one_out``); a group with no scored sample is all zeros. Equals
     (K-1)/K times the leave-one-out advantage when every sample is scored.
     """
     _check_groups(rewards, "group mean")
@@ -244,10 +212,8 @@ def reinforce_pp_advantages(
     if scores.shape != kl.shape[:1]:
         raise ValueError(f"scores must be (N,) = ({kl.shape[0]},), got {tuple(scores.shape)}")
     valid = torch.ones_like(scores, dtype=torch.bool) if valid is None else valid
-    zero = torch.zeros((), dtype=kl.dtype, device=kl.device)
-    kl = torch.where(mask, kl.detach(), zero)
     s = torch.where(valid, scores.detach(), torch.zeros_like(scores))
-    returns = s[:, None] - beta * kl.flip(-1).cumsum(-1).flip(-1)
+    returns = s[:, None] - beta * kl_to_go(kl, mask)
     keep = mask & valid[:, None]
     if not keep.any():
         return torch.zeros_like(returns)

@@ -13,7 +13,7 @@ rho_i = pi(y_i|x) / mu(y_i|x) (sequence), rho_it = pi(y_t|.) / mu(y_t|.) (token)
   cispo              loss = -1/N sum_i A_i sum_t sg(clip(rho_it, c_low, C)) log pi(y_it|.)   (CISPO, arXiv
              2506.13585: the clipped weight detached, the gradient through log pi on every token)
   clipped_surrogate  loss = -1/N sum_i min(rho_i A_i, clip(rho_i, 1-eps, 1+eps) A_i)
-             (rloo_clip's sequence-level surrogate, rloo.algorithms.rloo_ablations, with mu as the old
+             (rloo_clip's sequence-level surrogate, rloo.core.estimators' clip_sequence, with mu as the old
              policy; the gradient through rho)
 Every weight is detached but clipped_surrogate's ratio, whose gradient rho_i grad log pi(y_i|x) is the point.
 """

@@ -23,17 +23,29 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 from torch import Tensor
+
+from rloo.errors import RewardError
 
 from .advantages import (
     group_mean_advantages,
     group_normalized,
     group_normalized_valid,
-    loo_advantages,
+    kl_to_go,
+    leave_one_out,
     reinforce_pp_advantages,
 )
 from .kl import kl_per_token
-from .losses import dr_grpo_loss, grpo_loss, ppo_clip_loss, weigh
+from .logprobs import sequence_logprobs
+from .losses import (
+    dr_grpo_loss,
+    grpo_loss,
+    policy_gradient_loss,
+    ppo_clip_loss,
+    sequence_sum_policy_gradient_loss,
+    weigh,
+)
 
 Stats = dict[str, Tensor]
 Hyper = Mapping[str, Any]
@@ -98,7 +110,29 @@ def register_loss(name: str, *, token_mean: bool) -> Callable[[LossFn], LossFn]:
 @register_advantage("leave_one_out")
 def _leave_one_out(x: AdvantageInputs, hp: Hyper) -> Tensor:
     """RLOO, eq. 4 on the shaped rewards: A_i = R_i - mean_{j != i} R_j (unscored: 0, out of baselines)."""
-    return loo_advantages(x.rewards, x.valid, x.k)
+    return leave_one_out(x.rewards.view(-1, x.k), x.valid.view(-1, x.k)).view(-1)
+
+
+@register_advantage("leave_one_out_token_kl")
+def _leave_one_out_token_kl(x: AdvantageInputs, hp: Hyper) -> Tensor:
+    """RLOO with the KL as a per-token reward (rloo's kl_level=token) -> (N,T), 0 on padding:
+        G_it = score_i - beta * sum_{s >= t} kl_is      (hp kl_estimator; the KL still to come)
+        b_i  = mean_{j != i} R_j,  R_j = G_j0           (eq. 4's baseline: whole-response rewards)
+        A_it = G_it - b_i
+    A token is charged only the KL of itself and later tokens (earlier ones do not depend on it); at
+    t = 0 this is eq. 4's advantage. Every sample must be scored (a None has no per-token rule)."""
+    if not bool(x.valid.all()):
+        raise RewardError(
+            f"the reward function could not score {int((~x.valid).sum())} completion(s) (returned None); "
+            "rloo with kl_level=token has no rule for that: use kl_level=sequence, which leaves unscored "
+            "samples out of the baseline"
+        )
+    beta, scores = hp["beta"], x.scores.detach()
+    to_go = kl_to_go(kl_per_token(x.logprobs, x.ref_logprobs, hp["kl_estimator"]), x.mask)
+    totals = scores - beta * to_go[:, 0]  # R_i of eq. (1)
+    baseline = totals - leave_one_out(totals.view(-1, x.k)).view(-1)  # b_i = R_i - A_i
+    advantages = scores[:, None] - beta * to_go - baseline[:, None]
+    return torch.where(x.mask, advantages, torch.zeros((), dtype=advantages.dtype, device=advantages.device))
 
 
 @register_advantage("group_normalized")
@@ -125,6 +159,31 @@ def _batch_whitened_returns(x: AdvantageInputs, hp: Hyper) -> Tensor:
 
 
 # ---- losses --------------------------------------------------------------------------------------
+
+
+def _on_policy(weights: Tensor | None, name: str) -> None:
+    if weights is not None:  # rloo's registry entry refuses these settings with max_staleness / is_correction
+        raise ValueError(f"the {name} loss is on-policy only (no importance weights)")
+
+
+@register_loss("policy_gradient", token_mean=False)
+def _policy_gradient(lp, old, ref, advantages, mask, weights, hp: Hyper):
+    """RLOO's eq. 5: -1/n sum_i A_i log pi(y_i|x), the log-prob summed over the policy's tokens; with
+    per-token advantages (n,T), -1/n sum_i sum_t A_it log pi(y_it|.) (``policy_gradient_loss``,
+    ``sequence_sum_policy_gradient_loss``). A row mean."""
+    _on_policy(weights, "policy_gradient")
+    if advantages.dim() == 2:
+        return sequence_sum_policy_gradient_loss(lp, advantages, mask)
+    return policy_gradient_loss(sequence_logprobs(lp, mask), advantages)
+
+
+@register_loss("clip_sequence", token_mean=False)
+def _clip_sequence(lp, old, ref, advantages, mask, weights, hp: Hyper):
+    """rloo_clip's with sequence-level KL: PPO's clipped surrogate on the whole response's ratio
+    rho_i = pi(y_i|x) / pi_old(y_i|x), -1/n sum_i min(rho_i A_i, clip(rho_i, 1 +- eps) A_i) (a row mean)."""
+    _on_policy(weights, "clip_sequence")
+    seq, seq_old = sequence_logprobs(lp, mask), sequence_logprobs(old, mask)
+    return ppo_clip_loss(seq, seq_old, advantages, clip_eps=hp["clip_eps"])
 
 
 @register_loss("clip_k3", token_mean=True)

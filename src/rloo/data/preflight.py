@@ -31,7 +31,7 @@ from rloo.errors import ConfigError, RlooError
 from rloo.runtime.inputs.names import check_local, check_name
 from rloo.runtime.inputs.sizes import check_generation, check_memory, check_ring_memory, shape_of
 from rloo.runtime.inputs.user_code import load_callable
-from rloo.runtime.inputs.weightfiles import check_weight_files
+from rloo.runtime.inputs.weightfiles import check_tokenizer_files, check_weight_files
 from rloo.runtime.link.address import check_trainer_address
 from rloo.runtime.tracking.trackers import check_wandb_installed
 
@@ -45,8 +45,11 @@ def check_config(cfg: StageConfig, *, reward_fn=None) -> None:
     """Raise one RlooError line for the first problem of `cfg` (any stage's config, or the
     pipeline's). `reward_fn`: a callable given to the API in place of cfg.reward_fn."""
     check_wandb_installed(normalize_report_to(cfg.report_to))
+    _check_required(cfg)
     names = [(key, value, "model") for key, value in _model_names(cfg)]
     for key, ds in _datasets(cfg):
+        if not ds.path:
+            raise ConfigError(f"missing required key '{key}.path': a Hub name, file or folder (in Python: dataset=)")
         names.append((f"{key}.path", ds.path, "dataset"))
         if ds.eval_split is not None and _looks_like_file(ds.eval_split):
             names.append((f"{key}.eval_split", ds.eval_split, "dataset"))
@@ -55,6 +58,7 @@ def check_config(cfg: StageConfig, *, reward_fn=None) -> None:
     for key, value, repo_type in names:
         check_name(value, key, repo_type)
         if repo_type == "model":
+            check_tokenizer_files(value, key)
             check_weight_files(value, key)
     if isinstance(cfg, SFTConfig) and cfg.dataset is not None and cfg.model is None and cfg.tokenizer is None:
         raise ConfigError(
@@ -77,6 +81,24 @@ def check_config(cfg: StageConfig, *, reward_fn=None) -> None:
     _check_output_dir(Path(cfg.output_dir))
     if not isinstance(cfg, PipelineConfig) and cfg.dataset is not None:  # last: the slowest
         _check_stage_data(cfg)
+
+
+def _check_required(cfg) -> None:
+    """The model keys a stage cannot run without: typed with an empty default so that the Python API
+    can fill them with an object it was handed (rloo.training.handed)."""
+    if isinstance(cfg, RLConfig) and not cfg.policy:
+        raise ConfigError(
+            "missing required key 'policy': the starting policy's path (in Python: model=, a loaded model)"
+        )
+    if isinstance(cfg, RewardConfig) and not (cfg.sft_model or cfg.model):
+        raise ConfigError(
+            "missing required key 'sft_model': the SFT model's path (or model=PATH; in Python: model=, a loaded model)"
+        )
+    if isinstance(cfg, RewardConfig) and not cfg.sft_model and cfg.dataset is None and cfg.policy_pairs > 0:
+        raise ConfigError(
+            f"policy_pairs={cfg.policy_pairs} samples responses from sft_model=PATH, which is not set; "
+            f"set it, or policy_pairs=0, or give a dataset"
+        )
 
 
 def _check_stage_data(cfg) -> None:
@@ -146,7 +168,7 @@ def _model_names(cfg: StageConfig):
     fields = dict(cfg)  # a pydantic model iterates over its (field, value) pairs; each stage has some MODEL_KEYS
     for key in MODEL_KEYS:
         value = fields.get(key)
-        if isinstance(value, str):
+        if isinstance(value, str) and value:
             yield key, value
     if isinstance(cfg, PipelineConfig) and isinstance(cfg.reward.model, str):
         yield "reward.model", cfg.reward.model

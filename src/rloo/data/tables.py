@@ -10,12 +10,16 @@ from pathlib import Path
 from rloo.data.textcheck import check_text_file
 from rloo.errors import RlooError
 from rloo.runtime.inputs.names import check_name
+from rloo.runtime.inputs.objects import held_table, is_held
 
 FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
 
 
 def load_table(path: str, name: str | None, split: str):
-    """Rows of one split as a `datasets.Dataset`; any loading failure is one RlooError line."""
+    """Rows of one split as a `datasets.Dataset` (one handed to the Python API: rloo.runtime.inputs.objects);
+    any loading failure is one RlooError line."""
+    if is_held(path):
+        return held_table(path, split)
     with _quiet_datasets(local=Path(path).exists()):
         return _load_table_loud(path, name, split)
 

@@ -29,8 +29,8 @@ import contextlib
 import importlib.util
 import json
 import os
-import statistics
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -45,8 +45,9 @@ from rloo.experiments.bench_machine import (  # noqa: F401 - the peak memory fun
     peak_memory_gb,
     peak_rss_gb,
 )
-from rloo.experiments.bench_report import format_table, ratios
-from rloo.experiments.bench_workers import _rloo_worker, _start, _trl_worker
+from rloo.experiments.bench_report import format_table, ratios, summary
+from rloo.experiments.bench_trl import _trl_worker
+from rloo.experiments.bench_workers import _ready, _rloo_worker, _spawn
 from rloo.modeling.few_rows import few_rows_pays
 from rloo.rollout.vllm_engine import INSTALL
 from rloo.runtime.precision import resolve_precision
@@ -68,35 +69,6 @@ def reference_peak(dtype: str, device: str, threads: int, log=print) -> float:
         peak = max(peak, fp32)
         log(f"float32 matmul peak: {fp32 / 1e9:.1f} GFLOP/s; % of peak below is of {peak / 1e9:.1f}")
     return peak
-
-
-def _summary(name: str, results: list[dict], peak: float, staleness: int | None) -> dict:
-    times = [r["time"] for r in results]
-    med = statistics.median(times)
-    flops = statistics.median(r["flops"] for r in results)
-    tokens = statistics.median(r["tokens"] for r in results)
-    phases = {k: statistics.median(r["phases"][k] for r in results) for k in results[0]["phases"]}
-    return {
-        "trainer": name,
-        "median_s": med,
-        "times_s": times,
-        "completion_tokens_per_s": tokens / med,
-        "median_completion_tokens": tokens,
-        "peak_rss_gb": max(r["rss_gb"] for r in results),
-        "flops_per_step": flops,
-        "achieved_flops": statistics.median(r["flops"] / r["time"] for r in results),
-        "achieved_frac_peak": statistics.median(r["flops"] / r["time"] for r in results) / peak,
-        "phases_s": phases,
-    } | ({} if staleness is None else _async_summary(results, staleness))
-
-
-def _async_summary(results: list[dict], staleness: int) -> dict:
-    """rloo's max_staleness, and at N > 0 the lag of each timed batch and the producer's peak RSS."""
-    if not staleness:
-        return {"max_staleness": 0}
-    rss = [r["producer_rss_gb"] for r in results if r.get("producer_rss_gb") is not None]
-    lags = [r["lag"] for r in results]
-    return {"max_staleness": staleness, "lags": lags, "producer_peak_rss_gb": max(rss) if rss else None}
 
 
 def rloo_variants(staleness) -> dict[str, int]:
@@ -123,21 +95,30 @@ def bench_shape(
     dtype: str = "float32",
     staleness=(0,),
     log=print,
+    rloo_settings: dict[str, dict] | None = None,
+    extra: dict | None = None,
+    budget_s: float | None = None,
 ) -> dict:
     """Alternate the trainers step by step on one shape; return per-trainer summaries. `trainers`:
-    "rloo" (one worker per value in `staleness`), "rloo-vllm" (generation=vllm) and/or "trl"."""
-    variants = rloo_variants(staleness) if "rloo" in trainers else {}
+    "rloo" (one worker per value in `staleness`, or with `rloo_settings` one per name there, on-policy, with
+    those RLConfig keys), "rloo-vllm" (generation=vllm) and/or "trl". `extra`: job keys for every worker
+    (release_memory, trl_micro_rows). `budget_s`: after the warm-up and one timed round, no round starts
+    that would end past budget_s from the assets' being ready (the steps timed are in each times_s)."""
+    named = rloo_variants(staleness) if rloo_settings is None else dict.fromkeys(rloo_settings, 0)
+    variants = named if "rloo" in trainers else {}
     variants |= {"rloo-vllm": 0} if "rloo-vllm" in trainers else {}  # generation=vllm, on-policy
     warmup = max(warmup, max(variants.values(), default=0) + 1) if any(variants.values()) else warmup
     load = os.getloadavg()[0]  # the machine's 1-minute load before and after: what else ran beside it
     folder = build_assets(shape, root, seed)
+    deadline = None if budget_s is None else time.perf_counter() + budget_s
     tok = AutoTokenizer.from_pretrained(folder / "policy")
     arch = Arch.of(AutoConfig.from_pretrained(folder / "policy"))
     shared = dict(k=k, beta=beta, lr=lr, seed=seed, batch_size=batch_size, threads=threads)
-    job = bench_job(
-        folder, shape, tok, warmup + steps, shared | dict(share_prompt=share_prompt, device=device, dtype=dtype)
-    )
-    results = _run_workers(_worker_jobs(job, variants, "trl" in trainers), job, tok, arch, shape, warmup, log, variants)
+    shared |= dict(share_prompt=share_prompt, device=device, dtype=dtype) | (extra or {})
+    job = bench_job(folder, shape, tok, warmup + steps, shared)
+    jobs = _worker_jobs(job, variants, "trl" in trainers, rloo_settings or {})
+    seen: dict = {}
+    results = _run_workers(jobs, job, tok, arch, shape, (warmup, deadline, seen), log, variants)
     out = {
         "shape": shape.name,
         "device": device,
@@ -151,8 +132,10 @@ def bench_shape(
         "beta": beta,
         "lr": lr,
         "load_avg": [load, os.getloadavg()[0]],
-        "results": {n: _summary(n, results[n], peak, variants.get(n)) for n in results},
+        "results": {n: summary(n, results[n], peak, variants.get(n)) for n in results},
     }
+    out |= {"rloo_settings": rloo_settings} if rloo_settings else {}
+    out |= {"trl_setup": seen["trl"]} if "trl" in seen else {}  # what TRL ran (rloo.experiments.bench_trl)
     return out | ratios(out["results"], variants)
 
 
@@ -171,45 +154,62 @@ def bench_job(folder: Path, shape: Shape, tok, total: int, settings: dict) -> di
     )
 
 
-def _worker_jobs(job: dict, variants: dict[str, int], trl: bool) -> dict:
+def _worker_jobs(job: dict, variants: dict[str, int], trl: bool, rloo_settings: dict[str, dict]) -> dict:
     """Trainer name -> (worker function, its job): one rloo worker per variant (its max_staleness,
-    and generation=vllm for "rloo-vllm"), and TRL's with `trl`."""
+    generation=vllm for "rloo-vllm", its RLConfig keys from `rloo_settings`), and TRL's with `trl`."""
     gen = {"rloo-vllm": "vllm"}
     jobs = {
-        n: (_rloo_worker, job | {"max_staleness": v, "generation": gen.get(n, "sampler")}) for n, v in variants.items()
+        n: (
+            _rloo_worker,
+            job | {"max_staleness": v, "generation": gen.get(n, "sampler"), "rl": rloo_settings.get(n, {})},
+        )
+        for n, v in variants.items()
     }
     return jobs | ({"trl": (_trl_worker, job)} if trl else {})
 
 
-def _run_workers(jobs: dict, job: dict, tok, arch: Arch, shape: Shape, warmup: int, log, variants: dict) -> dict:
-    """Start every worker, alternate them (_alternate), and stop them all, even after an error."""
-    workers = {}
+def _run_workers(jobs: dict, job: dict, tok, arch: Arch, shape: Shape, pace: tuple, log, variants: dict) -> dict:
+    """Start every worker (loading at once, except beside vLLM's engine, whose memory profiling must not
+    see another load), alternate them (_alternate), and stop them all, even after an error (a time limit:
+    then without waiting for a step in flight)."""
+    started, workers, wait = {}, {}, 60
     try:
         for name, (target, worker_job) in jobs.items():
-            workers[name] = _start(target, worker_job)
-        return _alternate(workers, job, tok, arch, shape, warmup, log, variants)
+            started[name] = _spawn(target, worker_job)
+            if "rloo-vllm" in jobs:
+                workers[name] = _ready(started[name])
+        workers |= {name: _ready(p) for name, p in started.items() if name not in workers}
+        return _alternate(workers, job, tok, arch, shape, pace, log, variants)
+    except BaseException:
+        wait = 5
+        raise
     finally:  # a worker that died (its error is what propagates) cannot take the message
-        for proc, conn, _ in workers.values():
+        for proc, conn in started.values():
             with contextlib.suppress(OSError):
                 conn.send("stop")
-            proc.join(timeout=60)
+            proc.join(timeout=wait)
             if proc.is_alive():  # not a daemon (at max_staleness > 0): it must not outlive the bench
                 proc.kill()
 
 
-def _alternate(workers: dict, job: dict, tok, arch: Arch, shape: Shape, warmup: int, log, variants: dict) -> dict:
+def _alternate(workers: dict, job: dict, tok, arch: Arch, shape: Shape, pace: tuple, log, variants: dict) -> dict:
     """Send each batch to every trainer, the order rotating every step (so none always runs first
-    on a warm cache); log each step and keep the timed ones, with their FLOPs counted from the shape."""
+    on a warm cache); log each step and keep the timed ones, with their FLOPs counted from the shape.
+    `pace`: (warm-up rounds, the deadline no timed round may be expected to overrun or None, a dict
+    that gets what a worker saw of its setup)."""
+    warmup, deadline, seen = pace
     trainers = list(workers)
     batch_size, k, share_prompt = job["batch_size"], job["k"], job["share_prompt"]
     total = len(job["batches"])
     results: dict[str, list[dict]] = {name: [] for name in trainers}
     for i in range(total):
+        t_round = time.perf_counter()
         P = max(len(tok(p, add_special_tokens=False)["input_ids"]) for p in job["batches"][i])
         for name in trainers[i % len(trainers) :] + trainers[: i % len(trainers)]:
             workers[name][1].send("step")
             r = workers[name][1].recv()
-            T = r["width"]
+            seen |= {name: r.pop("setup")} if "setup" in r else {}
+            T, r["prompt_width"] = r["width"], P
             r["flops"] = (
                 rloo_step_flops(arch, batch_size, k, P, T, share_prompt, r["lengths"], not variants[name])
                 if name in variants
@@ -221,6 +221,10 @@ def _alternate(workers: dict, job: dict, tok, arch: Arch, shape: Shape, warmup: 
             )
             if i >= warmup:
                 results[name].append(r)
+        now = time.perf_counter()
+        if deadline is not None and warmup <= i < total - 1 and now + (now - t_round) > deadline:
+            log(f"  {shape.name}: stopped after step {i + 1}/{total}: another would end past its time budget")
+            break
     return results
 
 

@@ -103,6 +103,17 @@ def rloo_step_flops(
     return prompt + decode(a, N, P, T) + lm + rm + (lm - prompt) + 2 * lm + (0 if reuse_prefill else prompt)
 
 
+def rloo_phase_flops(a: Arch, B: int, K: int, P: int, lengths: list[int]) -> dict[str, float]:
+    """rloo_step_flops (shared prompt, known lengths, the prefill reused) split by phase: sampling (the
+    prompt pass and decode), scoring (reference and reward model) and the update (the policy's completion
+    pass after the kept prefill, and its backward, 2x the forward). T: the longest completion."""
+    N, T = B * K, max(lengths)
+    prompt = a.forward(B, P, P, B)
+    lm = prompt + bucketed(a, [max(n - 1, 0) for n in lengths], P, logits=True)
+    rm = a.forward(B, P, P, 0) + bucketed(a, lengths, P, logits=False)
+    return {"sampling": prompt + decode(a, N, P, T), "scoring": lm + rm, "update": (lm - prompt) + 2 * lm}
+
+
 def trl_step_flops(a: Arch, B: int, K: int, P: int, T: int) -> float:
     """TRL RLOOTrainer step: generate (prefill of N rows + decode), old-policy, reference and reward-model
     forward over the N joined sequences, then policy forward + backward (logits for T positions)."""

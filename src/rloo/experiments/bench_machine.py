@@ -51,6 +51,14 @@ def matmul_peak_flops(
     return best
 
 
+def release_cache(job: dict) -> None:
+    """With job["release_memory"] on CUDA, hand the allocator's cached blocks back after a step, outside its
+    time: several 1B trainers share one GPU (benchmarks/gpu_bench.py), and each one's cache held after its
+    turn would add up past an H100's 80 GB. The next step allocates afresh (cudaMalloc), in every trainer alike."""
+    if job.get("release_memory") and job["device"].startswith("cuda"):
+        torch.cuda.empty_cache()
+
+
 def machine() -> dict:
     cpu = next(
         (

@@ -57,3 +57,48 @@ def format_table(report: dict) -> str:
                 f"{100 * (r['achieved_frac_peak'] or 0):5.1f}%{extra}"
             )
     return "\n".join(lines)
+
+
+def summary(name: str, results: list[dict], peak: float, staleness: int | None) -> dict:
+    times = [r["time"] for r in results]
+    med = statistics.median(times)
+    flops = statistics.median(r["flops"] for r in results)
+    tokens = statistics.median(r["tokens"] for r in results)
+    phases = {k: statistics.median(r["phases"][k] for r in results) for k in results[0]["phases"]}
+    return {
+        "trainer": name,
+        "median_s": med,
+        "times_s": times,
+        "completion_tokens_per_s": tokens / med,
+        "median_completion_tokens": tokens,
+        "peak_rss_gb": max(r["rss_gb"] for r in results),
+        "flops_per_step": flops,
+        "achieved_flops": statistics.median(r["flops"] / r["time"] for r in results),
+        "achieved_frac_peak": statistics.median(r["flops"] / r["time"] for r in results) / peak,
+        "phases_s": phases,
+        "median_prompt_width": statistics.median(r.get("prompt_width", 0) for r in results),
+        "median_completion_width": statistics.median(r["width"] for r in results),
+        "sampling_ms_per_decode_step": sampling_ms_per_decode_step(results),
+    } | ({} if staleness is None else _async_summary(results, staleness))
+
+
+SAMPLING_PHASES = ("time/rollout", "time/generate")
+"""A step's sampling time: rloo's rollout phase (prompts tokenized, sampled, texts decoded), TRL's generation
+(rloo.experiments.bench_trl: its `_generate_single_turn`, the device synchronised)."""
+
+
+def sampling_ms_per_decode_step(results: list[dict]) -> float | None:
+    """Median over the steps of sampling time / completion width (the positions each row was decoded at,
+    the prefill's first token included): ms per decode step. None where a trainer reports no sampling
+    phase (rloo at max_staleness > 0: its producer samples)."""
+    per = [1e3 * r["phases"][k] / r["width"] for r in results for k in SAMPLING_PHASES if k in r["phases"]]
+    return statistics.median(per) if per and len(per) == len(results) else None
+
+
+def _async_summary(results: list[dict], staleness: int) -> dict:
+    """rloo's max_staleness, and at N > 0 the lag of each timed batch and the producer's peak RSS."""
+    if not staleness:
+        return {"max_staleness": 0}
+    rss = [r["producer_rss_gb"] for r in results if r.get("producer_rss_gb") is not None]
+    lags = [r["lag"] for r in results]
+    return {"max_staleness": staleness, "lags": lags, "producer_peak_rss_gb": max(rss) if rss else None}

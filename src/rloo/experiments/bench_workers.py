@@ -1,4 +1,4 @@
-"""The worker processes of `rloo bench`: one trainer each (rloo's step, or TRL's RLOOTrainer), which
+"""The worker processes of `rloo bench`: one trainer each (rloo's step, or TRL's RLOOTrainer: bench_trl.py), which
 takes one step when the parent says go and sends back its time, tokens, widths and peak memory.
 Each runs in a process of its own, so each one's peak memory is its own.
 
@@ -22,11 +22,10 @@ import signal
 import time
 
 import torch
-from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer, TrainerCallback
 
 from rloo.algorithms.rloo import rloo_step
 from rloo.config import RLConfig
-from rloo.experiments.bench_machine import peak_memory_gb
+from rloo.experiments.bench_machine import peak_memory_gb, release_cache
 from rloo.rollout.producer import ProducerSampler
 from rloo.runtime.precision import resolve_precision
 from rloo.training.common import adamw, seed_everything
@@ -56,6 +55,7 @@ def rloo_trainer(job: dict):
         dtype=job["dtype"],
         max_staleness=job.get("max_staleness", 0),
         generation=job.get("generation", "sampler"),  # vllm: load_models starts the engine in this process
+        **job.get("rl", {}),  # a variant's own keys (benchmarks/gpu_bench.py: captured_decode, micro_batch_size)
     )
     gen = seed_everything(cfg.seed)
     models = load_models(cfg)
@@ -74,7 +74,9 @@ def _rloo_worker(conn, job: dict) -> None:
     conn.send({"ready": True, "rss_gb": peak_memory_gb(cfg.device)})
     try:
         for i, _ in enumerate(iter(conn.recv, "stop")):
-            conn.send(timed_rloo_step(models, opt, cfg, gen, job["batches"][i], producer))
+            result = timed_rloo_step(models, opt, cfg, gen, job["batches"][i], producer)
+            release_cache(job)
+            conn.send(result)
     finally:  # a stopped producer could neither stop nor be reaped
         if producer is not None:
             _signal(producer, signal.SIGCONT)
@@ -139,91 +141,15 @@ def _vm_hwm_gb(pid: int) -> float | None:
     return next((int(ln.split()[1]) / 1e6 for ln in lines if ln.startswith("VmHWM:")), None)
 
 
-# ---------------------------------------------------------------- TRL worker
-
-
-def _trl_worker(conn, job: dict) -> None:
-    torch.set_num_threads(job["threads"])
-    # optional: TRL (the `bench` extra) and the datasets it trains from, only in this worker
-    from datasets import Dataset
-    from trl import RLOOConfig, RLOOTrainer
-
-    class Pace(TrainerCallback):
-        """Blocks each step until the parent says go; reports its time, tokens and peak memory."""
-
-        def on_step_begin(self, args, state, control, **kw):
-            conn.recv()
-            self.t0 = time.perf_counter()
-
-        def on_step_end(self, args, state, control, **kw):
-            if job["device"].startswith("cuda"):
-                torch.cuda.synchronize()
-            dt = time.perf_counter() - self.t0
-            m = trainer._metrics["train"]
-            conn.send(
-                {
-                    "time": dt,
-                    "tokens": int(round(m["completions/mean_length"][-1] * job["batch_size"] * job["k"])),
-                    "width": int(m["completions/max_length"][-1]),
-                    "rss_gb": peak_memory_gb(job["device"]),
-                    "phases": {},
-                }
-            )
-
-    n = job["batch_size"] * job["k"]
-    args = RLOOConfig(
-        output_dir=job["tmp"],
-        per_device_train_batch_size=n,
-        gradient_accumulation_steps=1,
-        num_generations=job["k"],
-        max_completion_length=job["max_new_tokens"],
-        beta=job["beta"],
-        learning_rate=job["lr"],
-        lr_scheduler_type="constant",
-        warmup_steps=0,
-        weight_decay=0.0,
-        adam_beta1=0.9,
-        adam_beta2=0.95,
-        max_grad_norm=1.0,
-        temperature=1.0,
-        top_p=1.0,
-        top_k=0,
-        num_iterations=1,
-        max_steps=len(job["batches"]),
-        shuffle_dataset=False,
-        seed=job["seed"],
-        gradient_checkpointing=False,
-        bf16=job["dtype"] == "bfloat16",
-        fp16=False,
-        use_cpu=not job["device"].startswith("cuda"),
-        report_to="none",
-        logging_steps=10**6,
-        save_strategy="no",
-        disable_tqdm=True,
-        dataloader_num_workers=0,
-    )
-    tok = AutoTokenizer.from_pretrained(job["policy"])
-    model = AutoModelForCausalLM.from_pretrained(job["policy"], dtype=torch.float32)
-    rm = AutoModelForSequenceClassification.from_pretrained(job["reward"], num_labels=1, dtype=torch.float32)
-    data = Dataset.from_dict({"prompt": [p for batch in job["batches"] for p in batch]})
-    trainer = RLOOTrainer(
-        model=model,
-        reward_funcs=rm,
-        args=args,
-        train_dataset=data,
-        processing_class=tok,
-        reward_processing_classes=tok,
-        callbacks=[Pace()],
-    )
-    conn.send({"ready": True, "rss_gb": peak_memory_gb(job["device"])})
-    trainer.train()
-    conn.recv()  # "stop"
-
-
 # ---------------------------------------------------------------- starting a worker (in the parent)
 
 
 def _start(target, job):
+    return _ready(_spawn(target, job))
+
+
+def _spawn(target, job):
+    """Start one worker process; `_ready` waits for its "ready" (several may load at once)."""
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe()
     # a daemon cannot start the rollout producer: that worker ends when the parent says stop, or at
@@ -231,5 +157,9 @@ def _start(target, job):
     proc = ctx.Process(target=target, args=(child, job), daemon=not job.get("max_staleness"))
     proc.start()
     child.close()  # the worker's end lives in the worker: if it dies, recv() raises instead of waiting for ever
-    ready = parent.recv()
-    return proc, parent, ready
+    return proc, parent
+
+
+def _ready(started):
+    proc, parent = started
+    return proc, parent, parent.recv()

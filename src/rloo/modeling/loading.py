@@ -6,6 +6,7 @@ import os
 import shutil
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import torch
 from transformers import (
@@ -21,8 +22,10 @@ from rloo.config import ArchConfig
 from rloo.errors import RlooError
 from rloo.modeling.attention import use_rloo_attention
 from rloo.modeling.fp32_head import use_fp32_heads
+from rloo.modeling.handed import handed_model
 from rloo.modeling.lora import is_adapter_folder, load_merged
 from rloo.runtime.inputs.names import check_name
+from rloo.runtime.inputs.objects import held, is_held
 from rloo.runtime.precision import weights_dtype
 from rloo.runtime.runfolder.atomic import (
     WriteError,
@@ -83,11 +86,22 @@ def model_options(cfg) -> dict:
 
 
 def load_tokenizer(path: str, trust_remote_code: bool = False):
+    """The tokenizer at `path`, or the one handed to the Python API under that name
+    (rloo.runtime.inputs.objects), with a pad token (EOS when it has none) and an EOS token."""
     _check_dir(path, "tokenizer")
+    if is_held(path):
+        return checked_tokenizer(held(path).obj, path)
     try:
         tok = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
     except (OSError, ValueError) as e:
         raise RlooError(f"could not load a tokenizer from {path!r}: {str(e).splitlines()[0]}") from e
+    return checked_tokenizer(tok, path)
+
+
+def checked_tokenizer(tok: Any, path: str) -> Any:
+    """`tok` with a pad token (EOS when it has none); refused without an EOS token."""
+    if not callable(getattr(tok, "get_vocab", None)) or not callable(tok):
+        raise RlooError(f"{path}: expected a transformers tokenizer, got a {type(tok).__name__}")
     if tok.pad_token is None:
         # Padding is always masked out, so any token will do; EOS is the usual choice.
         tok.pad_token = tok.eos_token
@@ -114,10 +128,15 @@ def _check_safetensors(path: str, what: str) -> None:
         )
 
 
-def _load(cls, path: str, what: str, device: str, dtype, trust_remote_code: bool, **kw):
+def _load(cls, path: str, what: str, device: str, dtype, trust_remote_code: bool, **kw) -> tuple[Any, Any]:
     """(model, tokenizer) from `path`: rloo's attention (rloo.modeling.attention), and its output heads
-    in fp32 under autocast (rloo.modeling.fp32_head), set before any wrapper (DDP, FSDP2, PEFT) sees it."""
+    in fp32 under autocast (rloo.modeling.fp32_head), set before any wrapper (DDP, FSDP2, PEFT) sees it.
+    A model handed to the Python API under `path` (rloo.runtime.inputs.objects) is that object, moved."""
     _check_dir(path, what)
+    if is_held(path):
+        model, tok = handed_model(path, what)
+        model = model.to(device=device, dtype=resolve_dtype(dtype, device))
+        return use_fp32_heads(use_rloo_attention(model)), load_tokenizer(tok)
     _check_safetensors(path, what)
     load = partial(load_merged, cls) if is_adapter_folder(path) else cls.from_pretrained
     try:

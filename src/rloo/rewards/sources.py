@@ -30,7 +30,7 @@ class FunctionReward:
     non-numbers or NaN/inf stops training with a RewardError naming the problem. ``None`` means
     "could not score" (a checker that found nothing to check): it comes out as NaN, and the group
     algorithms leave such a sample out of its group's baseline and give it advantage 0 (the rule
-    of ``rloo.core.advantages.leave_one_out_valid``); the others stop with a RewardError.
+    of ``rloo.core.advantages.leave_one_out``); the others stop with a RewardError.
     """
 
     def __init__(self, fn: RewardFn, name: str | None = None):

@@ -46,8 +46,9 @@ class Draw:
 
 @dataclass
 class Ends:
-    """Where rows end: at EOS, or from min_new_tokens tokens on at a stop string; `all_done(done)`
-    decides when every row has ended (FSDP: processes stop together), else done.all()."""
+    """Where rows end: at EOS, or after min_new_tokens tokens at a stop string ending past their
+    text (`stop.after`, vLLM's rule); `all_done(done)` decides when every row has ended (FSDP:
+    processes stop together), else done.all()."""
 
     eos_id: int
     min_new_tokens: int
@@ -57,7 +58,7 @@ class Ends:
     def after(self, tok: Tensor, ids: list[Tensor], done: Tensor) -> tuple[Tensor, bool]:
         """(N,) bool done after token `tok` (N,), the last of `ids`; and whether every row is."""
         done = done | (tok == self.eos_id)
-        if self.stop is not None and len(ids) >= self.min_new_tokens:
+        if self.stop is not None and len(ids) > self.min_new_tokens:
             done = done | _stopped(self.stop, ids, done)
         return done, self.all_done(done) if self.all_done is not None else bool(done.all())
 

@@ -101,14 +101,23 @@ def shaping(prompt_ids: Tensor, prompt_mask: Tensor, k: int, vocab: int, eos_id:
 class StopStrings:
     """A row ends when the decoded text of its generated tokens (special tokens dropped, as the
     completion's text) contains one of `stops`. Checked on the text, never by re-tokenizing: a stop
-    string can end inside a token or span several. The token that completes it is the row's last."""
+    string can end inside a token or span several. The token that completes it is the row's last.
+    `after` (min_new_tokens): only a stop string ending past the text of the row's first `after`
+    tokens counts (it may start inside it), as vLLM's min_tokens does (its detokenizer searches
+    only the text generated after them): text that was held back never ends a row later."""
 
-    def __init__(self, tokenizer, stops: Sequence[str]):
-        self.tokenizer, self.stops = tokenizer, tuple(stops)
+    def __init__(self, tokenizer, stops: Sequence[str], after: int = 0):
+        self.tokenizer, self.stops, self.after = tokenizer, tuple(stops), after
 
     def __call__(self, rows: list[list[int]]) -> list[bool]:
         texts = self.tokenizer.batch_decode(rows, skip_special_tokens=True)
-        return [any(s in t for s in self.stops) for t in texts]
+        held = [0] * len(rows)  # per row, the length of its first `after` tokens' text
+        if self.after:
+            heads = self.tokenizer.batch_decode([r[: self.after] for r in rows], skip_special_tokens=True)
+            held = [len(h) for h in heads]
+        return [
+            any(t.find(s, max(0, b - len(s) + 1)) >= 0 for s in self.stops) for t, b in zip(texts, held, strict=True)
+        ]
 
     def hits(self, ids: Tensor, mask: Tensor) -> Tensor:
         """(N,T) ids, (N,T) bool real tokens -> (N,) bool: the rows whose text contains a stop string."""

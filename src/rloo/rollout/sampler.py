@@ -26,6 +26,8 @@ from rloo.modeling.kvcache import (
 )
 from rloo.modeling.kvcache import cache_kwarg as _cache_kwarg
 from rloo.modeling.layer_checkpoint import cache_keeping_checkpointing
+from rloo.rollout.captured import CaptureFailed, captured_sample, decodes_captured, fall_back
+from rloo.rollout.captured_step import StepSettings
 from rloo.rollout.decode_steps import Decoder, Draw, Ends, decode, row_noise
 from rloo.rollout.decoding import StopStrings, shaping
 from rloo.rollout.draw import _inverse_cdf, _next_token, uniforms  # noqa: F401 (re-exported: tests, multiturn)
@@ -112,6 +114,7 @@ def sample_tokens(
     all_done=None,
     grouped: bool | None = None,
     few_rows: bool | None = None,
+    captured: str = "off",
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Sample completions as `s` asks. (B,P),(B,P) -> ids (N,T), mask (N,T), logprobs (N,T); N = B*k,
     T <= s.max_new_tokens.
@@ -125,8 +128,9 @@ def sample_tokens(
     those settings not with the distribution sampled from (`off_policy_note`); s.truncated_logprobs:
     of the top-k/top-p truncated distribution drawn from (rl.logprobs_under=truncated). temperature 0:
     greedy (argmax) decoding, log-probs at temperature 1. A row ends at EOS (forbidden before
-    min_new_tokens tokens) or, from min_new_tokens tokens on, at the token whose text completes a
-    stop string (`stops`: s.stop compiled for the tokenizer); tokens after its end are padding, masked.
+    min_new_tokens tokens) or, after min_new_tokens tokens, at the token whose text completes a
+    stop string ending past theirs (`stops`: s.stop compiled for the tokenizer with
+    after=s.min_new_tokens, vLLM's rule); tokens after its end are padding, masked.
     Stops as soon as every row has ended (`all_done(done)` decides when given, so that
     processes whose forward passes are collectives (FSDP) stop together).
     `rows=(offset, total)`: these rows of a global batch sampled by several processes, each drawing
@@ -135,15 +139,29 @@ def sample_tokens(
     `few_rows`: the decode steps' linear layers take the product the other way round
     (rloo.modeling.few_rows); None: where that was measured faster (`few_rows_pays`). The same
     products, summed in another order.
+    `captured` (rl.captured_decode: auto/on/off): decode with the captured step where it serves
+    (rloo.rollout.captured: one fixed-shape step over a static cache, a CUDA graph on CUDA; its noise
+    is `rows`' up-front uniforms, (0, N) without rows), else the eager loop; off (the default here).
     """
     N, T = prompt_ids.shape[0] * k, s.max_new_tokens
-    noise = row_noise(rows, T, N, generator, prompt_ids.device)
+    use_few_rows = few_rows_pays(prompt_ids.device) if few_rows is None else few_rows
+    noise = None
+    if decodes_captured(captured, model, prompt_ids.device, grouped, all_done):
+        pre = prefill if prefill is not None else prefill_prompts(model, prompt_ids, prompt_mask)
+        noise = row_noise(rows or (0, N), T, N, generator, prompt_ids.device)
+        assert noise is not None  # rows given: the (T, N) uniforms
+        try:
+            with few_rows_linears(model, use_few_rows):
+                return captured_sample(model, pre, k, noise, StepSettings(s, eos_id, pad_id), stops, use_few_rows)
+        except CaptureFailed as e:  # the eager loop decodes from the same prompt pass and uniforms
+            fall_back(captured, str(e))
+            prefill = pre
+    noise = row_noise(rows, T, N, generator, prompt_ids.device) if noise is None else noise
     logits, dec = _start(model, prompt_ids, prompt_mask, k, T, prefill, grouped)
     shape = shaping(prompt_ids, prompt_mask, k, logits.shape[-1], eos_id, s)
     draw = Draw(s, generator, noise, shape)
     ends = Ends(eos_id, s.min_new_tokens, stops, all_done)
     done = torch.zeros(N, dtype=torch.bool, device=prompt_ids.device)
-    use_few_rows = few_rows_pays(prompt_ids.device) if few_rows is None else few_rows
     with few_rows_linears(model, use_few_rows):
         return decode(logits, dec, draw, ends, done, pad_id, T)
 
@@ -159,12 +177,13 @@ def rollout(
     keep_prefill: bool = False,
     rows: tuple[int, int] | None = None,
     all_done=None,
+    captured: str = "off",
 ) -> Rollout:
     """k completions for each prompt as `s` asks, rows grouped by prompt. s.share_prompt: prefill each
     prompt once and share its KV cache among its k samples (same distribution, less compute).
     keep_prefill (with share_prompt): run that prompt pass with autograd on and return it in the
     Rollout, for the policy-gradient pass to reuse (skipped for models with dropout, whose
-    train-mode pass differs). rows/all_done: see `sample_tokens`. A stop string stays in the
+    train-mode pass differs). rows/all_done/captured: see `sample_tokens`. A stop string stays in the
     completion: its text is the decoding of the tokens sampled up to the one completing it."""
     device = next(model.parameters()).device
     enc, n_trunc = encode_prompts(tokenizer, prompts, s.max_prompt_tokens)
@@ -174,7 +193,7 @@ def rollout(
     model.eval()
     share = s.share_prompt
     src_ids, src_mask, g = (enc.ids.to(device), enc.mask.to(device), k) if share else (p_ids, p_mask, 1)
-    pre, stops = None, StopStrings(tokenizer, s.stop) if s.stop else None
+    pre, stops = None, StopStrings(tokenizer, s.stop, after=s.min_new_tokens) if s.stop else None
     if share and keep_prefill and not has_dropout(model):
         with torch.enable_grad(), cache_keeping_checkpointing(model):  # checkpointed when the model asks
             pre = prefill_prompts(model, src_ids, src_mask)
@@ -191,6 +210,7 @@ def rollout(
         prefill=pre,
         rows=rows,
         all_done=all_done,
+        captured=captured,
     )
     model.train(was_training)
     completions = Completions(c_ids, c_mask, lps, stops)

@@ -39,7 +39,8 @@ class VersionSampler:
     def __call__(self, model: torch.nn.Module, version: int, prompts: list[str], generator, rows=None) -> Rollout:
         cfg = self.cfg
         if cfg.generation != "vllm":
-            return rollout(model, self.tokenizer, prompts, cfg.k, cfg.sampling, generator=generator, rows=rows)
+            s, captured = cfg.sampling, cfg.captured_decode
+            return rollout(model, self.tokenizer, prompts, cfg.k, s, generator=generator, rows=rows, captured=captured)
         if self.engine is None:  # started here, in the sampling process; it loads `model`'s weights at once
             self.engine = VLLMSampler(cfg, self.tokenizer, model, precision=self.precision)
         elif version != self.synced:

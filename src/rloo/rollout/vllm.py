@@ -161,10 +161,11 @@ def mismatch_stats(mu: torch.Tensor, pi: torch.Tensor, mask: torch.Tensor) -> di
 
 def sampling_params(n: int, s: Sampling, eos_id: int) -> dict:
     """vLLM's SamplingParams keywords for rloo's settings `s` (rloo.rollout.decoding): the same names where
-    vLLM has them; top_k 0 (all) is vLLM's -1, min_new_tokens its min_tokens (which, as rloo's sampler,
-    also holds back stop strings). A stop string stays in the completion as in rloo's sampler; the
-    rows are the ids vLLM returned, decoded again (`completion_tensors`). Defaults give the keywords
-    of before these settings existed. The prompt limit is the caller's (its prompts are cut already)."""
+    vLLM has them; top_k 0 (all) is vLLM's -1, min_new_tokens its min_tokens (which also holds back
+    stop strings: only one ending past the first n tokens' text counts, rloo's StopStrings.after). A
+    stop string stays in the completion as in rloo's sampler; the rows are the ids vLLM returned,
+    decoded again (`completion_tensors`). Defaults give the keywords of before these settings existed.
+    The prompt limit is the caller's (its prompts are cut already)."""
     params = dict(
         n=n, temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_new_tokens, stop_token_ids=[eos_id], seed=None
     )

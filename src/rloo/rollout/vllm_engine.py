@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
+import tempfile
 from types import ModuleType
 from typing import Protocol, TypeGuard, runtime_checkable
 
@@ -36,7 +38,8 @@ def import_vllm() -> ModuleType:
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     try:  # vLLM is optional: not in the venv pyright checks with (it has its own, make test-vllm)
-        import vllm  # pyright: ignore[reportMissingImports]
+        with captured_output():
+            import vllm  # pyright: ignore[reportMissingImports]
     except ModuleNotFoundError as e:
         if e.name is not None and e.name.split(".")[0] == "vllm":
             raise RlooError(f"generation=vllm needs vLLM, which is not installed: {INSTALL}") from e
@@ -44,6 +47,40 @@ def import_vllm() -> ModuleType:
     except Exception as e:  # noqa: BLE001 - every import failure becomes one line with its fix
         raise RlooError(import_failure(e)) from e
     return vllm
+
+
+@contextlib.contextmanager
+def captured_output():
+    """File descriptors 1 and 2, and Python's sys.stdout/sys.stderr (which need not write to them),
+    sent to a temporary file while vLLM is imported and its engine starts: its warnings, progress
+    bars and C++ logs, which logging levels do not reach, would come before rloo's own line (or be
+    the only output of a start that works). What was written is added to an exception raised inside
+    as a note, for --debug's traceback; otherwise it is dropped."""
+    _flush()
+    saved = [os.dup(1), os.dup(2)]
+    with tempfile.TemporaryFile() as f, open(f.fileno(), "w", closefd=False, errors="replace") as text:
+        os.dup2(f.fileno(), 1)
+        os.dup2(f.fileno(), 2)
+        try:
+            with contextlib.redirect_stdout(text), contextlib.redirect_stderr(text):
+                yield
+        except BaseException as e:
+            text.flush()
+            f.seek(0)
+            add_note = getattr(e, "add_note", None)  # Python 3.11+
+            if (said := f.read().decode(errors="replace").strip()) and add_note is not None:
+                add_note(f"vLLM's output before it failed:\n{said}")
+            raise
+        finally:
+            text.flush()
+            for fd, old in ((1, saved[0]), (2, saved[1])):
+                os.dup2(old, fd)
+                os.close(old)
+
+
+def _flush() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
 
 
 def import_failure(e: BaseException) -> str:
@@ -126,7 +163,7 @@ def start_engine(vllm, model_path: str, *, dtype: str, max_model_len: int, rows:
     it (an architecture vLLM does not know, a head size its kernels lack, memory) is one RlooError line.
     A one-token generation runs at once, so errors raised only when the model first runs surface here."""
     try:
-        with kept_threads():
+        with kept_threads(), captured_output():
             llm = vllm.LLM(
                 model=model_path,
                 tokenizer=model_path,

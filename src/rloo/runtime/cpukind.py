@@ -17,6 +17,8 @@ from pathlib import Path
 
 import torch
 
+from rloo.runtime.threadpolicy import CHOSEN, chosen_by_rloo
+
 CPUINFO = Path("/proc/cpuinfo")
 # Settings that cap the instructions oneDNN (which runs CPU bf16 matmuls) may use: with one set the
 # flags no longer say what a bf16 matmul runs on, so dtype=auto times it instead.
@@ -102,3 +104,19 @@ def exactness_note(threads: int, saved_threads: int | None, kind: str) -> str | 
         f"resuming with {threads} threads on a CPU of kind {kind}, where bitwise repeats with more than one "
         "thread are not measured: exact to float rounding, bit for bit only with OMP_NUM_THREADS=1"
     )
+
+
+def resume_threads(saved: int | None, adopt: bool = True, environ: dict[str, str] | None = None) -> str | None:
+    """A resume's thread count and what it promises, as one line to say (None: nothing to say). Where
+    rloo chose the count (threadpolicy: the user set no OMP_NUM_THREADS) and `adopt`, torch takes
+    the count the run recorded, whatever the load is now, so the continuation stays bit for bit; a
+    count the user set is kept, and exactness_note says what it promises."""
+    env = os.environ if environ is None else environ
+    threads, lines = torch.get_num_threads(), []
+    if adopt and saved is not None and saved != threads and chosen_by_rloo(env):
+        torch.set_num_threads(saved)
+        env["OMP_NUM_THREADS"] = env[CHOSEN] = str(saved)
+        threads = saved
+        lines.append(f"threads: {saved}, the count the run used (its checkpoint records it), for a bit-for-bit resume")
+    note = exactness_note(threads, saved, cpu_kind(cpu_flags()))
+    return "; ".join([*lines, *([note] if note else [])]) or None

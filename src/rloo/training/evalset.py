@@ -23,6 +23,12 @@ from rloo.runtime.distributed import unwrap
 from rloo.runtime.tracking.log import say
 from rloo.training.agents import success_threshold
 
+# The built-in task's training prompts are drawn up front, steps x batch_size of them, at most this
+# many: beyond it the stream (rloo.data.prompts.PromptStream) starts a reshuffled epoch of the same
+# prompts. A run of fewer draws exactly as before; steps=1000000000 drew prompts for minutes with no
+# output while memory grew (2^17 prompts: seconds, tens of MB).
+MAX_DRAWN_PROMPTS = 2**17
+
 
 @dataclass
 class EvalSet:
@@ -160,7 +166,8 @@ def train_and_eval_prompts(
 ) -> tuple[list[str], EvalSet | None]:
     """Training prompts and the held-out eval set: the API's prompts (no eval), the config's
     dataset (judged by eval.judge, by default the reward model), or the built-in task (steps x
-    batch_size prompts, `steps` of the run's start: a resume that extends `steps` keeps the list)."""
+    batch_size prompts, at most MAX_DRAWN_PROMPTS; `steps` of the run's start: a resume that extends
+    `steps` keeps the list)."""
     if prompts is not None:
         return prompts, None
     rm = models.scorer.reward_model if isinstance(models.scorer, HoldsRewardModel) else None
@@ -174,7 +181,8 @@ def train_and_eval_prompts(
         return [r.prompt for r in train_recs], EvalSet([r.prompt for r in eval_recs], refs, judge)
     examples = task.examples(cfg.eval_split, cfg.eval_prompts, seed=cfg.seed)
     judge = make_judge(cfg.eval.judge, task=task, reward_scorer=rm, reward_name=rm_name)
-    train_prompts = [e.prompt for e in task.examples("train", (steps or cfg.steps) * cfg.batch_size, seed=cfg.seed)]
+    drawn = min((steps or cfg.steps) * cfg.batch_size, MAX_DRAWN_PROMPTS)
+    train_prompts = [e.prompt for e in task.examples("train", drawn, seed=cfg.seed)]
     return train_prompts, EvalSet([e.prompt for e in examples], [e.reference for e in examples], judge)
 
 

@@ -16,7 +16,16 @@ import torch
 
 from rloo.algorithms.base import Algorithm, StepResult
 from rloo.data.prompts import PromptStream
-from rloo.errors import Interrupted, NonFiniteError, RewardError, RlooError, how_to_continue, option, rerun_hint
+from rloo.errors import (
+    Interrupted,
+    NonFiniteError,
+    RewardError,
+    RlooError,
+    StoppedByCallback,
+    how_to_continue,
+    option,
+    rerun_hint,
+)
 from rloo.eval.plots import plot_training
 from rloo.modeling.loading import save_pretrained_atomic
 from rloo.modeling.lora import for_saving
@@ -28,6 +37,7 @@ from rloo.runtime.signals import StopFlag
 from rloo.runtime.tracking.log import MetricsLogger, progress, say
 from rloo.runtime.tracking.progress_text import progress_suffix
 from rloo.runtime.tracking.trackers import sample_rows
+from rloo.training.callbacks import Callbacks, asked_anywhere, stop_line
 from rloo.training.evalset import EvalSet, eval_metrics
 from rloo.training.guard import NonFiniteGuard, VanishingWeights, check_update
 
@@ -45,6 +55,7 @@ class LoopState:
     stream: PromptStream
     ck: Checkpointer
     param_guard: ParamGuard
+    callbacks: Callbacks = field(default_factory=lambda: Callbacks([], None, 0))  # the API's (training/callbacks.py)
 
 
 @dataclass
@@ -68,9 +79,12 @@ def loop(cfg, dist, models, state: LoopState, eval_set: EvalSet | None, start: i
     bar = progress(cfg.steps, f"{cfg.algorithm}", initial=start, disable=not dist.is_main, plain_lines=False)
     history = []
 
+    cbs = state.callbacks
+
     def record(step, metrics):
         if log is not None:
             log.log(step, metrics)
+            cbs.log(step, metrics)
         history.append({"step": step, **metrics})
 
     clock = (time.perf_counter(), start)  # for the ETA of plain-text progress lines
@@ -104,10 +118,14 @@ def loop(cfg, dist, models, state: LoopState, eval_set: EvalSet | None, start: i
                 _show(bar, cfg, step, result, clock)
                 if log is not None and (step + 1) % cfg.sample_every == 0:
                     log.log_samples(step + 1, sample_rows(result.rollout))
+                cbs.fire("on_step_end", step + 1, metrics=dict(result.stats))
+                asked = asked_anywhere(cbs, dist)
                 if stop.signum is not None:
                     raise _interrupted(ck, stop.signum, step + 1, cfg.steps)
+                if asked:
+                    raise _stopped(ck, cbs, step + 1, cfg.steps)
                 if cfg.save_every and (step + 1) % cfg.save_every == 0:
-                    _periodic_checkpoint(ck, guard, step + 1)
+                    cbs.saved(step + 1, _periodic_checkpoint(ck, guard, step + 1))
             _check_trained(ck.counters, cfg.steps)
             # past the last step a signal no longer interrupts: finishing is quicker than resuming
             final = eval_metrics(models, eval_set, cfg, cfg.steps, **dist.eval_kwargs()) if eval_set is not None else {}
@@ -168,6 +186,18 @@ def _interrupted(ck: Checkpointer, signum: int, step: int, steps: int) -> Interr
     return Interrupted(f"{stopped} and saved {where}; {how_to_continue(True)}", signum)
 
 
+def _stopped(ck: Checkpointer, cbs: Callbacks, step: int, steps: int) -> StoppedByCallback:
+    """A callback's stop after step `step`: saved as an interrupt is (`_interrupted`), the hook named."""
+    what = cbs.asked or "a callback on rank 0"
+    if rerun_hint() is not None:
+        return StoppedByCallback(f"{what} asked to stop; stopped at step {step}/{steps}; {how_to_continue(True)}")
+    path = ck.save(ck.snapshot(step))
+    cbs.saved(step, path)
+    where = _saved(ck, path)
+    saved = f"and saved {where}" if where else f"(nothing saved: {ck.skip_note})"
+    return StoppedByCallback(f"{stop_line(what, step, steps, saved)}; {how_to_continue(where is not None)}")
+
+
 def _save_final(cfg, dist, models, path: Path) -> None:
     """Full weights, the LoRA adapters alone, or the weights with adapters merged (lora.save);
     under torchrun gathered from every process and written by rank 0."""
@@ -218,11 +248,11 @@ def _count_scored(counters: dict, stats: dict, step: int, n: int) -> None:
     say(f"step {step}: the reward scored none of the {n} completions (every score None); no gradient from this step")
 
 
-def _periodic_checkpoint(ck: Checkpointer, guard: NonFiniteGuard, step: int) -> None:
+def _periodic_checkpoint(ck: Checkpointer, guard: NonFiniteGuard, step: int) -> Path | None:
     if guard.in_streak:
         say(f"checkpoint at step {step} postponed: the last {guard.in_streak} steps were skipped")
-        return
-    ck.save(ck.snapshot(step))
+        return None
+    return ck.save(ck.snapshot(step))
 
 
 def _show(bar, cfg, step, result: StepResult, clock) -> None:

@@ -27,10 +27,9 @@ from rloo.runtime.runfolder.layout import is_bookkeeping_only, kind_of, run_kind
 from rloo.runtime.runfolder.reading import read_text
 from rloo.runtime.tracking.log import say
 from rloo.training.loop import RLResult
+from rloo.training.resumable import FINAL, check_something_to_resume
 from rloo.training.reward import RewardResult
 
-# What a stage writes last, once its training is over: a folder holding these is a finished stage
-FINAL = {"sft": ("model",), "reward": ("model", "accuracy.json"), "train": ("model",)}
 PLOTS = ("reward.png", "kl.png", "win_rate.png")  # rloo.eval.plots.plot_training's files, in its order
 
 
@@ -48,6 +47,7 @@ def check_pipeline_resume(cfg) -> bool:
     out = Path(cfg.output_dir)
     held = _saved_config(out)
     if held is None:
+        check_something_to_resume(out, "pipeline")  # a typo in output_dir: refused, not a new pipeline
         say(f"{option('resume')}: no pipeline in {out}; starting from its first stage")
         return False
     # check_resume_config: 'key: old -> new' of every other setting (refusing, in its own line, those

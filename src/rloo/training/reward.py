@@ -35,6 +35,7 @@ from rloo.runtime.runfolder.atomic import atomic_write_text
 from rloo.runtime.runfolder.lock import holds_run_folder
 from rloo.runtime.tracking.log import progress, say
 from rloo.tasks import get_task
+from rloo.training.callbacks import Callbacks
 from rloo.training.common import (
     adamw,
     after_step,
@@ -168,7 +169,9 @@ def _pairs(cfg: RewardConfig, task, gen, state: dict | None):
 
 @holds_run_folder
 @stage_precision
-def train_reward(cfg: RewardConfig, *, resume: bool = False, overwrite: bool = False) -> RewardResult:
+def train_reward(
+    cfg: RewardConfig, *, resume: bool = False, overwrite: bool = False, callbacks: list | None = None
+) -> RewardResult:
     """Train r_psi(x, y) from the SFT model: loss = -log sigmoid(r(x, y_c) - r(x, y_r)). `resume`
     continues from the newest whole checkpoint in `cfg.output_dir`, bit for bit."""
     check_config(cfg)
@@ -210,6 +213,7 @@ def train_reward(cfg: RewardConfig, *, resume: bool = False, overwrite: bool = F
         "reward model", cfg, out, model, tokenizer, opt, sched, gen, guard, len(train_pairs), _digest(train_pairs)
     )
     run.inputs = inputs
+    run.callbacks = Callbacks(callbacks, cfg, total, model, tokenizer)
     if cfg.dataset is None:  # sampled: a resume reads them back rather than sampling again
         run.extra["pairs"] = {"train": train_pairs, "held_out": held_out}
     run.start(ckpt, state, resume)

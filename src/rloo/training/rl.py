@@ -37,15 +37,18 @@ from rloo.runtime.checkpoint.resumecheck import (
 from rloo.runtime.checkpoint.ringcheck import check_ring, config_change, config_dict, ring_window
 from rloo.runtime.checkpoint.save import Checkpointer, truncate_metrics
 from rloo.runtime.checkpoint.verify import checked_state, latest_checkpoint, load_ring, load_state
-from rloo.runtime.cpukind import cpu_flags, cpu_kind, exactness_note
+from rloo.runtime.cpukind import resume_threads
 from rloo.runtime.distributed import unwrap
 from rloo.runtime.inputs.fingerprint import check_inputs_unchanged, fingerprints
+from rloo.runtime.inputs.objects import is_held
 from rloo.runtime.link.child import can_send
 from rloo.runtime.paramguard import ParamGuard
 from rloo.runtime.precision import MIN_BF16_WIDTH_SAMPLING, stage_precision
+from rloo.runtime.runfolder.layout import run_kind
 from rloo.runtime.runfolder.lock import holds_run_folder
 from rloo.runtime.tracking.log import say
 from rloo.tasks import get_task
+from rloo.training.callbacks import Callbacks
 from rloo.training.common import (
     adamw,
     check_device,
@@ -57,7 +60,9 @@ from rloo.training.common import (
 )
 from rloo.training.dpo import check_dpo_arguments, train_dpo
 from rloo.training.evalset import rl_prompts
+from rloo.training.handed import handed_policy
 from rloo.training.loop import LoopState, RLResult, loop
+from rloo.training.resumable import check_something_to_resume, refuse_finished
 
 
 @holds_run_folder  # one process per run folder, for the whole run (rloo.runtime.runfolder.lock)
@@ -69,11 +74,14 @@ def train(
     reward_fn: Callable | None = None,
     resume: bool = False,
     overwrite: bool = False,
+    callbacks: list | None = None,
 ) -> RLResult:
     """RL fine-tuning of `cfg.policy`. `prompts` and `reward_fn(prompts, completions) -> floats`
     replace the built-in task's prompts and the reward model; without them the task provides both
     prompts and a gold judge for periodic evaluation. `resume` continues from the newest whole
-    checkpoint in `cfg.output_dir` (exactly: same parameters as a run that never stopped)."""
+    checkpoint in `cfg.output_dir` (exactly: same parameters as a run that never stopped).
+    `callbacks`: hooks into the loop (rloo.training.callbacks). The Python API's rloo.train
+    (rloo.training.api) also takes a loaded model, tokenizer and dataset."""
     check_config(cfg, reward_fn=reward_fn)  # before any model loads
     if cfg.algorithm in OFFLINE_ALGORITHMS:  # dpo: trains on preference pairs, not on samples
         check_dpo_arguments(prompts, reward_fn)
@@ -88,12 +96,12 @@ def train(
                 )
             distributed.check_supported(cfg, resume)
             cfg = cfg.model_copy(update={"device": dist.device(cfg.device)})
-        return _train(cfg, dist, prompts, reward_fn, resume, overwrite)
+        return _train(cfg, dist, prompts, reward_fn, resume, overwrite, callbacks)
     finally:
         dist.close()
 
 
-def _train(cfg, dist, prompts, reward_fn, resume, overwrite) -> RLResult:
+def _train(cfg, dist, prompts, reward_fn, resume, overwrite, callbacks=None) -> RLResult:
     check_device(cfg.device)
     if dist.is_main and (note := off_policy_note(cfg.sampling)):
         say(note)
@@ -153,7 +161,7 @@ def _train(cfg, dist, prompts, reward_fn, resume, overwrite) -> RLResult:
     if state is not None:
         start = ck.restore(state)
         say(f"resuming from {ckpt} at step {start}")
-        note = exactness_note(torch.get_num_threads(), state.get("threads"), cpu_kind(cpu_flags()))
+        note = resume_threads(state.get("threads"), adopt=not cfg.max_staleness)  # async records its share
         if note:
             say(note)
     elif resume:
@@ -162,8 +170,9 @@ def _train(cfg, dist, prompts, reward_fn, resume, overwrite) -> RLResult:
         sampler = stale_sampler(cfg, models, stream, start, producer_scoring(models, cfg), older, dist)
         del older  # copied into the ring: not held for the whole run
         models.sampler, ck.ring = sampler, sampler.ring  # each checkpoint holds its next N batches' versions
+    cbs = Callbacks(callbacks, cfg, cfg.steps, unwrap(models.policy), models.tokenizer, enabled=dist.is_main)
     try:
-        return loop(cfg, dist, models, LoopState(algo, opt, sched, gen, stream, ck, param_guard), eval_set, start)
+        return loop(cfg, dist, models, LoopState(algo, opt, sched, gen, stream, ck, param_guard, cbs), eval_set, start)
     finally:
         if isinstance(models.sampler, Closable):  # the rollout producer's process ends with the run
             models.sampler.close()
@@ -193,8 +202,10 @@ def producer_scoring(models: Models, cfg: RLConfig) -> Scoring | None:
 
 
 def _resume_point(cfg: RLConfig):
+    check_something_to_resume(cfg.output_dir, run_kind(cfg))  # a typo in output_dir, before a model loads
     ckpt = latest_checkpoint(cfg.output_dir)
     if ckpt is None:
+        refuse_finished(cfg)
         say(f"{option('resume')}: no whole checkpoint in {Path(cfg.output_dir) / 'checkpoints'}; starting from step 0")
         return None, None, []
     state = checked_state(ckpt, load_state(ckpt))  # its config decodes: one line, not a traceback
@@ -231,7 +242,9 @@ def load_models(cfg: RLConfig, reward_fn=None, policy_path: str | None = None) -
     the reference is the policy with its adapters disabled; `policy_path` (a checkpoint) holds
     full weights, or only adapters under LoRA."""
     opts = model_options(cfg)
-    if cfg.lora is not None:
+    if is_held(cfg.policy):  # a model handed to rloo.train (rloo.training.handed): trained in place
+        policy, ref, tokenizer = handed_policy(cfg.policy, cfg.lora, policy_path, opts)
+    elif cfg.lora is not None:
         base, tokenizer = load_policy(cfg.policy, **opts)
         policy = add_lora(base, cfg.lora, adapter_path=policy_path)
         ref = AdapterDisabled(policy)
@@ -276,12 +289,8 @@ def _preflight(models: Models, prompt: str, cfg: RLConfig) -> None:
         sample_episodes(models, [prompt], cfg, torch.Generator().manual_seed(cfg.seed))
         return
     assert models.scorer is not None, "an online method needs a reward source"
+    gen = torch.Generator().manual_seed(cfg.seed)
     roll = rollout(
-        models.policy,
-        models.tokenizer,
-        [prompt],
-        cfg.k,
-        cfg.sampling,
-        generator=torch.Generator().manual_seed(cfg.seed),
+        models.policy, models.tokenizer, [prompt], cfg.k, cfg.sampling, generator=gen, captured=cfg.captured_decode
     )
     models.scorer(roll)

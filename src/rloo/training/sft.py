@@ -32,6 +32,7 @@ from rloo.runtime.tracking.log import progress, say
 from rloo.tasks import Example, get_task
 from rloo.tasks.base import MarksEnvironmentWords
 from rloo.tasks.tokenizer import build_tokenizer
+from rloo.training.callbacks import Callbacks
 from rloo.training.common import (
     adamw,
     after_step,
@@ -103,9 +104,10 @@ def _train(run: StageRun, loss_of, mask, cut_stats: dict) -> None:
 
 @holds_run_folder
 @stage_precision
-def sft(cfg: SFTConfig, *, resume: bool = False, overwrite: bool = False) -> SFTResult:
+def sft(cfg: SFTConfig, *, resume: bool = False, overwrite: bool = False, callbacks: list | None = None) -> SFTResult:
     """Fine-tune a causal LM on (prompt, reference) pairs; loss on response tokens only. `resume`
-    continues from the newest whole checkpoint in `cfg.output_dir`, bit for bit."""
+    continues from the newest whole checkpoint in `cfg.output_dir`, bit for bit. `callbacks`: hooks
+    into the loop (rloo.training.callbacks)."""
     check_config(cfg)
     device = check_device(cfg.device)
     task = get_task(cfg.task)
@@ -157,6 +159,7 @@ def sft(cfg: SFTConfig, *, resume: bool = False, overwrite: bool = False) -> SFT
     guard = StageGuard("sft", model.parameters(), opt)
     run = StageRun("sft", cfg, out, model, tokenizer, opt, sched, gen, guard, len(examples), data_sha)
     run.inputs = inputs
+    run.callbacks = Callbacks(callbacks, cfg, total, model, tokenizer)
     run.start(ckpt, state, resume)
     policy_only = cfg.dataset is None and not cfg.observation_loss  # a dataset's completions are the policy's
     loss_mask = sft_loss_mask(task, tokenizer, examples, targets, policy_only)

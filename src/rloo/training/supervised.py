@@ -21,23 +21,29 @@ from pathlib import Path
 import torch
 
 from rloo.config import upgrade_saved_config
-from rloo.errors import Interrupted, RlooError, option, rerun_hint
+from rloo.errors import Interrupted, RlooError, StoppedByCallback, how_to_continue, option, rerun_hint
 from rloo.modeling.lora import load_saved_weights
 from rloo.runtime.checkpoint.resumecheck import check_optimizer_matches, check_resume_config, describe_changes
 from rloo.runtime.checkpoint.rng import rng_state, set_rng_state
 from rloo.runtime.checkpoint.save import restore_optimizer, save_checkpoint, truncate_metrics
 from rloo.runtime.checkpoint.verify import checked_state, latest_checkpoint, load_state
-from rloo.runtime.cpukind import cpu_flags, cpu_kind, exactness_note
+from rloo.runtime.cpukind import resume_threads
 from rloo.runtime.inputs.fingerprint import check_inputs_unchanged
+from rloo.runtime.runfolder.layout import run_kind
 from rloo.runtime.signals import StopFlag, stage_interrupted
 from rloo.runtime.tracking.log import MetricsLogger, say
+from rloo.training.callbacks import Callbacks
+from rloo.training.resumable import check_something_to_resume, refuse_finished
 
 
 def resume_point(cfg) -> tuple[Path | None, dict | None]:
     """The newest whole checkpoint of the stage in `cfg.output_dir` and its state; (None, None),
-    said in one line, when there is none (the stage then starts from step 0)."""
+    said in one line, when there is none (the stage then starts from step 0); RlooError when there is
+    nothing of a run to resume, or the run is finished (rloo.training.resumable)."""
+    check_something_to_resume(cfg.output_dir, run_kind(cfg))
     ckpt = latest_checkpoint(cfg.output_dir)
     if ckpt is None:
+        refuse_finished(cfg)
         say(f"{option('resume')}: no whole checkpoint in {Path(cfg.output_dir) / 'checkpoints'}; starting from step 0")
         return None, None
     return ckpt, checked_state(ckpt, load_state(ckpt))  # its JSON text decodes: one line, not a traceback
@@ -125,6 +131,8 @@ class StageRun:
         self.saved: tuple[int, Path] | None = None
         self.metrics_bytes = 0
         self.stop = StopFlag(f"stopping {name} after this step" + ("" if rerun_hint() else " and writing a checkpoint"))
+        self.callbacks = Callbacks([], cfg, 0)  # the Python API's hooks (rloo.training.callbacks), set by the stage
+        self.last: dict = {}  # the metrics logged at the current step, for on_step_end
 
     @property
     def total(self) -> int:
@@ -155,10 +163,20 @@ class StageRun:
         self.done, self.step = self.done + 1, self.step + 1
         metrics = self.out / "metrics.jsonl"  # its length at this step boundary: a resume cuts it back to it
         self.metrics_bytes = metrics.stat().st_size if metrics.exists() else 0
+        self.callbacks.fire("on_step_end", self.step, metrics=dict(self.last))
         if self.stop.signum is not None:
             raise self.interrupted()
+        if self.callbacks.asked is not None:
+            raise self.stopped()
         if self.cfg.save_every and self.step % self.cfg.save_every == 0:
             self.save()
+
+    def stopped(self) -> StoppedByCallback:
+        """The stop a callback asked for after step `self.step`: saved as an interrupt's (`interrupted`)."""
+        asked = f"{self.callbacks.asked} asked to stop; {self.name} stopped at step {self.step}/{self.total}"
+        if rerun_hint() is not None:
+            return StoppedByCallback(f"{asked}; {how_to_continue(True)}")
+        return StoppedByCallback(f"{asked} and saved {self.save()}; {how_to_continue(True)}")
 
     def interrupted(self) -> Interrupted:
         """The Interrupted of a signal after step `self.step`, its checkpoint written (none under a
@@ -188,6 +206,7 @@ class StageRun:
         }
         path = save_checkpoint(self.out, self.step, self.model, self.tokenizer, state, keep=self.cfg.keep_checkpoints)
         self.saved = (self.step, path)
+        self.callbacks.saved(self.step, path)
         return path
 
     def restore(self, ckpt, state: dict) -> None:
@@ -203,12 +222,28 @@ class StageRun:
         truncate_metrics(self.out, self.metrics_bytes)
         self.saved = (self.step, ckpt)
         say(f"resuming {self.name} from {ckpt} at step {self.step}")
-        note = exactness_note(torch.get_num_threads(), state.get("threads"), cpu_kind(cpu_flags()))
+        note = resume_threads(state.get("threads"))
         if note:
             say(note)
 
-    def logger(self) -> MetricsLogger:
+    def logger(self) -> MetricsLogger | LoggedWith:
         """metrics.jsonl (and the trackers); a resumed stage's trackers drop records past its step."""
         cfg = self.cfg
         purge = self.step + 1 if self.step else None
-        return MetricsLogger(self.out, purge_step=purge, report_to=cfg.report_to, config=cfg.model_dump(mode="json"))
+        log = MetricsLogger(self.out, purge_step=purge, report_to=cfg.report_to, config=cfg.model_dump(mode="json"))
+        return LoggedWith(log, self) if self.callbacks else log
+
+
+class LoggedWith:
+    """A stage's metrics logger that also hands each record to the run's callbacks (on_log)."""
+
+    def __init__(self, log: MetricsLogger, run: StageRun):
+        self.inner, self.run = log, run
+
+    def log(self, step: int, metrics: dict) -> None:
+        self.inner.log(step, metrics)
+        self.run.last = dict(metrics)
+        self.run.callbacks.log(step, metrics)
+
+    def close(self) -> None:
+        self.inner.close()

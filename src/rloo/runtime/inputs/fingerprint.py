@@ -14,6 +14,7 @@ from pathlib import Path
 
 from rloo.config.dataset import DatasetSettings
 from rloo.errors import RlooError, option
+from rloo.runtime.inputs.objects import held, is_held
 
 # config keys that name an input path, by config kind (absent keys are skipped)
 INPUT_KEYS = ("policy", "reward_model", "model", "tokenizer", "sft_model", "baseline", "reference_model")
@@ -39,7 +40,9 @@ def _file_sha(path: Path) -> str:
 
 def content_sha(path: str) -> str | None:
     """sha256 of a file, or of a folder's manifest (relative path, size, sha256 of every file);
-    None when `path` is not local (a Hub name)."""
+    None when `path` is not local (a Hub name); a handed object's own (rloo.runtime.inputs.objects)."""
+    if is_held(path):
+        return held(path).sha
     p = Path(path)
     if p.is_file():
         return _file_sha(p)
@@ -63,13 +66,17 @@ def check_inputs_unchanged(saved: dict | None, current: dict) -> None:
     changed = [k for k in saved if k in current and saved[k][1] != current[k][1]]
     if changed:
         what = "; ".join(
-            f"{k}={current[k][0]} is not the same {'file' if Path(current[k][0]).is_file() else 'folder'} "
+            f"{k}={current[k][0]} is not the same {_kind(current[k][0])} "
             f"the run started with (sha256 {str(saved[k][1])[:12]} then, {str(current[k][1])[:12]} now)"
             for k in changed
         )
         raise RlooError(
             f"cannot resume: {what}; restore the original, or pass {option('overwrite')} to start a new run"
         )
+
+
+def _kind(path: str) -> str:
+    return "object" if is_held(path) else "file" if Path(path).is_file() else "folder"
 
 
 def refuse_inputs_inside(cfg, out: Path) -> None:

@@ -23,6 +23,7 @@ from huggingface_hub import HfApi, constants, scan_cache_dir
 from huggingface_hub.errors import CacheNotFound, GatedRepoError, RepositoryNotFoundError
 
 from rloo.errors import RlooError
+from rloo.runtime.inputs.objects import held, is_held
 
 # Known suffixes of the files a user names (data, weights, configs); any other short lower-case
 # alphabetic suffix counts as a file suffix too (`.jsnl`), while a Hub name's dotted version part
@@ -96,6 +97,9 @@ def missing_path_error(value: str, what: str) -> RlooError:
 
 def check_local(value: str, what: str) -> None:
     """The network-free half of `check_name`: a missing path-shaped value fails; a Hub name passes."""
+    if is_held(value):  # an object handed to the Python API (rloo.runtime.inputs.objects)
+        held(value)
+        return
     if not Path(value).expanduser().exists() and (path_shaped(value) or not _HUB_NAME.match(value)):
         raise missing_path_error(value, what)
 
@@ -103,6 +107,9 @@ def check_local(value: str, what: str) -> None:
 def check_name(value: str, what: str, repo_type: str = "model") -> None:
     """Raise one RlooError line unless `value` is an existing path or a Hub repository that can
     be reached (or is cached under HF_HUB_OFFLINE). `what` names the key, e.g. "policy"."""
+    if is_held(value):
+        held(value)
+        return
     if Path(value).expanduser().exists():
         return
     if path_shaped(value) or not _HUB_NAME.match(value):

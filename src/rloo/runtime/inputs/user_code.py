@@ -9,11 +9,13 @@ can import its neighbours, as `python file.py` allows).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import importlib.util
 import os
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -71,9 +73,44 @@ def load_module(target: str, what: str = "plugin"):
     return module
 
 
+class _ProcessExit(BaseException):
+    """os._exit(code) called by the user's module while it loads (`_running_user_code`): a
+    BaseException, so that the module's own `except Exception` does not swallow it."""
+
+    def __init__(self, code: int):
+        super().__init__(code)
+        self.code = code
+
+
+@contextlib.contextmanager
+def _running_user_code():
+    """Within this block SIGINT raises StopNow (sigint_stops_now), and os._exit in this process's
+    main thread raises _ProcessExit: os._exit ends the process at once, without output or exit
+    code of rloo's (a plugin calling os._exit(0) ended `rloo train` silently with 0, nothing
+    trained). A process the module forks, or another thread, gets the real os._exit."""
+    real, pid = os._exit, os.getpid()
+
+    def refused(code):
+        if os.getpid() != pid or threading.current_thread() is not threading.main_thread():
+            real(code)
+        raise _ProcessExit(code)
+
+    os._exit = refused
+    try:
+        with sigint_stops_now():
+            yield
+    finally:
+        os._exit = real
+
+
 def _stopped(e: BaseException, what: str, spec: str) -> BaseException:
-    """The line for the user's module that called sys.exit or raised KeyboardInterrupt itself while
-    loading; a real Ctrl-C (StopNow under `sigint_stops_now`) or any other BaseException as it was."""
+    """The line for the user's module that called sys.exit or os._exit or raised KeyboardInterrupt
+    itself while loading; a real Ctrl-C (StopNow under `sigint_stops_now`) or any other
+    BaseException as it was."""
+    if isinstance(e, _ProcessExit):
+        return RlooError(
+            f"{what} {spec!r} called os._exit({e.code!r}) while loading; it must not end the process (nothing was run)"
+        )
     if isinstance(e, StopNow) or not isinstance(e, (SystemExit, KeyboardInterrupt)):
         return e
     if isinstance(e, SystemExit):
@@ -87,9 +124,9 @@ def _import(module: str, spec: str, what: str, instead: str = "path/to/file.py:f
     if cwd not in sys.path and "" not in sys.path:
         sys.path.insert(0, cwd)  # what `python -m` does; the rloo CLI entry point does not
     try:
-        with sigint_stops_now():
+        with _running_user_code():
             return importlib.import_module(module)
-    except (SystemExit, KeyboardInterrupt) as e:
+    except (SystemExit, KeyboardInterrupt, _ProcessExit) as e:
         raise _stopped(e, what, spec) from None
     except ModuleNotFoundError as e:
         if e.name is not None and module != e.name and not module.startswith(e.name + "."):
@@ -133,7 +170,7 @@ def _load_file(target: str, spec: str, what: str):
     module = importlib.util.module_from_spec(loader_spec)
     sys.modules[mod_name] = module
     try:
-        with sigint_stops_now():
+        with _running_user_code():
             loader_spec.loader.exec_module(module)
     except BaseException as e:
         del sys.modules[mod_name]  # a module that did not finish loading is not kept

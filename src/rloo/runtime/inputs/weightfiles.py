@@ -1,4 +1,4 @@
-"""A model folder's safetensors files, checked before any loader opens them: an empty, cut-off or
+"""A model folder's tokenizer and safetensors files, checked before any loader opens them: an empty, cut-off or
 garbled file is one line naming it (safetensors itself raised `header too small` or `incomplete
 metadata` from deep inside transformers). Reads each file's header only (8 bytes + a JSON header).
 
@@ -51,3 +51,28 @@ def check_weight_files(path: str, what: str) -> None:
                 f"{what} {path!r}: weights file {f.name} {problem}; copy the model again "
                 "(an interrupted download or copy leaves such a file)"
             )
+
+
+# The files a Hugging Face tokenizer is read from: one of them is in every saved tokenizer (the fast
+# tokenizer's tokenizer.json, or the config and vocabulary of a slow one).
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "tokenizer.model",
+    "vocab.json",
+    "vocab.txt",
+    "spiece.model",
+)
+
+
+def check_tokenizer_files(path: str, what: str) -> None:
+    """One RlooError line when the local folder `path` holds no tokenizer: every stage loads the
+    tokenizer from each model's folder (rloo.modeling.loading), and without one `rloo pipeline`
+    made its run folder and failed 20 s later with transformers' text."""
+    folder = Path(path)
+    if not folder.is_dir() or any((folder / name).is_file() for name in TOKENIZER_FILES):
+        return
+    raise RlooError(
+        f"{what} {path!r} holds no tokenizer (none of {', '.join(TOKENIZER_FILES[:2])}, ...); save the model's "
+        "tokenizer into the folder (tokenizer.save_pretrained(folder)) or copy it from where the model came from"
+    )

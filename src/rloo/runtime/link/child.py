@@ -37,9 +37,10 @@ class ChildDied(RlooError):
 
 def die_with_parent(parent_pid: int) -> None:
     """In the child, first thing: be SIGKILLed when the parent dies, and leave if it already has.
-    Also ignore SIGINT: a Ctrl-C reaches the whole process group, and the parent decides when the
-    child stops (after its checkpoint)."""
+    Also ignore SIGINT and SIGHUP: a Ctrl-C or a closed terminal reaches the whole process group,
+    and the parent decides when the child stops (after its checkpoint)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     try:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     except (OSError, AttributeError):  # not Linux: the getppid polling below still ends the child
