@@ -223,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             return _command(argv)
         except KeyboardInterrupt as e:  # before the command was read; after, _command says its own line
-            code = getattr(e, "exit_code", 130)
+            code = e.exit_code if isinstance(e, StopNow) else 130
             print(f"rloo: interrupted by {signal.Signals(code - 128).name}", file=sys.stderr)
             return code
 
