@@ -8,7 +8,6 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Protocol, runtime_checkable
 
 from rloo.config import (
     BenchConfig,
@@ -122,13 +121,6 @@ def _run_compare(cfg, args):
     if args.quick:
         cfg = cfg.model_copy(update={"quick": True})
     compare(cfg, overwrite=args.overwrite)
-
-
-@runtime_checkable
-class WritesRunFolder(Protocol):
-    """A command's config that names the run folder it writes (every command's but produce's)."""
-
-    output_dir: Path
 
 
 COMMANDS = {
@@ -246,14 +238,13 @@ def _command(argv: list[str] | None) -> int:
         print("\n".join(describe_fields(cls)))
         return 0
     try:
-        # argparse's Namespace: only the PLUGINS subcommands define --plugin
-        if getattr(args, "plugin", []):  # before the config: it may name the plugin's method
+        if getattr(args, "plugin", []):  # only PLUGINS commands have it; before the config: it may name a method
             from rloo.runtime.inputs.user_code import load_module  # lazy (it loads huggingface_hub): fast --help
 
             for target in args.plugin:
                 load_module(target, "plugin")
         cfg = load_config(cls, args.config, args.overrides)
-        if isinstance(cfg, WritesRunFolder):  # before the slow imports of the stage (produce writes none)
+        if not isinstance(cfg, ProduceConfig):  # its run folder, before the slow imports (produce writes none)
             refuse_if_busy(cfg.output_dir)
             if not args.overwrite:  # (--overwrite unlinks them) refused before any model loads
                 refuse_linked_folders(cfg.output_dir, args.command)
