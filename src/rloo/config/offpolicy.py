@@ -37,6 +37,13 @@ IsBaselineShift = Annotated[
 IsClipLow = Annotated[
     float, Field(ge=0, lt=1, description="is_correction=cispo: lower bound of the clipped token weight (0: none).")
 ]
+IsToprSplit = Annotated[
+    Literal["advantage", "reward"],
+    Field(
+        description="is_correction=topr: the sign that puts a sample on the truncated (negative) side: its "
+        "leave-one-out advantage (advantage, rloo's rule) or its shaped reward (reward, the TOPR paper's)."
+    ),
+]
 LogprobsUnder = Annotated[
     Literal["truncated", "full"] | None,
     Field(
@@ -79,7 +86,7 @@ def check_off_policy(s: Any) -> None:
 # the settings only one correction reads: set away from their defaults with another, they would do
 # nothing. Compared with the default, not by "was it given": a run's saved config.yaml gives every key.
 # (is_clip is refused only beside the estimators that have no C: it predates them.)
-_OWN = {"is_baseline_shift": ("asymre",), "is_clip_low": ("cispo",)}
+_OWN = {"is_baseline_shift": ("asymre",), "is_clip_low": ("cispo",), "is_topr_split": ("topr",)}
 _NO_C = {"clipped_surrogate": "algorithm_settings.clip_eps", "topr": "1, the paper's", "asymre": "no weight"}
 
 
