@@ -25,6 +25,7 @@ from rloo.errors import (
     Interrupted,
     RewardError,
     RlooError,
+    StopNow,
     cli_options,
     how_to_continue,
     option,
@@ -214,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             return _command(argv)
         except KeyboardInterrupt as e:  # before the command was read; after, _command says its own line
-            code = getattr(e, "exit_code", 130)
+            code = e.exit_code if isinstance(e, StopNow) else 130
             print(f"rloo: interrupted by {signal.Signals(code - 128).name}", file=sys.stderr)
             return code
 
@@ -237,13 +238,13 @@ def _command(argv: list[str] | None) -> int:
         print("\n".join(describe_fields(cls)))
         return 0
     try:
-        if getattr(args, "plugin", []):  # before the config: it may name the plugin's method
+        if getattr(args, "plugin", []):  # only PLUGINS commands have it; before the config: it may name a method
             from rloo.runtime.inputs.user_code import load_module  # lazy (it loads huggingface_hub): fast --help
 
             for target in args.plugin:
                 load_module(target, "plugin")
         cfg = load_config(cls, args.config, args.overrides)
-        if getattr(cfg, "output_dir", None) is not None:  # before the slow imports of the stage
+        if not isinstance(cfg, ProduceConfig):  # its run folder, before the slow imports (produce writes none)
             refuse_if_busy(cfg.output_dir)
             if not args.overwrite:  # (--overwrite unlinks them) refused before any model loads
                 refuse_linked_folders(cfg.output_dir, args.command)
@@ -277,7 +278,7 @@ def _command(argv: list[str] | None) -> int:
         )
         return 2
     except KeyboardInterrupt as e:  # SIGINT, or SIGTERM/SIGHUP (StopNow): 130, 143 or 129, as an Interrupted's
-        code = getattr(e, "exit_code", 130)
+        code = e.exit_code if isinstance(e, StopNow) else 130
         print(f"rloo {args.command}: {_stopped_at_once(args.command, cfg, code)}", file=sys.stderr)
         return code
     return 0

@@ -93,7 +93,7 @@ _NO_C = {"clipped_surrogate": "algorithm_settings.clip_eps", "topr": "1, the pap
 def _check_bounded_settings(s: Any, correction: str | None) -> None:
     fields = type(s).model_fields
     for name, takers in _OWN.items():
-        if getattr(s, name) != fields[name].default and correction not in takers:
+        if dict(s)[name] != fields[name].default and correction not in takers:  # a model iterates (field, value)
             raise ValueError(f"{name}: for is_correction={' or '.join(takers)}, got {correction or 'none (on-policy)'}")
     if s.is_clip != fields["is_clip"].default and correction in _NO_C:
         raise ValueError(f"is_clip: is_correction={correction} takes no C (its bound: {_NO_C[correction]})")
@@ -108,7 +108,7 @@ def truncates_logprobs(s: Any) -> bool:
         "generation=vllm (its log-probs are recomputed by the trainer: docs/configs.md)"
         if s.generation != "sampler"
         else "env= (the multi-turn sampler stores the full log-probs)"
-        if getattr(s, "env", None) is not None
+        if dict(s).get("env") is not None  # an RLConfig's field (RLSettings has none)
         else "min_new_tokens or repetition_penalty (a shaping the trainer's pass does not repeat)"
         if s.min_new_tokens > 0 or s.repetition_penalty != 1.0
         else None

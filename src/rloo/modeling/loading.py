@@ -100,6 +100,7 @@ def load_tokenizer(path: str, trust_remote_code: bool = False):
 
 def checked_tokenizer(tok: Any, path: str) -> Any:
     """`tok` with a pad token (EOS when it has none); refused without an EOS token."""
+    # getattr: third-party: whatever AutoTokenizer or a caller gave, checked for what a tokenizer has
     if not callable(getattr(tok, "get_vocab", None)) or not callable(tok):
         raise RlooError(f"{path}: expected a transformers tokenizer, got a {type(tok).__name__}")
     if tok.pad_token is None:
