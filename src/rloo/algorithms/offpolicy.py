@@ -23,6 +23,7 @@ from torch import Tensor
 
 from rloo.algorithms.base import Models, rollout_logprobs
 from rloo.config import RLConfig
+from rloo.config.method_settings import ClipSettings
 from rloo.core.advantages import leave_one_out
 from rloo.core.bounded import BOUNDED, bounded_loss
 from rloo.core.importance import importance_weights, kl_outside_loss, weighted_policy_gradient_loss
@@ -39,8 +40,10 @@ def _correction(cfg: RLConfig) -> str:
 
 
 def _eps(cfg: RLConfig) -> float:
-    """clipped_surrogate's clip range: rloo's clip_eps setting (the on-policy rloo_clip's)."""
-    return getattr(cfg.algorithm_settings, "clip_eps", 0.2)
+    """clipped_surrogate's clip range: the method's clip_eps setting (rloo's: the on-policy rloo_clip's);
+    0.2, that setting's default, for a method without one (reinforce)."""
+    a = cfg.algorithm_settings
+    return a.clip_eps if isinstance(a, ClipSettings) else ClipSettings().clip_eps
 
 
 def lag_stats(roll: Rollout) -> Stats:
