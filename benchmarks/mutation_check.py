@@ -154,7 +154,7 @@ MUTANTS = {
         "truncated-prompt count",
     ),
     "dataset_quiet": Mutant(
-        "data/datasets.py",
+        "data/tables.py",
         "    datasets.logging.set_verbosity(datasets.logging.CRITICAL)\n",
         "",
         R + "test_bad_input.py::test_dataset_errors_from_the_cli",

@@ -40,6 +40,7 @@ def __getattr__(name):
     }
     if name in lazy:
         mod, attr = lazy[name]
+        # getattr: the lazy export's table names the attribute: a module __getattr__
         return getattr(importlib.import_module(mod), attr)
     raise AttributeError(f"module 'rloo' has no attribute {name!r}")
 

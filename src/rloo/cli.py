@@ -25,6 +25,7 @@ from rloo.errors import (
     Interrupted,
     RewardError,
     RlooError,
+    StopNow,
     cli_options,
     how_to_continue,
     option,
@@ -35,7 +36,7 @@ from rloo.runtime.runfolder.atomic import describe_write_failure
 from rloo.runtime.runfolder.layout import holds_a_run, refuse_linked_folders
 from rloo.runtime.runfolder.lock import refuse_if_busy
 from rloo.runtime.signals import signals_stop_now
-from rloo.runtime.threadpolicy import choose_threads, threads_note
+from rloo.runtime.threadpolicy import apply_thread_policy
 from rloo.runtime.tracking.log import hold_notes, note
 
 EXAMPLES = {
@@ -159,8 +160,6 @@ RERUN = {
 # The commands that continue from their checkpoints (a pipeline: its finished stages kept, the
 # interrupted one from its newest checkpoint)
 RESUMABLE = ("pipeline", "sft", "reward", "train")
-
-
 PREFLIGHT = ("pipeline", "sft", "reward", "train", "eval")
 # The commands that train with a method, so may take one added by the user's module (--plugin)
 PLUGINS = ("pipeline", "train", "compare")
@@ -216,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             return _command(argv)
         except KeyboardInterrupt as e:  # before the command was read; after, _command says its own line
-            code = getattr(e, "exit_code", 130)
+            code = e.exit_code if isinstance(e, StopNow) else 130
             print(f"rloo: interrupted by {signal.Signals(code - 128).name}", file=sys.stderr)
             return code
 
@@ -226,8 +225,7 @@ def _command(argv: list[str] | None) -> int:
     # KEY=VALUE overrides may also follow the flags (`rloo pipeline --overwrite task=dialogue`, as
     # `make demo ARGS=...` writes it); argparse stops collecting positionals at the first flag.
     args, extra = parser.parse_known_args(argv)
-    unknown = [x for x in extra if x.startswith("-") or "=" not in x]
-    if unknown:
+    if unknown := [x for x in extra if x.startswith("-") or "=" not in x]:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     if extra:
         args.overrides = [*args.overrides, *extra]
@@ -240,13 +238,13 @@ def _command(argv: list[str] | None) -> int:
         print("\n".join(describe_fields(cls)))
         return 0
     try:
-        if getattr(args, "plugin", []):  # before the config: it may name the plugin's method
+        if getattr(args, "plugin", []):  # only PLUGINS commands have it; before the config: it may name a method
             from rloo.runtime.inputs.user_code import load_module  # lazy (it loads huggingface_hub): fast --help
 
             for target in args.plugin:
                 load_module(target, "plugin")
         cfg = load_config(cls, args.config, args.overrides)
-        if getattr(cfg, "output_dir", None) is not None:  # before the slow imports of the stage
+        if not isinstance(cfg, ProduceConfig):  # its run folder, before the slow imports (produce writes none)
             refuse_if_busy(cfg.output_dir)
             if not args.overwrite:  # (--overwrite unlinks them) refused before any model loads
                 refuse_linked_folders(cfg.output_dir, args.command)
@@ -254,10 +252,10 @@ def _command(argv: list[str] | None) -> int:
             from rloo.data.preflight import check_config  # lazy like the subcommands: fast --help
 
             check_config(cfg)  # before the heavy imports below: a typo costs a second, not a model load
-        # error messages name --resume/--overwrite, not resume=/overwrite=
-        # notes on how the command runs (dtype=auto's choice) wait for its first line: a refusal stays one line
+        # messages say --resume/--overwrite; notes (dtype=auto's) wait for the first line: a refusal stays one
         with cli_options(), hold_notes():
-            _thread_policy()
+            if line := apply_thread_policy(os.environ):  # OMP_NUM_THREADS unset: the idle cores
+                note(line)
             run(cfg, args)
     except Interrupted as e:  # Ctrl-C / SIGTERM with a checkpoint written: asked for, not an error
         print(f"rloo {args.command}: interrupted: {_one_line(e)}", file=sys.stderr)
@@ -280,23 +278,10 @@ def _command(argv: list[str] | None) -> int:
         )
         return 2
     except KeyboardInterrupt as e:  # SIGINT, or SIGTERM/SIGHUP (StopNow): 130, 143 or 129, as an Interrupted's
-        code = getattr(e, "exit_code", 130)
+        code = e.exit_code if isinstance(e, StopNow) else 130
         print(f"rloo {args.command}: {_stopped_at_once(args.command, cfg, code)}", file=sys.stderr)
         return code
     return 0
-
-
-def _thread_policy() -> None:
-    """The thread count for this command where OMP_NUM_THREADS does not set it (rloo.runtime.threadpolicy):
-    in the environment, for torch (which reads it when first imported) and every process the command
-    starts, and in torch itself where a --plugin or the preflight check imported it already."""
-    chosen = choose_threads(os.environ)
-    if chosen is None:
-        return
-    if "torch" in sys.modules:
-        sys.modules["torch"].set_num_threads(chosen[0])
-    if line := threads_note(*chosen):
-        note(line)
 
 
 def _stopped_at_once(command: str, cfg, code: int) -> str:

@@ -43,6 +43,7 @@ PROGRAM_NAME = {
     "experiments/bench_report.py": "rloo bench's trainer names (rloo, rloo-vllm) against TRL's",
     "docs/results/bench-vllm/table.py": "rloo bench's trainer names (rloo, rloo-vllm) against TRL's",
     "benchmarks/gpu_check.py": "rloo's trainer against TRL's",
+    "benchmarks/gpu_bench.py": "rloo bench's trainer names (rloo, with captured_decode off and on) against TRL's",
     "benchmarks/gpu_check_async.py": "rloo bench's trainer names (rloo, rloo-n1)",
     "benchmarks/memory_sweep.py": "rloo's trainer against TRL's",
     "benchmarks/mutation_check.py": "the package's folder, src/rloo",

@@ -12,11 +12,17 @@ import pytest
 import torch
 from tests.helpers.child_env import child_env
 
-from rloo import cli
 from rloo.runtime import threadpolicy
 from rloo.runtime.cpukind import resume_threads
-from rloo.runtime.threadpolicy import CHOSEN, SPIN, busy_elsewhere, choose_threads, spin_default, thread_count
-from rloo.runtime.tracking import log
+from rloo.runtime.threadpolicy import (
+    CHOSEN,
+    SPIN,
+    apply_thread_policy,
+    busy_elsewhere,
+    choose_threads,
+    spin_default,
+    thread_count,
+)
 
 
 def test_spin_default_yields_to_the_users_spin_or_wait_policy():
@@ -72,16 +78,15 @@ def test_a_busy_machine_gets_fewer_threads_marked_as_rloos_choice(monkeypatch):
     assert choose_threads(env) == (2, 2, 0.0) and env["OMP_NUM_THREADS"] == "2"
 
 
-def test_the_cli_sets_torchs_count_and_says_why(monkeypatch, capsys):
+def test_the_policy_sets_torchs_count_and_says_why(monkeypatch):
     """torch may be loaded before the command runs (a --plugin, the preflight check): its count is set too."""
     _machine(monkeypatch, 2, 9.0, [10])
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.delenv(CHOSEN, raising=False)
     torch.set_num_threads(2)
-    with log.hold_notes():
-        cli._thread_policy()
-        assert torch.get_num_threads() == 1 and os.environ["OMP_NUM_THREADS"] == "1"
-    assert "threads: 1 of 2 cores" in capsys.readouterr().err
+    line = apply_thread_policy(os.environ)
+    assert torch.get_num_threads() == 1 and os.environ["OMP_NUM_THREADS"] == "1"
+    assert line is not None and "threads: 1 of 2 cores" in line
 
 
 def test_a_resume_takes_the_recorded_count_where_rloo_chose_it():

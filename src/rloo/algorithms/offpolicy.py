@@ -23,6 +23,7 @@ from torch import Tensor
 
 from rloo.algorithms.base import Models, rollout_logprobs
 from rloo.config import RLConfig
+from rloo.config.method_settings import ClipSettings
 from rloo.core.advantages import leave_one_out
 from rloo.core.bounded import BOUNDED, bounded_loss
 from rloo.core.importance import importance_weights, kl_outside_loss, weighted_policy_gradient_loss
@@ -39,8 +40,10 @@ def _correction(cfg: RLConfig) -> str:
 
 
 def _eps(cfg: RLConfig) -> float:
-    """clipped_surrogate's clip range: rloo's clip_eps setting (the on-policy rloo_clip's)."""
-    return getattr(cfg.algorithm_settings, "clip_eps", 0.2)
+    """clipped_surrogate's clip range: the method's clip_eps setting (rloo's: the on-policy rloo_clip's);
+    0.2, that setting's default, for a method without one (reinforce)."""
+    a = cfg.algorithm_settings
+    return a.clip_eps if isinstance(a, ClipSettings) else ClipSettings().clip_eps
 
 
 def lag_stats(roll: Rollout) -> Stats:
@@ -55,15 +58,26 @@ def current_rewards(logprobs: Tensor, filled: Tensor, ref_lp: Tensor, mask: Tens
 
 
 def weighted_loss(
-    logprobs: Tensor, roll: Rollout, advantages: Tensor, cfg: RLConfig, kl_advantages: Tensor | None = None
+    logprobs: Tensor,
+    roll: Rollout,
+    advantages: Tensor,
+    cfg: RLConfig,
+    kl_advantages: Tensor | None = None,
+    rewards: Tensor | None = None,
 ) -> tuple[Tensor, Stats]:
     """Eq. A2 with the weights of rl.is_correction: logprobs (N,T) the current policy's, with the graph;
     roll.logprobs the behaviour policy's; advantages (N,); with kl_advantages (N,) the KL's share of
-    them goes outside the weights (eq. A4, rl.is_kl=unweighted). -> (loss, stats with is/*)."""
+    them goes outside the weights (eq. A4, rl.is_kl=unweighted); rewards (N,) eq. A1's, where topr splits
+    on them (rl.is_topr_split=reward, the TOPR paper's rule). -> (loss, stats with is/*)."""
     mask, correction = roll.completion_mask, _correction(cfg)
     if correction in BOUNDED:  # rloo's sequence-level estimators (rloo.core.bounded), is_kl=weighted only
         hp = dict(clip=cfg.is_clip, clip_low=cfg.is_clip_low, shift=cfg.is_baseline_shift)
-        loss, stats = bounded_loss(logprobs, roll.logprobs, mask, advantages, correction, **hp, clip_eps=_eps(cfg))
+        # topr's split on the rewards (the paper's rule): the config allows is_topr_split=reward with topr only
+        split_on = rewards if cfg.is_topr_split == "reward" else None
+        assert split_on is not None or cfg.is_topr_split == "advantage", "is_topr_split=reward needs the rewards"
+        loss, stats = bounded_loss(
+            logprobs, roll.logprobs, mask, advantages, correction, **hp, clip_eps=_eps(cfg), split_on=split_on
+        )
         return loss, stats | lag_stats(roll)
     weights, is_stats = importance_weights(logprobs, roll.logprobs, mask, correction, cfg.is_clip)
     if kl_advantages is None:
@@ -82,7 +96,7 @@ def off_policy_loss(logprobs: torch.Tensor, roll: Rollout, filled, valid, ref_lp
     # eq. A4: the KL's leave-one-out share, A^kl = eq. 4 on -beta KL (eq. 4 is linear in R)
     unweighted = cfg.is_kl == "unweighted"
     kl_advantages = leave_one_out((-cfg.beta * kl).view(-1, cfg.k), groups).view(-1) if unweighted else None
-    loss, stats = weighted_loss(logprobs, roll, advantages, cfg, kl_advantages)
+    loss, stats = weighted_loss(logprobs, roll, advantages, cfg, kl_advantages, rewards)
     return loss, stats, rewards, kl, advantages
 
 

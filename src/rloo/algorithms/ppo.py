@@ -41,7 +41,7 @@ from rloo.core.logprobs import head_token_logprobs, token_logprobs
 from rloo.core.losses import ppo_clip_loss, token_policy_gradient_loss, value_loss, weigh
 from rloo.data.collate import position_ids
 from rloo.modeling.dropout import maybe_disable_dropout
-from rloo.modeling.forward import MAX_LOGITS_MB, chunked_head
+from rloo.modeling.forward import MAX_LOGITS_MB, chunked_head, reward_backbone
 from rloo.modeling.loading import load_reward_model
 from rloo.runtime.precision import refresh_casts_after_step
 
@@ -55,8 +55,7 @@ def hidden_states(model, p_ids, p_mask, c_ids, c_mask, want_logits: bool):
     if want_logits:
         out = model(**kw, output_hidden_states=True, logits_to_keep=T + 1)
         return out.hidden_states[-1][:, P - 1 : P - 1 + T], out.logits[:, :-1]
-    backbone = getattr(model, model.base_model_prefix)
-    return backbone(**kw).last_hidden_state[:, P - 1 : P - 1 + T], None
+    return reward_backbone(model)(**kw).last_hidden_state[:, P - 1 : P - 1 + T], None
 
 
 class ValueFunction:

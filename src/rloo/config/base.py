@@ -110,7 +110,7 @@ def _trl_hint(key: str, cls: type) -> str:
 def _without_prefix(key: str, got, cls: type) -> str:
     """` (write max_staleness=... without the 'rl.' prefix)` for a section of another command
     (`rloo train rl.max_staleness=1`, the pipeline's spelling) whose keys are this config's own."""
-    fields = getattr(cls, "model_fields", {})
+    fields = cls.model_fields if issubclass(cls, BaseModel) else {}
     if not isinstance(got, dict) or not got or not all(k in fields for k in got):
         return ""
     keys = ", ".join(f"{k}=..." for k in got)

@@ -72,7 +72,7 @@ def read_yaml_mapping(p: Path) -> dict:
     try:
         loaded = load_yaml(text, _NoDuplicates) or {}
     except yaml.YAMLError as e:
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        problem = (e.problem if isinstance(e, yaml.MarkedYAMLError) else None) or str(e).splitlines()[0]
         raise ConfigError(f"config file {p} is not valid YAML: {problem}") from e
     if not isinstance(loaded, dict):
         raise ConfigError(f"config file {p} must hold a mapping of keys to values")

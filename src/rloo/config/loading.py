@@ -44,7 +44,7 @@ def _value(key: str, raw: str) -> Any:
     try:
         return load_yaml(raw)
     except yaml.YAMLError as e:
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        problem = (e.problem if isinstance(e, yaml.MarkedYAMLError) else None) or str(e).splitlines()[0]
         shown = repr(raw) if len(raw) <= 80 else repr(raw[:60]) + f"... ({len(raw)} characters)"
         raise ConfigError(
             f"override {key}={shown} is not a valid YAML value ({problem}); fix it, or quote it to pass it as "

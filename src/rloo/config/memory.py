@@ -59,7 +59,8 @@ class SupervisedMemory(Strict):
 
     @model_validator(mode="after")
     def _micro_within_batch(self):
-        check_micro_batch(self.micro_batch_size, getattr(self, "batch_size", None), "batch_size")
+        # a mixin of configs with and without a batch_size: the fields this one has
+        check_micro_batch(self.micro_batch_size, dict(self).get("batch_size"), "batch_size")
         return self
 
 

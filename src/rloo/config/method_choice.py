@@ -85,7 +85,7 @@ def given_settings(value: Any) -> Any:
     """The settings the user gave: a mapping's keys, or a model's explicitly set ones (its
     model_fields_set; a saved or default model's other keys were not given)."""
     if isinstance(value, BaseModel):
-        return {k: getattr(value, k) for k in value.model_fields_set}
+        return {k: v for k, v in value if k in value.model_fields_set}  # a model iterates (field, value)
     return dict(value) if isinstance(value, Mapping) else value  # anything else: the model refuses it
 
 

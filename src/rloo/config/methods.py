@@ -236,6 +236,7 @@ def several_updates_variants() -> tuple[str, ...]:
 
 def capable(flag: str) -> list[str]:
     """The methods whose spec sets `flag` (e.g. "off_policy", "multi_turn")."""
+    # getattr: `flag` names a MethodSpec field (the caller's), not a probe
     return [n for n, s in METHOD_SPECS.items() if getattr(s, flag)]
 
 
@@ -250,6 +251,7 @@ def why_not_multi_turn(spec: MethodSpec) -> str:
 
 def require(flag: str, algorithm: str, what: str) -> None:
     """Refuse `what` for a method whose spec does not set `flag` (a MethodSpec field), naming those that do."""
+    # getattr: `flag` names a MethodSpec field, as in `capable`
     if not getattr(METHOD_SPECS[algorithm], flag):
         raise ValueError(f"{what} are implemented for {one_of(capable(flag))} only, got {algorithm}")
 

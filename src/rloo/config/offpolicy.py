@@ -37,6 +37,13 @@ IsBaselineShift = Annotated[
 IsClipLow = Annotated[
     float, Field(ge=0, lt=1, description="is_correction=cispo: lower bound of the clipped token weight (0: none).")
 ]
+IsToprSplit = Annotated[
+    Literal["advantage", "reward"],
+    Field(
+        description="is_correction=topr: the sign that puts a sample on the truncated (negative) side: its "
+        "leave-one-out advantage (advantage, rloo's rule) or its shaped reward (reward, the TOPR paper's)."
+    ),
+]
 LogprobsUnder = Annotated[
     Literal["truncated", "full"] | None,
     Field(
@@ -79,14 +86,14 @@ def check_off_policy(s: Any) -> None:
 # the settings only one correction reads: set away from their defaults with another, they would do
 # nothing. Compared with the default, not by "was it given": a run's saved config.yaml gives every key.
 # (is_clip is refused only beside the estimators that have no C: it predates them.)
-_OWN = {"is_baseline_shift": ("asymre",), "is_clip_low": ("cispo",)}
+_OWN = {"is_baseline_shift": ("asymre",), "is_clip_low": ("cispo",), "is_topr_split": ("topr",)}
 _NO_C = {"clipped_surrogate": "algorithm_settings.clip_eps", "topr": "1, the paper's", "asymre": "no weight"}
 
 
 def _check_bounded_settings(s: Any, correction: str | None) -> None:
     fields = type(s).model_fields
     for name, takers in _OWN.items():
-        if getattr(s, name) != fields[name].default and correction not in takers:
+        if dict(s)[name] != fields[name].default and correction not in takers:  # a model iterates (field, value)
             raise ValueError(f"{name}: for is_correction={' or '.join(takers)}, got {correction or 'none (on-policy)'}")
     if s.is_clip != fields["is_clip"].default and correction in _NO_C:
         raise ValueError(f"is_clip: is_correction={correction} takes no C (its bound: {_NO_C[correction]})")
@@ -101,7 +108,7 @@ def truncates_logprobs(s: Any) -> bool:
         "generation=vllm (its log-probs are recomputed by the trainer: docs/configs.md)"
         if s.generation != "sampler"
         else "env= (the multi-turn sampler stores the full log-probs)"
-        if getattr(s, "env", None) is not None
+        if dict(s).get("env") is not None  # an RLConfig's field (RLSettings has none)
         else "min_new_tokens or repetition_penalty (a shaping the trainer's pass does not repeat)"
         if s.min_new_tokens > 0 or s.repetition_penalty != 1.0
         else None

@@ -45,6 +45,7 @@ from rloo.config.offpolicy import (
     IsClipLow,
     IsCorrection,
     IsKL,
+    IsToprSplit,
     LogprobsUnder,
     check_off_policy,
     truncates_logprobs,
@@ -230,6 +231,7 @@ class RLSettings(MethodChoice):
     _is_clip = field_validator("is_clip")(classmethod(lambda cls, v: check_float32(v)))
     is_baseline_shift: IsBaselineShift = 0.1
     is_clip_low: IsClipLow = 0.0
+    is_topr_split: IsToprSplit = "advantage"
     is_kl: IsKL = "weighted"
     producer_address: str | None = Field(
         default=None,

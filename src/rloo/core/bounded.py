@@ -8,8 +8,9 @@ rho_i = pi(y_i|x) / mu(y_i|x) (sequence), rho_it = pi(y_t|.) / mu(y_t|.) (token)
 
   asymre             loss = -1/N sum_i (A_i + delta) log pi(y_i|x)                     (no weight; AsymRE,
              arXiv 2506.20520: the baseline shifted delta below the leave-one-out mean)
-  topr               loss = -1/N sum_i w_i A_i log pi(y_i|x),  w_i = 1 if A_i >= 0 else min(rho_i, 1)
-             (TOPR, arXiv 2503.14286: truncated IS on negative advantages only)
+  topr               loss = -1/N sum_i w_i A_i log pi(y_i|x),  w_i = 1 if s_i >= 0 else min(rho_i, 1)
+             (after TOPR, arXiv 2503.14286: truncated IS on the negative side only; s_i = A_i, rloo's
+             split, or R_i, the paper's: `split_on`)
   cispo              loss = -1/N sum_i A_i sum_t sg(clip(rho_it, c_low, C)) log pi(y_it|.)   (CISPO, arXiv
              2506.13585: the clipped weight detached, the gradient through log pi on every token)
   clipped_surrogate  loss = -1/N sum_i min(rho_i A_i, clip(rho_i, 1-eps, 1+eps) A_i)
@@ -39,11 +40,12 @@ def asymmetric_advantages(advantages: Tensor, shift: float) -> Tensor:
     return advantages.detach() + shift
 
 
-def topr_weights(log_ratio: Tensor, advantages: Tensor) -> Tensor:
-    """TOPR: w_i = 1 where A_i >= 0 (kept as sampled, untruncated and unweighted, as the paper's eq.),
-    min(rho_i, 1) where A_i < 0. log_ratio (N,) = log rho_i, advantages (N,) -> (N,) detached."""
+def topr_weights(log_ratio: Tensor, split_on: Tensor) -> Tensor:
+    """TOPR: w_i = 1 where s_i >= 0 (kept as sampled, untruncated and unweighted, as the paper's eq.),
+    min(rho_i, 1) where s_i < 0. log_ratio (N,) = log rho_i; split_on (N,) = s_i: the advantages A_i
+    (rloo's rule) or the rewards R_i (the paper's, which splits on the sign of R(tau)) -> (N,) detached."""
     truncated = torch.exp(log_ratio.detach().clamp(max=0.0))  # min(rho, 1) in log space: no overflow
-    return torch.where(advantages.detach() >= 0, torch.ones_like(truncated), truncated)
+    return torch.where(split_on.detach() >= 0, torch.ones_like(truncated), truncated)
 
 
 def cispo_weights(log_ratio: Tensor, mask: Tensor, low: float, high: float) -> Tensor:
@@ -66,10 +68,12 @@ def bounded_loss(
     clip_low: float = 0.0,
     shift: float = 0.0,
     clip_eps: float = 0.2,
+    split_on: Tensor | None = None,
 ) -> tuple[Tensor, Stats]:
     """The loss of `estimator` (module docstring) and its stats: loss/policy, adv/mean, adv/std,
     is/weight_mean, the ratio's is/* (ratio_stats, with `clip` as C), and is/clipped (topr: share
-    of samples truncated, A < 0 and rho < 1; cispo: of tokens clipped; clipped_surrogate: ppo/clipfrac)."""
+    of samples truncated, s < 0 and rho < 1; cispo: of tokens clipped; clipped_surrogate: ppo/clipfrac).
+    split_on (N,): topr's s_i, the advantages when None (see topr_weights)."""
     seq_lr = sequence_log_ratio(logprobs, behaviour_logprobs, mask)
     stats = ratio_stats(seq_lr, clip)
     if estimator == "asymre":
@@ -77,9 +81,10 @@ def bounded_loss(
         loss, out = weighted_policy_gradient_loss(logprobs, mask, adv, torch.ones_like(adv))
         return loss, stats | out
     if estimator == "topr":
-        w = topr_weights(seq_lr, advantages)
+        s = advantages if split_on is None else split_on
+        w = topr_weights(seq_lr, s)
         loss, out = weighted_policy_gradient_loss(logprobs, mask, advantages, w)
-        return loss, stats | out | {"is/clipped": ((advantages < 0) & (seq_lr < 0)).double().mean().float()}
+        return loss, stats | out | {"is/clipped": ((s < 0) & (seq_lr < 0)).double().mean().float()}
     if estimator == "cispo":
         tok_lr = token_log_ratio(logprobs, behaviour_logprobs, mask)
         w = cispo_weights(tok_lr, mask, clip_low, clip)

@@ -81,6 +81,7 @@ def _end_of_turn(tokenizer, after_reply: str) -> tuple[int, str]:
     space = after_reply[: len(after_reply) - len(rest)]
     if _ids(tokenizer, space):
         rest, space = after_reply, ""
+    # getattr: third-party: slow and fast tokenizers differ in added_tokens_decoder and its entries' `special`
     for tid in sorted(set(tokenizer.all_special_ids) | set(getattr(tokenizer, "added_tokens_decoder", {}))):
         text = tokenizer.convert_ids_to_tokens(tid)
         special = tid in tokenizer.all_special_ids or getattr(tokenizer.added_tokens_decoder[tid], "special", False)
@@ -89,12 +90,18 @@ def _end_of_turn(tokenizer, after_reply: str) -> tuple[int, str]:
     raise RlooError(f"the tokenizer's chat template ends an assistant message with no special token; {_OFF}")
 
 
+def has_chat_template(tokenizer) -> bool:
+    """Whether `tokenizer` renders chats: a Hugging Face tokenizer with a template. (The one probe of
+    it: rloo's built-in word tokenizer and None have no `chat_template`, a HF one may hold None.)"""
+    return bool(getattr(tokenizer, "chat_template", None))
+
+
 def chat_frame(tokenizer, role: str = "user") -> ChatFrame | None:
     """The ChatFrame of `tokenizer`'s chat template (None without one); observations as `role`
     messages. One RlooError line when the template cannot frame episodes: it raises, rewrites a
     message's content, closes an assistant turn without a special token, or renders an earlier turn
     differently once the conversation goes on (then an episode's text would not be its template's)."""
-    if not getattr(tokenizer, "chat_template", None):
+    if not has_chat_template(tokenizer):
         return None
     first = _render(tokenizer, [("user", _P)], True)
     head, tail = _split(first, _P)

@@ -49,8 +49,13 @@ def columns_of(prompts: Sequence[str]) -> dict[str, list]:
     where a prompt's row lacks it (a plain string holds none)."""
     names: dict[str, None] = {}
     for p in prompts:
-        names |= dict.fromkeys(getattr(p, "columns", {}))
-    return {n: [getattr(p, "columns", {}).get(n) for p in prompts] for n in names}
+        names |= dict.fromkeys(row_columns(p))
+    return {n: [row_columns(p).get(n) for p in prompts] for n in names}
+
+
+def row_columns(prompt: str) -> Mapping[str, Any]:
+    """The other columns of a prompt's dataset row (a `Prompt`'s), none for a plain string."""
+    return prompt.columns if isinstance(prompt, Prompt) else {}
 
 
 def takes(fn: Callable, skip: int = 2) -> tuple[bool, frozenset[str], frozenset[str], frozenset[str]]:

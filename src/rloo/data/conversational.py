@@ -18,13 +18,15 @@ Without a chat template (or with `dataset.chat_template=false`) the turns are la
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any, TypeGuard
 
+from rloo.data.chat_turns import has_chat_template
 from rloo.errors import RlooError
 
 ROLES = {"system": "\n\nSystem:", "user": "\n\nHuman:", "assistant": "\n\nAssistant:"}
 
 
-def is_messages(value) -> bool:
+def is_messages(value) -> TypeGuard[list[dict]]:
     """Whether `value` is a non-empty list of {role, content} messages."""
     return (
         isinstance(value, list)
@@ -41,7 +43,7 @@ def is_conversational(row: dict, columns: dict[str, str]) -> bool:
     return any(is_messages(row.get(columns.get(f, f))) for f in ("prompt", "completion", "chosen", "rejected"))
 
 
-def convert(row: dict, fields: tuple[str, ...], column: Callable[[str], object], columns: dict) -> dict:
+def convert(row: dict, fields: tuple[str, ...], column: Callable[[str], object], columns: dict) -> dict[str, Any]:
     """One conversational row -> the plain text of `fields` (prompt, completion, chosen, rejected) and
     its `turns`, from which `render` writes them in a chat template. `column(field)` reads a field's
     column (one error line when it is missing)."""
@@ -116,7 +118,7 @@ def _split_last_reply(msgs: list[dict], field: str, need: bool) -> tuple[list[di
 def _renderer(tokenizer) -> Callable[[list[dict], list[dict] | None], str]:
     """render(prompt, None) -> prompt text ending with the assistant cue; render(prompt, reply) ->
     the reply's text as it follows that prompt."""
-    if tokenizer is None or not getattr(tokenizer, "chat_template", None):
+    if not has_chat_template(tokenizer):
         return _plain_render
     return lambda prompt, reply: chat_render(tokenizer, prompt, reply)
 

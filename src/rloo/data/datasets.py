@@ -26,9 +26,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from rloo.config import DatasetSettings
 from rloo.data import conversational
+from rloo.data.chat_turns import has_chat_template
 from rloo.data.columns import extra_columns, with_columns
 from rloo.data.tables import load_table
 from rloo.data.textcheck import rows
@@ -112,7 +114,7 @@ def with_chat_template(records: list[Record], settings: DatasetSettings, tokeniz
     """The records in the tokenizer's chat template, when it has one and it is on: the prompt, or a
     conversational row's every field, rendered from its turns. Each prompt then holds its row's
     other columns (a rloo.data.columns.Prompt), the final text a stage samples from."""
-    templated = tokenizer is not None and settings.chat_template and getattr(tokenizer, "chat_template", None)
+    templated = tokenizer is not None and settings.chat_template and has_chat_template(tokenizer)
     for r in records:
         if templated and r.turns is not None:
             for name, text in conversational.render(r.turns, tokenizer).items():
@@ -157,7 +159,7 @@ def _reader(row: dict, columns: dict, cols: set, path: str):
 
 
 def _plain(row, columns, fields, cols, path) -> Record:
-    values = {f: _text(_column(row, f, columns, cols, path)) for f in fields}
+    values: dict[str, Any] = {f: _text(_column(row, f, columns, cols, path)) for f in fields}  # Record's text fields
     return Record(**values)
 
 
@@ -180,12 +182,13 @@ def _tldr(row, columns, fields, cols, path) -> Record:
         src = row["info"] if "info" in cols and isinstance(row["info"], dict) else row
         keys = set(src) if src is not row else cols
         get = lambda f: src.get(columns.get(f, f)) if columns.get(f, f) in keys else None  # noqa: E731
-        if get("post") is None:
+        post = get("post")
+        if post is None:
             raise RlooError(
                 f"dataset {path!r} (format tldr) has no 'post' or 'prompt' column (columns: "
                 f"{', '.join(sorted(cols))}); map one with dataset.columns.post=COLUMN"
             )
-        prompt = tldr_prompt(get("post"), get("title"), get("subreddit"))
+        prompt = tldr_prompt(post, get("title"), get("subreddit"))
     rec = Record(prompt)
     if "completion" in fields:
         name = "completion" if ("completion" in columns or "completion" in cols) else "summary"
@@ -194,11 +197,11 @@ def _tldr(row, columns, fields, cols, path) -> Record:
         if "summaries" in cols and "chosen" not in columns:
             texts = [s["text"] if isinstance(s, dict) else s for s in row["summaries"]]
             choice = int(_column(row, "choice", {}, cols, path, fmt="tldr"))
-            rec.chosen, rec.rejected = texts[choice], texts[1 - choice]
+            chosen, rejected = texts[choice], texts[1 - choice]
         else:
-            rec.chosen = _text(_column(row, "chosen", columns, cols, path, fmt="tldr"))
-            rec.rejected = _text(_column(row, "rejected", columns, cols, path, fmt="tldr"))
-        rec.chosen, rec.rejected = " " + rec.chosen.strip(), " " + rec.rejected.strip()
+            chosen = _text(_column(row, "chosen", columns, cols, path, fmt="tldr"))
+            rejected = _text(_column(row, "rejected", columns, cols, path, fmt="tldr"))
+        rec.chosen, rec.rejected = " " + chosen.strip(), " " + rejected.strip()
     return rec
 
 

@@ -68,6 +68,7 @@ def response_cut(enc: Encoded, limit: int) -> Cut:
 
 def context_of(model) -> int | None:
     """A model's context in tokens (config.max_position_embeddings; GPT-2's n_positions maps to it), or None."""
+    # getattr: third-party: a model without a config, or a config without the key (remote code)
     n = getattr(getattr(model, "config", None), "max_position_embeddings", None)
     return n if isinstance(n, int) else None
 

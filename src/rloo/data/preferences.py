@@ -24,7 +24,7 @@ def preference_pairs(task, n: int, seed: int, sampler=None, policy_share: float 
     examples = task.examples("pref", n, seed=seed)
     n_policy = int(round(policy_share * n)) if sampler is not None else 0
     prompts = [ex.prompt for ex in examples[:n_policy]]
-    sampled = sampler(prompts + prompts) if n_policy else []
+    sampled = sampler(prompts + prompts) if sampler is not None and n_policy else []
     out = []
     for i, ex in enumerate(examples):
         if i < n_policy:

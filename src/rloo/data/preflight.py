@@ -35,10 +35,13 @@ from rloo.runtime.inputs.weightfiles import check_tokenizer_files, check_weight_
 from rloo.runtime.link.address import check_trainer_address
 from rloo.runtime.tracking.trackers import check_wandb_installed
 
+# the configs `check_config` reads (one per stage, and the pipeline's)
+StageConfig = SFTConfig | RewardConfig | RLConfig | EvalConfig | PipelineConfig
+
 MODEL_KEYS = ("model", "tokenizer", "policy", "baseline", "reference_model", "reward_model", "sft_model")
 
 
-def check_config(cfg, *, reward_fn=None) -> None:
+def check_config(cfg: StageConfig, *, reward_fn=None) -> None:
     """Raise one RlooError line for the first problem of `cfg` (any stage's config, or the
     pipeline's). `reward_fn`: a callable given to the API in place of cfg.reward_fn."""
     check_wandb_installed(normalize_report_to(cfg.report_to))
@@ -68,15 +71,15 @@ def check_config(cfg, *, reward_fn=None) -> None:
         _check_env(cfg)
     if isinstance(cfg, (RLConfig, EvalConfig, PipelineConfig)):
         check_judge(cfg)
-        ev = getattr(cfg, "eval", cfg)
-        if ev.checker is not None:
-            load_callable(ev.checker, "eval.checker" if ev is not cfg else "checker")
+        checker = cfg.checker if isinstance(cfg, EvalConfig) else cfg.eval.checker
+        if checker is not None:
+            load_callable(checker, "checker" if isinstance(cfg, EvalConfig) else "eval.checker")
     if isinstance(cfg, PipelineConfig):
         _check_pipeline(cfg)
     _check_sizes(cfg)
     _check_async(cfg)
     _check_output_dir(Path(cfg.output_dir))
-    if not isinstance(cfg, PipelineConfig) and getattr(cfg, "dataset", None) is not None:  # last: the slowest
+    if not isinstance(cfg, PipelineConfig) and cfg.dataset is not None:  # last: the slowest
         _check_stage_data(cfg)
 
 
@@ -160,38 +163,37 @@ def _check_async(cfg) -> None:
         check_trainer_address(rl.producer_address, f"{prefix}producer_address")
 
 
-def _model_names(cfg):
+def _model_names(cfg: StageConfig):
     # the pipeline's stage outputs (sft/model, ...) do not exist yet: only the names a user gave
+    fields = dict(cfg)  # a pydantic model iterates over its (field, value) pairs; each stage has some MODEL_KEYS
     for key in MODEL_KEYS:
-        value = getattr(cfg, key, None)
+        value = fields.get(key)
         if isinstance(value, str) and value:
             yield key, value
-    reward = getattr(cfg, "reward", None)
-    if isinstance(getattr(reward, "model", None), str):
-        yield "reward.model", reward.model
+    if isinstance(cfg, PipelineConfig) and isinstance(cfg.reward.model, str):
+        yield "reward.model", cfg.reward.model
 
 
-def _datasets(cfg):
-    if getattr(cfg, "dataset", None) is not None:
+def _datasets(cfg: StageConfig):
+    if cfg.dataset is not None:
         yield "dataset", cfg.dataset
-    reward = getattr(cfg, "reward", None)
-    if getattr(reward, "dataset", None) is not None:
-        yield "reward.dataset", reward.dataset
+    if isinstance(cfg, PipelineConfig) and cfg.reward.dataset is not None:
+        yield "reward.dataset", cfg.reward.dataset
 
 
 def _looks_like_file(split: str) -> bool:
     return "/" in split or "." in split
 
 
-def _check_env(cfg) -> bool:
+def _check_env(cfg: RLConfig | EvalConfig | PipelineConfig) -> bool:
     """Whether `cfg` plays episodes (env=); a user's environment class must load."""
-    env = getattr(cfg, "env", None)
+    env = cfg.env
     if env is not None and env not in episode_tasks():  # a built-in one is a task's (TaskSpec.env)
         load_callable(env, "environment")
     return env is not None
 
 
-def _check_reward_source(cfg, reward_fn) -> None:
+def _check_reward_source(cfg: RLConfig, reward_fn) -> None:
     if _check_env(cfg):  # the environment is the reward
         return
     specs = [cfg.reward_fn] if isinstance(cfg.reward_fn, str) else list(cfg.reward_fn or [])
@@ -204,16 +206,15 @@ def _check_reward_source(cfg, reward_fn) -> None:
             load_callable(spec, "reward_fn")
 
 
-def judge_spec(cfg) -> str | None:
+def judge_spec(cfg: RLConfig | EvalConfig | PipelineConfig) -> str | None:
     """The judge a config asks for: eval.judge of RL and pipeline configs, judge of `rloo eval`."""
-    ev = getattr(cfg, "eval", None)
-    return ev.judge if ev is not None else getattr(cfg, "judge", None)
+    return cfg.judge if isinstance(cfg, EvalConfig) else cfg.eval.judge
 
 
-def check_judge(cfg) -> None:
+def check_judge(cfg: RLConfig | EvalConfig | PipelineConfig) -> None:
     """The judge exists and can be built from what the config provides."""
     spec = judge_spec(cfg)
-    has_rm = isinstance(cfg, PipelineConfig) or getattr(cfg, "reward_model", None) is not None
+    has_rm = isinstance(cfg, PipelineConfig) or cfg.reward_model is not None
     if spec == "gold":
         if cfg.dataset is not None:
             raise ConfigError(

@@ -17,6 +17,11 @@ from rloo.errors import RlooError
 from rloo.runtime.inputs.sizes import shape_of
 
 
+def _texts(values: list[str | None]) -> list[str]:
+    """A field's texts from records read with that field (every record has it, so none is None)."""
+    return [v for v in values if v is not None]
+
+
 def survey_pipeline(cfg: PipelineConfig) -> None:
     """Raise check_cuts' one line for the first stage that would cut more than max_cut_share of a kind."""
     if cfg.dataset is None or (tok := _tokenizer(cfg.tokenizer or cfg.model, cfg.trust_remote_code)) is None:
@@ -29,11 +34,11 @@ def survey_pipeline(cfg: PipelineConfig) -> None:
         return count(tok, [r.prompt for r in records], what, p_max)
 
     sft = train_records(cfg.dataset, ("prompt", "completion"), tokenizer=tok)
-    check_cuts("sft", [prompts(sft), count(tok, [r.completion for r in sft], "targets", r_max)], share, context)
+    check_cuts("sft", [prompts(sft), count(tok, _texts([r.completion for r in sft]), "targets", r_max)], share, context)
     if cfg.trains_reward_model() and cfg.reward.model is None:  # another model's tokenizer: its stage counts
         fields = ("prompt", "chosen", "rejected")
         pairs, _ = train_eval_records(cfg.reward.dataset or cfg.dataset, fields, cfg.reward.eval_pairs, tok)
-        responses = [r.chosen for r in pairs] + [r.rejected for r in pairs]
+        responses = _texts([r.chosen for r in pairs] + [r.rejected for r in pairs])
         check_cuts("reward", [prompts(pairs), count(tok, responses, "responses", r_max)], share, context)
     train, held = train_eval_records(cfg.dataset, ("prompt",), cfg.rl.eval_prompts, tok, optional=("completion",))
     check_cuts("rl", [prompts(train), prompts(held, "eval prompts")], share, context)

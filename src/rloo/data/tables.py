@@ -45,8 +45,8 @@ def _quiet_datasets(local: bool):
 
 def _root_cause(e: BaseException) -> str:
     """The innermost message: datasets wraps a parse error in 'An error occurred while generating'."""
-    while (e.__cause__ or e.__context__) is not None and str(e.__cause__ or e.__context__).strip():
-        e = e.__cause__ or e.__context__
+    while (inner := e.__cause__ or e.__context__) is not None and str(inner).strip():
+        e = inner
     text = str(e).strip()
     return text.splitlines()[0] if text else type(e).__name__
 
@@ -60,7 +60,7 @@ def _load_table_loud(path: str, name: str | None, split: str):
             ds = datasets.load_from_disk(str(p))
             if isinstance(ds, datasets.DatasetDict):
                 if split not in ds:
-                    raise RlooError(f"dataset {path!r} has no split {split!r} (splits: {', '.join(ds)})")
+                    raise RlooError(f"dataset {path!r} has no split {split!r} (splits: {', '.join(map(str, ds))})")
                 ds = ds[split]
             return ds
         if p.is_file():
@@ -90,7 +90,7 @@ def _jsonl_problem(p: Path) -> str | None:
                 continue
             try:
                 row = json.loads(line)
-            except ValueError as e:
+            except json.JSONDecodeError as e:
                 return f"line {n} is not valid JSON ({e.msg}, column {e.colno})"
             if not isinstance(row, dict):
                 return f"line {n} is a JSON {type(row).__name__}, expected an object"

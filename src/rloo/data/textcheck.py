@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 from rloo.errors import RlooError
 
@@ -61,9 +62,10 @@ def check_text_file(path: Path, builder: str) -> None:
         check_csv_fields(path)
 
 
-def rows(table: Iterable[dict], path: str) -> Iterator[dict]:
-    """The rows of a `datasets` table; text that is not UTF-8 in one (pyarrow decodes it only now)
-    is one RlooError naming the row (counted from 1)."""
+def rows(table: Iterable[Any], path: str) -> Iterator[dict]:
+    """The rows (dicts; `datasets` types its `__iter__` loosely, hence Any) of a `datasets` table;
+    text that is not UTF-8 in one (pyarrow decodes it only now) is one RlooError naming the row
+    (counted from 1)."""
     n = 0
     try:
         for row in table:

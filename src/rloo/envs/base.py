@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from rloo.data.chat_turns import ChatFrame
-from rloo.data.columns import keywords_for
+from rloo.data.columns import keywords_for, row_columns
 from rloo.errors import EnvError, StopNow
 
 
@@ -115,7 +115,7 @@ def checked_reset(env, prompt: str, vocab_size: int) -> list[int]:
     """env.reset(prompt, **columns), checked: a non-empty list of token ids. `columns`: the task row's
     other columns (a dataset prompt's, rloo.data.columns), those that reset's signature names (all
     with **kwargs), one value each; a `reset(prompt)` is called with the prompt alone."""
-    columns = keywords_for(env.reset, getattr(prompt, "columns", {}), skip=1)
+    columns = keywords_for(env.reset, row_columns(prompt), skip=1)
     ids = token_ids(_user_call(env, "reset", env.reset, prompt, **columns), env, "reset", vocab_size)
     if not ids:
         raise EnvError(f"environment {_name(env)}.reset returned no tokens for prompt {prompt!r}")
@@ -153,6 +153,7 @@ def _fits(r: numbers.Real) -> bool:
 
 def stop_ids(env, vocab_size: int) -> frozenset[int]:
     """The environment's turn-ending token ids (none when it has no `stop_ids`), checked."""
+    # getattr: a user's environment: stop_ids is optional
     return frozenset(token_ids(getattr(env, "stop_ids", ()), env, "stop_ids", vocab_size))
 
 
@@ -171,6 +172,7 @@ class CheckedEnv:
         return checked_step(self.env, turn, self.vocab_size)
 
     def stats(self) -> dict[str, float]:
+        # getattr: a user's environment: its tool counters are optional
         return {k: float(getattr(self.env, k)) for k in ("tool_calls", "tool_errors") if hasattr(self.env, k)}
 
 
@@ -181,9 +183,11 @@ def make_env(factory: EnvFactory, vocab_size: int) -> CheckedEnv:
     except (StopNow, EnvError):
         raise
     except Exception as e:  # noqa: BLE001 - any failure of user code
+        # getattr: a user's factory: any callable, which may have no __name__
         name = getattr(factory, "__name__", repr(factory))
         raise EnvError(f"environment {name}() raised {type(e).__name__}: {e}") from e
     for method in ("reset", "step"):
+        # getattr: a user's environment, checked for the two methods it must have
         if not callable(getattr(env, method, None)):
             raise EnvError(f"environment {type(env).__name__} has no {method}() method (see docs/agents.md)")
     return CheckedEnv(env, vocab_size)

@@ -24,6 +24,7 @@ from rloo.config import Sampling
 from rloo.core.kl import sequence_kl
 from rloo.eval.sampling import sampled_chunks
 from rloo.modeling.forward import completion_logprobs
+from rloo.rewards.judges import Judge
 from rloo.rollout.decoding import logprob_temperature
 
 
@@ -33,8 +34,8 @@ class PolicyEval:
     gold: float | None  # mean judge score of the policy's responses (the judge named below)
     reward: float | None  # mean reward-model score
     kl: float | None  # mean sum_t log pi/pi_ref over the response (k1, on-policy samples)
-    length: float  # mean completion tokens (EOS included)
-    truncated: float  # fraction that hit the length limit
+    length: float | None  # mean completion tokens (EOS included); None without prompts
+    truncated: float | None  # fraction that hit the length limit; None without prompts
     samples: list[tuple[str, str]] = field(default_factory=list)  # (prompt, completion), first few
     kl_k3: float | None = None  # mean sum_t k3_t over the response (>= 0; the module docstring)
     wins: list[float] = field(default_factory=list, repr=False)  # per prompt: 1 win, 1/2 tie, 0 loss
@@ -67,6 +68,16 @@ class PolicyEval:
 
 # The per-prompt lists `evaluate_policy` keeps (PolicyEval.per_prompt): what eval/samples.jsonl holds
 PER_PROMPT = ("completion", "score", "reference_score", "reward", "kl", "kl_k3", "length", "truncated")
+
+
+def judge_kind(judge) -> str:
+    """A `Judge`'s kind (gold, reward_model, function); a plain function given to the API: function."""
+    return judge.kind if isinstance(judge, Judge) else "function"
+
+
+def judge_name(judge) -> str:
+    """A `Judge`'s name; a plain function given to the API: its __name__ (a callable object may have none)."""
+    return judge.name if isinstance(judge, Judge) else getattr(judge, "__name__", "judge")
 
 
 def score_key(kind: str | None) -> str:
@@ -141,8 +152,8 @@ def evaluate_policy(
         kl_k3=mean(rows["kl_k3"]),
         wins=wins(gold, refs_gold) if refs_gold else [],
         scores=list(gold),
-        judge=None if judge is None else getattr(judge, "name", getattr(judge, "__name__", "judge")),
-        judge_kind=None if judge is None else getattr(judge, "kind", "function"),
+        judge=None if judge is None else judge_name(judge),
+        judge_kind=None if judge is None else judge_kind(judge),
         per_prompt=rows,
     )
 

@@ -61,6 +61,7 @@ def reference_peak(dtype: str, device: str, threads: int, log=print) -> float:
     a CPU under bf16 mixed precision the faster of bf16 and fp32 (autocast runs attention, norms and
     more in fp32; on an AVX2-only CPU, whose bf16 is emulated at ~1 GFLOP/s, the step measured 5x the
     bf16 "peak")."""
+    # getattr: a dtype named in the config ("bfloat16" -> torch.bfloat16)
     peak = matmul_peak_flops(threads, dtype=getattr(torch, dtype), device=device)
     log(f"{dtype} matmul peak: {peak / 1e9:.1f} GFLOP/s on {device} ({threads} threads)")
     if dtype != "float32" and device == "cpu":

@@ -123,6 +123,8 @@ def _trl_worker(conn, job: dict) -> None:
     class Pace(TrainerCallback):
         """Blocks each step until the parent says go; reports its time, tokens and peak memory."""
 
+        steps = 0
+
         def on_step_begin(self, args, state, control, **kw):
             if conn.recv() == "stop":
                 raise _Stopped
@@ -140,7 +142,7 @@ def _trl_worker(conn, job: dict) -> None:
                 "rss_gb": peak_memory_gb(job["device"]),
                 "phases": {"time/generate": generation["seconds"] - self.gen0},
             }
-            self.steps = getattr(self, "steps", 0) + 1
+            self.steps += 1
             if self.steps == 1:
                 msg["setup"] = setup_seen(trainer, generation)
             release_cache(job)

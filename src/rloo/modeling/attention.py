@@ -67,6 +67,7 @@ def _grouped_layer(module, grouped):
     GroupedPassLayer for a training pass), or None (an ordinary cache)."""
     if grouped is None:
         return None
+    # getattr: third-party attention modules: most have layer_idx, remote-code ones may not
     idx = getattr(module, "layer_idx", None)
     if idx is None:
         raise RuntimeError(
@@ -99,11 +100,8 @@ def rloo_sdpa(module, query, key, value, attention_mask, rloo_grouped=None, **kw
         if layer is not None:
             # fp32 on a CPU under autocast, like the SDPA branch below; else the query's dtype
             dtype = torch.float32 if low else query.dtype
-            out = grouped_attention(
-                *(t.to(dtype) for t in (query, key, value, layer.prefix_keys, layer.prefix_values)),
-                attention_mask,
-                kwargs.get("scaling"),
-            )
+            q, k, v, pk, pv = (t.to(dtype) for t in (query, key, value, layer.prefix_keys, layer.prefix_values))
+            out = grouped_attention(q, k, v, pk, pv, attention_mask, kwargs.get("scaling"))
             return out.to(out_dtype if low else query.dtype), None
         out, weights = sdpa_attention_forward(
             module, query.float(), key.float(), value.float(), attention_mask, **kwargs
@@ -118,6 +116,7 @@ AttentionMaskInterface.register(NAME, sdpa_mask)  # the masks SDPA takes, built 
 def use_rloo_attention(model):
     """Switch a loaded model from SDPA to `rloo_sdpa` (in place; returns it). Models on another
     attention implementation (eager, flash, a remote-code model's own) are left as they are."""
+    # getattr: third-party: a private config attribute of transformers (remote-code configs may lack it)
     if getattr(model.config, "_attn_implementation", None) == "sdpa":
         try:
             model.set_attn_implementation(NAME)
@@ -127,4 +126,5 @@ def use_rloo_attention(model):
 
 
 def uses_rloo_attention(model) -> bool:
+    # getattr: as in use_rloo_attention; a wrapper may have no config
     return getattr(getattr(model, "config", None), "_attn_implementation", None) == NAME

@@ -48,10 +48,13 @@ def has_dropout(model: torch.nn.Module) -> bool:
     for m in model.modules():
         if isinstance(m, torch.nn.modules.dropout._DropoutNd) and m.p > 0:
             return True
+        # getattr: `k` names a rate attribute _rate_attrs found on the module
         if any(getattr(m, k) > 0 for k in _rate_attrs(m)):
             return True
+    # getattr: our flag on a third-party model, absent until disable_dropout ran
     if getattr(model, _FLAG, False):
         return False
+    # getattr: third-party: only a Hugging Face model has a config
     config = getattr(model, "config", None)
     items = config.to_dict().items() if config is not None else ()
     return any(

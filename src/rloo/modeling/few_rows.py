@@ -30,6 +30,7 @@ def few_rows_pays(device: torch.device | str, threads: int | None = None) -> boo
     (its rate there is unmeasured)."""
     if torch.device(device).type != "cpu" or (threads or torch.get_num_threads()) < 2:
         return False
+    # getattr: third-party: a private torch check that older versions lack
     avx512 = getattr(getattr(torch, "cpu", None), "_is_avx512_supported", None)
     return platform.machine().lower() in ("x86_64", "amd64") and callable(avx512) and not avx512()
 
@@ -71,8 +72,9 @@ def few_rows_linears(model: torch.nn.Module, enabled: bool = True):
     before = [vars(m).get("forward") for m in patched]
     for m in patched:
         own = m.forward
-        m.forward = lambda x, m=m, own=own: (
-            swapped_linear(x, m.weight, m.bias) if takes_swapped(x, m.weight) else own(x)
+        # the parameter named as nn.Linear.forward's (callers may pass input=)
+        m.forward = lambda input, m=m, own=own: (  # noqa: A002
+            swapped_linear(input, m.weight, m.bias) if takes_swapped(input, m.weight) else own(input)
         )
     try:
         yield len(patched)

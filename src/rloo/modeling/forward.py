@@ -27,7 +27,14 @@ def plain_head(model):
     return head if type(head) is torch.nn.Linear else None
 
 
-def head_logits(hidden: Tensor, head: torch.nn.Module) -> Tensor:
+def reward_backbone(reward_model) -> torch.nn.Module:
+    """The transformer under a reward model's score head, by transformers' `base_model_prefix` name.
+    (A third-party object; not `.base_model`, which a PEFT wrapper defines as its own.)"""
+    # getattr: third-party: transformers names the backbone attribute by base_model_prefix
+    return getattr(reward_model, reward_model.base_model_prefix)
+
+
+def head_logits(hidden: Tensor, head: torch.nn.Linear) -> Tensor:
     """The float32 logits head(hidden) (..., H) -> (..., V): under autocast the head's product runs in
     fp32 (`fp32_linear`, as a loaded model's head does inside a wrapper: rloo.modeling.fp32_head), so
     log-probs are taken from fp32 logits, not bf16-rounded ones; without autocast the head's own
@@ -48,7 +55,7 @@ def lm_logits(model, keep: int, **inputs):
     if head is None:
         out = model(**inputs, logits_to_keep=keep)
         return out.logits.float(), out
-    out = getattr(model, model.base_model_prefix)(**inputs)
+    out = model.base_model(**inputs)  # a PLAIN_HEAD architecture: transformers' backbone property
     # the slice transformers' ForCausalLM takes for logits_to_keep: the same product, so fp32 runs keep their bits
     return head_logits(out.last_hidden_state[:, -keep:, :], head), out
 
@@ -85,7 +92,7 @@ def lm_token_logprobs(
         logits = lm_logits(model, keep, **inputs)[0]
         return token_logprobs(logits[:, :W], targets, temperature=temperature, truncation=trunc)
     head, chunk = chunked
-    hidden = getattr(model, model.base_model_prefix)(**inputs).last_hidden_state[:, -keep:][:, :W]
+    hidden = model.base_model(**inputs).last_hidden_state[:, -keep:][:, :W]  # a PLAIN_HEAD model (chunked_head)
     return head_token_logprobs(hidden, head.weight, head.bias, targets, temperature, chunk=chunk, truncation=trunc)
 
 
@@ -137,7 +144,7 @@ def reward_scores(
     stays right when pad == eos or when a completion is empty.
     """
     ids, mask, pos = _joined(prompt_ids, prompt_mask, completion_ids, completion_mask)
-    backbone = getattr(reward_model, reward_model.base_model_prefix)
+    backbone = reward_backbone(reward_model)
     hidden = backbone(input_ids=ids, attention_mask=mask.long(), position_ids=pos, use_cache=False).last_hidden_state
     last = prompt_ids.shape[1] - 1 + completion_mask.sum(-1)  # (N,)
     pooled = hidden[torch.arange(ids.shape[0], device=ids.device), last]

@@ -41,7 +41,14 @@ from rloo.core.truncation import Truncation
 from rloo.data.buckets import BUCKET_OVERHEAD_TOKENS, length_buckets
 from rloo.data.collate import position_ids, trim_left
 from rloo.modeling.attention import uses_rloo_attention
-from rloo.modeling.forward import MAX_LOGITS_MB, completion_logprobs, lm_token_logprobs, score_head
+from rloo.modeling.cache_layers import kv
+from rloo.modeling.forward import (
+    MAX_LOGITS_MB,
+    completion_logprobs,
+    lm_token_logprobs,
+    reward_backbone,
+    score_head,
+)
 from rloo.modeling.kvcache import Prefill, cache_kwarg, grouped_pass_cache, grouped_pays, prefill_prompts, whole_groups
 from rloo.modeling.layer_checkpoint import cache_keeping_checkpointing, prefix_cache, supports_shared_checkpointing
 from rloo.runtime.tracking.log import say_once
@@ -65,7 +72,7 @@ def _group_rows(cache: DynamicCache, groups: Tensor) -> DynamicCache:
     """A new cache whose row r is row groups[r] of `cache` (B prompts -> n rows). Indexing is an
     autograd op: the gradients of a prompt's copies are summed back into its single copy. Its layers
     are PrefixLayers, so a checkpointed layer's replay in backward sees the same keys/values."""
-    return prefix_cache([(layer.keys[groups], layer.values[groups]) for layer in cache.layers])
+    return prefix_cache([(keys[groups], values[groups]) for keys, values in map(kv, cache.layers)])
 
 
 def _grouped_ok(model, cache: DynamicCache, k: int) -> bool:
@@ -74,7 +81,7 @@ def _grouped_ok(model, cache: DynamicCache, k: int) -> bool:
     cache large enough for it to pay (`grouped_pays`). (A layer with attention dropout to apply
     expands the keys itself: rloo_sdpa.)"""
     layers = cache.layers
-    on_cpu = bool(layers) and layers[0].keys.device.type == "cpu"
+    on_cpu = bool(layers) and kv(layers[0])[0].device.type == "cpu"
     return on_cpu and uses_rloo_attention(model) and grouped_pays(cache, k)
 
 
@@ -202,7 +209,7 @@ def reward_scores_shared(
 
     Pooled at the last real token: completion position len-1, or the prompt's last token for an
     empty completion."""
-    backbone = getattr(reward_model, reward_model.base_model_prefix)
+    backbone = reward_backbone(reward_model)
     p_ids, p_mask = group_prompts(prompt_ids, prompt_mask, k)
     cache = prefix_cache()
     out = backbone(

@@ -24,22 +24,24 @@ from torch import Tensor
 from rloo.core.logprobs import fp32_linear
 
 
-def fp32_head_forward(self: torch.nn.Linear, x: Tensor) -> Tensor:
+def fp32_head_forward(self: torch.nn.Linear, input: Tensor) -> Tensor:  # noqa: A002 - nn.Linear.forward's name
     """A head's forward: x W^T + b (..., H) -> (..., V), in fp32 under autocast (`fp32_linear`), else
     exactly `torch.nn.Linear.forward` (the bits of an unpatched head)."""
-    if torch.is_autocast_enabled(x.device.type):
-        return fp32_linear(x, self.weight, self.bias)
-    return torch.nn.Linear.forward(self, x)
+    if torch.is_autocast_enabled(input.device.type):
+        return fp32_linear(input, self.weight, self.bias)
+    return torch.nn.Linear.forward(self, input)
 
 
 def is_fp32_head(module: torch.nn.Module) -> bool:
     """Whether `use_fp32_heads` gave this module its forward."""
+    # getattr: an instance forward of any origin (ours is a partial, with .func)
     return getattr(vars(module).get("forward"), "func", None) is fp32_head_forward
 
 
 def output_heads(model) -> list[torch.nn.Module]:
     """The modules whose outputs are a model's logits or scores: the LM head (`get_output_embeddings()`)
     and a sequence classifier's `score` (the reward and value models'), where present."""
+    # getattr: third-party: wrappers and value models may lack either head
     get = getattr(model, "get_output_embeddings", None)
     heads = [get() if callable(get) else None, getattr(model, "score", None)]
     return [h for h in heads if isinstance(h, torch.nn.Module)]
@@ -53,7 +55,7 @@ def use_fp32_heads(model):
         for m in head.modules():
             if type(m) is torch.nn.Linear and "forward" not in vars(m):
                 # a partial, not a bound method: it pickles (the async producer receives the model
-                # in another process; a bound method pickles as getattr(m, "fp32_head_forward"),
+                # in another process; a bound method pickles as a lookup of m.fp32_head_forward,
                 # which the child's module does not have) and deep-copies onto the copy
                 m.forward = functools.partial(fp32_head_forward, m)
     return model

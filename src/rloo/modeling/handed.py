@@ -20,6 +20,7 @@ def handed_model(name: str, what: str):
     h = held(name)
     model = h.obj
     kind = type(model).__name__
+    # getattr: an object handed in by an API caller (third-party model classes), checked for what rloo uses
     if not isinstance(model, torch.nn.Module) or getattr(model, "config", None) is None:
         raise RlooError(f"model= must be a transformers PreTrainedModel or a peft PeftModel; got a {kind}")
     head: Any = getattr(model, "get_output_embeddings", None)  # PeftModel forwards it to its base

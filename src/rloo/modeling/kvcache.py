@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
+from typing import Any, cast
 
 import torch
 from torch import Tensor
@@ -18,6 +19,7 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 from rloo.data.collate import position_ids
+from rloo.modeling.cache_layers import kv, set_layers
 from rloo.modeling.dropout import has_dropout  # noqa: F401 - re-exported (the sampler's import)
 from rloo.modeling.forward import lm_logits
 from rloo.modeling.layer_checkpoint import prefix_cache
@@ -40,11 +42,12 @@ class PreallocatedLayer(DynamicLayer):
         self.keys, self.values = self._k[:, :, : self.length], self._v[:, :, : self.length]
 
     def _grow(self, columns: int) -> None:
-        for name in ("_k", "_v"):
-            old = getattr(self, name)
-            grown = old.new_empty(*old.shape[:2], columns, old.shape[3])
-            grown[:, :, : self.length] = old[:, :, : self.length]
-            setattr(self, name, grown)
+        self._k, self._v = (self._grown(old, columns) for old in (self._k, self._v))
+
+    def _grown(self, old: Tensor, columns: int) -> Tensor:
+        grown = old.new_empty(*old.shape[:2], columns, old.shape[3])
+        grown[:, :, : self.length] = old[:, :, : self.length]
+        return grown
 
     def update(self, key_states, value_states, *args, **kwargs):
         new = key_states.shape[-2]
@@ -121,9 +124,8 @@ class GroupedPassLayer(DynamicLayer):
 def grouped_pass_cache(prompt_cache: DynamicCache, prompts: Tensor, k: int) -> DynamicCache:
     """A cache for one pass of len(prompts)*k rows, rows i*k .. i*k+k-1 continuing prompt
     prompts[i] of `prompt_cache` (its B-row prompt pass, graph kept); see GroupedPassLayer."""
-    cache = DynamicCache()
-    cache.layers = [GroupedPassLayer(layer.keys[prompts], layer.values[prompts], k) for layer in prompt_cache.layers]
-    return cache
+    pairs = [kv(layer) for layer in prompt_cache.layers]
+    return set_layers(DynamicCache(), [GroupedPassLayer(keys[prompts], values[prompts], k) for keys, values in pairs])
 
 
 def whole_groups(rows: Tensor, k: int) -> Tensor | None:
@@ -142,9 +144,8 @@ def grouped_cache(prefill: DynamicCache, k: int, extra: int, dtype: torch.dtype 
     prompt i) that keeps each prompt's keys/values once: the same attention as `expanded`, reading
     the prompt k times less (rloo.modeling.attention.grouped_attention; the model must run on
     rloo_sdpa and be called with `rloo_grouped=<this cache>`)."""
-    cache = DynamicCache()
-    cache.layers = [GroupedLayer(layer.keys, layer.values, k, extra, dtype) for layer in prefill.layers]
-    return cache
+    pairs = [kv(layer) for layer in prefill.layers]
+    return set_layers(DynamicCache(), [GroupedLayer(keys, values, k, extra, dtype) for keys, values in pairs])
 
 
 # Grouped attention pays once the expanded prompt cache would be large: measured on this project's
@@ -160,28 +161,29 @@ def grouped_pays(prefill: DynamicCache, k: int) -> bool:
     at least GROUPED_MIN_ELEMENTS per layer."""
     if k < 2 or not prefill.layers:
         return False
-    keys = prefill.layers[0].keys
+    keys, _ = kv(prefill.layers[0])
     return keys.dim() == 4 and keys.numel() * k >= GROUPED_MIN_ELEMENTS
 
 
-def preallocate(cache, extra: int, dtype: torch.dtype | None = None) -> None:
+def preallocate(cache: DynamicCache, extra: int, dtype: torch.dtype | None = None) -> None:
     """Give every (plain dynamic) layer of `cache` room for `extra` more tokens, in place. `dtype`:
     store keys and values in it (fp32 for rloo_sdpa's fp32 attention under CPU autocast, which then
     reads the cache without casting it every step; bf16 values are exact in fp32)."""
     for i, layer in enumerate(cache.layers):
-        if type(layer) is DynamicLayer and layer.is_initialized and layer.keys.numel():
-            cache.layers[i] = PreallocatedLayer(layer.keys, layer.values, extra, dtype)
+        if type(layer) is DynamicLayer and layer.is_initialized and kv(layer)[0].numel():
+            cache.layers[i] = PreallocatedLayer(*kv(layer), extra, dtype)
 
 
-def cache_kwarg(model) -> str:
+def cache_kwarg(model: Any) -> str:
     """The name the model's forward takes its KV cache by: transformers renamed past_key_values ->
     cache (the old name warns, and goes in 5.40); accept both generations of the API. Wrappers that
     pass keywords through (PEFT, DDP) are looked through to the model they wrap."""
     for _ in range(4):
+        # getattr: third-party wrappers: PEFT has get_base_model, DDP/FSDP `module`
         inner = model.get_base_model() if hasattr(model, "get_base_model") else getattr(model, "module", None)
         if not isinstance(inner, torch.nn.Module) or inner is model:
             break
-        model = inner
+        model = cast(Any, inner)  # a PEFT or DDP wrapper's attributes are not nn.Module's: keep it untyped
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
@@ -219,14 +221,14 @@ def expanded(cache: DynamicCache, k: int) -> DynamicCache:
     """A new, detached cache holding each row of `cache` k times (rows i*k .. i*k+k-1 copy row i),
     for sampling. (The training passes index the prompt cache under autograd instead:
     rloo.modeling.forward_shared._group_rows.)"""
-    pairs = [(layer.keys.detach(), layer.values.detach()) for layer in cache.layers]
+    pairs = [(keys.detach(), values.detach()) for keys, values in map(kv, cache.layers)]
     return DynamicCache(ddp_cache_data=[(kk.repeat_interleave(k, 0), vv.repeat_interleave(k, 0)) for kk, vv in pairs])
 
 
 def row_cache(cache: DynamicCache, rows: Tensor, extra: int) -> DynamicCache:
     """A new cache of `rows` of `cache` (copies of their keys/values, room for `extra` more tokens):
     a forward pass of those rows alone, whose new columns `append_columns` writes back."""
-    pairs = [(layer.keys[rows], layer.values[rows]) for layer in cache.layers]
+    pairs = [(keys[rows], values[rows]) for keys, values in map(kv, cache.layers)]
     out = DynamicCache(ddp_cache_data=pairs)
     preallocate(out, extra)
     return out
@@ -236,11 +238,13 @@ def append_columns(cache: DynamicCache, rows: Tensor, sub: DynamicCache, width: 
     """Append `width` columns to every row of `cache` (PreallocatedLayers), in place: for `rows` the
     last `width` columns of `sub` (their `row_cache` after a pass of `width` tokens), zeros for the
     other rows (holes the attention mask hides)."""
-    for layer, part in zip(cache.layers, sub.layers, strict=True):
+    # the caller's cache was made by `preallocate` (row_cache's docstring): its layers are ours
+    layers = cast("list[PreallocatedLayer]", cache.layers)
+    for layer, part in zip(layers, map(kv, sub.layers), strict=True):
         end = layer.length + width
         if end > layer._k.shape[2]:
             layer._grow(max(2 * layer._k.shape[2], end))
-        for store, new in ((layer._k, part.keys), (layer._v, part.values)):
+        for store, new in zip((layer._k, layer._v), part, strict=True):
             store[:, :, layer.length : end] = 0
             store[rows, :, layer.length : end] = new[:, :, -width:].to(store.dtype)
         layer.length = end

@@ -30,6 +30,8 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 from transformers.modeling_layers import GradientCheckpointingLayer
 
+from rloo.modeling.cache_layers import set_layers
+
 
 class PrefixLayer(DynamicLayer):
     """A cache layer for ONE forward pass over new tokens after a fixed prefix (possibly empty).
@@ -40,7 +42,7 @@ class PrefixLayer(DynamicLayer):
 
     def __init__(self, keys: torch.Tensor | None = None, values: torch.Tensor | None = None):
         super().__init__()
-        self.prefix = None if keys is None else (keys, values)
+        self.prefix = None if keys is None or values is None else (keys, values)
         if keys is not None:
             self.keys, self.values, self.device, self.is_initialized = keys, values, keys.device, True
 
@@ -62,11 +64,12 @@ def prefix_cache(pairs: list[tuple[torch.Tensor, torch.Tensor]] | None = None) -
         cache.layer_class_to_replicate = PrefixLayer
     else:
         cache.layer_class_to_replicate = None
-        cache.layers = [PrefixLayer(k, v) for k, v in pairs]
+        set_layers(cache, [PrefixLayer(k, v) for k, v in pairs])
     return cache
 
 
 def _checkpointing(model) -> list[torch.nn.Module]:
+    # getattr: third-party modules: transformers sets the flag on some of them
     return [m for m in model.modules() if getattr(m, "gradient_checkpointing", False) is True]
 
 
@@ -107,8 +110,9 @@ def cache_keeping_checkpointing(model):
     flagged = _checkpointing(model)
     layers = [m for m in flagged if isinstance(m, GradientCheckpointingLayer)]
     try:
+        # (the ignores: nn.Module.__setattr__ is annotated for tensors and modules; a bool flag is fine)
         for m in flagged:
-            m.gradient_checkpointing = False
+            m.gradient_checkpointing = False  # pyright: ignore[reportArgumentType]
         for m in layers:
             m.forward = _checkpointed_forward(m)
         yield
@@ -116,4 +120,4 @@ def cache_keeping_checkpointing(model):
         for m in layers:
             m.__dict__.pop("forward", None)
         for m in flagged:
-            m.gradient_checkpointing = True
+            m.gradient_checkpointing = True  # pyright: ignore[reportArgumentType] - a bool flag, as above

@@ -100,6 +100,7 @@ def load_tokenizer(path: str, trust_remote_code: bool = False):
 
 def checked_tokenizer(tok: Any, path: str) -> Any:
     """`tok` with a pad token (EOS when it has none); refused without an EOS token."""
+    # getattr: third-party: whatever AutoTokenizer or a caller gave, checked for what a tokenizer has
     if not callable(getattr(tok, "get_vocab", None)) or not callable(tok):
         raise RlooError(f"{path}: expected a transformers tokenizer, got a {type(tok).__name__}")
     if tok.pad_token is None:
@@ -128,7 +129,7 @@ def _check_safetensors(path: str, what: str) -> None:
         )
 
 
-def _load(cls, path: str, what: str, device: str, dtype, trust_remote_code: bool, **kw):
+def _load(cls, path: str, what: str, device: str, dtype, trust_remote_code: bool, **kw) -> tuple[Any, Any]:
     """(model, tokenizer) from `path`: rloo's attention (rloo.modeling.attention), and its output heads
     in fp32 under autocast (rloo.modeling.fp32_head), set before any wrapper (DDP, FSDP2, PEFT) sees it.
     A model handed to the Python API under `path` (rloo.runtime.inputs.objects) is that object, moved."""

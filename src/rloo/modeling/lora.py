@@ -35,7 +35,7 @@ def add_lora(model, settings: LoraSettings, adapter_path: str | Path | None = No
         return use_fp32_heads(_absolute_base(loaded))
     cfg = peft.LoraConfig(
         r=settings.r,
-        lora_alpha=settings.alpha,
+        lora_alpha=settings.alpha,  # pyright: ignore[reportArgumentType] - peft annotates int; it computes alpha / r, a float works
         lora_dropout=settings.dropout,
         target_modules=settings.target_modules,
         task_type="SEQ_CLS" if score_head else "CAUSAL_LM",
@@ -119,6 +119,7 @@ class AdapterDisabled:
     def __getattr__(self, name):  # config, parameters, modules, ...: those of the shared network
         if name == "model":
             raise AttributeError(name)
+        # getattr: delegation (__getattr__) to the shared network
         return getattr(self.model, name)
 
 
@@ -145,6 +146,7 @@ def load_saved_weights(model, folder: str | Path) -> None:
         saved |= load_file(str(f))
     if is_lora(model):
         result = _peft().set_peft_model_state_dict(model, saved)
+        # getattr: third-party: peft versions return a load result or None
         unexpected = list(getattr(result, "unexpected_keys", []))
         if unexpected or not saved:
             raise RlooError(f"cannot resume from {folder}: its adapters are not those of this model")

@@ -18,6 +18,8 @@ from torch import Tensor
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
+from rloo.modeling.cache_layers import kv, set_layers
+
 # Prompt lengths are rounded up to a multiple of this, so batches of similar prompt lengths share
 # one captured step (its cache shape); the unused columns are masked.
 PROMPT_BUCKET = 32
@@ -30,7 +32,7 @@ def prompt_bucket(length: int) -> int:
 
 def kv_dtype(cache: DynamicCache) -> torch.dtype:
     """The dtype of a (prefill) cache's keys."""
-    return cache.layers[0].keys.dtype  # type: ignore[union-attr]
+    return kv(cache.layers[0])[0].dtype
 
 
 class StaticDecodeLayer(DynamicLayer):
@@ -43,13 +45,14 @@ class StaticDecodeLayer(DynamicLayer):
         self.device, self.is_initialized = keys.device, True
 
     def update(self, key_states, value_states, *args, **kwargs):
-        self.keys.index_copy_(2, self.col, key_states.to(self.keys.dtype))
-        self.values.index_copy_(2, self.col, value_states.to(self.values.dtype))
-        return self.keys, self.values
+        keys, values = kv(self)
+        keys.index_copy_(2, self.col, key_states.to(keys.dtype))
+        values.index_copy_(2, self.col, value_states.to(values.dtype))
+        return keys, values
 
     def get_seq_length(self) -> int:
         # only sizes a mask transformers does not build here (the step passes a 4D mask)
-        return self.keys.shape[2]
+        return kv(self)[0].shape[2]
 
 
 class StaticCache:
@@ -57,23 +60,22 @@ class StaticCache:
     is called with (`cache`). `mask` (N, 1, 1, L) bool and `col` (1,) long are the step's inputs."""
 
     def __init__(self, prefill: DynamicCache, n: int, length: int, dtype: torch.dtype | None = None):
-        layers = prefill.layers
-        device = layers[0].keys.device
+        pairs = [kv(layer) for layer in prefill.layers]
+        device = pairs[0][0].device
         self.col = torch.zeros(1, dtype=torch.long, device=device)
         self.mask = torch.zeros(n, 1, 1, length, dtype=torch.bool, device=device)
         # zeros, not empty: masked columns still enter q.k and p.v, and garbage there could be NaN
         self.kv = [
             tuple(torch.zeros(n, t.shape[1], length, t.shape[3], dtype=dtype or t.dtype, device=device) for t in pair)
-            for pair in ((layer.keys, layer.values) for layer in layers)
+            for pair in pairs
         ]
-        self.cache = DynamicCache()
-        self.cache.layers = [StaticDecodeLayer(k, v, self.col) for k, v in self.kv]
+        self.cache = set_layers(DynamicCache(), [StaticDecodeLayer(k, v, self.col) for k, v in self.kv])
 
     def fits(self, prefill: DynamicCache) -> bool:
         """Whether `prefill`'s layers (their heads, head size and dtype) fit these buffers."""
         return len(prefill.layers) == len(self.kv) and all(
-            layer.keys.shape[1] == k.shape[1] and layer.keys.shape[3] == k.shape[3]
-            for layer, (k, _) in zip(prefill.layers, self.kv, strict=True)
+            keys.shape[1] == k.shape[1] and keys.shape[3] == k.shape[3]
+            for (keys, _), (k, _) in zip(map(kv, prefill.layers), self.kv, strict=True)
         )
 
     def fill(self, prefill: DynamicCache, prompt_mask: Tensor, k: int, start: int) -> None:
@@ -81,8 +83,8 @@ class StaticCache:
         prompt i, as `rloo.modeling.kvcache.expanded`), their (B, P) mask, and the first generated
         column `start` (>= P), in place."""
         b, p = prompt_mask.shape
-        for layer, pair in zip(prefill.layers, self.kv, strict=True):
-            for src, buf in zip((layer.keys, layer.values), pair, strict=True):
+        for layer_kv, pair in zip(map(kv, prefill.layers), self.kv, strict=True):
+            for src, buf in zip(layer_kv, pair, strict=True):
                 n, h, length, d = buf.shape
                 buf.view(b, k, h, length, d)[:, :, :, :p].copy_(src.detach().unsqueeze(1))
         self.mask.zero_()

@@ -79,6 +79,7 @@ def build_reward(cfg, policy_tokenizer, reward_fn: Callable | None = None, load_
             share_prompt=cfg.share_prompt,
         )
     if reward_fn is not None:
+        # getattr: a user's callable, which may have no __name__
         sources[getattr(reward_fn, "__name__", "reward_fn")] = _source(reward_fn)
     else:
         specs = [cfg.reward_fn] if isinstance(cfg.reward_fn, str) else list(cfg.reward_fn or [])

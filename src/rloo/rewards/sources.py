@@ -36,6 +36,7 @@ class FunctionReward:
     def __init__(self, fn: RewardFn, name: str | None = None):
         if not callable(fn):
             raise RlooError(f"reward function {fn!r} is not callable")
+        # getattr: a user's callable (a partial or callable object has no __name__)
         self.fn, self.name = fn, name or getattr(fn, "__name__", "reward_fn")
 
     def __call__(self, batch) -> Tensor:
@@ -152,6 +153,7 @@ class RewardModelScorer:
     @torch.no_grad()
     def __call__(self, batch) -> Tensor:
         if self.same_tokenizer:
+            # getattr (here and below): a batch from any producer, a Rollout or an API caller's stand-in
             k = getattr(batch, "group_size", 1) if self.share_prompt else 1
             return self._chunked(batch.prompt_ids, batch.prompt_mask, batch.completion_ids, batch.completion_mask, k)
         # the decoded text as sampled (leading space kept): a reward model reads responses in the

@@ -65,6 +65,18 @@ def decodes_captured(mode: str, model, device: torch.device, grouped: bool | Non
     return why is None
 
 
+def python_state(model) -> tuple:
+    """What a graph bakes in besides the tensors: the model's train/eval mode and each LoRA layer's
+    merged / disabled / active adapters (PEFT decides in Python whether to add the adapter's
+    product, so a step captured before `merge_adapter` would add it twice after). Part of a step's key."""
+    lora = tuple(
+        (bool(getattr(m, "merged", False)), bool(getattr(m, "disable_adapters", False)), str(m.active_adapters))
+        for m in model.modules()
+        if hasattr(m, "lora_A") and hasattr(m, "active_adapters")
+    )
+    return (model.training, lora)
+
+
 def _static_step(model, pre: Prefill, n: int, steps: int, settings: StepSettings, few_rows: bool) -> CapturedStep:
     """The model's captured step for this shape and these settings, built (and on CUDA captured) on
     first use; the same one while the model lives."""
@@ -73,7 +85,7 @@ def _static_step(model, pre: Prefill, n: int, steps: int, settings: StepSettings
     # rloo_sdpa computes a CPU model's attention in fp32: keep the cache there (as the eager loop's)
     dtype = torch.float32 if device.type == "cpu" and uses_rloo_attention(model) else kv_dtype(pre.cache)
     amp = (torch.is_autocast_enabled(device.type), torch.get_autocast_dtype(device.type))
-    key = (n, length, steps, vocab, dtype, amp, few_rows, settings)
+    key = (n, length, steps, vocab, dtype, amp, few_rows, settings, python_state(model))
     held = _STEPS.setdefault(model, {})
     step = held.get(key)
     if step is None or not step.cache.fits(pre.cache):

@@ -50,6 +50,7 @@ def cpu_flags() -> frozenset[str] | None:
         flags = None
     if flags is not None:
         return flags
+    # getattr: third-party: torch.cpu and its private _is_*_supported checks vary by torch version
     cpu = getattr(torch, "cpu", None)
     checks = {"amx_bf16": "_is_amx_tile_supported", "avx512_bf16": "_is_avx512_bf16_supported"}
     checks["avx512f"] = "_is_avx512_supported"

@@ -110,6 +110,7 @@ class Dist:
         if not (self.enabled and self.parallel == "fsdp"):
             return model
         sd = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        # getattr: third-party: a remote-code config may lack the key, a model the private _tied_weights_keys
         if getattr(model.config, "tie_word_embeddings", False):
             # gathered shards no longer share storage, so save_pretrained would not see the tie and
             # would write the tied copy (e.g. lm_head.weight) too; drop it as an unsharded save does

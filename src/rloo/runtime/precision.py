@@ -43,6 +43,7 @@ from typing import ParamSpec, TypeVar, overload
 import torch
 
 from rloo.config.base import FLOAT16_REFUSED
+from rloo.config.supervised import ArchConfig
 from rloo.errors import RlooError
 from rloo.runtime.cpukind import auto_bf16, cpu_flags
 from rloo.runtime.matmul_timing import (  # noqa: F401 - the probe's rule and constants, re-exported
@@ -208,8 +209,9 @@ def model_width(cfg) -> int | None:
     """The width (hidden size) of the model a stage runs, for dtype=auto's probe: from the local
     model folder's config.json (`policy`, `model`, `sft_model`, first found), else the built-in
     architecture (`arch`, `sft.arch`); None when unknown (a Hub name not yet downloaded)."""
+    fields = vars(cfg)  # a stage config's fields (each stage has some of these keys)
     for key in ("policy", "model", "sft_model"):
-        path = getattr(cfg, key, None)
+        path = fields.get(key)
         if isinstance(path, (str, Path)) and (Path(path) / "config.json").is_file():
             try:
                 config = json.loads((Path(path) / "config.json").read_text())
@@ -217,8 +219,9 @@ def model_width(cfg) -> int | None:
                 return None
             width = next((config[k] for k in ("hidden_size", "n_embd", "d_model") if k in config), None)
             return width if isinstance(width, int) else None
-    for arch in (getattr(cfg, "arch", None), getattr(getattr(cfg, "sft", None), "arch", None)):
-        if isinstance(getattr(arch, "hidden_size", None), int):
+    sft = fields.get("sft")  # the pipeline's section; SFTConfig has `arch` itself
+    for arch in (fields.get("arch"), None if sft is None else vars(sft).get("arch")):
+        if isinstance(arch, ArchConfig):
             return arch.hidden_size
     return None
 

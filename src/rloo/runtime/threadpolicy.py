@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 import os
 import statistics
+import sys
 import time
 from collections.abc import Mapping, MutableMapping
 
@@ -111,3 +112,15 @@ def threads_note(threads: int, cores: int, busy: float) -> str | None:
         f"threads: {threads} of {cores} cores, other processes keep ~{busy:.1f} busy "
         "(OMP_NUM_THREADS=N chooses; docs/install.md, 'Threads on a busy machine')"
     )
+
+
+def apply_thread_policy(environ: MutableMapping[str, str]) -> str | None:
+    """The thread count for a command where OMP_NUM_THREADS does not set it: in `environ`, for torch
+    (which reads it when first imported) and every process the command starts, and in torch itself
+    where a --plugin or the preflight check imported it already. Returns the line to print, if any."""
+    chosen = choose_threads(environ)
+    if chosen is None:
+        return None
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(chosen[0])
+    return threads_note(*chosen)

@@ -38,8 +38,8 @@ def get_task(name: str = DEFAULT_TASK) -> Task:
     return cls()
 
 
-def _spec(task) -> TaskSpec | None:
-    return TASK_SPECS.get(getattr(task, "name", ""))
+def _spec(task: Task | None) -> TaskSpec | None:
+    return None if task is None else TASK_SPECS.get(task.name)
 
 
 def has_checker(task) -> bool:

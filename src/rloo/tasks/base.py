@@ -107,6 +107,14 @@ class ParsesAnswers(Protocol):
 
 
 @runtime_checkable
+class MarksEnvironmentWords(Protocol):
+    """A task whose episode traces hold the environment's words (calculator): which reference words
+    the environment wrote, one flag per word, so SFT can leave them out of its loss."""
+
+    def environment_words(self, reference: str) -> list[bool]: ...
+
+
+@runtime_checkable
 class EpisodeSuccess(Protocol):
     """A task played as episodes (calculator, guess): the return at which an episode is a success."""
 

@@ -107,6 +107,7 @@ def success_threshold(env: str) -> float:
     if env in episode_tasks():
         task = get_task(env)
         return task.success_threshold if isinstance(task, EpisodeSuccess) else 1.0
+    # getattr: a user's environment class: success_threshold is optional (docs/agents.md)
     return float(getattr(load_callable(env, "environment"), "success_threshold", 1.0))
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from rloo.config import OFFLINE_ALGORITHMS, RewardConfig, RLConfig, SFTConfig
+from rloo.config.method_settings import ValueSettings
 from rloo.errors import ConfigError
 from rloo.runtime.inputs.objects import holding
 from rloo.training import reward as reward_stage
@@ -56,7 +57,8 @@ def train(
         raise ConfigError("generation=vllm starts its engine from policy=PATH: save the model and pass its folder")
     if (
         model is not None
-        and getattr(cfg.algorithm_settings, "value_model", None) == "separate"
+        and isinstance(cfg.algorithm_settings, ValueSettings)
+        and cfg.algorithm_settings.value_model == "separate"
         and not cfg.reward_model
     ):
         raise ConfigError(

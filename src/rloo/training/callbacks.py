@@ -51,6 +51,7 @@ class Callbacks:
         if hook == "on_log":
             self.state.log_history.append({**kwargs["logs"], "step": step})
         for obj in self.objs:
+            # getattr: a user's callback object: each TrainerCallback hook is optional
             fn = getattr(obj, hook, None)
             if not callable(fn):
                 continue

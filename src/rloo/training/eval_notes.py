@@ -8,6 +8,7 @@ from pathlib import Path
 import yaml
 
 from rloo.config import EvalConfig
+from rloo.eval.judge import judge_kind
 
 # How far above the evaluated model folder its training run's config.yaml may lie: <run>/model, or a
 # checkpoint's <run>/checkpoints/step-N/model
@@ -22,7 +23,7 @@ def honest_notes(cfg: EvalConfig, judge) -> list[str]:
 def judge_note(judge, reward_model: str | None, optimised: set[str]) -> str:
     """One line on the judge: a gold judge is independent of training; a reward model or a function that
     RL optimised (`optimised`: the policy run's reward sources) is not, and the line says so plainly."""
-    kind = getattr(judge, "kind", "function")
+    kind = judge_kind(judge)
     if kind == "gold":
         return f"Judge: {judge.name}, the task's own judge, independent of the reward RL optimised."
     spec = reward_model if kind == "reward_model" else judge.name

@@ -33,6 +33,7 @@ def hand_in(cfg, key: str, model=None, tokenizer=None, dataset=None, tokenizer_k
     tok_name = None
     if tokenizer is not None:
         if model is None and tokenizer_key is None:
+            # getattr: `key` names a field of the stage config (the caller's), not a probe
             raise ConfigError(f"tokenizer= goes with model= here (the tokenizer of {key}={getattr(cfg, key)})")
         tok_name = name_of("tokenizer", sha := tokenizer_sha(_tokenizer(tokenizer)))
         held[tok_name] = Held(tokenizer, sha)
@@ -57,6 +58,7 @@ def hand_in(cfg, key: str, model=None, tokenizer=None, dataset=None, tokenizer_k
 
 
 def _free(cfg, key: str, name: str, arg: str) -> str:
+    # getattr: `key` names a model field, which some stage configs lack
     current = getattr(cfg, key, None)
     if current and not is_held(current):
         raise ConfigError(f"pass {key}={current} or {arg}, not both")
@@ -83,6 +85,7 @@ def _module(model):
 
 
 def _tokenizer(tok):
+    # getattr: an object handed in by an API caller, checked for what a tokenizer has
     if not callable(getattr(tok, "get_vocab", None)):
         raise RlooError(f"tokenizer= must be a transformers tokenizer; got a {type(tok).__name__}")
     return tok

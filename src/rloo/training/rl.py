@@ -289,13 +289,8 @@ def _preflight(models: Models, prompt: str, cfg: RLConfig) -> None:
         sample_episodes(models, [prompt], cfg, torch.Generator().manual_seed(cfg.seed))
         return
     assert models.scorer is not None, "an online method needs a reward source"
+    gen = torch.Generator().manual_seed(cfg.seed)
     roll = rollout(
-        models.policy,
-        models.tokenizer,
-        [prompt],
-        cfg.k,
-        cfg.sampling,
-        generator=torch.Generator().manual_seed(cfg.seed),
-        captured=cfg.captured_decode,
+        models.policy, models.tokenizer, [prompt], cfg.k, cfg.sampling, generator=gen, captured=cfg.captured_decode
     )
     models.scorer(roll)

@@ -30,6 +30,7 @@ from rloo.runtime.precision import stage_precision
 from rloo.runtime.runfolder.lock import holds_run_folder
 from rloo.runtime.tracking.log import progress, say
 from rloo.tasks import Example, get_task
+from rloo.tasks.base import MarksEnvironmentWords
 from rloo.tasks.tokenizer import build_tokenizer
 from rloo.training.callbacks import Callbacks
 from rloo.training.common import (
@@ -65,7 +66,7 @@ def _loss(model, prompts, targets, loss_mask, idx, device):
 def sft_loss_mask(task, tokenizer, examples: list[Example], targets: Encoded, policy_only: bool) -> torch.Tensor:
     """The target tokens SFT trains on: all of them, or with `policy_only` less the words the environment
     wrote in a task's episode traces (Task.environment_words; sft.observation_loss=false), said in one line."""
-    env_words = getattr(task, "environment_words", None) if policy_only else None
+    env_words = task.environment_words if policy_only and isinstance(task, MarksEnvironmentWords) else None
     if env_words is None:
         return targets.mask
     refs = [e.reference for e in examples]

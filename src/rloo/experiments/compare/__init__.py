@@ -17,5 +17,6 @@ _STUDY = ("METHODS", "QUICK", "compare", "method_config", "quick_config", "run_c
 
 def __getattr__(name):
     if name in _STUDY:
+        # getattr: a module __getattr__: lazy exports
         return getattr(importlib.import_module("rloo.experiments.compare.study"), name)
     raise AttributeError(f"module 'rloo.experiments.compare' has no attribute {name!r}")

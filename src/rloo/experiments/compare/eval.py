@@ -26,6 +26,7 @@ from rloo.rewards import RewardModelScorer
 from rloo.rollout import rollout
 from rloo.rollout.decoding import logprob_temperature
 from rloo.tasks import has_checker
+from rloo.tasks.base import ParsesAnswers
 
 
 @dataclass
@@ -120,7 +121,7 @@ def pass_at_k(policy, tok, task, examples, cfg: CompareConfig, seed: int) -> dic
         task.gold_score,
         _sampling(cfg),
         n=cfg.eval.pass_samples,
-        parse=getattr(task, "parse_answer", None),
+        parse=task.parse_answer if isinstance(task, ParsesAnswers) else None,
         batch_size=max(cfg.eval.batch_size, cfg.eval.pass_samples),
         generator=torch.Generator().manual_seed(20_000 + seed),
     )

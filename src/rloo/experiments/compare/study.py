@@ -78,6 +78,7 @@ def _lay_quick(section, quick: dict, prefix: str, kept: list[str]) -> dict:
     data = section.model_dump()
     for key, val in quick.items():
         if isinstance(val, dict):
+            # getattr: `key` names a field of `section` (the quick settings' keys), not a probe
             data[key] = _lay_quick(getattr(section, key), val, f"{prefix}{key}.", kept)
         elif key in section.model_fields_set:
             kept.append(f"{prefix}{key}={getattr(section, key)}")

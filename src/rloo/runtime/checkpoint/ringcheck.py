@@ -28,6 +28,7 @@ VOLATILE = {"torch_dtype", "dtype", "transformers_version", "use_cache", "archit
 def config_dict(model: object) -> dict:
     """The configuration that decides what `model` computes (keys of storage and loading left out); any
     object with a Hugging Face `config` (a model, a LoRA reference forwarding its network's), else {}."""
+    # getattr: any object (docstring): only a Hugging Face model has a config
     config = getattr(model, "config", None)
     d = config.to_dict() if config is not None else {}
     kept = {k: v for k, v in d.items() if not k.startswith("_") and k not in VOLATILE}

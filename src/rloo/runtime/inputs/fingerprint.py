@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+from rloo.config.dataset import DatasetSettings
 from rloo.errors import RlooError, option
 from rloo.runtime.inputs.objects import held, is_held
 
@@ -21,9 +22,10 @@ INPUT_KEYS = ("policy", "reward_model", "model", "tokenizer", "sft_model", "base
 
 def input_paths(cfg) -> dict[str, str]:
     """{config key: path} of the inputs `cfg` reads (dataset as `dataset.path`)."""
-    out = {k: str(getattr(cfg, k)) for k in INPUT_KEYS if getattr(cfg, k, None) is not None}
-    ds = getattr(cfg, "dataset", None)
-    if ds is not None and getattr(ds, "path", None):
+    fields = dict(cfg)  # a stage config (pydantic) iterates over its (field, value) pairs
+    out = {k: str(fields[k]) for k in INPUT_KEYS if fields.get(k) is not None}
+    ds = fields.get("dataset")
+    if isinstance(ds, DatasetSettings) and ds.path:
         out["dataset.path"] = str(ds.path)
     return out
 

@@ -94,6 +94,7 @@ def tokenizer_sha(tok) -> str:
     state = {
         "vocab": sorted(tok.get_vocab().items()),
         "special": special,
+        # getattr: third-party: a tokenizer without a chat template may lack the attribute
         "template": getattr(tok, "chat_template", None),
         "class": type(tok).__name__,
     }

@@ -40,6 +40,7 @@ def load_callable(spec: str, what: str = "reward function") -> Callable:
     """The callable `spec` names; one RlooError line when the file, module or name is missing."""
     target, name = split_spec(spec, what)
     module = _load_file(target, spec, what) if is_file_spec(target) else _import(target, spec, what)
+    # getattr: the user's module: the name is theirs, and may be missing (the error says so)
     fn = getattr(module, name, None)
     if not callable(fn) and getattr(module, "__file__", None) is None and not is_file_spec(target):
         raise RlooError(
@@ -63,6 +64,7 @@ def load_module(target: str, what: str = "plugin"):
     if not all(part.isidentifier() for part in target.split(".")):
         raise RlooError(f"{what} {target!r} must be given as path/to/file.py or a module name (my_methods)")
     module = _import(target, target, what, instead="path/to/file.py")
+    # getattr: a namespace package (a folder without __init__.py) has no __file__
     if getattr(module, "__file__", None) is None:  # a folder without __init__.py: it would run nothing
         raise RlooError(
             f"{what} {target!r} is a folder (a namespace package), not a Python module, so it would run "

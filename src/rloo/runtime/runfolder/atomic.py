@@ -155,7 +155,7 @@ def _open_own(path: Path, flags: int) -> int:
     planted FIFO (O_NONBLOCK: its open fails or returns at once), and only when it is a regular file
     with no other name: a hard link elsewhere (someone's file) would be appended to or cut too."""
     try:
-        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0), 0o666)
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
     except OSError as e:
         if e.errno == errno.ELOOP:
             raise _not_a_link(path) from e

@@ -17,42 +17,18 @@ refused too; an unusual tokenizer file name makes `--overwrite` refuse rather th
 from __future__ import annotations
 
 import fnmatch
-import json
 import os
 import shutil
 import stat
 from contextlib import ExitStack
 from pathlib import Path
 
-import yaml
-
-from rloo.config import (
-    BenchConfig,
-    CompareConfig,
-    EvalConfig,
-    PipelineConfig,
-    RewardConfig,
-    RLConfig,
-    SFTConfig,
-    upgrade_saved_config,
-)
 from rloo.errors import RlooError, option
-from rloo.runtime.runfolder.atomic import atomic_write_text
 from rloo.runtime.runfolder.confine import linked_folder
+from rloo.runtime.runfolder.kinds import MARKER, kind_of, run_kind, write_marker  # noqa: F401 (re-exported)
 from rloo.runtime.runfolder.lock import LOCK_NAME, hold_existing
 from rloo.runtime.runfolder.reading import hard_linked, kind_of_mode, refusal
 
-MARKER = ".rloo-run"
-CONFIGS = {
-    "train": RLConfig,
-    "sft": SFTConfig,
-    "reward": RewardConfig,
-    "eval": EvalConfig,
-    "pipeline": PipelineConfig,
-    "compare": CompareConfig,
-    "bench": BenchConfig,
-}
-KINDS = {cls.__name__: kind for kind, cls in CONFIGS.items()}
 # files that make a folder neither a run nor a user's: the lock, the marker, their temp names
 BOOKKEEPING = {LOCK_NAME, MARKER, f".{MARKER}.tmp", ".config.yaml.tmp"}
 
@@ -109,24 +85,6 @@ LAYOUTS: dict[str, dict] = {
     "bench": dict.fromkeys(BOOKKEEPING | {"bench.json"}, FILE)
     | {"assets": {"*": {"policy": MODEL, "reward": MODEL, "words.txt": FILE}}},
 }
-
-
-def run_kind(cfg) -> str:
-    """The kind of run a config makes ("train" for an RLConfig, ...)."""
-    return KINDS[type(cfg).__name__]
-
-
-def write_marker(folder: Path, kind: str) -> None:
-    """Mark `folder` as an rloo run of `kind` (atomically; a planted link is replaced, not followed)."""
-    if _marker_kind(Path(folder)) != kind:
-        atomic_write_text(Path(folder) / MARKER, json.dumps({"kind": kind}) + "\n")
-
-
-def kind_of(folder: Path) -> str | None:
-    """The kind of rloo run `folder` holds, by its marker or (written before markers) its
-    config.yaml; None when it holds none."""
-    folder = Path(folder)
-    return _marker_kind(folder) or _legacy_kind(folder)
 
 
 def is_bookkeeping_only(folder: Path) -> bool:
@@ -267,41 +225,3 @@ def _remove(path: Path) -> None:
         path.unlink()
     else:
         shutil.rmtree(path)
-
-
-def _marker_kind(folder: Path) -> str | None:
-    path = folder / MARKER
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return None
-    try:
-        data = json.loads(os.read(fd, 4096).decode())
-        return data.get("kind") if isinstance(data, dict) else None
-    except (OSError, ValueError):
-        return None
-    finally:
-        os.close(fd)
-
-
-def _legacy_kind(folder: Path) -> str | None:
-    """A folder written before markers: a stage's config.yaml has exactly its config's keys (the
-    kinds differ in them); a comparison's loads as one; a bench folder holds bench.json."""
-    saved = folder / "config.yaml"
-    if saved.is_file() and not saved.is_symlink():
-        try:
-            held = yaml.safe_load(saved.read_text())
-        except (OSError, UnicodeDecodeError, yaml.YAMLError):
-            held = None
-        if isinstance(held, dict):
-            held = upgrade_saved_config(held)
-            for kind, cls in CONFIGS.items():
-                if set(held) == set(cls.model_fields):
-                    return kind
-            try:
-                CompareConfig(**held)
-                return "compare"
-            except Exception:  # noqa: BLE001 - any validation failure: not a comparison
-                pass
-    bench = folder / "bench.json"
-    return "bench" if bench.is_file() and not bench.is_symlink() else None

@@ -45,7 +45,7 @@ class LockFileUnsafe(RlooError):
 
 # O_NOFOLLOW: a `.rloo.lock` planted as a link to someone's file must never be truncated and
 # overwritten with the lock record; O_NONBLOCK: a fifo planted there must not hang the open.
-_SAFE = os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+_SAFE = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 def open_lock_file(path: Path, flags: int) -> int:

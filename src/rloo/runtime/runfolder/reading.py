@@ -20,7 +20,7 @@ from pathlib import Path
 from rloo.errors import RlooError
 
 # O_NONBLOCK only matters for the open of a FIFO: on a regular file reads never block anyway
-_SAFE_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+_SAFE_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 class NotARegularFile(RlooError):

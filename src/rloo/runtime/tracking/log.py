@@ -101,6 +101,7 @@ def _quiet_tensorboard_errors() -> None:
     """Chain a hook in front of the current threading.excepthook (installed when a logger opens,
     so a hook set earlier by a test runner or an application is kept for everything else)."""
     previous = threading.excepthook
+    # getattr: a foreign hook (a test runner's, an application's) carries no flag; ours does
     if getattr(previous, "_rloo_quiet_tb", False):
         return
 
