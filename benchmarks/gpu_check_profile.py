@@ -15,44 +15,21 @@ scoring and the update at the bf16 matmul peak measured here (their FLOPs: bench
 
 from __future__ import annotations
 
-import contextlib
-import importlib
 import os
 from pathlib import Path
 
 import torch
 
 from gpu_bench import copy_bandwidth, decode_bound, matmul_peak, tiny_shape  # beside this file
-from profile_step import PHASES
+from profile_step import phase_labels
 
 WARMUP = 2  # the captured step's capture and the allocator's first growth stay out of the profiled step
 TOP = 15
 
 
-@contextlib.contextmanager
 def synced_phase_labels(device: str):
-    """rloo_step's phase functions run under record_function("phase:<name>"), the device synchronised
-    before each label closes (profile_step.phase_labels, with the synchronisation)."""
-    module = importlib.import_module("rloo.algorithms.rloo")
-    saved = {name: getattr(module, name) for name in PHASES}
-    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
-
-    def labelled(fn, label):
-        def call(*a, **kw):
-            with torch.profiler.record_function(f"phase:{label}"):
-                out = fn(*a, **kw)
-                sync()
-                return out
-
-        return call
-
-    for name, fn in saved.items():
-        setattr(module, name, labelled(fn, PHASES[name]))
-    try:
-        yield
-    finally:
-        for name, fn in saved.items():
-            setattr(module, name, fn)
+    """profile_step.phase_labels with the device synchronised before each label closes."""
+    return phase_labels(torch.cuda.synchronize if device.startswith("cuda") else None)
 
 
 def _subtree(ev) -> list:

@@ -58,15 +58,19 @@ PHASES = {
 
 
 @contextlib.contextmanager
-def phase_labels():
-    """rloo_step's phase functions run under torch.profiler.record_function("phase:<name>") (here only)."""
+def phase_labels(sync=None):
+    """rloo_step's phase functions run under torch.profiler.record_function("phase:<name>") (here only);
+    `sync()` (a device synchronisation, benchmarks/gpu_check_profile.py) before each label closes."""
     module = importlib.import_module("rloo.algorithms.rloo")
     saved = {name: getattr(module, name) for name in PHASES}
 
     def labelled(fn, label):
         def call(*a, **kw):
             with torch.profiler.record_function(f"phase:{label}"):
-                return fn(*a, **kw)
+                out = fn(*a, **kw)
+                if sync is not None:
+                    sync()
+                return out
 
         return call
 
