@@ -76,27 +76,26 @@ def bounded_loss(
     split_on (N,): topr's s_i, the advantages when None (see topr_weights)."""
     seq_lr = sequence_log_ratio(logprobs, behaviour_logprobs, mask)
     stats = ratio_stats(seq_lr, clip)
-    if estimator == "asymre":
-        adv = asymmetric_advantages(advantages, shift)
-        loss, out = weighted_policy_gradient_loss(logprobs, mask, adv, torch.ones_like(adv))
-        return loss, stats | out
-    if estimator == "topr":
-        s = advantages if split_on is None else split_on
-        w = topr_weights(seq_lr, s)
-        loss, out = weighted_policy_gradient_loss(logprobs, mask, advantages, w)
-        return loss, stats | out | {"is/clipped": ((s < 0) & (seq_lr < 0)).double().mean().float()}
-    if estimator == "cispo":
-        tok_lr = token_log_ratio(logprobs, behaviour_logprobs, mask)
-        w = cispo_weights(tok_lr, mask, clip_low, clip)
-        rho = torch.exp(tok_lr)
-        clipped = ((rho < clip_low) | (rho > clip)) & mask
-        loss, out = weighted_policy_gradient_loss(logprobs, mask, advantages, w)
-        share = clipped.double().sum() / mask.sum().clamp(min=1)
-        return loss, ratio_stats(tok_lr, clip, mask) | out | {"is/clipped": share.float()}
-    if estimator == "clipped_surrogate":
+    if estimator == "clipped_surrogate":  # the gradient through rho itself: no detached weight
         seq_lp, seq_mu = sequence_logprobs(logprobs, mask), sequence_logprobs(behaviour_logprobs.detach(), mask)
         loss, ppo = ppo_clip_loss(seq_lp, seq_mu, advantages, clip_eps=clip_eps)
         adv = advantages.detach()
         out = {"loss/policy": loss.detach(), "adv/mean": adv.mean(), "adv/std": adv.std(correction=0)}
         return loss, stats | out | {"is/weight_mean": ppo["ppo/ratio_mean"], "is/clipped": ppo["ppo/clipfrac"]}
-    raise ValueError(f"unknown bounded estimator {estimator!r}; choose one of {', '.join(BOUNDED)}")
+    # the others: -1/N sum_i A_i sum_t w_it log pi(y_it|.) with each estimator's detached weights
+    if estimator == "asymre":
+        advantages = asymmetric_advantages(advantages, shift)
+        w, own = torch.ones_like(advantages), {}
+    elif estimator == "topr":
+        s = advantages if split_on is None else split_on
+        w, own = topr_weights(seq_lr, s), {"is/clipped": ((s < 0) & (seq_lr < 0)).double().mean().float()}
+    elif estimator == "cispo":
+        tok_lr = token_log_ratio(logprobs, behaviour_logprobs, mask)
+        w, rho = cispo_weights(tok_lr, mask, clip_low, clip), torch.exp(tok_lr)
+        clipped = ((rho < clip_low) | (rho > clip)) & mask
+        stats = ratio_stats(tok_lr, clip, mask)  # a token-level estimator: the tokens' ratios
+        own = {"is/clipped": (clipped.double().sum() / mask.sum().clamp(min=1)).float()}
+    else:
+        raise ValueError(f"unknown bounded estimator {estimator!r}; choose one of {', '.join(BOUNDED)}")
+    loss, out = weighted_policy_gradient_loss(logprobs, mask, advantages, w)
+    return loss, stats | out | own
