@@ -44,22 +44,6 @@ class Timer:
         self.last = now
 
 
-def scored_mean(scores: torch.Tensor) -> float:
-    """Mean of the scored samples (a None score is NaN); 0 when none was scored (reward/unscored = 1)."""
-    filled, valid = unscored(scores)
-    return (filled.sum() / valid.sum().clamp(min=1)).item()
-
-
-def group_stats(scores: torch.Tensor, k: int) -> dict[str, float]:
-    """groups/zero_variance: share of prompts whose k scores (the scored ones) are all equal, the
-    groups no group baseline draws a gradient from; reward/unscored: share of None scores (NaN)."""
-    _, valid = unscored(scores)
-    out = {"reward/unscored": 1.0 - valid.float().mean().item()}
-    if k > 1:
-        out["groups/zero_variance"] = zero_variance_groups(scores.view(-1, k), valid.view(-1, k)).float().mean().item()
-    return out
-
-
 def sample_rollout(
     models: Models,
     prompts: list[str],
@@ -258,15 +242,24 @@ def rollout_stats(
 
 
 def step_stats(roll: Rollout, scores, kl, rewards, grad_norm: float, finite: bool, k: int) -> dict[str, float]:
-    """The logged numbers of one step besides the loss's own and the phase times; lengths count the
-    policy's tokens (a multi-turn episode's tool output is not the policy's), and an episode's
-    rollout adds its environment's stats."""
+    """The logged numbers of one step besides the loss's own and the phase times. Of the scores (N,)
+    (a None score is NaN): reward/unscored, the share of None scores; groups/zero_variance, the share
+    of prompts whose k scored scores are all equal (no group baseline draws a gradient from them);
+    reward/score, the mean of the scored ones (0 when none was). Lengths count the policy's tokens (a
+    multi-turn episode's tool output is not the policy's), and an episode's rollout adds its
+    environment's stats."""
+    filled, valid = unscored(scores)
+    groups = {"reward/unscored": 1.0 - valid.float().mean().item()}
+    if k > 1:
+        groups["groups/zero_variance"] = (
+            zero_variance_groups(scores.view(-1, k), valid.view(-1, k)).float().mean().item()
+        )
     lengths = policy_tokens(roll).sum(-1).float()
     return (
-        group_stats(scores, k)
+        groups
         | (roll.env_stats if isinstance(roll, EpisodeRollout) else {})
         | {
-            "reward/score": scored_mean(scores),
+            "reward/score": (filled.sum() / valid.sum().clamp(min=1)).item(),
             "reward/kl": kl.mean().item(),
             "reward/total": rewards.mean().item(),
             "kl/ref": kl.mean().item(),
