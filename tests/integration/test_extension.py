@@ -29,9 +29,8 @@ a k3-KL comparison variant."""
 from pydantic import Field
 
 from rloo.algorithms import add_method
-from rloo.algorithms.base import StepResult, guarded_step
+from rloo.algorithms.base import StepResult, guarded_step, update_logprobs
 from rloo.algorithms.common import Timer, require_scored, rollout_stats, sample_and_score, sequence_rewards
-from rloo.algorithms.common import update_logprobs
 from rloo.config import MethodSpec
 from rloo.config.method_settings import KLEstimatorSettings
 from rloo.core.logprobs import sequence_logprobs

@@ -1,5 +1,6 @@
-"""What every algorithm works with: the models of a run, the Algorithm protocol, scoring a
-rollout, and the guarded optimizer step (the one place a non-finite update is skipped).
+"""What every algorithm works with: the models of a run, the Algorithm protocol, the policy's
+log-probs of a rollout, scoring a rollout, and the guarded optimizer step (the one place a
+non-finite update is skipped).
 
 A step has the signature
     step(models, opt, prompts, cfg, gen, **kw) -> StepResult (stats, Rollout, shaped rewards (N,))
@@ -25,7 +26,7 @@ from rloo.modeling.lora import AdapterDisabled
 from rloo.rewards import RewardSource
 from rloo.rollout import Rollout
 from rloo.rollout.capabilities import PreScoredRollout, Sampler
-from rloo.runtime.distributed import gradient_sync
+from rloo.runtime.distributed import gradient_sync, is_wrapped
 
 # (policy, prompts, rows=None) -> Rollout: vLLM, or the lagged samplers of rl.max_staleness (rows: see
 # rloo.runtime.distributed.Dist.shard)
@@ -157,6 +158,13 @@ def rows_logprobs(model, roll: Rollout, rows: Tensor, cfg: RLConfig, wrapped: bo
     """log pi of the rollout's rows `rows` (n,) -> (n,T), in that order: a minibatch of a method that
     takes several updates per batch (`rollout_logprobs`: shared when they are whole groups)."""
     return rollout_logprobs(model, roll, cfg, rows=rows, wrapped=wrapped)
+
+
+def update_logprobs(models: Models, roll: Rollout, cfg: RLConfig) -> Tensor:
+    """Per-token log-probs (N, T) of the sampled completions under the policy, with the graph for the
+    backward pass: through the DDP/FSDP wrapper when there is one, else reusing the rollout's
+    prompt pass where it kept one (`rollout_logprobs`)."""
+    return rollout_logprobs(models.policy, roll, cfg, prefill=roll.prefill, wrapped=is_wrapped(models.policy))
 
 
 class Scoring:

@@ -1,5 +1,5 @@
-"""Pieces every online method's step shares: sampling, scoring, the update's log-probs, minibatches,
-stats (the guarded optimizer step, the step signature and its result are in algorithms/base.py)."""
+"""Pieces every online method's step shares: sampling, scoring, minibatches, stats (the update's
+log-probs, the guarded optimizer step, the step signature and its result are in algorithms/base.py)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from rloo.algorithms.base import (
     Accumulated,
     Models,
     guarded_step,
-    rollout_logprobs,
     rows_logprobs,
     score_rollout,
+    update_logprobs,
 )
 from rloo.config import METHOD_SPECS, RLConfig
 from rloo.config.methods import capable, one_of
@@ -121,13 +121,6 @@ def step_loss_stats(loss, stats: dict) -> dict[str, float]:
     """The loss's stats as floats, after the step: an Accumulated's weighted ones under `stats`."""
     own = loss.stats if isinstance(loss, Accumulated) else {}
     return {k: float(v) for k, v in (own | stats).items()}
-
-
-def update_logprobs(models: Models, roll, cfg: RLConfig) -> torch.Tensor:
-    """Per-token log-probs (N, T) of the sampled completions under the policy, with the graph for the
-    backward pass: through the DDP/FSDP wrapper when there is one, else reusing the rollout's
-    prompt pass where it kept one (`rollout_logprobs`)."""
-    return rollout_logprobs(models.policy, roll, cfg, prefill=roll.prefill, wrapped=is_wrapped(models.policy))
 
 
 def sample_and_score(

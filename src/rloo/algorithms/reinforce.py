@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from rloo.algorithms.base import Models, StepResult, guarded_step
+from rloo.algorithms.base import Models, StepResult, guarded_step, update_logprobs
 from rloo.algorithms.common import (
     Timer,
     keeps_prefill,
@@ -27,7 +27,6 @@ from rloo.algorithms.common import (
     sample_and_score,
     sequence_rewards,
     step_loss_stats,
-    update_logprobs,
 )
 from rloo.algorithms.offpolicy import current_rewards, weighted_loss
 from rloo.config import RLConfig

@@ -19,14 +19,13 @@ import time
 
 import torch
 
-from rloo.algorithms.base import Models, StepResult, guarded_step, score_rollout
+from rloo.algorithms.base import Models, StepResult, guarded_step, score_rollout, update_logprobs
 from rloo.algorithms.common import (
     keeps_prefill,
     policy_gradient_update,
     sample_rollout,
     step_loss_stats,
     step_stats,
-    update_logprobs,
 )
 from rloo.algorithms.offpolicy import off_policy_loss
 from rloo.config import RLConfig
