@@ -43,29 +43,22 @@ def policy_logprobs(
     kept from sampling (same weights), reused by the shared pass; rows: a subset (a minibatch),
     shared only when it is whole groups. temperature, max_logits_mb, truncation: as
     `completion_logprobs`."""
+    order = None
     if rows is not None:  # a minibatch: the shared pass only when it is whole groups (sorted), else plain
         order = whole_groups_order(rows, k) if share and not wrapped else None
         r = rows if order is None else rows[order]
-        lp = policy_logprobs(
-            model,
-            prompt_ids[r],
-            prompt_mask[r],
-            completion_ids[r],
-            completion_mask[r],
-            k=k,
-            share=order is not None,
-            temperature=temperature,
-            max_logits_mb=max_logits_mb,
-            truncation=truncation,
+        prompt_ids, prompt_mask, completion_ids, completion_mask = (
+            t[r] for t in (prompt_ids, prompt_mask, completion_ids, completion_mask)
         )
-        return lp if order is None else lp[order.argsort()]  # row j of lp is rows[order[j]]: back in order
+        share, prefill = order is not None, None  # a kept prompt pass holds every row, not these
     how = {"temperature": temperature, "max_logits_mb": max_logits_mb, "truncation": truncation}
     if wrapped or not share or k < 2:  # plain; wrapped: one forward through the wrapper
-        return completion_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask, **how)
-    # shared; prefilled when the sampler kept its prompt pass
-    return completion_logprobs_shared(
-        model, prompt_ids, prompt_mask, completion_ids, completion_mask, k=k, prefill=prefill, **how
-    )
+        lp = completion_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask, **how)
+    else:  # shared; prefilled when the sampler kept its prompt pass
+        lp = completion_logprobs_shared(
+            model, prompt_ids, prompt_mask, completion_ids, completion_mask, k=k, prefill=prefill, **how
+        )
+    return lp if order is None else lp[order.argsort()]  # row j of lp is rows[order[j]]: back in order
 
 
 def whole_groups_order(rows: Tensor, k: int) -> Tensor | None:
