@@ -39,11 +39,13 @@ def _correction(cfg: RLConfig) -> str:
     return correction
 
 
-def _eps(cfg: RLConfig) -> float:
-    """clipped_surrogate's clip range: the method's clip_eps setting (rloo's: the on-policy rloo_clip's);
-    0.2, that setting's default, for a method without one (reinforce)."""
+def _bounded_settings(cfg: RLConfig) -> dict:
+    """rloo.core.bounded's hyperparameters, all read here: C (is_clip), cispo's c_low, asymre's delta and
+    clipped_surrogate's clip range (the method's clip_eps setting, rloo's: the on-policy rloo_clip's;
+    0.2, that setting's default, for a method without one)."""
     a = cfg.algorithm_settings
-    return a.clip_eps if isinstance(a, ClipSettings) else ClipSettings().clip_eps
+    eps = a.clip_eps if isinstance(a, ClipSettings) else ClipSettings().clip_eps
+    return dict(clip=cfg.is_clip, clip_low=cfg.is_clip_low, shift=cfg.is_baseline_shift, clip_eps=eps)
 
 
 def lag_stats(roll: Rollout) -> Stats:
@@ -71,13 +73,11 @@ def weighted_loss(
     on them (rl.is_topr_split=reward, the TOPR paper's rule). -> (loss, stats with is/*)."""
     mask, correction = roll.completion_mask, _correction(cfg)
     if correction in BOUNDED:  # rloo's sequence-level estimators (rloo.core.bounded), is_kl=weighted only
-        hp = dict(clip=cfg.is_clip, clip_low=cfg.is_clip_low, shift=cfg.is_baseline_shift)
+        hp = _bounded_settings(cfg)
         # topr's split on the rewards (the paper's rule): the config allows is_topr_split=reward with topr only
         split_on = rewards if cfg.is_topr_split == "reward" else None
         assert split_on is not None or cfg.is_topr_split == "advantage", "is_topr_split=reward needs the rewards"
-        loss, stats = bounded_loss(
-            logprobs, roll.logprobs, mask, advantages, correction, **hp, clip_eps=_eps(cfg), split_on=split_on
-        )
+        loss, stats = bounded_loss(logprobs, roll.logprobs, mask, advantages, correction, **hp, split_on=split_on)
         return loss, stats | lag_stats(roll)
     weights, is_stats = importance_weights(logprobs, roll.logprobs, mask, correction, cfg.is_clip)
     if kl_advantages is None:
