@@ -117,9 +117,11 @@ def test_shared_pass_recomputes_layers_and_keeps_the_cache():
 
 
 def test_model_without_checkpointing_layers_falls_back_to_plain(capsys):
-    """A model whose checkpointing cannot keep the cache gets the plain pass (same numbers), not a wrong one."""
+    """A model whose checkpointing cannot keep the cache gets the plain pass (same numbers) from
+    `policy_logprobs`, not a wrong one; the shared pass itself refuses it."""
     from helpers.tiny_archs import tiny_lm
     from rloo.modeling.forward import completion_logprobs
+    from rloo.modeling.logprob_pass import policy_logprobs
 
     batch = _grouped_batch(padded=True)
     model = tiny_lm("qwen2").train()
@@ -127,7 +129,9 @@ def test_model_without_checkpointing_layers_falls_back_to_plain(capsys):
         layer.__class__ = type("OldLayer", (torch.nn.Module,), {"forward": inspect.unwrap(type(layer).forward)})
     model.model.gradient_checkpointing = True
     model.model._gradient_checkpointing_func = None
-    lp = completion_logprobs_shared(model, *batch, k=3)
+    with pytest.raises(ValueError, match="cannot keep the prompt's KV cache"):
+        completion_logprobs_shared(model, *batch, k=3)
+    lp = policy_logprobs(model, *batch, k=3, share=True)
     model.model.gradient_checkpointing = False
     plain = completion_logprobs(model, *batch)
     torch.testing.assert_close(lp[batch[3]], plain[batch[3]], rtol=0, atol=0)

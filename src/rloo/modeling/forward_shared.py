@@ -17,7 +17,8 @@ keys each, so only the attention over the prompt is not shared.
 Gradient checkpointing: transformers drops the cache inside checkpointed layers, which would run
 the completions without their prompt; these passes checkpoint each decoder layer themselves with
 the prompt's keys/values kept (`rloo.modeling.layer_checkpoint`), an exact computation. A model that cannot
-be checkpointed that way falls back to the plain pass (one logged line).
+be checkpointed that way is refused here; `rloo.modeling.logprob_pass.policy_logprobs` gives it the
+plain pass (one logged line).
 
 Grouped attention (rloo.modeling.kvcache.GroupedPassLayer, rloo.modeling.attention.grouped_attention):
 where it pays (long prompts, a CPU model on rloo_sdpa) the passes run in buckets of whole groups
@@ -44,14 +45,12 @@ from rloo.modeling.attention import uses_rloo_attention
 from rloo.modeling.cache_layers import kv
 from rloo.modeling.forward import (
     MAX_LOGITS_MB,
-    completion_logprobs,
     lm_token_logprobs,
     reward_backbone,
     score_head,
 )
 from rloo.modeling.kvcache import Prefill, cache_kwarg, grouped_pass_cache, grouped_pays, prefill_prompts, whole_groups
 from rloo.modeling.layer_checkpoint import cache_keeping_checkpointing, prefix_cache, supports_shared_checkpointing
-from rloo.runtime.tracking.log import say_once
 
 
 def group_prompts(prompt_ids: Tensor, prompt_mask: Tensor, k: int) -> tuple[Tensor, Tensor]:
@@ -143,20 +142,10 @@ def completion_logprobs_shared(
     is never fed in. `prefill`: this model's pass over these prompts, already made (with autograd
     on, when gradients are wanted) and unchanged since; it is reused instead of recomputed."""
     p_ids, p_mask = group_prompts(prompt_ids, prompt_mask, k)
-    if not supports_shared_checkpointing(model):
-        say_once(
+    if not supports_shared_checkpointing(model):  # policy_logprobs takes the plain pass for such a model
+        raise ValueError(
             f"gradient checkpointing of {type(model).__name__} cannot keep the prompt's KV cache: "
-            "its policy pass runs every (prompt, completion) in full (share_prompt has no effect there)"
-        )
-        return completion_logprobs(
-            model,
-            prompt_ids,
-            prompt_mask,
-            completion_ids,
-            completion_mask,
-            temperature=temperature,
-            max_logits_mb=max_logits_mb,
-            truncation=truncation,
+            "use the plain pass (rloo.modeling.forward.completion_logprobs)"
         )
     kept = _reuse(prefill, p_ids, p_mask) if prefill is not None else None
     with cache_keeping_checkpointing(model):

@@ -5,7 +5,8 @@ plain (`rloo.modeling.forward.completion_logprobs`: every (prompt, completion) i
 (`rloo.modeling.forward_shared.completion_logprobs_shared`: each prompt once per group of k),
 prefilled (the shared pass reusing the sampler's prompt pass, `rloo.modeling.kvcache.Prefill`) and
 wrapped (a DDP/FSDP-wrapped model: the plain pass, since the update must be one forward through the
-wrapper). `policy_logprobs` chooses among them; the algorithms only say what they have.
+wrapper); a model whose gradient checkpointing cannot keep the prompt's cache gets the plain pass
+too. `policy_logprobs` chooses among them; the algorithms only say what they have.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from rloo.core.truncation import Truncation
 from rloo.modeling.forward import MAX_LOGITS_MB, completion_logprobs
 from rloo.modeling.forward_shared import completion_logprobs_shared
 from rloo.modeling.kvcache import Prefill
+from rloo.modeling.layer_checkpoint import supports_shared_checkpointing
+from rloo.runtime.tracking.log import say_once
 
 
 def policy_logprobs(
@@ -52,6 +55,12 @@ def policy_logprobs(
         )
         share, prefill = order is not None, None  # a kept prompt pass holds every row, not these
     how = {"temperature": temperature, "max_logits_mb": max_logits_mb, "truncation": truncation}
+    if share and k >= 2 and not wrapped and not supports_shared_checkpointing(model):
+        say_once(
+            f"gradient checkpointing of {type(model).__name__} cannot keep the prompt's KV cache: "
+            "its policy pass runs every (prompt, completion) in full (share_prompt has no effect there)"
+        )
+        share = False
     if wrapped or not share or k < 2:  # plain; wrapped: one forward through the wrapper
         lp = completion_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask, **how)
     else:  # shared; prefilled when the sampler kept its prompt pass
