@@ -49,7 +49,7 @@ from rloo.modeling.forward import (
     reward_backbone,
     score_head,
 )
-from rloo.modeling.kvcache import Prefill, cache_kwarg, grouped_pass_cache, grouped_pays, prefill_prompts, whole_groups
+from rloo.modeling.kvcache import Prefill, cache_kwarg, grouped_pass_cache, grouped_pays, prefill_prompts
 from rloo.modeling.layer_checkpoint import cache_keeping_checkpointing, prefix_cache, supports_shared_checkpointing
 
 
@@ -95,6 +95,17 @@ def _buckets(lengths: Tensor, k: int, grouped: bool, overhead: int | None) -> li
     # length_buckets costs a bucket n x longest + overhead; here n counts groups of k rows
     groups = length_buckets(lengths.view(-1, k).amax(1), -(-overhead // k))
     return [(g[:, None] * k + torch.arange(k, device=g.device)).reshape(-1) for g in groups]
+
+
+def whole_groups(rows: Tensor, k: int) -> Tensor | None:
+    """The prompt of each run of k rows when `rows` (sorted row indices of a batch grouped by prompt
+    in runs of k) is whole groups in order, e.g. [4,5,6,7, 12,13,14,15] -> [1, 3] for k=4; else None."""
+    if k < 2 or len(rows) % k:
+        return None
+    runs = rows.view(-1, k)
+    if bool((runs[:, 0] % k).any()) or not bool((runs == runs[:, :1] + torch.arange(k, device=rows.device)).all()):
+        return None
+    return runs[:, 0] // k
 
 
 def _bucket_cache(cache: DynamicCache, rows: Tensor, k: int, grouped: bool) -> tuple[DynamicCache, dict]:

@@ -128,17 +128,6 @@ def grouped_pass_cache(prompt_cache: DynamicCache, prompts: Tensor, k: int) -> D
     return set_layers(DynamicCache(), [GroupedPassLayer(keys[prompts], values[prompts], k) for keys, values in pairs])
 
 
-def whole_groups(rows: Tensor, k: int) -> Tensor | None:
-    """The prompt of each run of k rows when `rows` (sorted row indices of a batch grouped by prompt
-    in runs of k) is whole groups in order, e.g. [4,5,6,7, 12,13,14,15] -> [1, 3] for k=4; else None."""
-    if k < 2 or len(rows) % k:
-        return None
-    runs = rows.view(-1, k)
-    if bool((runs[:, 0] % k).any()) or not bool((runs == runs[:, :1] + torch.arange(k, device=rows.device)).all()):
-        return None
-    return runs[:, 0] // k
-
-
 def grouped_cache(prefill: DynamicCache, k: int, extra: int, dtype: torch.dtype | None = None) -> DynamicCache:
     """A decoding cache over `prefill`'s B prompts for N = B*k rows (rows i*k .. i*k+k-1 continue
     prompt i) that keeps each prompt's keys/values once: the same attention as `expanded`, reading
