@@ -41,7 +41,6 @@ from rloo.core.logprobs import token_logprobs
 from rloo.core.truncation import Truncation
 from rloo.data.buckets import BUCKET_OVERHEAD_TOKENS, length_buckets
 from rloo.data.collate import position_ids, trim_left
-from rloo.modeling.attention import uses_rloo_attention
 from rloo.modeling.cache_layers import kv
 from rloo.modeling.forward import (
     MAX_LOGITS_MB,
@@ -49,7 +48,7 @@ from rloo.modeling.forward import (
     reward_backbone,
     score_head,
 )
-from rloo.modeling.kvcache import Prefill, cache_kwarg, grouped_pass_cache, grouped_pays, prefill_prompts
+from rloo.modeling.kvcache import Prefill, cache_kwarg, grouped_ok, grouped_pass_cache, prefill_prompts
 from rloo.modeling.layer_checkpoint import cache_keeping_checkpointing, prefix_cache, supports_shared_checkpointing
 
 
@@ -72,16 +71,6 @@ def _group_rows(cache: DynamicCache, groups: Tensor) -> DynamicCache:
     autograd op: the gradients of a prompt's copies are summed back into its single copy. Its layers
     are PrefixLayers, so a checkpointed layer's replay in backward sees the same keys/values."""
     return prefix_cache([(keys[groups], values[groups]) for keys, values in map(kv, cache.layers)])
-
-
-def _grouped_ok(model, cache: DynamicCache, k: int) -> bool:
-    """Can and should the completions attend to one copy of their prompt's keys/values (grouped
-    attention, rloo.modeling.attention.grouped_attention): a CPU model on rloo_sdpa and a prompt
-    cache large enough for it to pay (`grouped_pays`). (A layer with attention dropout to apply
-    expands the keys itself: rloo_sdpa.)"""
-    layers = cache.layers
-    on_cpu = bool(layers) and kv(layers[0])[0].device.type == "cpu"
-    return on_cpu and uses_rloo_attention(model) and grouped_pays(cache, k)
 
 
 def _buckets(lengths: Tensor, k: int, grouped: bool, overhead: int | None) -> list[Tensor]:
@@ -185,7 +174,7 @@ def _shared_logprobs(
     N, T = completion_ids.shape
     rest = first.new_zeros(N, T - 1)
     fed = (completion_mask.sum(-1) - 1).clamp(min=0)  # tokens fed: all but the last of each completion
-    grouped = _grouped_ok(model, pre.cache, k)
+    grouped = grouped_ok(model, pre.cache, k)
     for rows in _buckets(fed, k, grouped, bucket_overhead):
         W, groups = int(fed[rows].max()), rows // k
         full = torch.cat([p_mask[groups], completion_mask[rows, :W]], dim=1)
@@ -221,7 +210,7 @@ def reward_scores_shared(
     )
     pooled = out.last_hidden_state[:, -1].repeat_interleave(k, dim=0)  # (N,H)
     lengths = completion_mask.sum(-1)
-    grouped = _grouped_ok(backbone, cache, k)
+    grouped = grouped_ok(backbone, cache, k)
     for rows in _buckets(lengths, k, grouped, bucket_overhead):
         W, groups = int(lengths[rows].max()), rows // k
         full = torch.cat([p_mask[groups], completion_mask[rows, :W]], dim=1)

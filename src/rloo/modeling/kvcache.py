@@ -19,6 +19,7 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 from rloo.data.collate import position_ids
+from rloo.modeling.attention import uses_rloo_attention
 from rloo.modeling.cache_layers import kv, set_layers
 from rloo.modeling.dropout import has_dropout  # noqa: F401 - re-exported (the sampler's import)
 from rloo.modeling.forward import lm_logits
@@ -152,6 +153,16 @@ def grouped_pays(prefill: DynamicCache, k: int) -> bool:
         return False
     keys, _ = kv(prefill.layers[0])
     return keys.dim() == 4 and keys.numel() * k >= GROUPED_MIN_ELEMENTS
+
+
+def grouped_ok(model, cache: DynamicCache, k: int) -> bool:
+    """Can and should the completions attend to one copy of their prompt's keys/values (grouped
+    attention, rloo.modeling.attention.grouped_attention): a CPU model on rloo_sdpa and a prompt
+    cache large enough for it to pay (`grouped_pays`). (A layer with attention dropout to apply
+    expands the keys itself: rloo_sdpa.)"""
+    layers = cache.layers
+    on_cpu = bool(layers) and kv(layers[0])[0].device.type == "cpu"
+    return on_cpu and uses_rloo_attention(model) and grouped_pays(cache, k)
 
 
 def preallocate(cache: DynamicCache, extra: int, dtype: torch.dtype | None = None) -> None:
