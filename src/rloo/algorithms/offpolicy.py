@@ -87,17 +87,18 @@ def weighted_loss(
     return loss, stats | is_stats | lag_stats(roll)
 
 
-def off_policy_loss(logprobs: torch.Tensor, roll: Rollout, filled, valid, ref_lp, cfg: RLConfig):
-    """rloo: eq. A1, 4, A2. logprobs (N,T): the current policy's, with the graph; roll.logprobs: the
-    behaviour policy's (sampling time). Returns (loss, stats, rewards (N,), kl (N,), advantages (N,))."""
-    rewards, kl = current_rewards(logprobs, filled, ref_lp, roll.completion_mask, cfg)
-    groups = valid.view(-1, cfg.k)
-    advantages = leave_one_out(rewards.view(-1, cfg.k), groups).view(-1)
+def off_policy_loss(
+    logprobs: Tensor, roll: Rollout, valid: Tensor, rewards: Tensor, kl: Tensor, advantages: Tensor, cfg: RLConfig
+):
+    """rloo's step 4 for samples of another policy: eq. A2 given eq. A1's rewards (N,) and kl (N,) and
+    eq. 4's advantages (N,) (rloo_step computes them); with rl.is_kl=unweighted the KL's share stays
+    outside the weights (eq. A4). logprobs (N,T): the current policy's, with the graph; roll.logprobs:
+    the behaviour policy's (sampling time); valid (N,): the scored rows. Returns (loss, stats)."""
     # eq. A4: the KL's leave-one-out share, A^kl = eq. 4 on -beta KL (eq. 4 is linear in R)
     unweighted = cfg.is_kl == "unweighted"
+    groups = valid.view(-1, cfg.k)
     kl_advantages = leave_one_out((-cfg.beta * kl).view(-1, cfg.k), groups).view(-1) if unweighted else None
-    loss, stats = weighted_loss(logprobs, roll, advantages, cfg, kl_advantages, rewards)
-    return loss, stats, rewards, kl, advantages
+    return weighted_loss(logprobs, roll, advantages, cfg, kl_advantages, rewards)
 
 
 def proximal_logprobs(models: Models, roll: Rollout, cfg: RLConfig) -> Tensor:

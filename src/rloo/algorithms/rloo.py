@@ -59,18 +59,19 @@ def rloo_step(
     scores, ref_lp = score_rollout(models, roll, cfg)
     t2 = time.perf_counter()
     # 3. shaped reward (eq. 1) and leave-one-out advantages (eq. 4); a None score (NaN) is left out
-    # of its group's baselines and gets advantage 0
+    # of its group's baselines and gets advantage 0. For samples of another policy (rl.max_staleness,
+    # rl.is_correction; single-turn only, RLConfig refuses env= with them) eq. A1: the KL is the
+    # trained policy's, from the update's log-probs (algorithms/offpolicy.py, docs/async.md)
     filled, valid = unscored(scores)
-    if cfg.off_policy_correction is None:  # the paper's on-policy update
-        rewards, kl = shaped_reward(filled, roll.logprobs, ref_lp, mask, cfg.beta)
-        advantages = leave_one_out(rewards.view(-1, cfg.k), valid.view(-1, cfg.k)).view(-1)
-        # 4. REINFORCE on the whole response (eq. 5); in micro-batches of whole groups when
-        # rl.micro_batch_size splits the batch (the baseline above saw every group whole)
+    logprobs = None if cfg.off_policy_correction is None else update_logprobs(models, roll, cfg)
+    kl_logprobs = roll.logprobs if logprobs is None else logprobs.detach()
+    rewards, kl = shaped_reward(filled, kl_logprobs, ref_lp, mask, cfg.beta)
+    advantages = leave_one_out(rewards.view(-1, cfg.k), valid.view(-1, cfg.k)).view(-1)
+    if logprobs is None:  # 4. the paper's update: REINFORCE on the whole response (eq. 5), in micro-batches
+        # of whole groups when rl.micro_batch_size splits the batch (the baseline above saw every group whole)
         loss, stats = policy_gradient_update(models, roll, mask, advantages, cfg)
-    else:  # 3-4 for samples of another policy: importance-weighted (algorithms/offpolicy.py, docs/async.md);
-        # single-turn only (RLConfig refuses env= with max_staleness or is_correction)
-        logprobs = update_logprobs(models, roll, cfg)
-        loss, stats, rewards, kl, advantages = off_policy_loss(logprobs, roll, filled, valid, ref_lp, cfg)
+    else:  # 4. importance-weighted (eq. A2, A4)
+        loss, stats = off_policy_loss(logprobs, roll, valid, rewards, kl, advantages, cfg)
     roll.record(score=scores, kl=kl, advantage=advantages)
     roll.prefill = None  # its graph is consumed by this backward pass; do not hold it past the step
     grad_norm, finite = guarded_step(loss, models.policy.parameters(), opt, cfg.max_grad_norm)
