@@ -119,7 +119,8 @@ def test_repetition_penalty_matches_transformers_processor():
 def test_top_k_matches_transformers_warper_ties_included():
     logits = torch.tensor([[3.0, 1.0, 3.0, 2.0, 2.0, -1.0]])
     for k in (1, 2, 3, 6, 10):
-        assert torch.equal(decoding.top_k_filter(logits, k), TopKLogitsWarper(k)(None, logits.clone()))
+        got = decoding.truncate(logits, Sampling(1, 1, top_k=k))
+        assert torch.equal(got, TopKLogitsWarper(k)(None, logits.clone()))
 
 
 def test_defaults_draw_as_before_bitwise():

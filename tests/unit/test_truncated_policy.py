@@ -29,7 +29,7 @@ from rloo.core.kl import shaped_reward
 from rloo.core.logprobs import sequence_logprobs, token_logprobs
 from rloo.core.losses import policy_gradient_loss
 from rloo.core.truncation import Truncation
-from rloo.rollout.decoding import top_k_filter, top_p_filter
+from rloo.rollout.decoding import truncate
 from rloo.rollout.draw import _next_token
 from tolerance import ELEMENTWISE, tolerance
 
@@ -51,12 +51,9 @@ def _logits(theta, ys: torch.Tensor) -> torch.Tensor:
 
 
 def _sampling_logprobs(logits: torch.Tensor, trunc: Truncation) -> torch.Tensor:
-    """log of the sampler's distribution (rloo.rollout.draw: z / T, top_k_filter, then top_p_filter,
+    """log of the sampler's distribution (rloo.rollout.draw: z / T, top_k then top_p (`truncate`),
     softmax), (..., V) -> (..., V)."""
-    z = logits / TEMP
-    z = top_k_filter(z, trunc.top_k) if trunc.top_k > 0 else z
-    z = top_p_filter(z, trunc.top_p) if trunc.top_p < 1.0 else z
-    return z.log_softmax(-1)
+    return truncate(logits / TEMP, Sampling(1, 1, top_p=trunc.top_p, top_k=trunc.top_k)).log_softmax(-1)
 
 
 def _sequence_logprob(theta, ys, trunc: Truncation) -> torch.Tensor:

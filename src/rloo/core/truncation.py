@@ -49,7 +49,8 @@ def kept_mask(logits: Tensor, trunc: Truncation) -> Tensor:
     kept = torch.ones_like(logits, dtype=torch.bool)
     if trunc.top_k > 0:
         kept = ~top_k_dropped(logits, trunc.top_k)
-        logits = logits.masked_fill(~kept, float("-inf"))
+        if trunc.top_p < 1.0:  # what top_p reads (the sampler's step skips it when nothing does)
+            logits = logits.masked_fill(~kept, float("-inf"))
     if trunc.top_p < 1.0:
         kept = kept & ~top_p_dropped(logits, trunc.top_p)
     return kept

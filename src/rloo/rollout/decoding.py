@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from rloo.config import Sampling
-from rloo.core.truncation import top_k_dropped, top_p_dropped
+from rloo.core.truncation import Truncation, kept_mask
 
 
 def logprob_temperature(temperature: float) -> float:
@@ -28,21 +28,14 @@ def logprob_temperature(temperature: float) -> float:
     return temperature if temperature > 0 else 1.0
 
 
-def top_k_filter(logits: Tensor, top_k: int) -> Tensor:
-    """HF's TopKLogitsWarper: keep the tokens whose logit is at least the k-th largest (ties at the
-    boundary stay), -inf elsewhere. (N,V) -> (N,V). The set: rloo.core.truncation (the trainer's too)."""
-    return logits.masked_fill(top_k_dropped(logits, top_k), float("-inf"))
-
-
-def top_p_filter(logits: Tensor, top_p: float) -> Tensor:
-    """Keep the smallest set of tokens whose probability reaches top_p. (N,V) -> (N,V)."""
-    return logits.masked_fill(top_p_dropped(logits, top_p), float("-inf"))
-
-
 def truncate(logits: Tensor, s: Sampling) -> Tensor:
-    """The logits of the distribution drawn from: top_k, then top_p filtered as `s` asks. (N,V) -> (N,V)."""
-    logits = top_k_filter(logits, s.top_k) if s.top_k > 0 else logits
-    return top_p_filter(logits, s.top_p) if s.top_p < 1.0 else logits
+    """The logits of the distribution drawn from: -inf outside K(s), the tokens that top_k (Hugging
+    Face's TopKLogitsWarper: ties at the boundary stay) and then top_p keep, as `s` asks; the logits
+    themselves when `s` truncates nothing. K(s) is `rloo.core.truncation.kept_mask`, the set of the
+    trainer's pi_K too. (N,V) -> (N,V)."""
+    if s.top_k == 0 and s.top_p == 1.0:
+        return logits
+    return logits.masked_fill(~kept_mask(logits, Truncation(s.top_k, s.top_p)), float("-inf"))
 
 
 def penalize_repetitions(logits: Tensor, seen: Tensor, penalty: float) -> Tensor:
