@@ -1,6 +1,6 @@
 """Does a fresh seed fall inside what the off-policy study claims for a new seed? (README, "A fresh seed")
 
-    F=docs/results/offpolicy/fresh_seed.py
+    F=benchmarks/studies/offpolicy_fresh_seed.py
     python $F predict docs/results/offpolicy/results.json.xz --cells 1e-3:0:paper,1e-3:16:tis,1e-3:16:topr
     python $F check RUNS docs/results/offpolicy/results.json.xz --seed 26 \
         --cells 1e-3:0:paper,1e-3:16:tis,1e-3:16:topr --log docs/results/offpolicy/fresh-seeds.jsonl

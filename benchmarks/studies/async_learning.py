@@ -1,7 +1,7 @@
 """Does lag hurt RLOO, and does the importance correction buy it back? (docs/async.md)
 
-    python docs/results/async-learning/async_learning.py run RUNS_DIR --seeds 0,1,2 --settings 0:none,1:tis,1:none,2:tis
-    python docs/results/async-learning/async_learning.py report RUNS_DIR --seeds 0,1,2 --settings ... [--out FILE]
+    python benchmarks/studies/async_learning.py run RUNS_DIR --seeds 0,1,2 --settings 0:none,1:tis,1:none,2:tis
+    python benchmarks/studies/async_learning.py report RUNS_DIR --seeds 0,1,2 --settings ... [--out FILE]
     options of both: --tag NAME (the grid's folder, default `grid`), --train-args "lr=1e-3 ..." (given
     to every setting's `rloo train`), --metric pass@1 (a checker task's headline instead of win rate)
 

@@ -1,6 +1,6 @@
 """vLLM's log-probs (mu) against the trainer's (pi) on a real model, fp32 and bf16 (README.md here).
 
-    PYTHONPATH=src .venv-vllm/bin/python docs/results/vllm-mismatch/mismatch_demo.py RUNS/seed0/sft/model \
+    PYTHONPATH=src .venv-vllm/bin/python benchmarks/studies/vllm_mismatch_demo.py RUNS/seed0/sft/model \
         --batches 4 --out mismatch_demo.json
 
 For each dtype: rloo's VLLMSampler (generation=vllm) samples `batches` batches of the summarize task's
