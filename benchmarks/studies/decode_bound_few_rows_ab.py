@@ -28,7 +28,7 @@ from rloo.training.rl import load_models
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--shape", default="M", choices=sorted(SHAPES))
     ap.add_argument("--steps", type=int, default=12, help="timed steps of each variant")
     ap.add_argument("--threads", type=int, default=2)

@@ -258,7 +258,7 @@ def seed_list(text: str) -> list[int]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     ap.add_argument("what", choices=["base", "run", "collect", "report", "cost"])
     ap.add_argument("runs", type=Path)
     ap.add_argument("--task", default="arithmetic")

@@ -291,7 +291,7 @@ def reproduce(cfg: CompareConfig, study: Path, out: Path, which: str) -> bool:
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("study", type=Path)
     p.add_argument("out", type=Path)
     p.add_argument("--tasks", default=None)

@@ -1,4 +1,5 @@
-"""The paired table of README.md here: `rl.is_correction=tis` minus none (unset), generation=vllm, per seed.
+"""The paired table of docs/results/vllm-mismatch/README.md: `rl.is_correction=tis` minus none (unset),
+generation=vllm, per seed.
 
     python benchmarks/studies/vllm_mismatch_correction_report.py RUNS --tag vllm-bf16 --seeds 0,1,2
 
