@@ -62,13 +62,15 @@ def top_p_dropped(logits: Tensor, top_p: float) -> Tensor:
 
 def kept_mask(logits: Tensor, trunc: Truncation) -> Tensor:
     """K(s): top_k's set, then top_p's of the top-k-truncated logits. (..., V) -> (..., V) bool."""
+    # logical_not rather than ~: the sampler's step runs this on fake CUDA tensors in
+    # tests/unit/test_device_placement.py, which have no bool bitwise_not (the same values)
     kept = torch.ones_like(logits, dtype=torch.bool)
     if trunc.top_k > 0:
-        kept = ~top_k_dropped(logits, trunc.top_k)
+        kept = top_k_dropped(logits, trunc.top_k).logical_not()
         if trunc.top_p < 1.0:  # what top_p reads (the sampler's step skips it when nothing does)
-            logits = logits.masked_fill(~kept, float("-inf"))
+            logits = logits.masked_fill(kept.logical_not(), float("-inf"))
     if trunc.top_p < 1.0:
-        kept = kept & ~top_p_dropped(logits, trunc.top_p)
+        kept = kept & top_p_dropped(logits, trunc.top_p).logical_not()
     return kept
 
 

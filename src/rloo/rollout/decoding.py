@@ -35,7 +35,7 @@ def truncate(logits: Tensor, s: Sampling) -> Tensor:
     trainer's pi_K too. (N,V) -> (N,V)."""
     if s.top_k == 0 and s.top_p == 1.0:
         return logits
-    return logits.masked_fill(~kept_mask(logits, Truncation.of(s)), float("-inf"))
+    return logits.masked_fill(kept_mask(logits, Truncation.of(s)).logical_not(), float("-inf"))
 
 
 def penalize_repetitions(logits: Tensor, seen: Tensor, penalty: float) -> Tensor:
