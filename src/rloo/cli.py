@@ -201,6 +201,8 @@ def build_parser() -> argparse.ArgumentParser:
                 help="import your module first, e.g. one that adds a method (rloo.algorithms.add_method, "
                 "docs/methods.md); repeatable",
             )
+        else:
+            sp.set_defaults(plugin=[])  # every command's args has `plugin`: the check below reads it plainly
     return p
 
 
@@ -238,7 +240,7 @@ def _command(argv: list[str] | None) -> int:
         print("\n".join(describe_fields(cls)))
         return 0
     try:
-        if getattr(args, "plugin", []):  # only PLUGINS commands have it; before the config: it may name a method
+        if args.plugin:  # before the config: it may name a method
             from rloo.runtime.inputs.user_code import load_module  # lazy (it loads huggingface_hub): fast --help
 
             for target in args.plugin:

@@ -171,6 +171,9 @@ class CheckedEnv:
     def step(self, turn: list[int]) -> Step:
         return checked_step(self.env, turn, self.vocab_size)
 
+    def env_name(self) -> str:
+        return _name(self.env)
+
     def stats(self) -> dict[str, float]:
         # getattr: a user's environment: its tool counters are optional
         return {k: float(getattr(self.env, k)) for k in ("tool_calls", "tool_errors") if hasattr(self.env, k)}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Callable, Sequence
+from typing import Protocol, runtime_checkable
 
 import torch
 from torch import Tensor
@@ -17,6 +18,23 @@ from rloo.modeling.forward_shared import reward_scores_shared
 from rloo.runtime.inputs.user_code import load_callable
 
 RewardFn = Callable[[list[str], list[str]], Sequence[float]]
+
+
+# What a batch handed to RewardModel may offer beyond its prompts' and completions' ids and texts: a
+# rloo.rollout.sampler.Rollout has both (this layer does not import rollout/), an API caller's
+# stand-in may have neither.
+@runtime_checkable
+class Grouped(Protocol):
+    """A batch whose rows come in runs of `group_size` sharing one prompt."""
+
+    group_size: int
+
+
+@runtime_checkable
+class KeepsRawCompletions(Protocol):
+    """A batch that keeps its completions as sampled (the leading space unstripped), or None."""
+
+    raw_completions: list[str] | None
 
 
 class FunctionReward:
@@ -153,12 +171,12 @@ class RewardModelScorer:
     @torch.no_grad()
     def __call__(self, batch) -> Tensor:
         if self.same_tokenizer:
-            # getattr (here and below): a batch from any producer, a Rollout or an API caller's stand-in
-            k = getattr(batch, "group_size", 1) if self.share_prompt else 1
+            k = batch.group_size if self.share_prompt and isinstance(batch, Grouped) else 1
             return self._chunked(batch.prompt_ids, batch.prompt_mask, batch.completion_ids, batch.completion_mask, k)
         # the decoded text as sampled (leading space kept): a reward model reads responses in the
         # layout of its training pairs (" text"), in training and in evaluation alike
-        return self.score_texts(batch.prompts, getattr(batch, "raw_completions", None) or batch.completions)
+        raw = batch.raw_completions if isinstance(batch, KeepsRawCompletions) else None
+        return self.score_texts(batch.prompts, raw or batch.completions)
 
     @torch.no_grad()
     def score_texts(self, prompts: list[str], completions: list[str]) -> Tensor:
