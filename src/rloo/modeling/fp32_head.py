@@ -34,8 +34,8 @@ def fp32_head_forward(self: torch.nn.Linear, input: Tensor) -> Tensor:  # noqa: 
 
 def is_fp32_head(module: torch.nn.Module) -> bool:
     """Whether `use_fp32_heads` gave this module its forward."""
-    # getattr: an instance forward of any origin (ours is a partial, with .func)
-    return getattr(vars(module).get("forward"), "func", None) is fp32_head_forward
+    forward = vars(module).get("forward")  # an instance forward, of any origin; ours is a partial
+    return isinstance(forward, functools.partial) and forward.func is fp32_head_forward
 
 
 def output_heads(model) -> list[torch.nn.Module]:
