@@ -137,6 +137,8 @@ def kv_cache_bytes(config, rows: int, max_model_len: int, dtype: str) -> int:
     memory (vLLM's default), which on a CPU is a share of the machine's RAM."""
     text = config.get_text_config()
     heads = text.num_attention_heads
+    # getattr (this line and the next): third-party: a transformers config; an architecture without
+    # grouped-query attention has no num_key_value_heads, most have no head_dim
     kv_heads = getattr(text, "num_key_value_heads", None) or heads
     head_size = getattr(text, "head_dim", None) or text.hidden_size // heads
     per_token = (

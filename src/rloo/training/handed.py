@@ -20,6 +20,7 @@ from rloo.config import DatasetSettings
 from rloo.errors import ConfigError, RlooError
 from rloo.modeling.loading import frozen, load_policy
 from rloo.modeling.lora import AdapterDisabled, add_lora, is_lora, load_saved_weights
+from rloo.runtime.inputs.hf import has_vocab
 from rloo.runtime.inputs.objects import Held, is_held, name_of, rows_sha, tokenizer_sha
 
 
@@ -89,8 +90,7 @@ def _module(model):
 
 
 def _tokenizer(tok):
-    # getattr: an object handed in by an API caller, checked for what a tokenizer has
-    if not callable(getattr(tok, "get_vocab", None)):
+    if not has_vocab(tok):
         raise RlooError(f"tokenizer= must be a transformers tokenizer; got a {type(tok).__name__}")
     return tok
 
