@@ -15,7 +15,7 @@ from rloo.data.columns import columns_of, keywords_for, missing_columns
 from rloo.errors import RewardError, RlooError, StopNow
 from rloo.modeling.forward import reward_scores
 from rloo.modeling.forward_shared import reward_scores_shared
-from rloo.runtime.inputs.user_code import load_callable
+from rloo.runtime.inputs.user_code import callable_name, load_callable
 
 RewardFn = Callable[[list[str], list[str]], Sequence[float]]
 
@@ -37,6 +37,14 @@ class KeepsRawCompletions(Protocol):
     raw_completions: list[str] | None
 
 
+def _group_size(batch: object) -> int:
+    return batch.group_size if isinstance(batch, Grouped) else 1
+
+
+def _raw_completions(batch: object) -> list[str] | None:
+    return batch.raw_completions if isinstance(batch, KeepsRawCompletions) else None
+
+
 class FunctionReward:
     """A batched Python reward: fn(prompts, completions, **columns) -> one float per completion.
 
@@ -54,8 +62,7 @@ class FunctionReward:
     def __init__(self, fn: RewardFn, name: str | None = None):
         if not callable(fn):
             raise RlooError(f"reward function {fn!r} is not callable")
-        # getattr: a user's callable (a partial or callable object has no __name__)
-        self.fn, self.name = fn, name or getattr(fn, "__name__", "reward_fn")
+        self.fn, self.name = fn, name or callable_name(fn, "reward_fn")
 
     def __call__(self, batch) -> Tensor:
         return self.score_texts(batch.prompts, batch.completions)
@@ -136,6 +143,7 @@ def _score_list(out, name: str) -> list:
     else is refused: `list()` of a dict would read its keys as scores, of a string its letters."""
     if isinstance(out, torch.Tensor):
         return list(out.reshape(-1)) if out.dim() <= 1 else _refuse(out, name)
+    # getattr: third-party: a NumPy array or scalar (numpy is not imported here), told apart by ndim
     if isinstance(out, (list, tuple)) or (type(out).__module__ == "numpy" and getattr(out, "ndim", 0) == 1):
         return list(out)
     return _refuse(out, name)
@@ -171,12 +179,11 @@ class RewardModelScorer:
     @torch.no_grad()
     def __call__(self, batch) -> Tensor:
         if self.same_tokenizer:
-            k = batch.group_size if self.share_prompt and isinstance(batch, Grouped) else 1
+            k = _group_size(batch) if self.share_prompt else 1
             return self._chunked(batch.prompt_ids, batch.prompt_mask, batch.completion_ids, batch.completion_mask, k)
         # the decoded text as sampled (leading space kept): a reward model reads responses in the
         # layout of its training pairs (" text"), in training and in evaluation alike
-        raw = batch.raw_completions if isinstance(batch, KeepsRawCompletions) else None
-        return self.score_texts(batch.prompts, raw or batch.completions)
+        return self.score_texts(batch.prompts, _raw_completions(batch) or batch.completions)
 
     @torch.no_grad()
     def score_texts(self, prompts: list[str], completions: list[str]) -> Tensor:
