@@ -157,8 +157,7 @@ RERUN = {
     "sft": _resume_rerun,
     "reward": _resume_rerun,
 }
-# The commands that continue from their checkpoints (a pipeline: its finished stages kept, the
-# interrupted one from its newest checkpoint)
+# The commands that continue from their newest checkpoint (a pipeline: its finished stages kept)
 RESUMABLE = ("pipeline", "sft", "reward", "train")
 PREFLIGHT = ("pipeline", "sft", "reward", "train", "eval")
 # The commands that train with a method, so may take one added by the user's module (--plugin)
@@ -167,6 +166,7 @@ PLUGINS = ("pipeline", "train", "compare")
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="rloo", description="RLHF with REINFORCE Leave-One-Out (Ahmadian et al. 2024).")
+    p.set_defaults(plugin=[])  # every command's args.plugin; a PLUGINS command's --plugin values replace it
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     for name, (cls, _) in COMMANDS.items():
         sp = sub.add_parser(
@@ -201,8 +201,6 @@ def build_parser() -> argparse.ArgumentParser:
                 help="import your module first, e.g. one that adds a method (rloo.algorithms.add_method, "
                 "docs/methods.md); repeatable",
             )
-        else:
-            sp.set_defaults(plugin=[])  # every command's args has `plugin`: the check below reads it plainly
     return p
 
 
