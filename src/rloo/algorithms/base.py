@@ -123,7 +123,7 @@ class Stateless:
 def policy_truncation(cfg: RLSettings) -> Truncation | None:
     """The truncation of the policy's trained log-probs: the sampler's top_k/top_p under
     rl.logprobs_under=truncated (rloo.core.truncation), else None (the full distribution)."""
-    return Truncation(cfg.top_k, cfg.top_p) if cfg.truncated_logprobs else None
+    return Truncation.of(cfg) if cfg.truncated_logprobs else None
 
 
 def rollout_logprobs(

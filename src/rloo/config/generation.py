@@ -101,6 +101,12 @@ def multi_turn_refusal(settings, prefix: str = "") -> str | None:
     return None
 
 
+def truncating(s) -> bool:
+    """Whether top_k or top_p truncates the distribution drawn from. `s`: a Sampling, or a config
+    section holding the generation keys (an RL section validating itself, before its Sampling exists)."""
+    return s.top_p < 1 or s.top_k > 0
+
+
 def check_rl_generation(cfg) -> None:
     """An RL config's generation keys against the rest: env= refuses the per-completion ones (its
     own and its evaluation's); the periodic evals' min_new_tokens fits rl.max_new_tokens."""
@@ -153,9 +159,19 @@ class Sampling:
         check_min_new_tokens(self.min_new_tokens, self.max_new_tokens)
 
     @property
+    def truncates(self) -> bool:
+        """Whether top_k or top_p truncates the distribution drawn from (rloo.core.truncation's K(s))."""
+        return truncating(self)
+
+    @property
     def shaped(self) -> bool:
         """Whether anything but the temperature shapes the distribution drawn from."""
-        return self.top_p < 1 or self.top_k > 0 or self.min_new_tokens > 0 or self.repetition_penalty != 1
+        return self.truncates or self.min_new_tokens > 0 or self.repetition_penalty != 1
+
+    def hf_draw(self) -> dict[str, float | int]:
+        """The draw's settings under Hugging Face's generate names (TRL's trainer configs take the
+        same): temperature, top_p, top_k."""
+        return {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k}
 
     def replace(self, **changes) -> Sampling:
         """A copy with `changes` (validated again)."""
