@@ -91,9 +91,9 @@ PER_COMPLETION = (("min_new_tokens", 0), ("stop", []), ("repetition_penalty", 1.
 
 def multi_turn_refusal(settings, prefix: str = "") -> str | None:
     """The one-line reason an env= run refuses `settings`' generation keys, or None."""
+    values = settings.model_dump(include={name for name, _ in PER_COMPLETION})  # a stage config (pydantic)
     for name, off in PER_COMPLETION:
-        # getattr: a field named by the PER_COMPLETION table, not a probe
-        if getattr(settings, name) != off:
+        if values[name] != off:
             return (
                 f"env= (multi-turn) samples its turns with temperature, top_k and top_p only; "
                 f"unset {prefix}{name} (a turn ends at the environment's stop ids)"
