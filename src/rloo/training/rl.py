@@ -36,7 +36,7 @@ from rloo.runtime.checkpoint.resumecheck import (
 )
 from rloo.runtime.checkpoint.ringcheck import check_ring, config_change, config_dict, ring_window
 from rloo.runtime.checkpoint.save import Checkpointer, truncate_metrics
-from rloo.runtime.checkpoint.verify import checked_state, latest_checkpoint, load_ring, load_state
+from rloo.runtime.checkpoint.verify import checked_state, latest_checkpoint, list_checkpoints, load_ring, load_state
 from rloo.runtime.cpukind import resume_threads
 from rloo.runtime.distributed import unwrap
 from rloo.runtime.inputs.fingerprint import check_inputs_unchanged, fingerprints
@@ -96,7 +96,8 @@ def train(
                 )
             distributed.check_supported(cfg, resume)
             cfg = cfg.model_copy(update={"device": dist.device(cfg.device)})
-        return _train(cfg, dist, prompts, reward_fn, resume, overwrite, callbacks)
+        with dist.lost_peers_reported(lambda: (list_checkpoints(cfg.output_dir) or [None])[-1]):  # one line
+            return _train(cfg, dist, prompts, reward_fn, resume, overwrite, callbacks)
     finally:
         dist.close()
 
