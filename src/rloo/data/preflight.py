@@ -32,7 +32,7 @@ from rloo.runtime.inputs.names import check_local, check_name
 from rloo.runtime.inputs.sizes import check_generation, check_memory, check_ring_memory, shape_of
 from rloo.runtime.inputs.user_code import load_callable
 from rloo.runtime.inputs.vllm_models import vllm_cannot_run
-from rloo.runtime.inputs.weightfiles import check_tokenizer_files, check_weight_files
+from rloo.runtime.inputs.weightfiles import check_model_files, check_tokenizer_files, check_weight_files
 from rloo.runtime.link.address import check_trainer_address
 from rloo.runtime.tracking.trackers import check_wandb_installed
 
@@ -59,6 +59,7 @@ def check_config(cfg: StageConfig, *, reward_fn=None) -> None:
     for key, value, repo_type in names:
         check_name(value, key, repo_type)
         if repo_type == "model":
+            check_model_files(value, key)  # first: a FIFO there would be waited on by the checks below
             check_tokenizer_files(value, key)
             check_weight_files(value, key)
     if isinstance(cfg, SFTConfig) and cfg.dataset is not None and cfg.model is None and cfg.tokenizer is None:
