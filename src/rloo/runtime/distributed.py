@@ -35,6 +35,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.fsdp import FSDPModule, fully_shard
+from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from rloo.errors import Interrupted, RlooError, option
@@ -242,6 +243,11 @@ def gradient_sync(model, sync: bool) -> Iterator[None]:
             yield
         finally:
             model.set_requires_gradient_sync(True)
+
+
+def full_tensor(t: torch.Tensor) -> torch.Tensor:
+    """The whole value of an FSDP2 DTensor (gathered from every process: a collective), else `t`."""
+    return t.full_tensor() if isinstance(t, DTensor) else t
 
 
 def unwrap(model):
