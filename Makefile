@@ -90,8 +90,8 @@ test-all: $(STAMP)
 # Every check runs, and the target fails if any did.
 lint: $(STAMP)
 	@fail=0; \
-	$(VENV)/bin/ruff check src tests benchmarks docs/results || fail=1; \
-	$(VENV)/bin/ruff format --check src tests benchmarks docs/results || fail=1; \
+	$(VENV)/bin/ruff check src tests benchmarks || fail=1; \
+	$(VENV)/bin/ruff format --check src tests benchmarks || fail=1; \
 	PYTHONPATH=src $(VENV)/bin/lint-imports || fail=1; \
 	$(VENV)/bin/pyright --pythonpath $(PY) || fail=1; \
 	exit $$fail

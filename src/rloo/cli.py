@@ -157,8 +157,7 @@ RERUN = {
     "sft": _resume_rerun,
     "reward": _resume_rerun,
 }
-# The commands that continue from their checkpoints (a pipeline: its finished stages kept, the
-# interrupted one from its newest checkpoint)
+# The commands that continue from their newest checkpoint (a pipeline: its finished stages kept)
 RESUMABLE = ("pipeline", "sft", "reward", "train")
 PREFLIGHT = ("pipeline", "sft", "reward", "train", "eval")
 # The commands that train with a method, so may take one added by the user's module (--plugin)
@@ -167,6 +166,7 @@ PLUGINS = ("pipeline", "train", "compare")
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="rloo", description="RLHF with REINFORCE Leave-One-Out (Ahmadian et al. 2024).")
+    p.set_defaults(plugin=[])  # every command's args.plugin; a PLUGINS command's --plugin values replace it
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     for name, (cls, _) in COMMANDS.items():
         sp = sub.add_parser(
@@ -238,7 +238,7 @@ def _command(argv: list[str] | None) -> int:
         print("\n".join(describe_fields(cls)))
         return 0
     try:
-        if getattr(args, "plugin", []):  # only PLUGINS commands have it; before the config: it may name a method
+        if args.plugin:  # before the config: it may name a method
             from rloo.runtime.inputs.user_code import load_module  # lazy (it loads huggingface_hub): fast --help
 
             for target in args.plugin:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import pytest
+
 from rloo.experiments import bench
 from rloo.experiments.bench import bench_shape
 from rloo.experiments.bench_assets import Shape
@@ -34,6 +36,7 @@ def test_bucketed_flops_never_exceed_the_padded_count():
     assert rloo_step_flops(a, 4, 2, 20, 32, lengths=[32] * 8) == padded
 
 
+@pytest.mark.slow  # the worker's job: test_bench_times_rloo_at_each_staleness_beside_trl
 def test_checkpointing_memory_benchmark_runs_on_a_tiny_shape(tmp_path):
     """benchmarks/checkpointing_memory.py (the numbers in docs/bench.md) drives the same worker as
     `rloo bench`; run here on a tiny shape so that a change to the worker's job cannot break it unseen."""

@@ -105,6 +105,7 @@ def test_sigkill_of_the_producer_stops_the_trainer_with_one_line_and_resume_fini
     assert not [p for p in children(os.getpid()) if "spawn_main" in cmdline(p)]
 
 
+@pytest.mark.slow  # the producer's end with its killed parent: test_a_stopped_trainer_leaves_no_process[SIGKILL]
 def test_sigkill_of_one_torchrun_process_leaves_no_producer(tiny_model_dir, tmp_path):
     """Under torchrun each trainer process starts its own producer (rloo.rollout.producer): SIGKILL
     of one trainer process ends its producer with it (the kernel), torchrun then stops the other

@@ -26,7 +26,10 @@ def reference(tiny_model_dir, tmp_path_factory):
 VARIANTS = {"full": [], "lora": ["lora.r=4", "lora.save=merged"], "bf16": ["dtype=bfloat16"]}
 
 
-@pytest.mark.parametrize("variant", ["full", pytest.param("lora", marks=pytest.mark.slow), "bf16"])
+SLOW = pytest.mark.slow  # the full case runs the same link and job (docs/testing.md)
+
+
+@pytest.mark.parametrize("variant", ["full", pytest.param("lora", marks=SLOW), pytest.param("bf16", marks=SLOW)])
 def test_two_processes_on_localhost_equal_the_in_process_lag(tiny_model_dir, tmp_path, variant, request):
     """Every metric (sampled tokens' scores, KL, importance weights, lags) and the final weights
     bitwise: the producer sampled batch t with exactly the weights of update t - 2, received over

@@ -109,3 +109,6 @@ def test_raw_results_live_under_docs_results():
     assert studies and all((p / "README.md").exists() for p in studies), [p.name for p in studies]
     index = (ROOT / "docs" / "results" / "index.md").read_text()
     assert all(f"]({p.name}/README.md)" in index for p in studies), "docs/results/index.md lists every study"
+    # a study's scripts go to benchmarks/studies/, where lint and pyright see them
+    scripts = [p.relative_to(ROOT).as_posix() for p in (ROOT / "docs" / "results").rglob("*.py")]
+    assert not scripts, f"move these to benchmarks/studies/: {scripts}"

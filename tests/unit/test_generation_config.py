@@ -10,6 +10,8 @@ import torch
 from rloo import RLConfig
 from rloo.config import EvalConfig, Sampling
 from rloo.config.base import key_paths
+from rloo.config.generation import truncating
+from rloo.core.truncation import Truncation
 from rloo.errors import ConfigError
 
 KEYS = ("top_k", "min_new_tokens", "stop", "repetition_penalty")
@@ -190,3 +192,15 @@ def test_training_samplers_decode_as_rl_captured_decode_says(mode):
         model = tiny_lm("llama", tokenizer=tok).eval()
         run(model)
         assert bool(captured._STEPS.get(model)) == (mode == "on")
+
+
+@pytest.mark.parametrize("top_k,top_p", [(0, 1.0), (5, 1.0), (0, 0.9), (3, 0.5)])
+def test_the_truncation_is_read_from_the_sampling(top_k, top_p):
+    """Whether top_k/top_p truncate, the truncation the trained log-probs use and the Hugging Face
+    names of the draw come from one place (the Sampling, or its config section), as the plain
+    comparison says."""
+    cfg = _rl(top_k=top_k, top_p=top_p)
+    s = cfg.sampling
+    assert s.truncates == truncating(cfg) == (top_p < 1 or top_k > 0)
+    assert Truncation.of(s) == Truncation.of(cfg) == Truncation(top_k=top_k, top_p=top_p)
+    assert s.hf_draw() == {"temperature": 1.0, "top_p": top_p, "top_k": top_k}

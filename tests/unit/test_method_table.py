@@ -28,7 +28,6 @@ from rloo.experiments.compare import method_config
 
 SRC = Path(rloo.__file__).parent
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
-RESULTS = BENCHMARKS.parent / "docs" / "results"  # a study's own scripts sit beside its results
 # Where a method's name may be written: the table itself, the registry that maps each name to
 # its step (checked against the table at import), and the paper's published TL;DR ordering, a
 # citation keyed by name (checked against the table below; its home could become a field of the
@@ -41,7 +40,7 @@ PROGRAM_NAME = {
     "runtime/tracking/trackers.py": "the default wandb project",
     "experiments/bench.py": "rloo's trainer against TRL's",
     "experiments/bench_report.py": "rloo bench's trainer names (rloo, rloo-vllm) against TRL's",
-    "docs/results/bench-vllm/table.py": "rloo bench's trainer names (rloo, rloo-vllm) against TRL's",
+    "benchmarks/studies/bench_vllm_table.py": "rloo bench's trainer names (rloo, rloo-vllm) against TRL's",
     "benchmarks/gpu_check.py": "rloo's trainer against TRL's",
     "benchmarks/gpu_bench.py": "rloo bench's trainer names (rloo, with captured_decode off and on) against TRL's",
     "benchmarks/gpu_check_async.py": "rloo bench's trainer names (rloo, rloo-n1)",
@@ -60,10 +59,9 @@ def _names_written(path: Path) -> list[tuple[int, str]]:
 
 
 def _sources():
-    """(shown path, file) of every Python file of rloo, of benchmarks/ and of the studies in docs/results/."""
+    """(shown path, file) of every Python file of rloo and of benchmarks/ (the studies' scripts included)."""
     yield from ((p.relative_to(SRC).as_posix(), p) for p in sorted(SRC.rglob("*.py")))
     yield from ((f"benchmarks/{p.relative_to(BENCHMARKS).as_posix()}", p) for p in sorted(BENCHMARKS.rglob("*.py")))
-    yield from ((f"docs/results/{p.relative_to(RESULTS).as_posix()}", p) for p in sorted(RESULTS.glob("*/*.py")))
 
 
 def test_no_method_name_is_written_by_hand_outside_the_table():

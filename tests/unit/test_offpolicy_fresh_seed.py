@@ -1,4 +1,4 @@
-"""docs/results/offpolicy/fresh_seed.py: the README's prediction-interval tables are `predict` on the
+"""benchmarks/studies/offpolicy_fresh_seed.py: the README's prediction-interval tables are `predict` on the
 committed results files, and `check`'s verdict is the distribution-free interval of the committed seeds."""
 
 from __future__ import annotations
@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-STUDY = Path(__file__).resolve().parents[2] / "docs" / "results" / "offpolicy"
+ROOT = Path(__file__).resolve().parents[2]
+STUDY = ROOT / "docs" / "results" / "offpolicy"  # the study's README and results files
+SCRIPTS = ROOT / "benchmarks" / "studies"
 CELLS = {
     "results.json.xz": ["1e-3:0:paper,1e-3:16:tis,1e-3:16:topr"],
     "results-demo.json.xz": ["1e-3:0:paper,1e-3:1:tis,1e-3:1:clipped_surrogate", "1e-3:0:paper,1e-3:4:tis,1e-3:4:topr"],
@@ -18,14 +20,14 @@ CELLS = {
 
 @pytest.fixture(scope="module")
 def fresh():
-    sys.path.insert(0, str(STUDY))  # fresh_seed imports offpolicy_study from beside it
+    sys.path.insert(0, str(SCRIPTS))  # offpolicy_fresh_seed imports offpolicy_study from beside it
     try:
-        spec = importlib.util.spec_from_file_location("fresh_seed", STUDY / "fresh_seed.py")
+        spec = importlib.util.spec_from_file_location("offpolicy_fresh_seed", SCRIPTS / "offpolicy_fresh_seed.py")
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         yield module
     finally:
-        sys.path.remove(str(STUDY))
+        sys.path.remove(str(SCRIPTS))
 
 
 def test_predict_prints_the_readmes_interval_tables(fresh):

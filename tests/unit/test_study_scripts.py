@@ -13,6 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "docs" / "results"
+STUDIES = ROOT / "benchmarks" / "studies"  # one study's scripts; their results stay in RESULTS
 
 
 def _script(name: str, path: Path | None = None):
@@ -110,7 +111,7 @@ def test_offpolicy_study_report_prints_the_readmes_table():
     """docs/results/offpolicy: the README's two tables are `report` run on the committed results.json.xz
     (arithmetic) and results-demo.json.xz (the demo), cells in the files' order."""
     study = RESULTS / "offpolicy"
-    mod = _script("offpolicy_study", study / "offpolicy_study.py")
+    mod = _script("offpolicy_study", STUDIES / "offpolicy_study.py")
     for name, rows in (("results.json.xz", 25), ("results-demo.json.xz", 20)):
         results = mod.load(study / name)
         printed = mod.markdown(mod.report(results, list(results)))
@@ -118,14 +119,14 @@ def test_offpolicy_study_report_prints_the_readmes_table():
 
 
 def test_bench_vllm_table_prints_the_readmes_table_from_its_archive(tmp_path, capsys):
-    """docs/results/bench-vllm: the quiet run's table is table.py run on the bench.json files of
+    """docs/results/bench-vllm: the quiet run's table is bench_vllm_table.py run on the bench.json files of
     runs-idle.tar.xz."""
     import tarfile
 
     study = RESULTS / "bench-vllm"
     with tarfile.open(study / "runs-idle.tar.xz") as tar:
         tar.extractall(tmp_path, filter="data")
-    mod = _script("bench_vllm_table", study / "table.py")
+    mod = _script("bench_vllm_table", STUDIES / "bench_vllm_table.py")
     files = [tmp_path / f"bench_{s}-{d}.json" for s in "SML" for d in ("float32", "bfloat16")]
     mod.main([str(f) for f in files])
     printed = capsys.readouterr().out.strip()
@@ -135,7 +136,7 @@ def test_bench_vllm_table_prints_the_readmes_table_from_its_archive(tmp_path, ca
 def test_offpolicy_merge_places_new_cells_by_lr_and_lag_and_keeps_committed_seeds():
     """A later session's cells go after the last committed cell of their lr:N, new seeds of a committed
     cell join it in seed order, and a seed both hold keeps the committed numbers (its s/step)."""
-    mod = _script("offpolicy_study", RESULTS / "offpolicy" / "offpolicy_study.py")
+    mod = _script("offpolicy_study", STUDIES / "offpolicy_study.py")
     into = {"1e-3:0:paper": {"0": {"s": 1}}, "1e-3:1:tis": {"0": {"s": 2}}, "1e-3:4:tis": {"0": {"s": 3}}}
     new = {"1e-3:1:cispo": {"0": {"s": 4}}, "1e-3:1:tis": {"1": {"s": 5}, "0": {"s": 9}}, "1e-4:1:tis": {"0": {}}}
     got = mod.merge(into, new)

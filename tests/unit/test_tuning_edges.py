@@ -1,4 +1,4 @@
-"""docs/results/compare-tuned-all/tuning_edges.py (that study's grid-edge check): which choices sit
+"""benchmarks/studies/tuning_edges.py (that study's grid-edge check): which choices sit
 on an edge, the step past it, and the table comparing the two on the tuning seeds."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 from rloo.config import CompareConfig
 from rloo.experiments.tuning import trial_settings
 
-PATH = Path(__file__).resolve().parents[2] / "docs" / "results" / "compare-tuned-all" / "tuning_edges.py"
+PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "studies" / "tuning_edges.py"
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol, cast, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import torch
 from torch import Tensor
@@ -25,7 +25,7 @@ from rloo.modeling.lora import AdapterDisabled
 from rloo.rewards import RewardSource
 from rloo.rollout import Rollout
 from rloo.rollout.capabilities import PreScoredRollout, Sampler
-from rloo.runtime.distributed import gradient_sync
+from rloo.runtime.distributed import full_tensor, gradient_sync
 
 # (policy, prompts, rows=None) -> Rollout: vLLM, or the lagged samplers of rl.max_staleness (rows: see
 # rloo.runtime.distributed.Dist.shard)
@@ -123,7 +123,7 @@ class Stateless:
 def policy_truncation(cfg: RLSettings) -> Truncation | None:
     """The truncation of the policy's trained log-probs: the sampler's top_k/top_p under
     rl.logprobs_under=truncated (rloo.core.truncation), else None (the full distribution)."""
-    return Truncation(cfg.top_k, cfg.top_p) if cfg.truncated_logprobs else None
+    return Truncation.of(cfg) if cfg.truncated_logprobs else None
 
 
 def rollout_logprobs(
@@ -196,8 +196,7 @@ def total(norm: Tensor) -> Tensor:
     was 1.86); torch 2.13 returns it replicated. Clipping itself used the full value (torch 2.9: the
     parameters matched one process); this makes the logged norm and the finiteness check (the same on
     every process) use it too."""
-    full = getattr(norm, "full_tensor", None)
-    return cast(Tensor, full()) if callable(full) else norm
+    return full_tensor(norm)
 
 
 class Accumulated:

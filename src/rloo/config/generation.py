@@ -91,14 +91,20 @@ PER_COMPLETION = (("min_new_tokens", 0), ("stop", []), ("repetition_penalty", 1.
 
 def multi_turn_refusal(settings, prefix: str = "") -> str | None:
     """The one-line reason an env= run refuses `settings`' generation keys, or None."""
+    values = settings.model_dump(include={name for name, _ in PER_COMPLETION})  # a stage config (pydantic)
     for name, off in PER_COMPLETION:
-        # getattr: a field named by the PER_COMPLETION table, not a probe
-        if getattr(settings, name) != off:
+        if values[name] != off:
             return (
                 f"env= (multi-turn) samples its turns with temperature, top_k and top_p only; "
                 f"unset {prefix}{name} (a turn ends at the environment's stop ids)"
             )
     return None
+
+
+def truncating(s) -> bool:
+    """Whether top_k or top_p truncates the distribution drawn from. `s`: a Sampling, or a config
+    section holding the generation keys (an RL section validating itself, before its Sampling exists)."""
+    return s.top_p < 1 or s.top_k > 0
 
 
 def check_rl_generation(cfg) -> None:
@@ -153,9 +159,19 @@ class Sampling:
         check_min_new_tokens(self.min_new_tokens, self.max_new_tokens)
 
     @property
+    def truncates(self) -> bool:
+        """Whether top_k or top_p truncates the distribution drawn from (rloo.core.truncation's K(s))."""
+        return truncating(self)
+
+    @property
     def shaped(self) -> bool:
         """Whether anything but the temperature shapes the distribution drawn from."""
-        return self.top_p < 1 or self.top_k > 0 or self.min_new_tokens > 0 or self.repetition_penalty != 1
+        return self.truncates or self.min_new_tokens > 0 or self.repetition_penalty != 1
+
+    def hf_draw(self) -> dict[str, float | int]:
+        """The draw's settings under Hugging Face's generate names (TRL's trainer configs take the
+        same): temperature, top_p, top_k."""
+        return {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k}
 
     def replace(self, **changes) -> Sampling:
         """A copy with `changes` (validated again)."""

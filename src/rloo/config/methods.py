@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
@@ -33,6 +33,9 @@ from rloo.config.method_settings import (
 )
 
 # ---- the table -----------------------------------------------------------------------------------
+
+# MethodSpec's yes/no fields, the ones `capable` and `require` ask by name
+Flag = Literal["unscored", "online", "value_model", "off_policy", "importance", "kl_outside", "bounded", "multi_turn"]
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,13 @@ class MethodSpec:
     def estimators(self, settings: Any) -> tuple[str | None, str | None]:
         """The advantage and loss (rloo.core.estimators' names) that trains it with these settings."""
         return (self.advantage, self.loss) if self.choose is None else self.choose(settings)
+
+    def sets(self, flag: Flag) -> bool:
+        """The yes/no field `flag` of this spec."""
+        flags = {"unscored": self.unscored, "online": self.online, "value_model": self.value_model}
+        flags |= {"off_policy": self.off_policy, "importance": self.importance, "kl_outside": self.kl_outside}
+        flags |= {"bounded": self.bounded, "multi_turn": self.multi_turn}
+        return flags[flag]
 
     def takes_several_updates(self, algorithm_settings: dict) -> bool:
         """With these `algorithm_settings` overrides, does it take several optimizer steps per batch?"""
@@ -234,10 +244,9 @@ def several_updates_variants() -> tuple[str, ...]:
     )
 
 
-def capable(flag: str) -> list[str]:
+def capable(flag: Flag) -> list[str]:
     """The methods whose spec sets `flag` (e.g. "off_policy", "multi_turn")."""
-    # getattr: `flag` names a MethodSpec field (the caller's), not a probe
-    return [n for n, s in METHOD_SPECS.items() if getattr(s, flag)]
+    return [n for n, s in METHOD_SPECS.items() if s.sets(flag)]
 
 
 def why_not_multi_turn(spec: MethodSpec) -> str:
@@ -249,10 +258,9 @@ def why_not_multi_turn(spec: MethodSpec) -> str:
     return "not wired for episodes (its per-token terms need the policy-token review of docs/agents.md)"
 
 
-def require(flag: str, algorithm: str, what: str) -> None:
+def require(flag: Flag, algorithm: str, what: str) -> None:
     """Refuse `what` for a method whose spec does not set `flag` (a MethodSpec field), naming those that do."""
-    # getattr: `flag` names a MethodSpec field, as in `capable`
-    if not getattr(METHOD_SPECS[algorithm], flag):
+    if not METHOD_SPECS[algorithm].sets(flag):
         raise ValueError(f"{what} are implemented for {one_of(capable(flag))} only, got {algorithm}")
 
 

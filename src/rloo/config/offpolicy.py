@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
+from rloo.config.generation import truncating
 from rloo.config.methods import METHOD_SPECS, require
 
 BOUNDED = ("asymre", "topr", "cispo", "clipped_surrogate")  # rloo.core.bounded's estimators
@@ -103,7 +104,7 @@ def truncates_logprobs(s: Any) -> bool:
     """rl.logprobs_under resolved: True when the trained log-probs are the truncated distribution's.
     Raises ValueError, one line, where truncated was asked for and cannot be honoured. `s`: an
     RLSettings, or an RLConfig (whose env= multi-turn sampler keeps the full log-probs)."""
-    truncating = s.top_p < 1.0 or s.top_k > 0
+    truncates = truncating(s)
     why_not = (
         "generation=vllm (its log-probs are recomputed by the trainer: docs/configs.md)"
         if s.generation != "sampler"
@@ -114,9 +115,9 @@ def truncates_logprobs(s: Any) -> bool:
         else None
     )
     if s.logprobs_under == "truncated":
-        if not truncating:
+        if not truncates:
             raise ValueError("logprobs_under=truncated: nothing truncates; set top_p < 1 or top_k > 0 (or unset it)")
         if why_not is not None:
             raise ValueError(f"logprobs_under=truncated: not with {why_not}; use logprobs_under=full")
         return True
-    return s.logprobs_under is None and truncating and why_not is None
+    return s.logprobs_under is None and truncates and why_not is None

@@ -14,9 +14,20 @@ Shapes: logits (..., V) already divided by the temperature; masks bool, True = k
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 from torch import Tensor
+
+
+class Knobs(Protocol):
+    """What holds the draw's truncation settings: a Sampling, or a config's RL section."""
+
+    @property
+    def top_k(self) -> int: ...
+
+    @property
+    def top_p(self) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -25,6 +36,11 @@ class Truncation:
 
     top_k: int = 0
     top_p: float = 1.0
+
+    @classmethod
+    def of(cls, knobs: Knobs) -> Truncation:
+        """The truncation `knobs` (a Sampling or an RL section) sample under."""
+        return cls(knobs.top_k, knobs.top_p)
 
 
 def top_k_dropped(logits: Tensor, top_k: int) -> Tensor:

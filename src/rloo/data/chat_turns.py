@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rloo.errors import RlooError
+from rloo.runtime.inputs.hf import chat_template
 
 # placeholder contents: plain words that no template trims, escapes or finds in its own text
 _P, _A, _O, _A2, _O2 = (f"rlooholder{c}" for c in "paobq")
@@ -93,7 +94,7 @@ def _end_of_turn(tokenizer, after_reply: str) -> tuple[int, str]:
 def has_chat_template(tokenizer) -> bool:
     """Whether `tokenizer` renders chats: a Hugging Face tokenizer with a template. (The one probe of
     it: rloo's built-in word tokenizer and None have no `chat_template`, a HF one may hold None.)"""
-    return bool(getattr(tokenizer, "chat_template", None))
+    return bool(chat_template(tokenizer))
 
 
 def chat_frame(tokenizer, role: str = "user") -> ChatFrame | None:

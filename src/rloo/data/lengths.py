@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rloo.errors import RlooError
+from rloo.runtime.inputs.hf import hf_config
 from rloo.runtime.runfolder.atomic import atomic_write_text
 from rloo.runtime.runfolder.reading import read_text
 from rloo.runtime.tracking.log import say
@@ -68,8 +69,8 @@ def response_cut(enc: Encoded, limit: int) -> Cut:
 
 def context_of(model) -> int | None:
     """A model's context in tokens (config.max_position_embeddings; GPT-2's n_positions maps to it), or None."""
-    # getattr: third-party: a model without a config, or a config without the key (remote code)
-    n = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    # getattr: third-party: a transformers config without the key (remote code); None: no config
+    n = getattr(hf_config(model), "max_position_embeddings", None)
     return n if isinstance(n, int) else None
 
 

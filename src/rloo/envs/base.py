@@ -23,6 +23,7 @@ from typing import Protocol
 from rloo.data.chat_turns import ChatFrame
 from rloo.data.columns import keywords_for, row_columns
 from rloo.errors import EnvError, StopNow
+from rloo.runtime.inputs.user_code import callable_name
 
 
 @dataclass
@@ -171,6 +172,9 @@ class CheckedEnv:
     def step(self, turn: list[int]) -> Step:
         return checked_step(self.env, turn, self.vocab_size)
 
+    def env_name(self) -> str:
+        return _name(self.env)
+
     def stats(self) -> dict[str, float]:
         # getattr: a user's environment: its tool counters are optional
         return {k: float(getattr(self.env, k)) for k in ("tool_calls", "tool_errors") if hasattr(self.env, k)}
@@ -183,8 +187,7 @@ def make_env(factory: EnvFactory, vocab_size: int) -> CheckedEnv:
     except (StopNow, EnvError):
         raise
     except Exception as e:  # noqa: BLE001 - any failure of user code
-        # getattr: a user's factory: any callable, which may have no __name__
-        name = getattr(factory, "__name__", repr(factory))
+        name = callable_name(factory, repr(factory))
         raise EnvError(f"environment {name}() raised {type(e).__name__}: {e}") from e
     for method in ("reset", "step"):
         # getattr: a user's environment, checked for the two methods it must have

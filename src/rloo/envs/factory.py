@@ -8,7 +8,7 @@ from functools import partial
 from rloo.config.tasks import TASK_SPECS, episode_tasks
 from rloo.envs.base import EnvFactory
 from rloo.errors import EnvError
-from rloo.runtime.inputs.user_code import load_callable
+from rloo.runtime.inputs.user_code import callable_name, load_callable
 
 
 def builtin_env(name: str) -> type:
@@ -29,5 +29,5 @@ def env_factory(spec: str, tokenizer, tool_timeout_s: float = 1.0, end_ids: froz
         raise EnvError(f"env={spec!r}: not a built-in environment ({', '.join(episode_tasks())}) nor file.py:Class")
     cls = load_callable(spec, "environment")
     factory = partial(cls, tokenizer)
-    factory.__name__ = getattr(cls, "__name__", spec)  # type: ignore[attr-defined] - for error messages
+    factory.__name__ = callable_name(cls, spec)  # type: ignore[attr-defined] - for error messages
     return factory

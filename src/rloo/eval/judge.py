@@ -26,6 +26,7 @@ from rloo.eval.sampling import sampled_chunks
 from rloo.modeling.forward import completion_logprobs
 from rloo.rewards.judges import Judge
 from rloo.rollout.decoding import logprob_temperature
+from rloo.runtime.inputs.user_code import callable_name
 
 
 @dataclass
@@ -77,7 +78,7 @@ def judge_kind(judge) -> str:
 
 def judge_name(judge) -> str:
     """A `Judge`'s name; a plain function given to the API: its __name__ (a callable object may have none)."""
-    return judge.name if isinstance(judge, Judge) else getattr(judge, "__name__", "judge")
+    return judge.name if isinstance(judge, Judge) else callable_name(judge, "judge")
 
 
 def score_key(kind: str | None) -> str:

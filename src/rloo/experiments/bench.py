@@ -50,7 +50,7 @@ from rloo.experiments.bench_trl import _trl_worker
 from rloo.experiments.bench_workers import _ready, _rloo_worker, _spawn
 from rloo.modeling.few_rows import few_rows_pays
 from rloo.rollout.vllm_engine import INSTALL
-from rloo.runtime.precision import resolve_precision
+from rloo.runtime.precision import DTYPES, resolve_precision
 from rloo.runtime.runfolder.atomic import atomic_write_text
 from rloo.runtime.runfolder.lock import run_folder
 from rloo.training.common import check_device, prepare_plain_folder
@@ -61,8 +61,7 @@ def reference_peak(dtype: str, device: str, threads: int, log=print) -> float:
     a CPU under bf16 mixed precision the faster of bf16 and fp32 (autocast runs attention, norms and
     more in fp32; on an AVX2-only CPU, whose bf16 is emulated at ~1 GFLOP/s, the step measured 5x the
     bf16 "peak")."""
-    # getattr: a dtype named in the config ("bfloat16" -> torch.bfloat16)
-    peak = matmul_peak_flops(threads, dtype=getattr(torch, dtype), device=device)
+    peak = matmul_peak_flops(threads, dtype=DTYPES[dtype], device=device)
     log(f"{dtype} matmul peak: {peak / 1e9:.1f} GFLOP/s on {device} ({threads} threads)")
     if dtype != "float32" and device == "cpu":
         fp32 = matmul_peak_flops(threads, device=device)

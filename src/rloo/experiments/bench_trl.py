@@ -22,6 +22,7 @@ import time
 import torch
 from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer, TrainerCallback
 
+from rloo.config.generation import Sampling
 from rloo.experiments.bench_machine import peak_memory_gb, release_cache
 
 
@@ -37,6 +38,8 @@ def trl_args(job: dict):
     micro = job.get("trl_micro_rows") or n
     if n % micro:
         raise ValueError(f"trl_micro_rows={micro} does not divide the batch's {n} rows")
+    # TRL draws as the bench's rloo workers do: rloo's default Sampling (temperature 1, no truncation)
+    draw = Sampling(job["max_new_tokens"], job["max_prompt_tokens"]).hf_draw()
     return RLOOConfig(
         output_dir=job["tmp"],
         per_device_train_batch_size=micro,
@@ -51,9 +54,7 @@ def trl_args(job: dict):
         adam_beta1=0.9,
         adam_beta2=0.95,
         max_grad_norm=1.0,
-        temperature=1.0,
-        top_p=1.0,
-        top_k=0,
+        **draw,
         num_iterations=1,
         max_steps=len(job["batches"]),
         shuffle_dataset=False,

@@ -21,6 +21,8 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
+from rloo.runtime.inputs.hf import hf_config
+
 NAME = "rloo_sdpa"
 
 
@@ -116,8 +118,7 @@ AttentionMaskInterface.register(NAME, sdpa_mask)  # the masks SDPA takes, built 
 def use_rloo_attention(model):
     """Switch a loaded model from SDPA to `rloo_sdpa` (in place; returns it). Models on another
     attention implementation (eager, flash, a remote-code model's own) are left as they are."""
-    # getattr: third-party: a private config attribute of transformers (remote-code configs may lack it)
-    if getattr(model.config, "_attn_implementation", None) == "sdpa":
+    if attn_implementation(model) == "sdpa":
         try:
             model.set_attn_implementation(NAME)
         except (ValueError, NotImplementedError, AttributeError):  # a model that cannot switch keeps SDPA
@@ -125,6 +126,12 @@ def use_rloo_attention(model):
     return model
 
 
+def attn_implementation(model) -> str | None:
+    """The attention implementation a transformers model runs ("sdpa", "eager", rloo_sdpa's NAME, ...),
+    or None (no config, or a config without the key)."""
+    # getattr: third-party: a private config attribute of transformers (remote-code configs may lack it)
+    return getattr(hf_config(model), "_attn_implementation", None)
+
+
 def uses_rloo_attention(model) -> bool:
-    # getattr: as in use_rloo_attention; a wrapper may have no config
-    return getattr(getattr(model, "config", None), "_attn_implementation", None) == NAME
+    return attn_implementation(model) == NAME

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import torch
 
+from rloo.runtime.inputs.hf import hf_config
+
 _FLAG = "_rloo_dropout_disabled"
 
 
@@ -54,8 +56,7 @@ def has_dropout(model: torch.nn.Module) -> bool:
     # getattr: our flag on a third-party model, absent until disable_dropout ran
     if getattr(model, _FLAG, False):
         return False
-    # getattr: third-party: only a Hugging Face model has a config
-    config = getattr(model, "config", None)
+    config = hf_config(model)
     items = config.to_dict().items() if config is not None else ()
     return any(
         isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0

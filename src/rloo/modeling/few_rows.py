@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from rloo.modeling.fp32_head import is_fp32_head
+from rloo.runtime.cpukind import torch_cpu_check
 
 # the row counts measured in place (8-64); the prefill's hundreds of rows gained ~3%, within noise
 MAX_ROWS = 64
@@ -30,9 +31,8 @@ def few_rows_pays(device: torch.device | str, threads: int | None = None) -> boo
     (its rate there is unmeasured)."""
     if torch.device(device).type != "cpu" or (threads or torch.get_num_threads()) < 2:
         return False
-    # getattr: third-party: a private torch check that older versions lack
-    avx512 = getattr(getattr(torch, "cpu", None), "_is_avx512_supported", None)
-    return platform.machine().lower() in ("x86_64", "amd64") and callable(avx512) and not avx512()
+    x86 = platform.machine().lower() in ("x86_64", "amd64")
+    return x86 and torch_cpu_check("_is_avx512_supported") is False
 
 
 def takes_swapped(x: torch.Tensor, weight: torch.Tensor) -> bool:

@@ -34,16 +34,23 @@ def fp32_head_forward(self: torch.nn.Linear, input: Tensor) -> Tensor:  # noqa: 
 
 def is_fp32_head(module: torch.nn.Module) -> bool:
     """Whether `use_fp32_heads` gave this module its forward."""
-    # getattr: an instance forward of any origin (ours is a partial, with .func)
-    return getattr(vars(module).get("forward"), "func", None) is fp32_head_forward
+    forward = vars(module).get("forward")  # an instance forward, of any origin; ours is a partial
+    return isinstance(forward, functools.partial) and forward.func is fp32_head_forward
+
+
+def lm_head(model):
+    """What a transformers model's `get_output_embeddings()` returns (a PeftModel forwards it to its
+    base): its LM head, or None (a sequence classifier's), or None for an object without the method."""
+    # getattr: third-party: wrappers and value models may lack the method
+    get = getattr(model, "get_output_embeddings", None)
+    return get() if callable(get) else None
 
 
 def output_heads(model) -> list[torch.nn.Module]:
     """The modules whose outputs are a model's logits or scores: the LM head (`get_output_embeddings()`)
     and a sequence classifier's `score` (the reward and value models'), where present."""
-    # getattr: third-party: wrappers and value models may lack either head
-    get = getattr(model, "get_output_embeddings", None)
-    heads = [get() if callable(get) else None, getattr(model, "score", None)]
+    # getattr: third-party: only a sequence classifier (the reward and value models) has `score`
+    heads = [lm_head(model), getattr(model, "score", None)]
     return [h for h in heads if isinstance(h, torch.nn.Module)]
 
 

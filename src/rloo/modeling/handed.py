@@ -4,11 +4,12 @@ loaded one is, for the part it plays. The loaders (rloo.modeling.loading) call t
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
+from transformers import PretrainedConfig
 
 from rloo.errors import RlooError
+from rloo.modeling.fp32_head import lm_head
+from rloo.runtime.inputs.hf import hf_config
 from rloo.runtime.inputs.objects import held
 
 
@@ -20,19 +21,18 @@ def handed_model(name: str, what: str):
     h = held(name)
     model = h.obj
     kind = type(model).__name__
-    # getattr: an object handed in by an API caller (third-party model classes), checked for what rloo uses
-    if not isinstance(model, torch.nn.Module) or getattr(model, "config", None) is None:
+    config = hf_config(model)
+    if not isinstance(model, torch.nn.Module) or not isinstance(config, PretrainedConfig):
         raise RlooError(f"model= must be a transformers PreTrainedModel or a peft PeftModel; got a {kind}")
-    head: Any = getattr(model, "get_output_embeddings", None)  # PeftModel forwards it to its base
-    has_lm_head = callable(head) and head() is not None
+    has_lm_head = lm_head(model) is not None
     if what == "causal LM" and not has_lm_head:
         raise RlooError(f"model= must be a causal LM (a ...ForCausalLM with an LM head); the {kind} handed in has none")
-    if what != "causal LM" and (has_lm_head or getattr(model.config, "num_labels", None) != 1):
+    if what != "causal LM" and (has_lm_head or config.num_labels != 1):
         raise RlooError(
             f"model= must be a {what}: a sequence classifier with one output "
             f"(AutoModelForSequenceClassification.from_pretrained(..., num_labels=1)); got a {kind}"
         )
-    tokenizer = h.tokenizer or getattr(model.config, "_name_or_path", None) or None
+    tokenizer = h.tokenizer or config.name_or_path or None
     if tokenizer is None:
         raise RlooError(f"model= ({kind}) names no tokenizer (its config has no name_or_path): pass tokenizer= too")
     return model, tokenizer

@@ -24,6 +24,7 @@ from rloo.modeling.attention import use_rloo_attention
 from rloo.modeling.fp32_head import use_fp32_heads
 from rloo.modeling.handed import handed_model
 from rloo.modeling.lora import is_adapter_folder, load_merged
+from rloo.runtime.inputs.hf import has_vocab
 from rloo.runtime.inputs.names import check_name
 from rloo.runtime.inputs.objects import held, is_held
 from rloo.runtime.precision import weights_dtype
@@ -100,8 +101,7 @@ def load_tokenizer(path: str, trust_remote_code: bool = False):
 
 def checked_tokenizer(tok: Any, path: str) -> Any:
     """`tok` with a pad token (EOS when it has none); refused without an EOS token."""
-    # getattr: third-party: whatever AutoTokenizer or a caller gave, checked for what a tokenizer has
-    if not callable(getattr(tok, "get_vocab", None)) or not callable(tok):
+    if not has_vocab(tok) or not callable(tok):
         raise RlooError(f"{path}: expected a transformers tokenizer, got a {type(tok).__name__}")
     if tok.pad_token is None:
         # Padding is always masked out, so any token will do; EOS is the usual choice.

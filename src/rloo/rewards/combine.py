@@ -11,6 +11,7 @@ from torch import Tensor
 from rloo.errors import RlooError
 from rloo.rewards.base import RewardSource, is_reward_source
 from rloo.rewards.sources import FunctionReward, RewardModelScorer, load_function
+from rloo.runtime.inputs.user_code import callable_name
 
 
 class WeightedReward:
@@ -79,8 +80,7 @@ def build_reward(cfg, policy_tokenizer, reward_fn: Callable | None = None, load_
             share_prompt=cfg.share_prompt,
         )
     if reward_fn is not None:
-        # getattr: a user's callable, which may have no __name__
-        sources[getattr(reward_fn, "__name__", "reward_fn")] = _source(reward_fn)
+        sources[callable_name(reward_fn, "reward_fn")] = _source(reward_fn)
     else:
         specs = [cfg.reward_fn] if isinstance(cfg.reward_fn, str) else list(cfg.reward_fn or [])
         for spec in specs:

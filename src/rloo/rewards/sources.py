@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Callable, Sequence
+from typing import Protocol, runtime_checkable
 
 import torch
 from torch import Tensor
@@ -14,9 +15,34 @@ from rloo.data.columns import columns_of, keywords_for, missing_columns
 from rloo.errors import RewardError, RlooError, StopNow
 from rloo.modeling.forward import reward_scores
 from rloo.modeling.forward_shared import reward_scores_shared
-from rloo.runtime.inputs.user_code import load_callable
+from rloo.runtime.inputs.user_code import callable_name, load_callable
 
 RewardFn = Callable[[list[str], list[str]], Sequence[float]]
+
+
+# What a batch handed to RewardModel may offer beyond its prompts' and completions' ids and texts: a
+# rloo.rollout.sampler.Rollout has both (this layer does not import rollout/), an API caller's
+# stand-in may have neither.
+@runtime_checkable
+class Grouped(Protocol):
+    """A batch whose rows come in runs of `group_size` sharing one prompt."""
+
+    group_size: int
+
+
+@runtime_checkable
+class KeepsRawCompletions(Protocol):
+    """A batch that keeps its completions as sampled (the leading space unstripped), or None."""
+
+    raw_completions: list[str] | None
+
+
+def _group_size(batch: object) -> int:
+    return batch.group_size if isinstance(batch, Grouped) else 1
+
+
+def _raw_completions(batch: object) -> list[str] | None:
+    return batch.raw_completions if isinstance(batch, KeepsRawCompletions) else None
 
 
 class FunctionReward:
@@ -36,8 +62,7 @@ class FunctionReward:
     def __init__(self, fn: RewardFn, name: str | None = None):
         if not callable(fn):
             raise RlooError(f"reward function {fn!r} is not callable")
-        # getattr: a user's callable (a partial or callable object has no __name__)
-        self.fn, self.name = fn, name or getattr(fn, "__name__", "reward_fn")
+        self.fn, self.name = fn, name or callable_name(fn, "reward_fn")
 
     def __call__(self, batch) -> Tensor:
         return self.score_texts(batch.prompts, batch.completions)
@@ -118,6 +143,7 @@ def _score_list(out, name: str) -> list:
     else is refused: `list()` of a dict would read its keys as scores, of a string its letters."""
     if isinstance(out, torch.Tensor):
         return list(out.reshape(-1)) if out.dim() <= 1 else _refuse(out, name)
+    # getattr: third-party: a NumPy array or scalar (numpy is not imported here), told apart by ndim
     if isinstance(out, (list, tuple)) or (type(out).__module__ == "numpy" and getattr(out, "ndim", 0) == 1):
         return list(out)
     return _refuse(out, name)
@@ -153,12 +179,11 @@ class RewardModelScorer:
     @torch.no_grad()
     def __call__(self, batch) -> Tensor:
         if self.same_tokenizer:
-            # getattr (here and below): a batch from any producer, a Rollout or an API caller's stand-in
-            k = getattr(batch, "group_size", 1) if self.share_prompt else 1
+            k = _group_size(batch) if self.share_prompt else 1
             return self._chunked(batch.prompt_ids, batch.prompt_mask, batch.completion_ids, batch.completion_mask, k)
         # the decoded text as sampled (leading space kept): a reward model reads responses in the
         # layout of its training pairs (" text"), in training and in evaluation alike
-        return self.score_texts(batch.prompts, getattr(batch, "raw_completions", None) or batch.completions)
+        return self.score_texts(batch.prompts, _raw_completions(batch) or batch.completions)
 
     @torch.no_grad()
     def score_texts(self, prompts: list[str], completions: list[str]) -> Tensor:

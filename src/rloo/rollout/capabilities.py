@@ -55,6 +55,14 @@ class KeepsStats(Protocol):
 
 
 @runtime_checkable
+class NamesItsEnv(Protocol):
+    """An episode's environment that wraps the user's (rloo.envs.CheckedEnv): the user's class name,
+    which an error names."""
+
+    def env_name(self) -> str: ...
+
+
+@runtime_checkable
 class EpisodeRollout(Protocol):
     """A rollout of multi-turn episodes (rloo.rollout.multiturn.Trajectories): the policy's tokens
     among the environment's (N,T) bool, each episode's summed environment reward (N,), its stats."""

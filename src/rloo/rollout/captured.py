@@ -16,7 +16,7 @@ from torch import Tensor
 
 from rloo.data.collate import position_ids
 from rloo.modeling.attention import NAME as RLOO_SDPA
-from rloo.modeling.attention import uses_rloo_attention
+from rloo.modeling.attention import attn_implementation, uses_rloo_attention
 from rloo.modeling.kvcache import Prefill
 from rloo.modeling.static_cache import StaticCache, kv_dtype, prompt_bucket
 from rloo.rollout.captured_step import CapturedStep, DecodeState, StepSettings, advance
@@ -42,7 +42,7 @@ def captured_refusal(mode: str, model, device: torch.device, grouped: bool | Non
     off CUDA: the default there)."""
     if mode == "off" or (mode == "auto" and device.type != "cuda"):
         return ""
-    impl = getattr(getattr(model, "config", None), "_attn_implementation", None)
+    impl = attn_implementation(model)
     if all_done is not None:
         return "under FSDP the processes' forward passes are collectives that stop together (all_done)"
     if grouped:
@@ -69,6 +69,7 @@ def python_state(model) -> tuple:
     """What a graph bakes in besides the tensors: the model's train/eval mode and each LoRA layer's
     merged / disabled / active adapters (PEFT decides in Python whether to add the adapter's
     product, so a step captured before `merge_adapter` would add it twice after). Part of a step's key."""
+    # getattr: third-party: peft's LoRA layers; versions differ in which of the two flags they keep
     lora = tuple(
         (bool(getattr(m, "merged", False)), bool(getattr(m, "disable_adapters", False)), str(m.active_adapters))
         for m in model.modules()

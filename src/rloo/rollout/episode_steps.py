@@ -20,6 +20,7 @@ from torch import Tensor
 
 from rloo.data.chat_turns import ChatFrame
 from rloo.errors import EnvError
+from rloo.rollout.capabilities import NamesItsEnv
 from rloo.runtime.threads import call_all
 
 
@@ -59,7 +60,7 @@ def reset_all(eps: list[Episode], prompts: list[str], k: int, lim: Limits) -> li
 
 
 def _name(ep: Episode) -> str:
-    return type(getattr(ep.env, "env", ep.env)).__name__
+    return ep.env.env_name() if isinstance(ep.env, NamesItsEnv) else type(ep.env).__name__
 
 
 def answer(eps: list[Episode], rows: list[int], lim: Limits, chat: ChatFrame | None) -> None:

@@ -49,6 +49,7 @@ class ScoredRollout(Rollout):
 
 
 def scored_rollout(roll: Rollout, score) -> ScoredRollout:
+    # getattr: a field named by the dataclass's own table (fields()): a shallow copy into the subclass
     return ScoredRollout(**{f.name: getattr(roll, f.name) for f in fields(roll)}, scored=score(roll))
 
 

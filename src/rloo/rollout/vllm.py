@@ -20,6 +20,7 @@ from rloo.modeling.forward import completion_logprobs
 from rloo.rollout.sampler import Rollout
 from rloo.rollout.settings import sampling_precision
 from rloo.rollout.vllm_engine import (
+    PeftWrapped,
     check_device,
     import_vllm,
     merged_weights,
@@ -51,7 +52,7 @@ class VLLMSampler:
         self.vllm, self.tokenizer, self.k, self.max_prompt_len = vllm, tokenizer, cfg.k, cfg.max_prompt_tokens
         self.behaviour = cfg.off_policy_correction is not None  # mu for the update's importance weights
         self.metrics: dict[str, float] = {}
-        config = getattr(policy, "get_base_model", lambda: policy)().config
+        config = (policy.get_base_model() if isinstance(policy, PeftWrapped) else policy).config
         self.device = device
         dtype = vllm_dtype(precision or sampling_precision(cfg, policy))
         with own_arithmetic(device):

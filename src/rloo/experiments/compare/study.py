@@ -81,7 +81,7 @@ def _lay_quick(section, quick: dict, prefix: str, kept: list[str]) -> dict:
             # getattr: `key` names a field of `section` (the quick settings' keys), not a probe
             data[key] = _lay_quick(getattr(section, key), val, f"{prefix}{key}.", kept)
         elif key in section.model_fields_set:
-            kept.append(f"{prefix}{key}={getattr(section, key)}")
+            kept.append(f"{prefix}{key}={data[key]}")
         else:
             data[key] = val
     return data

@@ -19,6 +19,7 @@ from safetensors import safe_open
 
 from rloo.errors import RlooError, option
 from rloo.runtime.checkpoint.verify import RING, ring_file
+from rloo.runtime.inputs.hf import hf_config
 from rloo.runtime.link.weights import frozen_names, tied_names
 
 CONFIG_KEY = "rloo_policy_config"  # the safetensors metadata of a ring file: the policy's config_dict, JSON
@@ -28,8 +29,7 @@ VOLATILE = {"torch_dtype", "dtype", "transformers_version", "use_cache", "archit
 def config_dict(model: object) -> dict:
     """The configuration that decides what `model` computes (keys of storage and loading left out); any
     object with a Hugging Face `config` (a model, a LoRA reference forwarding its network's), else {}."""
-    # getattr: any object (docstring): only a Hugging Face model has a config
-    config = getattr(model, "config", None)
+    config = hf_config(model)
     d = config.to_dict() if config is not None else {}
     kept = {k: v for k, v in d.items() if not k.startswith("_") and k not in VOLATILE}
     return json.loads(json.dumps(kept, sort_keys=True, default=str))  # as read back: {0: ..} -> {"0": ..}

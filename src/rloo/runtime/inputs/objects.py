@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rloo.errors import RlooError
+from rloo.runtime.inputs.hf import chat_template
 
 PREFIX = "memory:"
 
@@ -94,8 +95,7 @@ def tokenizer_sha(tok) -> str:
     state = {
         "vocab": sorted(tok.get_vocab().items()),
         "special": special,
-        # getattr: third-party: a tokenizer without a chat template may lack the attribute
-        "template": getattr(tok, "chat_template", None),
+        "template": chat_template(tok),
         "class": type(tok).__name__,
     }
     return hashlib.sha256(json.dumps(state, sort_keys=True, default=str).encode()).hexdigest()

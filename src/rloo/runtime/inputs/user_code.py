@@ -42,7 +42,7 @@ def load_callable(spec: str, what: str = "reward function") -> Callable:
     module = _load_file(target, spec, what) if is_file_spec(target) else _import(target, spec, what)
     # getattr: the user's module: the name is theirs, and may be missing (the error says so)
     fn = getattr(module, name, None)
-    if not callable(fn) and getattr(module, "__file__", None) is None and not is_file_spec(target):
+    if not callable(fn) and _namespace_package(module) and not is_file_spec(target):
         raise RlooError(
             f"{what} {spec!r}: {target!r} is a folder (a namespace package), not a Python module; "
             f"name a module or file in it: {target}.module:{name} or {target}/file.py:{name}"
@@ -56,6 +56,19 @@ def load_callable(spec: str, what: str = "reward function") -> Callable:
     return fn
 
 
+def callable_name(fn: object, default: str) -> str:
+    """The name a user's callable (a reward function, a judge, an environment class or factory) is shown
+    by in errors and metrics: its __name__, else `default`."""
+    # getattr: a user's callable: a functools.partial or a callable object has no __name__
+    return getattr(fn, "__name__", default)
+
+
+def _namespace_package(module) -> bool:
+    """Whether an imported module is a folder without __init__.py (a namespace package)."""
+    # getattr: a namespace package's module has no __file__ (or None)
+    return getattr(module, "__file__", None) is None
+
+
 def load_module(target: str, what: str = "plugin"):
     """The module `target` names, run on first use: path/to/file.py, or module.name found as
     `python -m` finds it. One RlooError line when it is missing or its code raises."""
@@ -64,8 +77,7 @@ def load_module(target: str, what: str = "plugin"):
     if not all(part.isidentifier() for part in target.split(".")):
         raise RlooError(f"{what} {target!r} must be given as path/to/file.py or a module name (my_methods)")
     module = _import(target, target, what, instead="path/to/file.py")
-    # getattr: a namespace package (a folder without __init__.py) has no __file__
-    if getattr(module, "__file__", None) is None:  # a folder without __init__.py: it would run nothing
+    if _namespace_package(module):  # a folder without __init__.py: it would run nothing
         raise RlooError(
             f"{what} {target!r} is a folder (a namespace package), not a Python module, so it would run "
             f"nothing; name a file in it: {target}/file.py"

@@ -97,22 +97,27 @@ def read_metrics(path: Path) -> list[dict]:
 _TB_FAILED: list[BaseException] = []
 
 
+class _QuietTensorboardHook:
+    """A threading.excepthook that keeps the TensorBoard writer thread's OSErrors in _TB_FAILED and
+    hands every other exception to the hook it was put in front of."""
+
+    def __init__(self, previous) -> None:
+        self.previous = previous
+
+    def __call__(self, args) -> None:
+        if type(args.thread).__name__ == "_AsyncWriterThread" and isinstance(args.exc_value, OSError):
+            _TB_FAILED.append(args.exc_value)
+            return
+        self.previous(args)
+
+
 def _quiet_tensorboard_errors() -> None:
     """Chain a hook in front of the current threading.excepthook (installed when a logger opens,
     so a hook set earlier by a test runner or an application is kept for everything else)."""
     previous = threading.excepthook
-    # getattr: a foreign hook (a test runner's, an application's) carries no flag; ours does
-    if getattr(previous, "_rloo_quiet_tb", False):
+    if isinstance(previous, _QuietTensorboardHook):  # an earlier logger's: chained once
         return
-
-    def hook(args) -> None:
-        if type(args.thread).__name__ == "_AsyncWriterThread" and isinstance(args.exc_value, OSError):
-            _TB_FAILED.append(args.exc_value)
-            return
-        previous(args)
-
-    hook._rloo_quiet_tb = True
-    threading.excepthook = hook
+    threading.excepthook = _QuietTensorboardHook(previous)
 
 
 def progress(total: int, desc: str, initial: int = 0, disable: bool = False, plain_lines: bool = True):

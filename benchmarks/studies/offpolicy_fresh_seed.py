@@ -1,6 +1,6 @@
 """Does a fresh seed fall inside what the off-policy study claims for a new seed? (README, "A fresh seed")
 
-    F=docs/results/offpolicy/fresh_seed.py
+    F=benchmarks/studies/offpolicy_fresh_seed.py   # the README: docs/results/offpolicy/README.md
     python $F predict docs/results/offpolicy/results.json.xz --cells 1e-3:0:paper,1e-3:16:tis,1e-3:16:topr
     python $F check RUNS docs/results/offpolicy/results.json.xz --seed 26 \
         --cells 1e-3:0:paper,1e-3:16:tis,1e-3:16:topr --log docs/results/offpolicy/fresh-seeds.jsonl
@@ -128,7 +128,7 @@ def log_table(records: list[dict]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     ap.add_argument("what", choices=["predict", "check", "table"])
     ap.add_argument("paths", nargs="+", type=Path, help="predict: RESULTS; check: RUNS RESULTS; table: LOG")
     ap.add_argument("--cells", default="")

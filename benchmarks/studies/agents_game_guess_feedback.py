@@ -1,7 +1,7 @@
 """Does a policy use the guess game's feedback? It plays held-out games, and each of its guesses is
 checked against what the feedback so far allows (rloo.tasks.guess.allowed) (docs/agents.md).
 
-    python docs/results/agents-game/guess_feedback.py MODEL_DIR [MODEL_DIR ...] [--prompts 100 --n 8 --seed 0]
+    python benchmarks/studies/agents_game_guess_feedback.py MODEL_DIR [MODEL_DIR ...] [--prompts 100 --n 8 --seed 0]
 
 Prints per model: success rate, turns per episode, the share of guesses the feedback allows
 (inside the range left by the higher/lower answers, not tried before; the references: 0.79,

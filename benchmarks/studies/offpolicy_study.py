@@ -1,6 +1,6 @@
 """How far off-policy can RLOO go, with which estimator? (docs/async.md, "Bounded estimators")
 
-    S=docs/results/offpolicy/offpolicy_study.py
+    S=benchmarks/studies/offpolicy_study.py
     python $S base RUNS                                            # the SFT model, once
     python $S run RUNS --seeds 0-9 --cells 1e-4:0:paper,1e-4:16:tis,...   # resumable
     python $S collect RUNS --seeds 0-9 --cells ... --out results.json.xz # every run's numbers
@@ -258,7 +258,7 @@ def seed_list(text: str) -> list[int]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     ap.add_argument("what", choices=["base", "run", "collect", "report", "cost"])
     ap.add_argument("runs", type=Path)
     ap.add_argument("--task", default="arithmetic")

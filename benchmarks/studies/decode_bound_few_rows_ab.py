@@ -1,7 +1,7 @@
 """rloo's whole RLOO step with the decode steps' linear products swapped or not (rloo.modeling.few_rows),
 alternated step by step in one process on `rloo bench`'s models and prompts (docs/bench.md).
 
-    python docs/results/decode-bound-avx2/few_rows_ab.py [--shape M] [--steps 12] [--threads 2] [--json FILE]
+    python benchmarks/studies/decode_bound_few_rows_ab.py [--shape M] [--steps 12] [--threads 2] [--json FILE]
 
 Both variants run on every machine (`few_rows_pays` forced either way), the order reversed every
 other pair; the first pair is a warm-up. Prints the median step and phase times of each, the ratio,
@@ -28,7 +28,7 @@ from rloo.training.rl import load_models
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--shape", default="M", choices=sorted(SHAPES))
     ap.add_argument("--steps", type=int, default=12, help="timed steps of each variant")
     ap.add_argument("--threads", type=int, default=2)

@@ -2,8 +2,8 @@
 time.process_time() around rloo.experiments.compare.study's `sft` and `train` (one thread), to size a study
 before it runs (docs/results/compare-agents/README.md).
 
-    OMP_NUM_THREADS=1 python docs/results/compare-agents/compare_cpu.py STUDY.yaml OUT_DIR [key=value ...]
-    OMP_NUM_THREADS=1 python docs/results/compare-agents/compare_cpu.py docs/results/compare-agents/study.yaml \
+    OMP_NUM_THREADS=1 python benchmarks/studies/compare_agents_cpu.py STUDY.yaml OUT_DIR [key=value ...]
+    OMP_NUM_THREADS=1 python benchmarks/studies/compare_agents_cpu.py docs/results/compare-agents/study.yaml \
         /tmp/cost "seeds=[0]" "methods=[rloo]"
 
 Runs the comparison (with the overrides) into OUT_DIR, overwriting it, then prints one JSON line:

@@ -1,8 +1,9 @@
-"""The paired table of README.md here: `rl.is_correction=tis` minus none (unset), generation=vllm, per seed.
+"""The paired table of docs/results/vllm-mismatch/README.md: `rl.is_correction=tis` minus none (unset),
+generation=vllm, per seed.
 
-    python docs/results/vllm-mismatch/correction_report.py RUNS --tag vllm-bf16 --seeds 0,1,2
+    python benchmarks/studies/vllm_mismatch_correction_report.py RUNS --tag vllm-bf16 --seeds 0,1,2
 
-RUNS/seed<S>/<tag>/N0-none and N0-tis are the runs docs/results/async-learning/async_learning.py made
+RUNS/seed<S>/<tag>/N0-none and N0-tis are the runs benchmarks/studies/async_learning.py made
 (`run RUNS --settings 0:none,0:tis --tag TAG --train-args "generation=vllm dtype=bfloat16 ..."`). Prints
 each seed's win rates (the evaluation stage's, 400 held-out prompts), the mean of the paired difference
 in points with the half-width of its 95% t-interval over seeds, and per setting the logged mismatch

@@ -4,7 +4,7 @@ sends them and ReceivedVersions.wait receives them) and per batch (producer -> t
 as torch.save bytes, as the producer's `put` sends it), two processes on localhost over
 rloo.runtime.link.gloo. Median of --reps round trips each, after 2 untimed ones.
 
-    python benchmarks/link_handoff.py --shape M --reps 20 [--out FILE]
+    python benchmarks/studies/link_handoff.py --shape M --reps 20 [--out FILE]
 
 The policy is `rloo bench`'s shape (rloo.experiments.bench_assets; random weights, not saved), the
 batch is bench's: batch_size 8 x k 4 rows of the shape's longest prompt and max_new_tokens.

@@ -1,6 +1,7 @@
-"""vLLM's log-probs (mu) against the trainer's (pi) on a real model, fp32 and bf16 (README.md here).
+"""vLLM's log-probs (mu) against the trainer's (pi) on a real model, fp32 and bf16
+(docs/results/vllm-mismatch/README.md).
 
-    PYTHONPATH=src .venv-vllm/bin/python docs/results/vllm-mismatch/mismatch_demo.py RUNS/seed0/sft/model \
+    PYTHONPATH=src .venv-vllm/bin/python benchmarks/studies/vllm_mismatch_demo.py RUNS/seed0/sft/model \
         --batches 4 --out mismatch_demo.json
 
 For each dtype: rloo's VLLMSampler (generation=vllm) samples `batches` batches of the summarize task's
@@ -17,6 +18,8 @@ from __future__ import annotations
 import argparse
 import json
 import random
+from pathlib import Path
+from typing import Literal, cast
 
 import torch
 
@@ -28,8 +31,9 @@ from rloo.tasks import get_task
 
 
 def measure(model: str, dtype: str, batches: int, prompts: list[str]) -> dict:
-    cfg = RLConfig(policy=model, output_dir="/tmp/unused", generation="vllm", dtype=dtype, reward_fn="math:fsum",
-                   k=4, batch_size=16, max_new_tokens=16, seed=0)  # fmt: skip
+    dtype_field = cast(Literal["auto", "float32", "bfloat16", "float16"], dtype)  # RLConfig validates the string
+    cfg = RLConfig(policy=model, output_dir=Path("/tmp/unused"), generation="vllm", dtype=dtype_field,
+                   reward_fn="math:fsum", k=4, batch_size=16, max_new_tokens=16, seed=0)  # fmt: skip
     policy, tok = load_policy(model)
     sampler = VLLMSampler(cfg, tok, policy)
     precision = resolve_precision(dtype, "cpu", model_width(cfg), MIN_BF16_WIDTH_SAMPLING)
@@ -39,6 +43,7 @@ def measure(model: str, dtype: str, batches: int, prompts: list[str]) -> dict:
         with precision.autocast():
             roll = sampler(policy, prompts[16 * b : 16 * (b + 1)], generator=gen)
         mask = roll.completion_mask
+        assert roll.sampler_logprobs is not None  # VLLMSampler returns vLLM's own log-probs with every batch
         d = (roll.sampler_logprobs - roll.logprobs).double().masked_fill(~mask, 0.0)
         diffs.append(d[mask])
         seq.append(d.sum(1))

@@ -1,7 +1,7 @@
 """Does lag hurt RLOO, and does the importance correction buy it back? (docs/async.md)
 
-    python docs/results/async-learning/async_learning.py run RUNS_DIR --seeds 0,1,2 --settings 0:none,1:tis,1:none,2:tis
-    python docs/results/async-learning/async_learning.py report RUNS_DIR --seeds 0,1,2 --settings ... [--out FILE]
+    python benchmarks/studies/async_learning.py run RUNS_DIR --seeds 0,1,2 --settings 0:none,1:tis,1:none,2:tis
+    python benchmarks/studies/async_learning.py report RUNS_DIR --seeds 0,1,2 --settings ... [--out FILE]
     options of both: --tag NAME (the grid's folder, default `grid`), --train-args "lr=1e-3 ..." (given
     to every setting's `rloo train`), --metric pass@1 (a checker task's headline instead of win rate)
 
@@ -86,11 +86,13 @@ def report(runs: Path, seeds: list[int], settings: list[str]) -> list[dict]:
     table = []
     for setting in settings:
         wins = {s: win_rate(runs, s, setting) for s in seeds}
-        done = [s for s in seeds if wins[s] is not None and base[s] is not None]
-        row = {"setting": setting, "seeds": done, "win_rate": {s: wins[s] for s in done}}
+        # seed -> (win rate, the lag-0 run's): the seeds both runs have finished, in seed order
+        pairs = {s: (w, b) for s in seeds if (w := wins[s]) is not None and (b := base[s]) is not None}
+        done = list(pairs)
+        row = {"setting": setting, "seeds": done, "win_rate": {s: w for s, (w, _) in pairs.items()}}
         if done:
-            row["mean"] = statistics.fmean(wins[s] for s in done)
-            diffs = [wins[s] - base[s] for s in done]
+            row["mean"] = statistics.fmean(w for w, _ in pairs.values())
+            diffs = [w - b for w, b in pairs.values()]
             row["diff"] = statistics.fmean(diffs)
             if len(diffs) > 1:
                 row["ci95"] = T975[len(diffs) - 1] * statistics.stdev(diffs) / math.sqrt(len(diffs))

@@ -1,10 +1,10 @@
 """Is a tuned choice on its grid's edge hiding a better setting past it?
 
-    python docs/results/compare-tuned-all/tuning_edges.py STUDY OUT [--tasks summarize,dialogue] [--seeds 100,101]
-    python docs/results/compare-tuned-all/tuning_edges.py STUDY OUT --reported [--seeds 0,1,2,3,4]
-    python docs/results/compare-tuned-all/tuning_edges.py STUDY OUT --report            # the tables, from the runs done
-    python docs/results/compare-tuned-all/tuning_edges.py STUDY OUT --reproduce summarize/rloo.t00
-    python docs/results/compare-tuned-all/tuning_edges.py STUDY - --grids               # every trial's score, as grids
+    python benchmarks/studies/tuning_edges.py STUDY OUT [--tasks summarize,dialogue] [--seeds 100,101]
+    python benchmarks/studies/tuning_edges.py STUDY OUT --reported [--seeds 0,1,2,3,4]
+    python benchmarks/studies/tuning_edges.py STUDY OUT --report            # the tables, from the runs done
+    python benchmarks/studies/tuning_edges.py STUDY OUT --reproduce summarize/rloo.t00
+    python benchmarks/studies/tuning_edges.py STUDY - --grids               # every trial's score, as grids
 
 STUDY is a finished tuned `rloo compare` output_dir (its config.yaml, tuning/ and runs/).
 For every method's choice, each tuned coordinate (lr and beta; dpo: dpo_lr and dpo_beta) that sits on
@@ -291,7 +291,7 @@ def reproduce(cfg: CompareConfig, study: Path, out: Path, which: str) -> bool:
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("study", type=Path)
     p.add_argument("out", type=Path)
     p.add_argument("--tasks", default=None)

@@ -1,6 +1,6 @@
 """The README's table from `rloo bench generation=vllm`'s bench.json files, one per (shape, dtype):
 
-    python docs/results/bench-vllm/table.py RUN/S-float32/bench.json RUN/S-bfloat16/bench.json ...
+    python benchmarks/studies/bench_vllm_table.py RUN/S-float32/bench.json RUN/S-bfloat16/bench.json ...
 
 Per trainer the median s/step of the timed steps (each step's time in brackets), rloo's phases (TRL
 reports none), completion tokens per second, peak RSS; "TRL s / its s" is TRL's median over this

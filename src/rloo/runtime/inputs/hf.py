@@ -1,0 +1,28 @@
+"""What rloo reads of a Hugging Face object it loads or is handed (a transformers model, a tokenizer)
+where the attribute may be missing: each is written once here, with its one commented getattr, and the
+callers (runtime/, data/, modeling/, rollout/, training/) read a typed answer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def hf_config(model: object) -> Any | None:
+    """A model's transformers config (a PEFT or LoRA wrapper forwards its network's), or None for an
+    object without one (a plain torch module, a wrapper that does not forward it)."""
+    # getattr: third-party: only a Hugging Face model has a config
+    return getattr(model, "config", None)
+
+
+def chat_template(tok: object) -> Any | None:
+    """A tokenizer's chat template as it holds it, or None: rloo's built-in word tokenizer and None
+    have no `chat_template`, a Hugging Face one without a template may hold None."""
+    # getattr: third-party: a tokenizer without a chat template may lack the attribute
+    return getattr(tok, "chat_template", None)
+
+
+def has_vocab(tok: object) -> bool:
+    """Whether `tok` has what rloo reads first of a tokenizer, a callable `get_vocab` (a loaded or
+    handed-in object checked before it is used as a transformers tokenizer)."""
+    # getattr: third-party: whatever AutoTokenizer or an API caller gave, checked for what a tokenizer has
+    return callable(getattr(tok, "get_vocab", None))
