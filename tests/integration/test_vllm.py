@@ -74,10 +74,12 @@ CASES = [  # every architecture vLLM 0.32 implements itself, tied and untied hea
 
 
 @pytest.mark.vllm
-def test_a_model_vllm_cannot_share_the_process_is_one_line_and_exit_2(tmp_path):
+@pytest.mark.parametrize("staleness", [0, 1])
+def test_a_model_vllm_cannot_share_the_process_is_one_line_and_exit_2(tmp_path, staleness):
     """GPT-NeoX: vLLM 0.32 serves it only through its Transformers backend, which patches the Hugging
     Face model classes of its process (the trainer's policy then fails): `rloo train` refuses it in one
-    line, exit 2, before the run folder is made."""
+    line, exit 2, before the run folder is made, also at max_staleness=1, where the engine starts only
+    in the producer (the refusal came at step 1, after a step-0 checkpoint: rloo.runtime.inputs.vllm_models)."""
     from helpers.vllm_models import save_vllm_lm
 
     _vllm()
@@ -85,11 +87,30 @@ def test_a_model_vllm_cannot_share_the_process_is_one_line_and_exit_2(tmp_path):
     out = tmp_path / "out"
     args = [f"policy={path}", f"output_dir={out}", "generation=vllm", "reward_fn=math:fsum", "steps=1", "k=2"]
     args += ["batch_size=2", "max_new_tokens=4", "max_prompt_tokens=16", "report_to=none"]
+    args += [f"max_staleness={staleness}"]
     r = subprocess.run([sys.executable, "-m", "rloo.cli", "train", *args], capture_output=True, text=True, timeout=600)
     errors = [line for line in r.stderr.splitlines() if "error" in line.lower()]
     assert r.returncode == 2 and len(errors) == 1, r.stderr[-2000:]
     assert errors[0].startswith("rloo train: error: vLLM") and "Transformers backend" in errors[0], errors
     assert not out.exists()
+
+
+@pytest.mark.vllm
+def test_rloos_list_of_models_vllm_cannot_run_is_what_the_engine_finds(tmp_path):
+    """rloo.runtime.inputs.vllm_models refuses GPT-NeoX from its config.json, before vLLM imports; the
+    engine's own check (vllm_engine.check_native, at its start) must find the same, and must not for
+    every architecture CASES runs: the list stays true to the installed vLLM."""
+    from helpers.vllm_models import save_vllm_lm
+    from rloo.errors import RlooError
+    from rloo.runtime.inputs.vllm_models import TRANSFORMERS_BACKEND_ONLY, architectures
+
+    _vllm()
+    path = save_vllm_lm(tmp_path / "neox", "gpt_neox")
+    assert set(architectures(str(path))) <= set(TRANSFORMERS_BACKEND_ONLY)
+    with pytest.raises(RlooError, match="Transformers backend"):
+        _sampler(path, tmp_path)
+    for arch in sorted({case[0] for case in CASES}):
+        assert not set(architectures(str(save_vllm_lm(tmp_path / arch, arch)))) & set(TRANSFORMERS_BACKEND_ONLY)
 
 
 @pytest.mark.vllm

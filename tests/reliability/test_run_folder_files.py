@@ -22,6 +22,7 @@ from rloo.cli import main
 from rloo.runtime.runfolder.atomic import WriteError, open_append, truncate_file
 from rloo.runtime.runfolder.reading import NotARegularFile, check_regular, read_text
 
+from ._runner import run_cli
 from .conftest import TRAIN
 from .test_bad_input import _files, _one_line
 
@@ -154,3 +155,22 @@ def test_saved_models_are_readable_as_the_umask_allows(tiny_model_dir, tmp_path,
         wrong = {k: v for k, v in modes.items() if v != oct(expected)}
         assert not wrong, f"umask {mask:o}: expected {oct(expected)}, got {wrong}"
     capsys.readouterr()
+
+
+@pytest.mark.parametrize("name", ["config.json", "tokenizer_config.json", "model.safetensors"])
+@pytest.mark.parametrize("command, key", [("train", "policy"), ("sft", "model"), ("eval", "policy")])
+def test_a_fifo_in_a_model_folder_is_refused_not_waited_on(command, key, name, tiny_model_dir, tmp_path):
+    """A model folder is the user's input, not a run folder, but a FIFO there hung every command
+    forever (config.json: the up-front size check read it; found retrying break 5 from the CLI) or
+    was called an empty weights file. Links into a Hugging Face cache stay allowed (followed)."""
+    model = tmp_path / "in" / "model"
+    shutil.copytree(tiny_model_dir, model)
+    (model / name).unlink()
+    os.mkfifo(model / name)
+    out = tmp_path / "out"
+    extra = ["reward_fn=reliability._helpers:reward_short"] if command == "train" else []
+    # in a child, killed after 60 s: `deadline`'s TimeoutError is an OSError, which a reader that
+    # takes OSError for "no such file" swallowed before opening the FIFO again
+    rc, text = run_cli([command, f"{key}={model}", *extra, f"output_dir={out}"], tmp_path / "log.txt", timeout=60)
+    _one_line(rc, text.strip(), f"rloo {command}: error: {key} '{model}': {name} is a FIFO")
+    assert not out.exists()

@@ -25,10 +25,17 @@ SFT = ["num_examples=32", "epochs=1", "batch_size=16", "save_every=1", "report_t
 REWARD = ["num_pairs=32", "eval_pairs=8", "epochs=1", "batch_size=16", "save_every=1", "report_to=none"]
 
 
-def tamper(ckpt: Path, key: str, value: str) -> None:
-    """Set `key` of the checkpoint's state to `value` and re-hash its manifest (as a careful hand would)."""
+DELETE = None  # a `value` of tamper(): the key is removed from the state
+
+
+def tamper(ckpt: Path, key: str, value: str | None) -> None:
+    """Set `key` of the checkpoint's state to `value` (DELETE: remove it) and re-hash its manifest (as a
+    careful hand would)."""
     state = torch.load(ckpt / "state.pt", weights_only=True)
-    state[key] = value
+    if value is DELETE:
+        del state[key]
+    else:
+        state[key] = value
     torch.save(state, ckpt / "state.pt")
     manifest = json.loads((ckpt / "COMPLETE").read_text())
     manifest["files"] = {
@@ -60,8 +67,21 @@ def stage_runs(tiny_model_dir, tmp_path_factory):
         ("reward", "extra", "[1, 2]", "its state's 'extra' holds a JSON list, not an object"),
         ("reward", "extra", '{"pairs": {"train": [1], "held_out": []}}', "preference pairs are not the lists"),
         ("sft", "config", "null", "its state's 'config' holds a JSON NoneType, not an object"),
+        # a key removed: a 27-line KeyError, and SFT had rewritten config.yaml first (round five's retry)
+        ("sft", "extra", DELETE, "its state has no 'extra'"),
+        ("sft", "rng", DELETE, "its state has no 'rng'"),
+        ("reward", "extra", DELETE, "its state has no 'extra'"),
     ],
-    ids=["sft-extra", "reward-extra", "reward-extra-list", "reward-pairs", "sft-config"],
+    ids=[
+        "sft-extra",
+        "reward-extra",
+        "reward-extra-list",
+        "reward-pairs",
+        "sft-config",
+        "sft-no-extra",
+        "sft-no-rng",
+        "reward-no-extra",
+    ],
 )
 def test_resume_refuses_a_tampered_stage_state(stage, key, value, needle, stage_runs, tmp_path, capsys):
     root, argv = stage_runs
@@ -77,12 +97,21 @@ def test_resume_refuses_a_tampered_stage_state(stage, key, value, needle, stage_
     assert _files(out) == before, "the run folder was changed"
 
 
-def test_resume_refuses_a_tampered_rl_config(train_run, tiny_model_dir, tmp_path, capsys):
+@pytest.mark.parametrize(
+    "key, value, needle",
+    [
+        ("config", "{not json", "its state's 'config' is not JSON"),
+        ("stream", DELETE, "its state has no 'stream'"),  # a KeyError after the run folder was written
+        ("counters", DELETE, "its state has no 'counters'"),
+    ],
+    ids=["config", "no-stream", "no-counters"],
+)
+def test_resume_refuses_a_tampered_rl_config(key, value, needle, train_run, tiny_model_dir, tmp_path, capsys):
     out = tmp_path / "run"
     shutil.copytree(train_run, out)
-    tamper(out / "checkpoints" / "step-000002", "config", "{not json")
+    tamper(out / "checkpoints" / "step-000002", key, value)
     before = _files(out)
     rc = main(["train", f"policy={tiny_model_dir}", f"output_dir={out}", *TRAIN, "--resume"])
     err = capsys.readouterr().err.strip()
-    _one_line(rc, err, "error: cannot resume from ", "its state's 'config' is not JSON", progress_before=True)
+    _one_line(rc, err, "error: cannot resume from ", needle, progress_before=True)
     assert _files(out) == before, "the run folder was changed"

@@ -31,7 +31,8 @@ from rloo.errors import ConfigError, RlooError
 from rloo.runtime.inputs.names import check_local, check_name
 from rloo.runtime.inputs.sizes import check_generation, check_memory, check_ring_memory, shape_of
 from rloo.runtime.inputs.user_code import load_callable
-from rloo.runtime.inputs.weightfiles import check_tokenizer_files, check_weight_files
+from rloo.runtime.inputs.vllm_models import vllm_cannot_run
+from rloo.runtime.inputs.weightfiles import check_model_files, check_tokenizer_files, check_weight_files
 from rloo.runtime.link.address import check_trainer_address
 from rloo.runtime.tracking.trackers import check_wandb_installed
 
@@ -58,6 +59,7 @@ def check_config(cfg: StageConfig, *, reward_fn=None) -> None:
     for key, value, repo_type in names:
         check_name(value, key, repo_type)
         if repo_type == "model":
+            check_model_files(value, key)  # first: a FIFO there would be waited on by the checks below
             check_tokenizer_files(value, key)
             check_weight_files(value, key)
     if isinstance(cfg, SFTConfig) and cfg.dataset is not None and cfg.model is None and cfg.tokenizer is None:
@@ -77,6 +79,7 @@ def check_config(cfg: StageConfig, *, reward_fn=None) -> None:
     if isinstance(cfg, PipelineConfig):
         _check_pipeline(cfg)
     _check_sizes(cfg)
+    _check_vllm(cfg)
     _check_async(cfg)
     _check_output_dir(Path(cfg.output_dir))
     if not isinstance(cfg, PipelineConfig) and cfg.dataset is not None:  # last: the slowest
@@ -150,6 +153,19 @@ def _check_sizes(cfg) -> None:
     if TASK_SPECS[cfg.task].checker is not None:  # pass@k samples pass_samples per problem at once
         key = ev_keys.replace("batch_size", "pass_samples")
         check_memory(shape, cfg.device, f"{key}={ev.pass_samples}", max(ev.batch_size, ev.pass_samples), tokens, False)
+
+
+def _check_vllm(cfg) -> None:
+    """A policy generation=vllm cannot run, refused here at every max_staleness: at N > 0 the engine
+    starts only where the producer first samples, after the run folder is written (rloo.runtime.inputs.vllm_models)."""
+    if isinstance(cfg, RLConfig) and cfg.generation == "vllm":
+        reason = vllm_cannot_run(cfg.policy, "policy")
+    elif isinstance(cfg, PipelineConfig) and cfg.rl.generation == "vllm":  # the RL policy is SFT's from `model`
+        reason = vllm_cannot_run(cfg.model, "model")
+    else:
+        return
+    if reason is not None:
+        raise RlooError(reason)
 
 
 def _check_async(cfg) -> None:

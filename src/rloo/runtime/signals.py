@@ -23,6 +23,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from rloo.errors import Interrupted, StopNow, how_to_continue, more_stages_follow, rerun_hint
@@ -38,9 +39,12 @@ class StopFlag:
     arrives (what happens next; by default the RL loop's: a checkpoint, unless its caller reruns it
     from the start, rloo.errors.rerun_continues)."""
 
-    def __init__(self, note: str | None = None):
+    def __init__(self, note: str | None = None, quiet: Callable[[], bool] | None = None):
         self.signum = None
         self.note = note or ("stopping after this step" + ("" if rerun_hint() else " and writing a checkpoint"))
+        # when it says True a signal is only recorded: under torchrun, its SIGTERM to the survivors of
+        # a lost process (whose step cannot finish; the stage's one line says what happened)
+        self.quiet = quiet
         self._old = {}
 
     def __enter__(self):
@@ -52,6 +56,9 @@ class StopFlag:
         return self
 
     def _handle(self, signum, frame):
+        if self.quiet is not None and self.quiet():
+            self.signum = self.signum or signum
+            return
         if self.signum is not None:  # a second signal: the user means it
             raise StopNow(signum)
         self.signum = signum

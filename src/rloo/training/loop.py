@@ -89,7 +89,7 @@ def loop(cfg, dist, models, state: LoopState, eval_set: EvalSet | None, start: i
 
     clock = (time.perf_counter(), start)  # for the ETA of plain-text progress lines
     try:
-        with StopFlag() as stop:
+        with StopFlag(quiet=dist.peer_gone) as stop:  # torchrun's SIGTERM after a lost process: no note
             for step in range(start, cfg.steps):
                 pre = ck.snapshot(step)  # the state before this step, for a checkpoint if it fails
                 if eval_set is not None and cfg.eval_every and step % cfg.eval_every == 0:

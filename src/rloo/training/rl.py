@@ -28,6 +28,7 @@ from rloo.rollout.decoding import off_policy_note
 from rloo.rollout.producer import stale_sampler
 from rloo.rollout.versioned import check_lagged_vllm
 from rloo.runtime import distributed
+from rloo.runtime.checkpoint import verify
 from rloo.runtime.checkpoint.resumecheck import (
     check_optimizer_matches,
     check_prompts_unchanged,
@@ -36,7 +37,6 @@ from rloo.runtime.checkpoint.resumecheck import (
 )
 from rloo.runtime.checkpoint.ringcheck import check_ring, config_change, config_dict, ring_window
 from rloo.runtime.checkpoint.save import Checkpointer, truncate_metrics
-from rloo.runtime.checkpoint.verify import checked_state, latest_checkpoint, load_ring, load_state
 from rloo.runtime.cpukind import resume_threads
 from rloo.runtime.distributed import unwrap
 from rloo.runtime.inputs.fingerprint import check_inputs_unchanged, fingerprints
@@ -96,7 +96,8 @@ def train(
                 )
             distributed.check_supported(cfg, resume)
             cfg = cfg.model_copy(update={"device": dist.device(cfg.device)})
-        return _train(cfg, dist, prompts, reward_fn, resume, overwrite, callbacks)
+        with dist.lost_peers_reported(lambda: (verify.list_checkpoints(cfg.output_dir) or [None])[-1]):  # one line
+            return _train(cfg, dist, prompts, reward_fn, resume, overwrite, callbacks)
     finally:
         dist.close()
 
@@ -203,12 +204,13 @@ def producer_scoring(models: Models, cfg: RLConfig) -> Scoring | None:
 
 def _resume_point(cfg: RLConfig):
     check_something_to_resume(cfg.output_dir, run_kind(cfg))  # a typo in output_dir, before a model loads
-    ckpt = latest_checkpoint(cfg.output_dir)
+    ckpt = verify.latest_checkpoint(cfg.output_dir)
     if ckpt is None:
         refuse_finished(cfg)
         say(f"{option('resume')}: no whole checkpoint in {Path(cfg.output_dir) / 'checkpoints'}; starting from step 0")
         return None, None, []
-    state = checked_state(ckpt, load_state(ckpt))  # its config decodes: one line, not a traceback
+    # whole, its config decodes: one line, not a traceback
+    state = verify.checked_state(ckpt, verify.load_state(ckpt), needs=verify.RL_KEYS)
     saved = upgrade_saved_config(json.loads(state["config"]))  # a checkpoint from before a rename
     changed = check_resume_config(saved, cfg.model_dump(mode="json"))
     describe_changes(changed, state["step"], cfg.steps)  # refuses steps below the checkpoint's, before a model loads
@@ -229,7 +231,7 @@ def _checked_ring(cfg: RLConfig, ckpt: Path, state: dict, models: Models):
         return None, None
     saved = upgrade_saved_config(json.loads(state["config"]))
     try:
-        older = load_ring(ckpt)
+        older = verify.load_ring(ckpt)
     except Exception as e:  # noqa: BLE001 - whatever is wrong with the files, one line
         raise RlooError(f"cannot resume from {ckpt}: its ring/ does not load ({type(e).__name__})") from e
     window = ring_window(state["step"], saved.get("max_staleness") or 0, cfg.max_staleness)

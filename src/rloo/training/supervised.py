@@ -26,7 +26,7 @@ from rloo.modeling.lora import load_saved_weights
 from rloo.runtime.checkpoint.resumecheck import check_optimizer_matches, check_resume_config, describe_changes
 from rloo.runtime.checkpoint.rng import rng_state, set_rng_state
 from rloo.runtime.checkpoint.save import restore_optimizer, save_checkpoint, truncate_metrics
-from rloo.runtime.checkpoint.verify import checked_state, latest_checkpoint, load_state
+from rloo.runtime.checkpoint.verify import STAGE_KEYS, checked_state, latest_checkpoint, load_state
 from rloo.runtime.cpukind import resume_threads
 from rloo.runtime.inputs.fingerprint import check_inputs_unchanged
 from rloo.runtime.runfolder.layout import run_kind
@@ -46,7 +46,7 @@ def resume_point(cfg) -> tuple[Path | None, dict | None]:
         refuse_finished(cfg)
         say(f"{option('resume')}: no whole checkpoint in {Path(cfg.output_dir) / 'checkpoints'}; starting from step 0")
         return None, None
-    return ckpt, checked_state(ckpt, load_state(ckpt))  # its JSON text decodes: one line, not a traceback
+    return ckpt, checked_state(ckpt, load_state(ckpt), needs=STAGE_KEYS)  # whole, its JSON decodes: one line
 
 
 def check_stage_resume(

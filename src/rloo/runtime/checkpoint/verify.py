@@ -132,10 +132,23 @@ def load_ring(ckpt: Path) -> dict[int, dict[str, torch.Tensor]]:
     return {int(f.stem.split("-")[1]): load_file(str(f)) for f in files}
 
 
-def checked_state(ckpt: Path, state: dict, keys: tuple[str, ...] = ("config", "extra")) -> dict:
-    """`state` (of checkpoint `ckpt`) once its entries held as JSON text (the config; a supervised
-    stage's `extra`) decode to objects. A state changed by hand and its manifest re-hashed was a
-    31-line JSONDecodeError mid-resume; it is one line now, before the run folder is touched."""
+# The entries of a state.pt that a resume reads unconditionally: a supervised stage's (SFT, reward
+# model, DPO: rloo.training.supervised.StageRun) and an RL run's (rloo.runtime.checkpoint.save)
+COMMON_KEYS = ("config", "step", "rng", "optimizer", "scheduler", "metrics_bytes")
+STAGE_KEYS = (*COMMON_KEYS, "extra", "epoch", "done", "order", "guard")
+RL_KEYS = (*COMMON_KEYS, "stream", "counters")
+
+
+def checked_state(
+    ckpt: Path, state: dict, keys: tuple[str, ...] = ("config", "extra"), needs: tuple[str, ...] = COMMON_KEYS
+) -> dict:
+    """`state` (of checkpoint `ckpt`) once it holds every entry of `needs` and its entries held as JSON
+    text (`keys`: the config; a supervised stage's `extra`) decode to objects. A state changed by hand
+    and its manifest re-hashed was a 27-31-line JSONDecodeError or KeyError mid-resume (after SFT had
+    rewritten config.yaml); it is one line now, before the run folder is touched."""
+    for key in needs:
+        if key not in state:
+            raise tampered(ckpt, f"its state has no {key!r}")
     for key in keys:
         if key not in state:
             continue

@@ -9,10 +9,13 @@ each tensor to its dtype, shape and [begin, end) byte offsets into the data afte
 from __future__ import annotations
 
 import json
+import os
+import stat
 import struct
 from pathlib import Path
 
 from rloo.errors import RlooError
+from rloo.runtime.runfolder.reading import kind_of_mode
 
 MAX_HEADER = 100 * 2**20  # safetensors' own limit on the JSON header
 
@@ -37,6 +40,26 @@ def safetensors_problem(f: Path) -> str | None:
     if need > size:
         return f"is cut off: its tensors need {need} bytes, the file has {size}"
     return None
+
+
+def check_model_files(path: str, what: str) -> None:
+    """One RlooError line for an entry of the local model folder `path` that is neither a file nor a
+    folder once links are followed (a FIFO, device or socket): every command hung on a FIFO at
+    config.json (its first reader waits for a writer), and one at model.safetensors was "empty".
+    Links are followed: a Hugging Face cache folder is links into its blobs."""
+    folder = Path(path)
+    if not folder.is_dir():
+        return
+    for f in sorted(folder.iterdir()):
+        try:
+            mode = os.stat(f).st_mode
+        except OSError:  # a dangling link: the loader says what is missing
+            continue
+        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+            raise RlooError(
+                f"{what} {path!r}: {f.name} is {kind_of_mode(mode)}, not a regular file; put the file itself "
+                "there (rloo never waits on a pipe or reads a device as a model file)"
+            )
 
 
 def check_weight_files(path: str, what: str) -> None:
