@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers.xdist_groups import xdist_groups
+from helpers.xdist_groups import suffix_group, xdist_groups
 from rloo.config import ArchConfig
 from rloo.modeling.loading import build_llama
 from rloo.tasks import get_task
@@ -25,6 +25,9 @@ os.environ.setdefault("RLOO_AUTO_DTYPE", "float32")
 TIERS = ("unit", "equivalence", "integration", "reliability")
 
 
+# tryfirst: before the `-m` selection (which reads the tier marks) and pytest-xdist's worker (which reads
+# the xdist_group marks)
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     for item in items:
         tier = Path(str(item.fspath)).parent.name
@@ -32,6 +35,15 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(getattr(pytest.mark, tier))
     for item, group in zip(items, xdist_groups(items), strict=True):
         item.add_marker(pytest.mark.xdist_group(group))
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's worker sends the node ids to the scheduler
+def pytest_collection_finish(session):
+    if session.config.getoption("loadgroup", default=False):  # xdist may be off (-p no:xdist)
+        for item in session.items:
+            if "@" not in item.nodeid:  # xdist's own suffix did not reach it (helpers/xdist_groups.py)
+                (mark,) = item.iter_markers("xdist_group")
+                suffix_group(item, mark.args[0])
 
 
 TINY = ArchConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64, max_position_embeddings=64)

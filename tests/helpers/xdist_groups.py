@@ -25,3 +25,19 @@ def xdist_groups(items) -> list[str]:
         for other in rest:
             parent[find(other)] = find(first)
     return [find(first) for first, *_ in nodes]
+
+
+def suffix_group(item, group: str) -> None:
+    """Append `@group` to an item's node id, which `--dist loadgroup` schedules by (one worker per group).
+
+    pytest-xdist's worker does this itself in its pytest_collection_modifyitems by setting
+    `item._nodeid`, which pytest 9.2 no longer reads (a node id is a `NodeId` in `item._id`): with
+    xdist 3.8 the marks were ignored, a file's tests went to both workers and a shared session
+    fixture (the torchrun launch) was built twice. tests/unit/test_xdist_groups.py checks the suffix."""
+    nodeid = f"{item.nodeid}@{group}"
+    if hasattr(item, "_id"):  # pytest >= 9.2
+        from _pytest.nodeid import coerce_node_id
+
+        item._id = coerce_node_id(nodeid)
+    else:
+        item._nodeid = nodeid

@@ -36,3 +36,6 @@ def test_the_collected_suite_is_grouped_so(request):
             if f in item.fixturenames:
                 group.setdefault(f, set()).add(mark)
     assert all(len(g) == 1 for g in group.values()), {k: g for k, g in group.items() if len(g) > 1}
+    # under `make test`: xdist schedules by these marks, through the @group suffix of the node id
+    if request.config.getoption("loadgroup", default=False):
+        assert request.node.nodeid.endswith("@" + group[request.node.nodeid.split("::")[0]].pop()), request.node.nodeid
