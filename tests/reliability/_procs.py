@@ -9,6 +9,8 @@ real process; its producer, spawned by it as in any run)."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
 import time
 from pathlib import Path
@@ -97,6 +99,22 @@ def alive(pid: int) -> bool:
         return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def still_alive(family: list[int], timeout: float) -> list[tuple[int, str]]:
+    """The processes of `family` (pid, command line) still running after up to `timeout` s: a process
+    that ends with its parent ends at once, the slack is for a loaded machine."""
+    t0 = time.monotonic()
+    while any(alive(p) for p in family) and time.monotonic() - t0 < timeout:
+        time.sleep(0.05)
+    return [(p, cmdline(p)) for p in family if alive(p)]
+
+
+def kill_all(pids: list[int]) -> None:
+    """SIGKILL what is left of a test's processes, so a failed check leaves nothing running."""
+    for p in pids:
+        if alive(p):
+            os.kill(p, signal.SIGKILL)
 
 
 def cmdline(pid: int) -> str:

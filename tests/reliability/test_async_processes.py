@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,7 @@ import pytest
 from helpers.child_env import child_env
 
 from ._helpers import assert_same_params
-from ._procs import Cli, alive, children, cmdline, metrics, wait_for_steps
+from ._procs import Cli, children, cmdline, kill_all, metrics, still_alive, wait_for_steps
 
 TESTS = Path(__file__).resolve().parents[1]
 ENV = child_env(TESTS, OMP_NUM_THREADS="2")
@@ -67,12 +66,7 @@ def test_a_stopped_trainer_leaves_no_process(tiny_model_dir, tmp_path, sig):
         _producer(proc.pid)  # the producer is among them
         proc.send_signal(sig)
         assert proc.wait(300) == (-signal.SIGKILL if sig == signal.SIGKILL else 128 + signal.SIGTERM)
-        t0 = time.monotonic()
-        while (
-            any(alive(p) for p in family) and time.monotonic() - t0 < 30
-        ):  # SIGKILL on the parent's death is at once; slack for a loaded machine
-            time.sleep(0.05)
-        assert not [(p, cmdline(p)) for p in family if alive(p)]
+        assert not still_alive(family, 30)  # SIGKILL on the parent's death is at once
     finally:
         proc.kill()
 
@@ -123,14 +117,9 @@ def test_sigkill_of_one_torchrun_process_leaves_no_producer(tiny_model_dir, tmp_
         family = children(proc.pid)
         os.kill(ranks[0], signal.SIGKILL)
         assert proc.wait(300) != 0  # torchrun reports the failed process
-        t0 = time.monotonic()
-        while any(alive(p) for p in family) and time.monotonic() - t0 < 60:
-            time.sleep(0.05)
-        assert not [(p, cmdline(p)) for p in family if alive(p)]
+        assert not still_alive(family, 60)
     finally:  # a failed check leaves nothing running either
-        for p in [proc.pid, *family]:
-            if alive(p):
-                os.kill(p, signal.SIGKILL)
+        kill_all([proc.pid, *family])
 
 
 def _producer_or_none(trainer: int) -> int | None:

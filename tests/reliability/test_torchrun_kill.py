@@ -18,7 +18,7 @@ import pytest
 
 from helpers.child_env import child_env
 
-from ._procs import alive, children, cmdline
+from ._procs import children, cmdline, kill_all, still_alive
 
 TESTS = Path(__file__).resolve().parents[1]
 ENV = child_env(TESTS, OMP_NUM_THREADS="1")  # one thread per process: two processes on two cores
@@ -84,14 +84,9 @@ def test_sigkill_of_one_rank_is_one_line_and_the_checkpoint_resumes(tiny_model_d
         family = children(proc.pid)
         os.kill(ranks[victim], signal.SIGKILL)
         assert proc.wait(120) != 0  # no hang: torchrun stops the survivor, and reports the failure
-        t0 = time.monotonic()
-        while any(alive(p) for p in family) and time.monotonic() - t0 < 30:
-            time.sleep(0.05)
-        assert not [(p, cmdline(p)) for p in family if alive(p)]
+        assert not still_alive(family, 30)
     finally:  # a failed check leaves nothing running either
-        for p in [proc.pid, *family]:
-            if alive(p):
-                os.kill(p, signal.SIGKILL)
+        kill_all([proc.pid, *family])
     text = log.read_text()
     survivor = 1 - victim
     ours = [line for line in text.splitlines() if line.startswith("rloo train:")]  # not the progress lines
