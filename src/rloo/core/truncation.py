@@ -53,25 +53,28 @@ def top_k_dropped(logits: Tensor, top_k: int) -> Tensor:
 def top_p_dropped(logits: Tensor, top_p: float) -> Tensor:
     """What top_p drops: a token whose preceding mass (in descending order) already reaches top_p;
     the top token always stays. (..., V) -> (..., V) bool, True = dropped (-inf logits, dropped
-    before, may read False: their probability is 0 either way, and `kept_mask` intersects)."""
+    before, may read False: their probability is 0 either way, and `dropped_mask` takes the union)."""
     sorted_logits, idx = logits.sort(dim=-1, descending=True)
     probs = sorted_logits.softmax(-1)
     drop = probs.cumsum(-1) - probs >= top_p
     return torch.zeros_like(drop).scatter_(-1, idx, drop)
 
 
-def kept_mask(logits: Tensor, trunc: Truncation) -> Tensor:
-    """K(s): top_k's set, then top_p's of the top-k-truncated logits. (..., V) -> (..., V) bool."""
-    # logical_not rather than ~: the sampler's step runs this on fake CUDA tensors in
-    # tests/unit/test_device_placement.py, which have no bool bitwise_not (the same values)
-    kept = torch.ones_like(logits, dtype=torch.bool)
-    if trunc.top_k > 0:
-        kept = top_k_dropped(logits, trunc.top_k).logical_not()
+def dropped_mask(logits: Tensor, trunc: Truncation) -> Tensor:
+    """Outside K(s): what top_k drops, then what top_p drops of the top-k-truncated logits; K(s) is
+    its complement. Written as the dropped set because both the sampler and pi_K fill it with -inf.
+    (..., V) -> (..., V) bool, True = dropped."""
+    # logical_or rather than |: the sampler's step runs this on fake CUDA tensors in
+    # tests/unit/test_device_placement.py, which lack some bool bitwise kernels (the same values)
+    if trunc.top_k == 0:
+        dropped = torch.zeros_like(logits, dtype=torch.bool)
+    else:
+        dropped = top_k_dropped(logits, trunc.top_k)
         if trunc.top_p < 1.0:  # what top_p reads (the sampler's step skips it when nothing does)
-            logits = logits.masked_fill(kept.logical_not(), float("-inf"))
+            logits = logits.masked_fill(dropped, float("-inf"))
     if trunc.top_p < 1.0:
-        kept = kept & top_p_dropped(logits, trunc.top_p).logical_not()
-    return kept
+        dropped = dropped.logical_or(top_p_dropped(logits, trunc.top_p))
+    return dropped
 
 
 def truncated_logits(logits: Tensor, tokens: Tensor, trunc: Truncation) -> Tensor:
@@ -80,6 +83,6 @@ def truncated_logits(logits: Tensor, tokens: Tensor, trunc: Truncation) -> Tenso
     this changes nothing unless the recomputed logits put it outside by rounding (a boundary tie),
     where a -inf log-prob would otherwise end the run. (..., V), (...,) -> (..., V)."""
     with torch.no_grad():
-        kept = kept_mask(logits.detach(), trunc)
-        kept.scatter_(-1, tokens.unsqueeze(-1).long(), True)
-    return logits.masked_fill(~kept, float("-inf"))
+        dropped = dropped_mask(logits.detach(), trunc)
+        dropped.scatter_(-1, tokens.unsqueeze(-1).long(), False)
+    return logits.masked_fill(dropped, float("-inf"))

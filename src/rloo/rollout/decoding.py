@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from rloo.config import Sampling
-from rloo.core.truncation import Truncation, kept_mask
+from rloo.core.truncation import Truncation, dropped_mask
 
 
 def logprob_temperature(temperature: float) -> float:
@@ -31,11 +31,11 @@ def logprob_temperature(temperature: float) -> float:
 def truncate(logits: Tensor, s: Sampling) -> Tensor:
     """The logits of the distribution drawn from: -inf outside K(s), the tokens that top_k (Hugging
     Face's TopKLogitsWarper: ties at the boundary stay) and then top_p keep, as `s` asks; the logits
-    themselves when `s` truncates nothing. K(s) is `rloo.core.truncation.kept_mask`, the set of the
-    trainer's pi_K too. (N,V) -> (N,V)."""
+    themselves when `s` truncates nothing. K(s) is the complement of `rloo.core.truncation.dropped_mask`,
+    the set of the trainer's pi_K too. (N,V) -> (N,V)."""
     if s.top_k == 0 and s.top_p == 1.0:
         return logits
-    return logits.masked_fill(kept_mask(logits, Truncation.of(s)).logical_not(), float("-inf"))
+    return logits.masked_fill(dropped_mask(logits, Truncation.of(s)), float("-inf"))
 
 
 def penalize_repetitions(logits: Tensor, seen: Tensor, penalty: float) -> Tensor:
