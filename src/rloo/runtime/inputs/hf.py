@@ -1,10 +1,27 @@
 """What rloo reads of a Hugging Face object it loads or is handed (a transformers model, a tokenizer)
 where the attribute may be missing: each is written once here, with its one commented getattr, and the
-callers (runtime/, data/, modeling/, rollout/, training/) read a typed answer."""
+callers (runtime/, data/, modeling/, rollout/, training/) read a typed answer; and a local model
+folder's config.json, read before anything is loaded."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
+
+
+def config_json(model: str | None) -> dict | None:
+    """A local model folder's config.json as a dict, or None: a Hub name, a folder without one (or
+    with a FIFO or device there: never blocked on; links are followed), or not a JSON object of
+    UTF-8 text (the loader then says what is wrong)."""
+    path = Path(model) / "config.json" if model else None
+    if path is None or not path.is_file():
+        return None
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return config if isinstance(config, dict) else None
 
 
 def hf_config(model: object) -> Any | None:

