@@ -15,8 +15,9 @@ from rloo.config.methods import DEFAULT_METHOD, compare_variants
 
 FACTORS = (
     "arch", "tied", "dropout", "padded", "share", "buckets", "checkpointing", "lora", "chunked", "grouped", "few_rows",
-    "micro",
+    "micro", "minibatches",
 )  # fmt: skip
+BEFORE = {"minibatches": 1}  # a factor's value in runs from before it existed (others: off)
 
 
 def methods_with(rows: list[dict], metric: str) -> list[str]:
@@ -27,7 +28,7 @@ def methods_with(rows: list[dict], metric: str) -> list[str]:
 
 
 def yes(v) -> str:
-    return {True: "yes", False: "no"}.get(v, str(v))
+    return ("yes" if v else "no") if isinstance(v, bool) else str(v)  # not 1 -> "yes": 1 == True
 
 
 def main(paths: list[str]) -> None:
@@ -41,7 +42,7 @@ def main(paths: list[str]) -> None:
         "failures": [f for d in parts for f in d["failures"]],
     }
     for r in data["rows"]:  # runs from before a factor existed ran with it off
-        r["combo"] = {f: False for f in FACTORS} | r["combo"]
+        r["combo"] = {f: BEFORE.get(f, False) for f in FACTORS} | r["combo"]
     grads, ratios = methods_with(data["rows"], "grad_err_rel"), methods_with(data["rows"], "logratio_max")
     rows = sorted(data["rows"], key=lambda r: tuple(str(r["combo"][f]) for f in FACTORS))
     head = [f for f in FACTORS] + [f"{m} grad err / max" for m in grads] + ["distinct lengths"]

@@ -110,6 +110,59 @@ def test_group_prompts_rejects_ungrouped_rows():
         group_prompts(p_ids[:-1], p_mask[:-1], K)
 
 
+@pytest.mark.parametrize(
+    "rows",
+    [
+        [7, 0, 4, 8, 1],  # random rows: prompts 2, 0, 1, 2, 0 (two share a prompt twice, one is alone)
+        [3, 4, 5, 2, 1],  # a whole group (3 4 5) among rows of another, unsorted
+        [8, 6],  # two rows of one prompt only
+    ],
+)
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_minibatch_of_random_rows_shares_prompts_and_equals_plain(rows, checkpointing, monkeypatch):
+    """A minibatch of random rows (the group methods' num_minibatches > 1, micro-batches): each of
+    its distinct prompts is computed once, in the rows' order, with the plain pass's log-probs and
+    gradients. The shared pass ran (counted), for rows that are not whole groups."""
+    import rloo.modeling.logprob_pass as lp_pass
+    from rloo.modeling.loading import enable_gradient_checkpointing
+
+    p_ids, p_mask, c_ids, c_mask = _batch(seed=2)
+    r = torch.tensor(rows)
+    weights = torch.randn(len(rows), T, generator=torch.Generator().manual_seed(4))
+    calls, shared_pass = [], lp_pass.completion_logprobs_shared
+    monkeypatch.setattr(
+        lp_pass, "completion_logprobs_shared", lambda *a, **kw: calls.append(kw) or shared_pass(*a, **kw)
+    )
+    results = []
+    for share in (False, True):
+        model = _policy()
+        if checkpointing:
+            enable_gradient_checkpointing(model)
+        lp = lp_pass.policy_logprobs(model, p_ids, p_mask, c_ids, c_mask, k=K, share=share, rows=r)
+        (lp * weights).masked_fill(~c_mask[r], 0.0).sum().backward()
+        results.append((lp.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}))
+    assert len(calls) == 1 and calls[0]["prompt_of"] is not None  # the random rows' shared pass ran
+    (lp0, g0), (lp1, g1) = results
+    assert_close(lp1[c_mask[r]], lp0[c_mask[r]], TINY_MODEL_FORWARD)
+    for name in g0:
+        assert_close(g1[name], g0[name], TINY_MODEL_BACKWARD, msg=f"gradient of {name}")
+
+
+def test_rows_prompts_and_distinct_prompts():
+    from rloo.modeling.forward_shared import distinct_prompts
+    from rloo.modeling.logprob_pass import rows_prompts
+
+    assert rows_prompts(torch.tensor([9, 2, 10, 0]), 4).tolist() == [1, 0, 1, 0]
+    assert rows_prompts(torch.tensor([0, 5, 9]), 4) is None  # no two rows share a prompt: plain
+    assert rows_prompts(torch.tensor([0, 1]), 1) is None
+    p_ids, p_mask, _, _ = _batch()
+    ids, mask = distinct_prompts(p_ids[[7, 0, 8]], p_mask[[7, 0, 8]], torch.tensor([1, 0, 1]))
+    want_ids, want_mask = group_prompts(p_ids, p_mask, K)
+    assert torch.equal(ids, want_ids[[0, 2]]) and torch.equal(mask, want_mask[[0, 2]])
+    with pytest.raises(ValueError, match="different prompts"):
+        distinct_prompts(p_ids[[7, 0]], p_mask[[7, 0]], torch.tensor([0, 0]))
+
+
 class _Tok:
     """Just enough of a tokenizer for rollout(): integer-string prompts, no decoding needed."""
 

@@ -17,10 +17,12 @@ each prompt's group of k is its own forward and backward, weighted by its share 
 reference is still one sum over the whole batch, so a per-micro-batch normaliser fails by 3x).
 REINFORCE with its moving-average baseline takes the same update pass; its first step (baseline:
 the batch's mean reward, eq. 3 with no past) is checked the same way.
-The ratio-based methods (ppo, grpo, rloo_clip; one epoch of one minibatch: on-policy) must show
-log-ratio 0 (ratio 1) and clip fraction 0 on their first minibatch under the same combinations
-(grpo's and rloo_clip's one minibatch is whole groups, so with share_prompt it takes the shared pass,
-`rloo.algorithms.base.rows_logprobs`; ppo's policy-and-value forward is its own).
+The ratio-based methods (ppo, grpo, rloo_clip; one epoch: their first minibatch is on-policy) must
+show log-ratio 0 (ratio 1) and clip fraction 0 on their first minibatch under the same combinations
+x minibatches per epoch (1: grpo's and rloo_clip's one minibatch is whole groups, the grouped shared
+pass; 2: half the rows at random, whose distinct prompts the shared pass computes once each,
+`rloo.modeling.logprob_pass.rows_prompts`; with share_prompt it must run; ppo's policy-and-value
+forward is its own).
 
 The default suite runs a pairwise covering of the factors (every pair of values of any two
 factors appears in some row); the full product is `-m study` (hours; not in `make test-all`):
@@ -102,6 +104,7 @@ class Combo:
     grouped: bool = False  # GROUPED_MIN_ELEMENTS = 0: grouped attention wherever it can run
     few_rows: bool = False  # the sampler's decode linears as (W x^T)^T (few_rows_pays forced either way)
     micro: bool = False  # rl.micro_batch_size=1: the update accumulated over one micro-batch per prompt
+    minibatches: int = 1  # the ratio methods' num_minibatches (2: minibatches of random rows)
 
     def id(self) -> str:
         return "-".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self))
@@ -120,6 +123,7 @@ FACTORS = dict(
     grouped=(False, True),
     few_rows=(False, True),
     micro=(False, True),
+    minibatches=(1, 2),
 )
 
 
@@ -131,7 +135,7 @@ def skip_reason(c: Combo) -> str | None:
         return "without share_prompt no prompt is shared: grouped attention has nothing to group"
     if c.chunked and (c.lora or c.arch in ("gpt2", "gpt_neox")):
         return "LM head not chunkable (GPT-2/NeoX heads, PEFT wrapper): the same path as chunked off"
-    if c.few_rows and (c.checkpointing or c.chunked or c.buckets != "dp" or c.micro):
+    if c.few_rows and (c.checkpointing or c.chunked or c.buckets != "dp" or c.micro or c.minibatches > 1):
         return "the swapped products run in the decode steps only, which these training-pass options do not touch"
     return None
 
@@ -170,7 +174,7 @@ def model_dirs(tmp_path_factory):
 
 def _config(c: Combo, path: Path, out: Path, algorithm: str = "rloo") -> RLConfig:
     method = "rloo" if algorithm == "rloo_clip" else algorithm
-    wanted = dict(ppo_epochs=1, num_minibatches=1, value_model="head", rloo_clip=algorithm == "rloo_clip")
+    wanted = dict(ppo_epochs=1, num_minibatches=c.minibatches, value_model="head", rloo_clip=algorithm == "rloo_clip")
     own = METHOD_SPECS[method].settings.model_fields  # a method refuses another method's settings
     algo = AlgorithmSettings(**{k: v for k, v in wanted.items() if k in own})
     return RLConfig(
@@ -256,10 +260,12 @@ def run_pg(c: Combo, path: Path, out: Path, method: str = "rloo") -> dict:
 
 
 def run_ratio(c: Combo, path: Path, out: Path, method: str, monkeypatch) -> dict:
-    """The first minibatch's max |log ratio| and clip fraction (one epoch of one minibatch)."""
+    """The first minibatch's max |log ratio| and clip fraction (one epoch of c.minibatches), and
+    how many of the step's passes were shared passes over random rows."""
     import rloo.algorithms.ppo as ppo
     import rloo.core.estimators as estimators
     import rloo.core.losses as losses
+    import rloo.modeling.logprob_pass as lp_pass
 
     seen = []
     original = losses.ppo_clip_loss
@@ -273,6 +279,13 @@ def run_ratio(c: Combo, path: Path, out: Path, method: str, monkeypatch) -> dict
 
     for mod in (losses, ppo, estimators):
         monkeypatch.setattr(mod, "ppo_clip_loss", recording)
+    random_rows, shared_pass = [], lp_pass.completion_logprobs_shared  # (the buckets' patch, if any)
+
+    def counted(*args, **kwargs):
+        random_rows.append(kwargs.get("prompt_of") is not None)
+        return shared_pass(*args, **kwargs)
+
+    monkeypatch.setattr(lp_pass, "completion_logprobs_shared", counted)
     cfg = _config(c, path, out, method)
     models = load_models(cfg, reward_fn=reward_fn)
     opt = torch.optim.SGD(models.policy.parameters(), lr=0.0)
@@ -280,7 +293,12 @@ def run_ratio(c: Combo, path: Path, out: Path, method: str, monkeypatch) -> dict
         models, opt, PADDED if c.padded else UNPADDED, cfg, torch.Generator().manual_seed(0)
     )
     logratio, scale, clipfrac = seen[0]
-    return {"logratio_max": logratio, "logratio_tol": logratio_abs(scale), "clipfrac": clipfrac}
+    return {
+        "logratio_max": logratio,
+        "logratio_tol": logratio_abs(scale),
+        "clipfrac": clipfrac,
+        "random_rows_shared": sum(random_rows),
+    }
 
 
 def _grouped_patch(monkeypatch, c: Combo) -> list:
@@ -347,6 +365,10 @@ def check_combo(c: Combo, dirs, tmp: Path, monkeypatch, methods=RATIO_METHODS) -
             row[method] = r = run_ratio(c, path, tmp / method, method, m)
         assert r["clipfrac"] == 0.0, (method, c.id(), r)
         assert r["logratio_max"] <= r["logratio_tol"], (method, c.id(), r)
+        # random rows (2 minibatches of 6, or micro-batches of 4, of 3 prompts' 12 rows: some share a
+        # prompt) take the shared pass wherever the run shares prompts; never without share_prompt
+        random = c.share and (c.minibatches > 1 or c.micro) and method != "ppo"
+        assert bool(r["random_rows_shared"]) == random, (method, c.id(), r)
     return row
 
 

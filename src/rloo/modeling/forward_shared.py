@@ -66,6 +66,19 @@ def group_prompts(prompt_ids: Tensor, prompt_mask: Tensor, k: int) -> tuple[Tens
     return trim_left(ids[:, 0], mask[:, 0])
 
 
+def distinct_prompts(prompt_ids: Tensor, prompt_mask: Tensor, prompt_of: Tensor) -> tuple[Tensor, Tensor]:
+    """The B distinct prompts of rows in any order, row r's being prompt prompt_of[r] (n,) of
+    0..B-1 (each used). (n,P) -> (B,P). Raises ValueError when two rows of one prompt differ."""
+    B, n = int(prompt_of.max()) + 1, prompt_of.numel()
+    first = torch.full((B,), n, device=prompt_of.device).scatter_reduce(
+        0, prompt_of, torch.arange(n, device=prompt_of.device), "amin"
+    )
+    ids, mask = prompt_ids[first], prompt_mask[first]
+    if not (bool((ids[prompt_of] == prompt_ids).all()) and bool((mask[prompt_of] == prompt_mask).all())):
+        raise ValueError("rows said to share a prompt have different prompts; use the plain forward pass")
+    return trim_left(ids, mask)
+
+
 def _group_rows(cache: DynamicCache, groups: Tensor) -> DynamicCache:
     """A new cache whose row r is row groups[r] of `cache` (B prompts -> n rows). Indexing is an
     autograd op: the gradients of a prompt's copies are summed back into its single copy. Its layers
@@ -97,12 +110,15 @@ def whole_groups(rows: Tensor, k: int) -> Tensor | None:
     return runs[:, 0] // k
 
 
-def _bucket_cache(cache: DynamicCache, rows: Tensor, k: int, grouped: bool) -> tuple[DynamicCache, dict]:
-    """The prompt cache for a bucket's rows, and the extra model inputs it needs: grouped (one copy
-    per prompt) when asked for and the bucket is whole groups in order, else each row's own copy."""
+def _bucket_cache(
+    cache: DynamicCache, rows: Tensor, prompts_of_rows: Tensor, k: int, grouped: bool
+) -> tuple[DynamicCache, dict]:
+    """The prompt cache for a bucket's rows (whose prompts are `prompts_of_rows`), and the extra
+    model inputs it needs: grouped (one copy per prompt) when asked for and the bucket is whole
+    groups in order, else each row's own copy."""
     prompts = whole_groups(rows, k) if grouped else None
     if prompts is None:
-        return _group_rows(cache, rows // k), {}
+        return _group_rows(cache, prompts_of_rows), {}
     pass_cache = grouped_pass_cache(cache, prompts, k)
     return pass_cache, {"rloo_grouped": pass_cache}
 
@@ -133,15 +149,21 @@ def completion_logprobs_shared(
     bucket_overhead: int | None = None,
     max_logits_mb: float = MAX_LOGITS_MB,
     truncation: Truncation | None = None,
+    prompt_of: Tensor | None = None,
 ) -> Tensor:
     """Same as `rloo.modeling.forward.completion_logprobs`, prompts computed once per group of k.
-    (N,P),(N,P),(N,T),(N,T) -> (N,T). Values at masked positions are meaningless.
+    (N,P),(N,P),(N,T),(N,T) -> (N,T). Values at masked positions are meaningless. prompt_of (N,):
+    rows in any order (a minibatch of random rows), row r's prompt being the prompt_of[r]-th
+    distinct one (`distinct_prompts`), each computed once; None: runs of k rows share a prompt.
 
     Completion token 0 is predicted by the prompt's last position (one logit row per prompt,
     repeated k times); token t >= 1 by completion position t-1, so the last completion token
     is never fed in. `prefill`: this model's pass over these prompts, already made (with autograd
     on, when gradients are wanted) and unchanged since; it is reused instead of recomputed."""
-    p_ids, p_mask = group_prompts(prompt_ids, prompt_mask, k)
+    if prompt_of is None:
+        p_ids, p_mask = group_prompts(prompt_ids, prompt_mask, k)
+    else:
+        p_ids, p_mask = distinct_prompts(prompt_ids, prompt_mask, prompt_of)
     if not supports_shared_checkpointing(model):  # policy_logprobs takes the plain pass for such a model
         raise ValueError(
             f"gradient checkpointing of {type(model).__name__} cannot keep the prompt's KV cache: "
@@ -161,24 +183,27 @@ def completion_logprobs_shared(
             bucket_overhead,
             max_logits_mb,
             truncation,
+            prompt_of,
         )
 
 
 def _shared_logprobs(
-    model, p_ids, p_mask, completion_ids, completion_mask, k, temperature, prefill, bucket_overhead, max_mb, trunc
+    model, p_ids, p_mask, completion_ids, completion_mask, k, temperature, prefill, bucket_overhead, max_mb, trunc, of
 ) -> Tensor:
-    """completion_logprobs_shared on the B distinct prompts (B,P) -> (N,T); trunc: `token_logprobs`'s truncation."""
+    """completion_logprobs_shared on the B distinct prompts (B,P) -> (N,T); trunc: `token_logprobs`'s
+    truncation; of: its prompt_of (None: runs of k)."""
     pre = prefill if prefill is not None else prefill_prompts(model, p_ids, p_mask)
-    last = pre.last_logits[:, None].float().repeat_interleave(k, dim=0)
+    last = pre.last_logits[:, None].float()
+    last = last.repeat_interleave(k, dim=0) if of is None else last[of]
     first = token_logprobs(last, completion_ids[:, :1], temperature=temperature, truncation=trunc)
     N, T = completion_ids.shape
     rest = first.new_zeros(N, T - 1)
     fed = (completion_mask.sum(-1) - 1).clamp(min=0)  # tokens fed: all but the last of each completion
-    grouped = grouped_ok(model, pre.cache, k)
+    grouped = of is None and grouped_ok(model, pre.cache, k)  # grouped attention needs runs of k
     for rows in _buckets(fed, k, grouped, bucket_overhead):
-        W, groups = int(fed[rows].max()), rows // k
+        W, groups = int(fed[rows].max()), rows // k if of is None else of[rows]
         full = torch.cat([p_mask[groups], completion_mask[rows, :W]], dim=1)
-        cache, extra = _bucket_cache(pre.cache, rows, k, grouped)
+        cache, extra = _bucket_cache(pre.cache, rows, groups, k, grouped)
         inputs = _continued(model, cache, full, completion_ids[rows, :W]) | extra
         lp = lm_token_logprobs(model, completion_ids[rows, 1 : W + 1], temperature, max_mb, trunc=trunc, **inputs)
         rest = rest.index_put((rows[:, None], torch.arange(W, device=rows.device)[None]), lp)
@@ -214,7 +239,7 @@ def reward_scores_shared(
     for rows in _buckets(lengths, k, grouped, bucket_overhead):
         W, groups = int(lengths[rows].max()), rows // k
         full = torch.cat([p_mask[groups], completion_mask[rows, :W]], dim=1)
-        rows_cache, extra = _bucket_cache(cache, rows, k, grouped)
+        rows_cache, extra = _bucket_cache(cache, rows, groups, k, grouped)
         hidden = backbone(**_continued(backbone, rows_cache, full, completion_ids[rows, :W]), **extra)
         hidden = hidden.last_hidden_state
         filled = lengths[rows] > 0  # an empty completion keeps the prompt's pooled state

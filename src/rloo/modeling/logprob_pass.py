@@ -2,7 +2,8 @@
 
 Four passes give the same numbers (tests/equivalence/test_fastpath.py and test_gradient_matrix.py):
 plain (`rloo.modeling.forward.completion_logprobs`: every (prompt, completion) in full), shared
-(`rloo.modeling.forward_shared.completion_logprobs_shared`: each prompt once per group of k),
+(`rloo.modeling.forward_shared.completion_logprobs_shared`: each prompt once per group of k, or,
+for a minibatch of random rows, once per distinct prompt among them),
 prefilled (the shared pass reusing the sampler's prompt pass, `rloo.modeling.kvcache.Prefill`) and
 wrapped (a DDP/FSDP-wrapped model: the plain pass, since the update must be one forward through the
 wrapper); a model whose gradient checkpointing cannot keep the prompt's cache gets the plain pass
@@ -43,17 +44,21 @@ def policy_logprobs(
 
     The rows come in groups of k sharing a prompt. share: the run asked for the shared pass
     (rl.share_prompt); wrapped: the model is DDP/FSDP-wrapped; prefill: the policy's prompt pass
-    kept from sampling (same weights), reused by the shared pass; rows: a subset (a minibatch),
-    shared only when it is whole groups. temperature, max_logits_mb, truncation: as
+    kept from sampling (same weights), reused by the shared pass; rows: a subset (a minibatch):
+    whole groups run as groups (sorted), other rows with each of their distinct prompts computed
+    once (plain when no two share one). temperature, max_logits_mb, truncation: as
     `completion_logprobs`."""
-    order = None
-    if rows is not None:  # a minibatch: the shared pass only when it is whole groups (sorted), else plain
+    order = prompt_of = None
+    if rows is not None:
         order = whole_groups_order(rows, k) if share and not wrapped else None
+        if order is None and share and not wrapped:
+            prompt_of = rows_prompts(rows, k)
         r = rows if order is None else rows[order]
         prompt_ids, prompt_mask, completion_ids, completion_mask = (
             t[r] for t in (prompt_ids, prompt_mask, completion_ids, completion_mask)
         )
-        share, prefill = order is not None, None  # a kept prompt pass holds every row, not these
+        # a kept prompt pass holds every row, not these (and the weights may have moved since)
+        share, prefill = order is not None or prompt_of is not None, None
     how = {"temperature": temperature, "max_logits_mb": max_logits_mb, "truncation": truncation}
     if share and k >= 2 and not wrapped and not supports_shared_checkpointing(model):
         say_once(
@@ -65,7 +70,15 @@ def policy_logprobs(
         lp = completion_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask, **how)
     else:  # shared; prefilled when the sampler kept its prompt pass
         lp = completion_logprobs_shared(
-            model, prompt_ids, prompt_mask, completion_ids, completion_mask, k=k, prefill=prefill, **how
+            model,
+            prompt_ids,
+            prompt_mask,
+            completion_ids,
+            completion_mask,
+            k=k,
+            prefill=prefill,
+            prompt_of=prompt_of,
+            **how,
         )
     return lp if order is None else lp[order.argsort()]  # row j of lp is rows[order[j]]: back in order
 
@@ -79,3 +92,13 @@ def whole_groups_order(rows: Tensor, k: int) -> Tensor | None:
     groups = ordered.view(-1, k)
     step = torch.arange(k, device=rows.device)
     return order if bool(((groups - groups[:, :1]) == step).all() & (groups[:, 0] % k == 0).all()) else None
+
+
+def rows_prompts(rows: Tensor, k: int) -> Tensor | None:
+    """For rows (n,) of a rollout with groups of k, in any order: which of their distinct prompts
+    each row has (n,), e.g. [9, 2, 10, 0] -> [1, 0, 1, 0] for k=4; None when no two rows share a
+    prompt (nothing to compute once) or k < 2."""
+    if k < 2:
+        return None
+    distinct, prompt_of = (rows // k).unique(return_inverse=True)
+    return prompt_of if distinct.numel() < rows.numel() else None
