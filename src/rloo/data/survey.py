@@ -50,9 +50,9 @@ def _tokenizer(path: str | None, trust_remote_code: bool):
     """The tokenizer the stages will use, or None when it cannot load here (the SFT stage says why)."""
     if path is None:
         return None
-    from transformers import AutoTokenizer  # only with a dataset: the preflight otherwise stays light
+    from rloo.runtime.inputs.hf import auto_tokenizer  # imports transformers: only with a dataset
 
     try:
-        return AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+        return auto_tokenizer(path, trust_remote_code=trust_remote_code)
     except (OSError, ValueError, RlooError):
         return None

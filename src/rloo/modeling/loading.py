@@ -12,7 +12,6 @@ import torch
 from transformers import (
     AutoModelForCausalLM,
     AutoModelForSequenceClassification,
-    AutoTokenizer,
     LlamaConfig,
     LlamaForCausalLM,
 )
@@ -24,7 +23,7 @@ from rloo.modeling.attention import use_rloo_attention
 from rloo.modeling.fp32_head import use_fp32_heads
 from rloo.modeling.handed import handed_model
 from rloo.modeling.lora import is_adapter_folder, load_merged
-from rloo.runtime.inputs.hf import has_vocab
+from rloo.runtime.inputs.hf import auto_tokenizer, has_vocab
 from rloo.runtime.inputs.names import check_name
 from rloo.runtime.inputs.objects import held, is_held
 from rloo.runtime.precision import weights_dtype
@@ -93,7 +92,7 @@ def load_tokenizer(path: str, trust_remote_code: bool = False):
     if is_held(path):
         return checked_tokenizer(held(path).obj, path)
     try:
-        tok = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+        tok = auto_tokenizer(path, trust_remote_code=trust_remote_code)
     except (OSError, ValueError) as e:
         raise RlooError(f"could not load a tokenizer from {path!r}: {str(e).splitlines()[0]}") from e
     return checked_tokenizer(tok, path)
