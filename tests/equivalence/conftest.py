@@ -38,7 +38,9 @@ def sharp_attention_copy(model_dir: Path, out: Path, factor: float = 8.0) -> Pat
     attends almost uniformly, so which keys a row reads barely changes its tokens (checked: grouped
     attention reading the wrong prompt's keys moved this test's parameters by 2e-7, within its
     tolerance); with sharper attention it changes them."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
+
+    from rloo.runtime.inputs.hf import auto_tokenizer  # the folder's tokenizer as saved, any architecture
 
     model = AutoModelForCausalLM.from_pretrained(model_dir)
     with torch.no_grad():
@@ -46,7 +48,7 @@ def sharp_attention_copy(model_dir: Path, out: Path, factor: float = 8.0) -> Pat
             if name.endswith(("q_proj.weight", "k_proj.weight")):
                 p.mul_(factor)
     model.save_pretrained(out)
-    AutoTokenizer.from_pretrained(model_dir).save_pretrained(out)
+    auto_tokenizer(str(model_dir)).save_pretrained(out)
     return out
 
 
