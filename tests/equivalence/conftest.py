@@ -40,7 +40,7 @@ def sharp_attention_copy(model_dir: Path, out: Path, factor: float = 8.0) -> Pat
     tolerance); with sharper attention it changes them."""
     from transformers import AutoModelForCausalLM
 
-    from rloo.runtime.inputs.hf import auto_tokenizer  # the folder's tokenizer as saved, any architecture
+    from rloo.runtime.inputs.saved_tokenizer import auto_tokenizer  # the folder's tokenizer as saved, any architecture
 
     model = AutoModelForCausalLM.from_pretrained(model_dir)
     with torch.no_grad():

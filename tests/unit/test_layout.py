@@ -41,7 +41,8 @@ LAZY_OK = {
     "data/tables.py": {"datasets"},
     "training/handed.py": {"datasets"},  # dataset= of the Python API only: a 1-3 s import
     "training/callbacks.py": {"transformers.trainer_callback"},  # callbacks= only: seconds to import
-    "data/survey.py": {"transformers"},  # the pipeline's length survey on a dataset: the preflight stays light
+    # the pipeline's length survey on a dataset (its tokenizer loader imports transformers): the preflight stays light
+    "data/survey.py": {"rloo.runtime.inputs.saved_tokenizer"},
     "runtime/tracking/trackers.py": {"torch.utils.tensorboard", "wandb"},
     "runtime/inputs/sizes.py": {"torch"},  # GPU memory only for device=cuda: the CLI's preflight stays torch-free
     "eval/plots.py": {"matplotlib", "matplotlib.pyplot"},

@@ -1,4 +1,4 @@
-"""A model folder's tokenizer is read as saved (rloo.runtime.inputs.hf.auto_tokenizer).
+"""A model folder's tokenizer is read as saved (rloo.runtime.inputs.saved_tokenizer.auto_tokenizer).
 
 transformers 5.x loads the tokenizer of a few model types (qwen2, phi3, ...) with their registered
 class whatever tokenizer_config.json names. A word-level tokenizer saved beside a Qwen2 network (as

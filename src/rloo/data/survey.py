@@ -50,7 +50,7 @@ def _tokenizer(path: str | None, trust_remote_code: bool):
     """The tokenizer the stages will use, or None when it cannot load here (the SFT stage says why)."""
     if path is None:
         return None
-    from rloo.runtime.inputs.hf import auto_tokenizer  # imports transformers: only with a dataset
+    from rloo.runtime.inputs.saved_tokenizer import auto_tokenizer  # imports transformers: only with a dataset
 
     try:
         return auto_tokenizer(path, trust_remote_code=trust_remote_code)

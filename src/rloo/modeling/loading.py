@@ -23,9 +23,10 @@ from rloo.modeling.attention import use_rloo_attention
 from rloo.modeling.fp32_head import use_fp32_heads
 from rloo.modeling.handed import handed_model
 from rloo.modeling.lora import is_adapter_folder, load_merged
-from rloo.runtime.inputs.hf import auto_tokenizer, has_vocab
+from rloo.runtime.inputs.hf import has_vocab
 from rloo.runtime.inputs.names import check_name
 from rloo.runtime.inputs.objects import held, is_held
+from rloo.runtime.inputs.saved_tokenizer import auto_tokenizer
 from rloo.runtime.precision import weights_dtype
 from rloo.runtime.runfolder.atomic import (
     WriteError,
