@@ -23,7 +23,9 @@ INPUT_KEYS = ("policy", "reward_model", "model", "tokenizer", "sft_model", "base
 def input_paths(cfg) -> dict[str, str]:
     """{config key: path} of the inputs `cfg` reads (dataset as `dataset.path`)."""
     fields = dict(cfg)  # a stage config (pydantic) iterates over its (field, value) pairs
-    out = {k: str(fields[k]) for k in INPUT_KEYS if fields.get(k) is not None}
+    # an empty path names nothing (sft_model's default when the reward stage is handed model=): as
+    # Path("") it would be the working folder, every file of which was hashed
+    out = {k: str(fields[k]) for k in INPUT_KEYS if fields.get(k) not in (None, "")}
     ds = fields.get("dataset")
     if isinstance(ds, DatasetSettings) and ds.path:
         out["dataset.path"] = str(ds.path)
