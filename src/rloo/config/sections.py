@@ -108,8 +108,9 @@ class RLSettings(MethodChoice):
     share_prompt: bool = Field(
         default=True,
         description="Compute each prompt once per group of k (generation, reference, reward model, "
-        "policy forward and backward; every method's update where its rows are whole groups, and "
-        "DPO's chosen/rejected pairs); the same math as k copies, less compute.",
+        "policy forward and backward; every method's update, a minibatch of random rows computing "
+        "each of its distinct prompts once, and DPO's chosen/rejected pairs); the same math as k "
+        "copies, less compute.",
     )
     max_logits_mb: float = Field(
         default=256,
