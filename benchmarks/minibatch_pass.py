@@ -1,5 +1,6 @@
 """The policy's log-prob pass over a minibatch of random rows (grpo, dr_grpo, reinforce_pp and
-rloo_clip at their default num_minibatches=2, or any micro-batches of rl.micro_batch_size): every
+rloo_clip at their default num_minibatches=2, and the micro-batches rl.micro_batch_size cuts from
+such a minibatch): every
 row in full (the plain pass, what such minibatches took before) against each distinct prompt once
 (`rloo.modeling.logprob_pass.rows_prompts`, the shared pass), forward and backward, alternated.
 
