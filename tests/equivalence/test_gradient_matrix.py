@@ -25,7 +25,7 @@ pass; 2: half the rows at random, whose distinct prompts the shared pass compute
 forward is its own).
 
 The default suite runs a pairwise covering of the factors (every pair of values of any two
-factors appears in some row); the full product is `-m study` (hours; not in `make test-all`):
+factors appears in some row); the full product is `-m study` (43 minutes on 2 cores; not in `make test-all`):
     RLOO_MATRIX_JSON=docs/results/gradient-matrix/gradient_matrix.json \
         python -m pytest tests/equivalence/test_gradient_matrix.py -m study
 writes the measured errors to docs/results/gradient-matrix/gradient_matrix.<arch>.json (docs/gradient-matrix.md's table
@@ -395,9 +395,9 @@ def test_pairwise_design_covers_every_pair():
 @pytest.mark.study
 @pytest.mark.parametrize("arch", ARCHS)
 def test_full_matrix_matches_reference(arch, model_dirs, tmp_path, monkeypatch):
-    """The full product, one architecture per test (about 200 combinations, each with an rloo, a
-    reinforce and three ratio-method steps); RLOO_MATRIX_JSON=path.json writes each architecture's measured errors to
-    path.<arch>.json."""
+    """The full product, one architecture per test (688-1008 combinations, 9-12 minutes on 2 cores,
+    each with an rloo, a reinforce and three ratio-method steps); RLOO_MATRIX_JSON=path.json writes
+    each architecture's measured errors to path.<arch>.json."""
     rows, failures = [], []
     for i, c in enumerate(c for c in full_product() if c.arch == arch):
         try:

@@ -103,7 +103,7 @@ def test_gradient_matrix_table_summarises_the_committed_rows(tmp_path, capsys):
     rows = _unpack(RESULTS / "gradient-matrix" / "rows.tar.xz", tmp_path)
     _script("gradient_matrix_table").main([str(p) for p in sorted(rows.glob("gradient_matrix.*.json"))])
     summary = capsys.readouterr().out.strip().splitlines()[-1]
-    assert summary.startswith("2432 combinations") and summary.endswith("failures: 0")
+    assert summary.startswith("3392 combinations") and summary.endswith("failures: 0")
     assert not _missing(summary, RESULTS / "gradient-matrix" / "README.md")
 
 
