@@ -58,3 +58,17 @@ def test_transformers_choice_is_kept_where_it_reads_the_same_kind(tmp_path, caps
     loaded = load_tokenizer(path)
     assert type(loaded).__name__ == "Qwen2Tokenizer"
     assert "as saved" not in capsys.readouterr().err
+
+
+def test_a_generic_backend_is_kept_without_parsing_tokenizer_json(tmp_path, monkeypatch):
+    """A folder naming PreTrainedTokenizerFast (as Llama 3's do) loads as the generic backend, which
+    reads tokenizer.json as saved: rloo does not parse that file again (megabytes for a large vocabulary)."""
+    import rloo.runtime.inputs.saved_tokenizer as saved
+
+    path = _folder(tmp_path, "llama", build_tokenizer(get_task("summarize")))
+    config = json.loads((tmp_path / "tokenizer_config.json").read_text())
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(config | {"tokenizer_class": "PreTrainedTokenizerFast"}))
+    read, real = [], saved.folder_json
+    monkeypatch.setattr(saved, "folder_json", lambda p, name: read.append(name) or real(p, name))
+    assert load_tokenizer(path)(TEXT)["input_ids"] == _as_saved(path)
+    assert "tokenizer.json" not in read

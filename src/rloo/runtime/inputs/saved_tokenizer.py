@@ -22,9 +22,11 @@ def auto_tokenizer(path: str, trust_remote_code: bool = False) -> Any:
     BPE and every text becomes a few unknown tokens, without a word. Then the folder's tokenizer.json
     is loaded as saved (said once); a class that reads it is kept."""
     tok = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+    if type(tok) is PreTrainedTokenizerFast:  # the generic backend (TokenizersBackend) reads it as saved
+        return tok
     declared = (folder_json(path, "tokenizer_config.json") or {}).get("tokenizer_class")
     if not isinstance(declared, str) or declared.removesuffix("Fast") == type(tok).__name__.removesuffix("Fast"):
-        return tok  # the class the folder names (the usual case: tokenizer.json is not read again)
+        return tok  # the class the folder names: tokenizer.json (megabytes for a large vocabulary) is not parsed
     saved = (folder_json(path, "tokenizer.json") or {}).get("model")
     kind = saved.get("type") if isinstance(saved, dict) else None
     loaded = tokenizer_model_kind(tok)
